@@ -1,0 +1,368 @@
+//! MariaDB GTIDs: `domain-server-seq`.
+//!
+//! * A [`GtidPos`] (`@@gtid_binlog_pos`, `@@gtid_slave_pos`,
+//!   `@@gtid_current_pos`, the backup's `xtrabackup_binlog_info`) holds the
+//!   last GTID of each replication domain.
+//! * A [`BinlogState`] (`@@gtid_binlog_state`) holds the last sequence number
+//!   written by each (domain, server) pair.
+//!
+//! MariaDB does not record holes, so containment can only be argued from
+//! these summaries. We decide conservatively (DESIGN §3): a GTID `d-s-n` is
+//! contained in a state only when that state knows domain `d` with a
+//! sequence number at least `n` **and** has an entry for server `s` in domain
+//! `d` at or beyond `n`. An unknown domain means "not contained". Anything we
+//! cannot prove counts as divergence.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use crate::{ParseError, Relation};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Gtid {
+    pub domain: u32,
+    pub server: u32,
+    pub seq: u64,
+}
+
+impl FromStr for Gtid {
+    type Err = ParseError;
+    fn from_str(input: &str) -> Result<Self, ParseError> {
+        let t = input.trim();
+        let parts: Vec<&str> = t.split('-').collect();
+        if parts.len() != 3 {
+            return Err(ParseError::new(input, "a MariaDB GTID is domain-server-seq"));
+        }
+        let num = |p: &str, what: &str| -> Result<u64, ParseError> {
+            if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(ParseError::new(input, format!("{what} {p:?} is not a number")));
+            }
+            p.parse::<u64>()
+                .map_err(|_| ParseError::new(input, format!("{what} {p:?} is too large")))
+        };
+        let domain = num(parts[0], "domain")?;
+        let server = num(parts[1], "server id")?;
+        let seq = num(parts[2], "sequence number")?;
+        let domain = u32::try_from(domain)
+            .map_err(|_| ParseError::new(input, "domain is larger than 4294967295"))?;
+        let server = u32::try_from(server)
+            .map_err(|_| ParseError::new(input, "server id is larger than 4294967295"))?;
+        Ok(Gtid { domain, server, seq })
+    }
+}
+
+impl fmt::Display for Gtid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}-{}", self.domain, self.server, self.seq)
+    }
+}
+
+fn parse_list(input: &str) -> Result<Vec<Gtid>, ParseError> {
+    if input.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    input
+        .split(',')
+        .map(|p| {
+            if p.trim().is_empty() {
+                Err(ParseError::new(input, "empty element between commas"))
+            } else {
+                p.parse::<Gtid>()
+                    .map_err(|e| ParseError::new(input, e.reason))
+            }
+        })
+        .collect()
+}
+
+/// One GTID per domain: a replication position.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct GtidPos {
+    by_domain: BTreeMap<u32, Gtid>,
+}
+
+impl GtidPos {
+    pub fn is_empty(&self) -> bool {
+        self.by_domain.is_empty()
+    }
+
+    pub fn gtids(&self) -> impl Iterator<Item = &Gtid> {
+        self.by_domain.values()
+    }
+
+    pub fn domain(&self, domain: u32) -> Option<&Gtid> {
+        self.by_domain.get(&domain)
+    }
+
+    /// Total of the sequence numbers: a monotone progress measure for one
+    /// line of history, used only to report lag, never to decide safety.
+    pub fn seq_total(&self) -> u64 {
+        self.by_domain.values().fold(0u64, |a, g| a.saturating_add(g.seq))
+    }
+}
+
+impl FromStr for GtidPos {
+    type Err = ParseError;
+    fn from_str(input: &str) -> Result<Self, ParseError> {
+        let mut by_domain = BTreeMap::new();
+        for g in parse_list(input)? {
+            if by_domain.insert(g.domain, g).is_some() {
+                return Err(ParseError::new(
+                    input,
+                    format!("domain {} appears twice in a position", g.domain),
+                ));
+            }
+        }
+        Ok(GtidPos { by_domain })
+    }
+}
+
+impl fmt::Display for GtidPos {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        join(f, self.by_domain.values())
+    }
+}
+
+fn join<'a>(f: &mut fmt::Formatter<'_>, it: impl Iterator<Item = &'a Gtid>) -> fmt::Result {
+    for (i, g) in it.enumerate() {
+        if i > 0 {
+            f.write_str(",")?;
+        }
+        fmt::Display::fmt(g, f)?;
+    }
+    Ok(())
+}
+
+/// The last sequence number of each (domain, server): `@@gtid_binlog_state`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct BinlogState {
+    last: BTreeMap<(u32, u32), u64>,
+}
+
+impl BinlogState {
+    pub fn is_empty(&self) -> bool {
+        self.last.is_empty()
+    }
+
+    /// Record one more event (as the server does when it writes or applies it).
+    pub fn record(&mut self, g: Gtid) {
+        let e = self.last.entry((g.domain, g.server)).or_insert(g.seq);
+        *e = (*e).max(g.seq);
+    }
+
+    /// The position this state ends at: per domain, the GTID with the highest
+    /// sequence number.
+    pub fn pos(&self) -> GtidPos {
+        let mut by_domain: BTreeMap<u32, Gtid> = BTreeMap::new();
+        for (&(domain, server), &seq) in &self.last {
+            let g = Gtid { domain, server, seq };
+            match by_domain.get(&domain) {
+                Some(cur) if cur.seq >= seq => {}
+                _ => {
+                    by_domain.insert(domain, g);
+                }
+            }
+        }
+        GtidPos { by_domain }
+    }
+
+    fn holds(&self, g: &Gtid) -> bool {
+        let domain_max = self
+            .last
+            .range((g.domain, 0)..=(g.domain, u32::MAX))
+            .map(|(_, &s)| s)
+            .max();
+        let same_server = self.last.get(&(g.domain, g.server)).copied();
+        matches!((domain_max, same_server), (Some(m), Some(s)) if m >= g.seq && s >= g.seq)
+    }
+
+    /// Conservative: does this state provably include the history that ends at `pos`?
+    pub fn contains_pos(&self, pos: &GtidPos) -> bool {
+        pos.gtids().all(|g| self.holds(g))
+    }
+
+    /// Conservative: does this state provably include all of `other`?
+    pub fn contains_state(&self, other: &BinlogState) -> bool {
+        other.last.iter().all(|(&(domain, server), &seq)| {
+            self.holds(&Gtid { domain, server, seq })
+        })
+    }
+
+    pub fn relation(&self, other: &BinlogState) -> Relation {
+        Relation::from_containment(self.contains_state(other), other.contains_state(self))
+    }
+}
+
+impl FromStr for BinlogState {
+    type Err = ParseError;
+    fn from_str(input: &str) -> Result<Self, ParseError> {
+        let mut last = BTreeMap::new();
+        for g in parse_list(input)? {
+            if last.insert((g.domain, g.server), g.seq).is_some() {
+                return Err(ParseError::new(
+                    input,
+                    format!("domain {} server {} appears twice in a binlog state", g.domain, g.server),
+                ));
+            }
+        }
+        Ok(BinlogState { last })
+    }
+}
+
+impl fmt::Display for BinlogState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let gtids: Vec<Gtid> = self
+            .last
+            .iter()
+            .map(|(&(domain, server), &seq)| Gtid { domain, server, seq })
+            .collect();
+        join(f, gtids.iter())
+    }
+}
+
+macro_rules! serde_as_text {
+    ($t:ty) => {
+        impl serde::Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+        impl<'de> serde::Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = String::deserialize(d)?;
+                s.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+serde_as_text!(GtidPos);
+serde_as_text!(BinlogState);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn st(s: &str) -> BinlogState {
+        s.parse().unwrap()
+    }
+    fn pos(s: &str) -> GtidPos {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn parses_and_formats() {
+        assert_eq!(pos(" 1-2-3 ,0-1-10").to_string(), "0-1-10,1-2-3");
+        assert_eq!(st("0-2-20,0-1-10").to_string(), "0-1-10,0-2-20");
+        assert_eq!(st("0-1-10,0-2-20,1-1-4").pos().to_string(), "0-2-20,1-1-4");
+        assert!(pos("").is_empty());
+    }
+
+    #[test]
+    fn rejects_malformed_input() {
+        for bad in ["0-1", "0-1-2-3", "a-1-2", "0--2", "0-1-2,", "0-1-2,0-3-4", "4294967296-1-1", "0-1-99999999999999999999", "-1-1"] {
+            assert!(bad.parse::<GtidPos>().is_err(), "pos accepted {bad:?}");
+        }
+        for bad in ["0-1-2,0-1-3", "x", "0-1-2,,0-2-3"] {
+            assert!(bad.parse::<BinlogState>().is_err(), "state accepted {bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_replica_behind_is_contained() {
+        let primary = st("0-1-100");
+        let replica = st("0-1-90");
+        assert_eq!(replica.relation(&primary), Relation::Behind);
+        assert!(primary.contains_pos(&pos("0-1-90")));
+    }
+
+    #[test]
+    fn history_continued_by_a_new_primary_contains_the_old() {
+        let new_primary = st("0-1-100,0-2-150");
+        assert!(new_primary.contains_state(&st("0-1-100")));
+        assert!(new_primary.contains_pos(&pos("0-1-100")));
+        assert_eq!(st("0-1-100").relation(&new_primary), Relation::Behind);
+    }
+
+    #[test]
+    fn lost_write_of_an_old_primary_is_divergence() {
+        // The old primary wrote 0-1-101 that nobody received; the new primary
+        // continued from 100 with its own 101.
+        let old = st("0-1-101");
+        let new = st("0-1-100,0-2-101");
+        assert_eq!(old.relation(&new), Relation::Diverged);
+        assert!(!new.contains_pos(&pos("0-1-101")));
+    }
+
+    #[test]
+    fn errant_write_in_a_new_domain_is_divergence() {
+        let replica = st("0-1-100,7-3-1");
+        let primary = st("0-1-120");
+        assert_eq!(replica.relation(&primary), Relation::Diverged);
+    }
+
+    #[test]
+    fn errant_write_in_same_domain_is_divergence() {
+        let replica = st("0-1-100,0-3-101");
+        let primary = st("0-1-120");
+        assert_eq!(replica.relation(&primary), Relation::Diverged);
+    }
+
+    fn arb_state() -> impl Strategy<Value = BinlogState> {
+        prop::collection::btree_map((0u32..3, 1u32..4), 1u64..50, 0..6)
+            .prop_map(|last| BinlogState { last })
+    }
+
+    proptest! {
+        #[test]
+        fn round_trips(s in arb_state()) {
+            prop_assert_eq!(s.to_string().parse::<BinlogState>().unwrap(), s.clone());
+            prop_assert_eq!(s.pos().to_string().parse::<GtidPos>().unwrap(), s.pos());
+        }
+
+        #[test]
+        fn containment_is_reflexive_and_transitive(a in arb_state(), b in arb_state(), c in arb_state()) {
+            prop_assert!(a.contains_state(&a));
+            prop_assert!(a.contains_pos(&a.pos()));
+            if a.contains_state(&b) && b.contains_state(&c) {
+                prop_assert!(a.contains_state(&c));
+            }
+        }
+
+        /// Simulate one linear history in strict mode, replicas at prefixes of
+        /// it, and a fork: prefixes are always contained, a fork never is.
+        #[test]
+        fn linear_prefixes_contained_forks_not(
+            writers in prop::collection::vec((0u32..2, 1u32..4), 1..40),
+            cut in 0usize..40,
+            fork_server in 10u32..12,
+        ) {
+            let mut full = BinlogState::default();
+            let mut prefix = BinlogState::default();
+            let mut seq_by_domain = std::collections::BTreeMap::<u32, u64>::new();
+            let cut = cut.min(writers.len());
+            for (i, &(domain, server)) in writers.iter().enumerate() {
+                let seq = seq_by_domain.entry(domain).or_insert(0);
+                *seq += 1;
+                let g = Gtid { domain, server, seq: *seq };
+                full.record(g);
+                if i < cut { prefix.record(g); }
+            }
+            prop_assert!(full.contains_state(&prefix));
+            prop_assert!(full.contains_pos(&prefix.pos()));
+            // The prefix writes one event of its own (a server that the full
+            // history never used) at the next sequence number of domain 0.
+            let mut forked = prefix.clone();
+            let next = prefix.pos().domain(0).map(|g| g.seq).unwrap_or(0) + 1;
+            forked.record(Gtid { domain: 0, server: fork_server, seq: next });
+            prop_assert!(!full.contains_state(&forked));
+            prop_assert_ne!(forked.relation(&full), Relation::Behind);
+        }
+
+        #[test]
+        fn never_panics_on_garbage(text in "[0-9,\\- ]{0,60}") {
+            let _ = text.parse::<GtidPos>();
+            let _ = text.parse::<BinlogState>();
+        }
+    }
+}
