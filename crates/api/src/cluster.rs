@@ -1,0 +1,467 @@
+//! The `Cluster` custom resource: `mysql.cnmysql.io/v1`, kind `Cluster`.
+//!
+//! Field names, defaults and meanings follow the specification
+//! (`replication-and-failover`, `operator-upgrades`). The CEL rules here are
+//! mirrored by [`crate::validation`], which the CLI runs before anything is
+//! started; a test keeps the two in agreement.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Settings the operator owns: they cannot be set in `spec.mysql.parameters`.
+/// Names are compared after folding `-` to `_` and lower-casing.
+pub const OPERATOR_OWNED_PARAMETERS: &[&str] = &[
+    "server_id",
+    "port",
+    "socket",
+    "datadir",
+    "bind_address",
+    "pid_file",
+    "log_bin",
+    "log_bin_index",
+    "log_slave_updates",
+    "log_replica_updates",
+    "binlog_format",
+    "gtid_strict_mode",
+    "gtid_domain_id",
+    "gtid_mode",
+    "enforce_gtid_consistency",
+    "read_only",
+    "super_read_only",
+    "relay_log",
+    "ssl_ca",
+    "ssl_cert",
+    "ssl_key",
+    "skip_slave_start",
+    "skip_replica_start",
+    "rpl_semi_sync_master_enabled",
+    "rpl_semi_sync_slave_enabled",
+    "rpl_semi_sync_master_timeout",
+    "rpl_semi_sync_master_wait_point",
+    "rpl_semi_sync_source_enabled",
+    "rpl_semi_sync_replica_enabled",
+    "rpl_semi_sync_source_timeout",
+    "rpl_semi_sync_source_wait_for_replica_count",
+    "user",
+];
+
+/// Desired state of a highly available MySQL-family cluster.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "mysql.cnmysql.io",
+    version = "v1",
+    kind = "Cluster",
+    namespaced,
+    shortname = "cmy",
+    status = "ClusterStatus",
+    printcolumn = r#"{"name":"Instances","type":"integer","jsonPath":".spec.instances"}"#,
+    printcolumn = r#"{"name":"Ready","type":"integer","jsonPath":".status.readyInstances"}"#,
+    printcolumn = r#"{"name":"Primary","type":"string","jsonPath":".status.currentPrimary"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[x_kube(validation = Rule::new("self.minSyncReplicas <= self.maxSyncReplicas").message("spec.minSyncReplicas must not exceed spec.maxSyncReplicas: lower minSyncReplicas or raise maxSyncReplicas").field_path(".minSyncReplicas"))]
+#[x_kube(validation = Rule::new("self.maxSyncReplicas < self.instances").message("spec.maxSyncReplicas must be lower than spec.instances (a primary cannot wait for itself): lower maxSyncReplicas or add instances").field_path(".maxSyncReplicas"))]
+#[x_kube(validation = Rule::new("!self.mysql.semiSync.enabled || self.maxSyncReplicas >= 1").message("spec.mysql.semiSync.enabled needs at least one synchronous replica: set spec.maxSyncReplicas to 1 or more").field_path(".mysql.semiSync.enabled"))]
+#[x_kube(validation = Rule::new("!self.mysql.semiSync.enabled || self.mysql.semiSync.dataDurability != 'required' || self.minSyncReplicas >= 1").message("spec.mysql.semiSync.dataDurability 'required' needs spec.minSyncReplicas of 1 or more").field_path(".minSyncReplicas"))]
+pub struct ClusterSpec {
+    /// Number of instances: one primary and `instances - 1` replicas.
+    #[serde(default = "default_instances")]
+    #[x_kube(validation = Rule::new("self >= 1").message("spec.instances must be at least 1"))]
+    pub instances: i32,
+
+    /// Lowest number of replicas that must acknowledge each commit
+    /// (semi-synchronous replication).
+    #[serde(default)]
+    #[x_kube(validation = Rule::new("self >= 0").message("spec.minSyncReplicas must not be negative"))]
+    pub min_sync_replicas: i32,
+
+    /// Highest number of replicas that may be asked to acknowledge commits.
+    #[serde(default)]
+    #[x_kube(validation = Rule::new("self >= 0").message("spec.maxSyncReplicas must not be negative"))]
+    pub max_sync_replicas: i32,
+
+    /// Server flavour, configuration and semi-sync settings.
+    #[serde(default)]
+    pub mysql: MysqlSpec,
+
+    /// Seconds the primary must be failing before automatic failover starts
+    /// (0 = at once).
+    #[serde(default)]
+    #[x_kube(validation = Rule::new("self >= 0").message("spec.failoverDelay must be 0 or more seconds"))]
+    pub failover_delay: i64,
+
+    /// Seconds a switchover target may take to catch up before the switchover
+    /// is aborted and reported as blocked.
+    #[serde(default = "default_max_switchover_delay")]
+    #[x_kube(validation = Rule::new("self >= 0").message("spec.maxSwitchoverDelay must be 0 or more seconds"))]
+    pub max_switchover_delay: i64,
+
+    /// Guard promotions with the `<cluster>-primary` Lease.
+    #[serde(default = "default_true")]
+    pub enable_primary_lease: bool,
+
+    /// How a stale primary is updated in a rolling upgrade.
+    #[serde(default)]
+    pub primary_update_method: PrimaryUpdateMethod,
+
+    /// Whether the rollout waits for a human before touching the primary.
+    #[serde(default)]
+    pub primary_update_strategy: PrimaryUpdateStrategy,
+
+    /// Upgrade instance managers in place (re-exec, mysqld keeps running)
+    /// instead of recreating instances.
+    #[serde(default)]
+    pub in_place_instance_manager_updates: bool,
+
+    /// Resources the operator manages on behalf of the cluster.
+    #[serde(default)]
+    pub managed: ManagedSpec,
+}
+
+fn default_instances() -> i32 {
+    1
+}
+fn default_max_switchover_delay() -> i64 {
+    3600
+}
+fn default_true() -> bool {
+    true
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Flavor {
+    /// MySQL 8 or Percona Server for MySQL 8 (GTID sets, XtraBackup).
+    Mysql,
+    /// MariaDB 10.11 or later (domain-server-seq GTIDs, mariadb-backup).
+    #[default]
+    Mariadb,
+}
+
+impl Flavor {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Flavor::Mysql => "mysql",
+            Flavor::Mariadb => "mariadb",
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MysqlSpec {
+    /// `mysql` (MySQL / Percona) or `mariadb`.
+    #[serde(default)]
+    pub flavor: Flavor,
+
+    /// Server image (Kubernetes platform). The local platform uses the
+    /// server binaries found on this machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+
+    /// Server settings rendered into the configuration file. Settings the
+    /// operator owns (server_id, binlog, GTID, TLS, read-only, semi-sync) are
+    /// refused here.
+    #[serde(default)]
+    #[x_kube(validation = Rule::new("self.all(k, k.matches('^[A-Za-z0-9_.-]+$') && !self[k].contains('\\n'))").message("spec.mysql.parameters: names are letters, digits, _ . - and values are single lines"))]
+    #[x_kube(validation = Rule::new("self.all(k, !(k.lowerAscii().replace('-', '_') in ['server_id','port','socket','datadir','bind_address','pid_file','log_bin','log_bin_index','log_slave_updates','log_replica_updates','binlog_format','gtid_strict_mode','gtid_domain_id','gtid_mode','enforce_gtid_consistency','read_only','super_read_only','relay_log','ssl_ca','ssl_cert','ssl_key','skip_slave_start','skip_replica_start','rpl_semi_sync_master_enabled','rpl_semi_sync_slave_enabled','rpl_semi_sync_master_timeout','rpl_semi_sync_master_wait_point','rpl_semi_sync_source_enabled','rpl_semi_sync_replica_enabled','rpl_semi_sync_source_timeout','rpl_semi_sync_source_wait_for_replica_count','user']))").message("spec.mysql.parameters sets a setting the operator owns (server_id, binlog, GTID, TLS, read-only, semi-sync, paths): remove it; use spec.mysql.semiSync for semi-sync"))]
+    pub parameters: BTreeMap<String, String>,
+
+    /// Semi-synchronous replication.
+    #[serde(default)]
+    pub semi_sync: SemiSyncSpec,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SemiSyncSpec {
+    #[serde(default)]
+    pub enabled: bool,
+
+    /// Milliseconds a commit waits for acknowledgements before replication
+    /// falls back to asynchronous (under `dataDurability: preferred`).
+    #[serde(default = "default_semi_sync_timeout")]
+    #[x_kube(validation = Rule::new("self >= 1").message("spec.mysql.semiSync.timeoutMillis must be at least 1"))]
+    pub timeout_millis: i64,
+
+    /// `preferred`: keep writes flowing when replicas are unhealthy.
+    /// `required`: never lower the acknowledgement floor.
+    #[serde(default)]
+    pub data_durability: DataDurability,
+}
+
+impl Default for SemiSyncSpec {
+    fn default() -> Self {
+        SemiSyncSpec {
+            enabled: false,
+            timeout_millis: default_semi_sync_timeout(),
+            data_durability: DataDurability::default(),
+        }
+    }
+}
+
+fn default_semi_sync_timeout() -> i64 {
+    10_000
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DataDurability {
+    #[default]
+    Preferred,
+    Required,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PrimaryUpdateMethod {
+    /// Switch over to a healthy replica, then update the old primary.
+    #[default]
+    Switchover,
+    /// Restart the primary in place.
+    Restart,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PrimaryUpdateStrategy {
+    #[default]
+    Unsupervised,
+    /// Stop the rollout before the primary and wait for a manual switchover.
+    Supervised,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ManagedSpec {
+    #[serde(default)]
+    pub services: ManagedServices,
+}
+
+/// The role a Service routes to.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ServiceRole {
+    /// The current primary (read-write).
+    Rw,
+    /// Ready replicas (read-only).
+    Ro,
+    /// Any ready instance.
+    R,
+}
+
+impl ServiceRole {
+    pub const ALL: [ServiceRole; 3] = [ServiceRole::Rw, ServiceRole::Ro, ServiceRole::R];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServiceRole::Rw => "rw",
+            ServiceRole::Ro => "ro",
+            ServiceRole::R => "r",
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ManagedServices {
+    /// Default Services not to create (`ro`, `r`; `rw` cannot be disabled).
+    #[serde(default)]
+    #[x_kube(validation = Rule::new("!('rw' in self)").message("spec.managed.services.disabledDefaultServices cannot contain rw: the read-write Service is always created"))]
+    #[x_kube(validation = Rule::new("self.all(x, self.exists_one(y, y == x))").message("spec.managed.services.disabledDefaultServices lists a Service twice: remove the duplicate"))]
+    pub disabled_default_services: Vec<ServiceRole>,
+
+    /// Merged onto the three default Services.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<ServiceTemplate>,
+
+    /// Extra Services routed to a role, named `<cluster>-<name>`.
+    #[serde(default)]
+    #[x_kube(validation = Rule::new("self.all(x, !(x.name in ['rw', 'ro', 'r']))").message("spec.managed.services.additional[].name must not be rw, ro or r: those are the default Services; pick another name"))]
+    #[x_kube(validation = Rule::new("self.all(x, self.exists_one(y, y.name == x.name))").message("spec.managed.services.additional[].name must be unique: rename one of the duplicates"))]
+    pub additional: Vec<AdditionalService>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AdditionalService {
+    /// Rendered as `<cluster>-<name>`: a DNS label.
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && size(self) <= 40").message("spec.managed.services.additional[].name must be a lower-case DNS label of at most 40 characters"))]
+    pub name: String,
+    pub selector_type: ServiceRole,
+    #[serde(default)]
+    pub update_strategy: ServiceUpdateStrategy,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_template: Option<ServiceTemplate>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ServiceUpdateStrategy {
+    /// Merge the template onto the role defaults.
+    #[default]
+    Patch,
+    /// Use the template instead of the role defaults (selector, ports and
+    /// ownership labels stay the operator's).
+    Replace,
+}
+
+/// The parts of a Service a user may customise.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ServiceTemplate {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<ServiceTemplateMeta>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<ServiceTemplateSpec>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ServiceTemplateMeta {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// Selector, ports and clusterIP are owned by the operator and are not
+/// accepted here.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ServiceTemplateSpec {
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_: Option<ServiceType>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_traffic_policy: Option<TrafficPolicy>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_affinity: Option<SessionAffinity>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub load_balancer_source_ranges: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check_node_port: Option<i32>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ServiceType {
+    ClusterIP,
+    NodePort,
+    LoadBalancer,
+    ExternalName,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum TrafficPolicy {
+    Cluster,
+    Local,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum SessionAffinity {
+    None,
+    ClientIP,
+}
+
+/// Observed state of the cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterStatus {
+    /// A short word for where the cluster is (see [`Phase`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// Why the cluster is in that phase, for humans.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase_reason: Option<String>,
+
+    #[serde(default)]
+    pub instances: i32,
+    #[serde(default)]
+    pub ready_instances: i32,
+
+    /// The instance currently accepted as primary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_primary: Option<String>,
+    /// When the current primary became primary (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_primary_timestamp: Option<String>,
+    /// The desired primary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_primary: Option<String>,
+    /// When a primary change was requested (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_primary_timestamp: Option<String>,
+    /// When the current primary became unhealthy (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_failing_since: Option<String>,
+
+    /// Instances kept out of service because their GTID history is unsafe.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub diverged_instances: Vec<String>,
+    /// Instances fenced out of routing and held read-only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fenced_instances: Vec<String>,
+    /// Last observed GTID state per instance.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub gtid_executed_by_instance: BTreeMap<String, String>,
+
+    /// SHA-256 of the running operator executable: the target of manager upgrades.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator_executable_hash: Option<String>,
+    /// SHA-256 reported by each instance manager on its last status poll.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub executable_hash_by_instance: BTreeMap<String, String>,
+
+    /// Ready, Progressing, Degraded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum Phase {
+    /// The first instance is being initialised.
+    #[serde(rename = "Setting up primary")]
+    SettingUpPrimary,
+    /// Replicas are being cloned.
+    #[serde(rename = "Creating replica")]
+    CreatingReplica,
+    /// Every instance is ready.
+    #[serde(rename = "Cluster in healthy state")]
+    Healthy,
+    #[serde(rename = "Switchover in progress")]
+    Switchover,
+    #[serde(rename = "Failing over")]
+    FailingOver,
+    /// An instance manager or server upgrade is rolling.
+    Upgrading,
+    /// A rollout waits for a human (supervised primary update).
+    WaitingForUser,
+    /// Something needs attention; see the reason and conditions.
+    #[serde(rename = "Degraded")]
+    Degraded,
+    #[serde(rename = "Stopped")]
+    Stopped,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::SettingUpPrimary => "Setting up primary",
+            Phase::CreatingReplica => "Creating replica",
+            Phase::Healthy => "Cluster in healthy state",
+            Phase::Switchover => "Switchover in progress",
+            Phase::FailingOver => "Failing over",
+            Phase::Upgrading => "Upgrading",
+            Phase::WaitingForUser => "WaitingForUser",
+            Phase::Degraded => "Degraded",
+            Phase::Stopped => "Stopped",
+        }
+    }
+}

@@ -1,0 +1,65 @@
+//! Names and labels shared by every platform (DESIGN §1).
+
+/// API group of our resources.
+pub const GROUP: &str = "mysql.cnmysql.io";
+/// Prefix of our labels and annotations.
+pub const LABEL_PREFIX: &str = "cnmysql.io/";
+/// Header that carries the expected SHA-256 of an uploaded manager binary.
+pub const MANAGER_HASH_HEADER: &str = "X-CNMSQL-Manager-Hash";
+/// Environment variable through which a re-exec'd manager learns the PID of
+/// the mysqld it adopts.
+pub const ADOPT_MYSQLD_PID_ENV: &str = "CNMYSQL_ADOPT_MYSQLD_PID";
+/// Port the server listens on inside a pod, and the port of every Service.
+pub const MYSQL_PORT: u16 = 3306;
+/// Port of the instance manager's control API inside a pod.
+pub const CONTROL_PORT: u16 = 8000;
+/// Account used by replicas; it requires an X509 client certificate.
+pub const REPLICATION_USER: &str = "cnmysql_replication";
+/// Account the instance manager uses on its own server (local socket only).
+pub const ADMIN_USER: &str = "root";
+/// Account created for applications.
+pub const APP_USER: &str = "app";
+/// Common name of the operator's client certificate.
+pub const OPERATOR_IDENTITY: &str = "cnmysql-operator";
+
+/// `<cluster>-<ordinal>`.
+pub fn instance_name(cluster: &str, ordinal: u32) -> String {
+    format!("{cluster}-{ordinal}")
+}
+
+/// The ordinal of an instance of `cluster`, if `name` is one.
+pub fn ordinal_of(cluster: &str, name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(cluster)?.strip_prefix('-')?;
+    if rest.is_empty() || rest.starts_with('0') || !rest.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    rest.parse().ok().filter(|n| *n >= 1)
+}
+
+/// `<cluster>-<suffix>`: Services (`rw`, `ro`, `r`, additional) and the Lease.
+pub fn service_name(cluster: &str, suffix: &str) -> String {
+    format!("{cluster}-{suffix}")
+}
+
+/// `<cluster>-primary`.
+pub fn lease_name(cluster: &str) -> String {
+    format!("{cluster}-primary")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ordinals() {
+        assert_eq!(ordinal_of("db", "db-1"), Some(1));
+        assert_eq!(ordinal_of("db", "db-12"), Some(12));
+        assert_eq!(ordinal_of("db", "db-0"), None);
+        assert_eq!(ordinal_of("db", "db-01"), None);
+        assert_eq!(ordinal_of("db", "dbx-1"), None);
+        assert_eq!(ordinal_of("db-1", "db-1-2"), Some(2));
+        assert_eq!(ordinal_of("db", "db-"), None);
+        assert_eq!(instance_name("db", 3), "db-3");
+        assert_eq!(lease_name("db"), "db-primary");
+    }
+}

@@ -1,0 +1,349 @@
+//! Reading and checking a `Cluster` manifest before anything is started.
+//!
+//! Three layers, each error naming the field and the fix:
+//! 1. the manifest is walked against the CRD's own OpenAPI schema (unknown
+//!    fields, wrong types, values outside an enum) — what `kubectl apply
+//!    --validate=strict` would refuse;
+//! 2. it is decoded into the typed [`Cluster`];
+//! 3. the cross-field rules, which mirror the CRD's CEL rules one for one.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use kube::CustomResourceExt;
+use serde_json::Value;
+
+use crate::cluster::{Cluster, ServiceRole, OPERATOR_OWNED_PARAMETERS};
+
+/// One problem with a manifest: the field (a dotted path) and what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// All the problems found in a manifest.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct InvalidCluster(pub Vec<FieldError>);
+
+impl fmt::Display for InvalidCluster {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "the Cluster manifest is invalid:")?;
+        for e in &self.0 {
+            writeln!(f, "  - {e}")?;
+        }
+        Ok(())
+    }
+}
+
+fn err(field: impl Into<String>, message: impl Into<String>) -> FieldError {
+    FieldError {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// Parse a YAML (or JSON) manifest and check it completely.
+pub fn parse_cluster(text: &str) -> Result<Cluster, InvalidCluster> {
+    let value: Value = serde_saphyr::from_str(text).map_err(|e| {
+        InvalidCluster(vec![err("(document)", format!("not valid YAML: {e}"))])
+    })?;
+    let mut errors = Vec::new();
+    match value.get("apiVersion").and_then(Value::as_str) {
+        Some("mysql.cnmysql.io/v1") => {}
+        other => errors.push(err(
+            "apiVersion",
+            format!("is {other:?}; set it to mysql.cnmysql.io/v1"),
+        )),
+    }
+    match value.get("kind").and_then(Value::as_str) {
+        Some("Cluster") => {}
+        other => errors.push(err("kind", format!("is {other:?}; set it to Cluster"))),
+    }
+    let schema = crd_schema();
+    if let Some(spec) = value.get("spec") {
+        let spec_schema = &schema["properties"]["spec"];
+        check_against_schema(spec, spec_schema, "spec", &mut errors);
+    } else {
+        errors.push(err("spec", "is missing; a Cluster needs at least spec.instances"));
+    }
+    if let Some(obj) = value.as_object() {
+        for k in obj.keys() {
+            if !["apiVersion", "kind", "metadata", "spec", "status"].contains(&k.as_str()) {
+                errors.push(err(k.clone(), "unknown top-level field; remove it"));
+            }
+        }
+    }
+    if !errors.is_empty() {
+        return Err(InvalidCluster(errors));
+    }
+    let cluster: Cluster = serde_json::from_value(value)
+        .map_err(|e| InvalidCluster(vec![err("(document)", e.to_string())]))?;
+    let errors = validate(&cluster);
+    if errors.is_empty() {
+        Ok(cluster)
+    } else {
+        Err(InvalidCluster(errors))
+    }
+}
+
+/// The CRD's OpenAPI v3 schema as JSON.
+pub fn crd_schema() -> Value {
+    let crd = Cluster::crd();
+    let schema = crd.spec.versions[0]
+        .schema
+        .as_ref()
+        .and_then(|s| s.open_api_v3_schema.as_ref())
+        .expect("the derived CRD has a schema");
+    serde_json::to_value(schema).expect("a schema serialises")
+}
+
+/// Fields of the Service template that belong to the operator.
+const OPERATOR_OWNED_SERVICE_FIELDS: &[&str] = &["selector", "ports", "clusterIP", "clusterIPs"];
+
+fn check_against_schema(v: &Value, schema: &Value, path: &str, errors: &mut Vec<FieldError>) {
+    if v.is_null() {
+        return;
+    }
+    if let Some(allowed) = schema.get("enum").and_then(Value::as_array) {
+        let allowed: Vec<&Value> = allowed.iter().filter(|a| !a.is_null()).collect();
+        if !allowed.contains(&v) {
+            let names: Vec<String> = allowed.iter().map(|a| a.as_str().map_or(a.to_string(), str::to_string)).collect();
+            errors.push(err(path, format!("{v} is not allowed; use one of: {}", names.join(", "))));
+            return;
+        }
+    }
+    let ty = schema.get("type").and_then(Value::as_str);
+    let wrong = |want: &str, errors: &mut Vec<FieldError>| {
+        errors.push(err(path, format!("must be {want}, not {v}")));
+    };
+    match ty {
+        Some("integer") => {
+            if !(v.is_i64() || v.is_u64()) {
+                wrong("a whole number", errors);
+            }
+        }
+        Some("number") => {
+            if !v.is_number() {
+                wrong("a number", errors);
+            }
+        }
+        Some("boolean") => {
+            if !v.is_boolean() {
+                wrong("true or false", errors);
+            }
+        }
+        Some("string") => {
+            if !v.is_string() {
+                wrong("a string (quote it)", errors);
+            }
+        }
+        Some("array") => match v.as_array() {
+            None => wrong("a list", errors),
+            Some(items) => {
+                if let Some(item_schema) = schema.get("items") {
+                    for (i, item) in items.iter().enumerate() {
+                        check_against_schema(item, item_schema, &format!("{path}[{i}]"), errors);
+                    }
+                }
+            }
+        },
+        Some("object") => match v.as_object() {
+            None => wrong("a mapping", errors),
+            Some(map) => {
+                let props = schema.get("properties").and_then(Value::as_object);
+                let extra = schema.get("additionalProperties");
+                for (k, child) in map {
+                    let child_path = format!("{path}.{k}");
+                    if let Some(s) = props.and_then(|p| p.get(k)) {
+                        check_against_schema(child, s, &child_path, errors);
+                    } else if let Some(s) = extra.filter(|e| e.is_object()) {
+                        check_against_schema(child, s, &child_path, errors);
+                    } else if schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true)) {
+                    } else if path.ends_with("emplate.spec") && OPERATOR_OWNED_SERVICE_FIELDS.contains(&k.as_str()) {
+                        errors.push(err(
+                            child_path,
+                            "is managed by the operator and cannot be set in a Service template; remove it",
+                        ));
+                    } else {
+                        let known: Vec<&String> = props.map(|p| p.keys().collect()).unwrap_or_default();
+                        let hint = closest(k, &known)
+                            .map(|c| format!("did you mean {c}? "))
+                            .unwrap_or_default();
+                        errors.push(err(
+                            child_path,
+                            format!(
+                                "unknown field; {hint}known fields here: {}",
+                                known.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                            ),
+                        ));
+                    }
+                }
+            }
+        },
+        _ => {}
+    }
+}
+
+/// The known name nearest to a misspelt one, if it is near.
+fn closest<'a>(word: &str, known: &[&'a String]) -> Option<&'a str> {
+    fn distance(a: &str, b: &str) -> usize {
+        let a: Vec<char> = a.to_lowercase().chars().collect();
+        let b: Vec<char> = b.to_lowercase().chars().collect();
+        let mut prev: Vec<usize> = (0..=b.len()).collect();
+        for (i, ca) in a.iter().enumerate() {
+            let mut cur = vec![i + 1];
+            for (j, cb) in b.iter().enumerate() {
+                let sub = prev[j] + usize::from(ca != cb);
+                cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
+            }
+            prev = cur;
+        }
+        prev[b.len()]
+    }
+    known
+        .iter()
+        .map(|k| (distance(word, k), k.as_str()))
+        .filter(|(d, _)| *d <= 3)
+        .min()
+        .map(|(_, k)| k)
+}
+
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// Longest cluster name: `<name>-<ordinal>` and `<name>-primary` must stay
+/// valid DNS labels with room for ordinals and suffixes.
+pub const MAX_CLUSTER_NAME: usize = 45;
+
+/// Fold a server setting name for comparison: `Server-ID` → `server_id`.
+pub fn fold_parameter_name(name: &str) -> String {
+    name.trim().to_ascii_lowercase().replace('-', "_")
+}
+
+/// The cross-field rules (mirrors of the CRD's CEL rules).
+pub fn validate(c: &Cluster) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    let s = &c.spec;
+    match c.metadata.name.as_deref() {
+        None | Some("") => errors.push(err("metadata.name", "is missing; name the cluster")),
+        Some(n) if !is_dns_label(n) || n.len() > MAX_CLUSTER_NAME => errors.push(err(
+            "metadata.name",
+            format!("{n:?} must be a lower-case DNS label (a-z, 0-9, -) of at most {MAX_CLUSTER_NAME} characters"),
+        )),
+        _ => {}
+    }
+    if s.instances < 1 {
+        errors.push(err("spec.instances", format!("is {}; it must be at least 1", s.instances)));
+    }
+    if s.min_sync_replicas < 0 {
+        errors.push(err("spec.minSyncReplicas", "must not be negative"));
+    }
+    if s.max_sync_replicas < 0 {
+        errors.push(err("spec.maxSyncReplicas", "must not be negative"));
+    }
+    if s.min_sync_replicas > s.max_sync_replicas {
+        errors.push(err(
+            "spec.minSyncReplicas",
+            format!(
+                "({}) must not exceed spec.maxSyncReplicas ({}): lower minSyncReplicas or raise maxSyncReplicas",
+                s.min_sync_replicas, s.max_sync_replicas
+            ),
+        ));
+    }
+    if s.max_sync_replicas >= s.instances && s.instances >= 1 {
+        errors.push(err(
+            "spec.maxSyncReplicas",
+            format!(
+                "({}) must be lower than spec.instances ({}): a primary cannot wait for itself; lower maxSyncReplicas or add instances",
+                s.max_sync_replicas, s.instances
+            ),
+        ));
+    }
+    let semi = &s.mysql.semi_sync;
+    if semi.enabled && s.max_sync_replicas < 1 {
+        errors.push(err(
+            "spec.mysql.semiSync.enabled",
+            "needs at least one synchronous replica: set spec.maxSyncReplicas to 1 or more",
+        ));
+    }
+    if semi.enabled
+        && semi.data_durability == crate::cluster::DataDurability::Required
+        && s.min_sync_replicas < 1
+    {
+        errors.push(err(
+            "spec.minSyncReplicas",
+            "must be 1 or more with spec.mysql.semiSync.dataDurability: required",
+        ));
+    }
+    if semi.timeout_millis < 1 {
+        errors.push(err("spec.mysql.semiSync.timeoutMillis", "must be at least 1"));
+    }
+    if s.failover_delay < 0 {
+        errors.push(err("spec.failoverDelay", format!("is {}; use 0 or more seconds", s.failover_delay)));
+    }
+    if s.max_switchover_delay < 0 {
+        errors.push(err(
+            "spec.maxSwitchoverDelay",
+            format!("is {}; use 0 or more seconds", s.max_switchover_delay),
+        ));
+    }
+    for (k, v) in &s.mysql.parameters {
+        let field = format!("spec.mysql.parameters.{k}");
+        if k.is_empty() || !k.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b)) {
+            errors.push(err(field, "is not a server setting name (letters, digits, _ . -)"));
+        } else if OPERATOR_OWNED_PARAMETERS.contains(&fold_parameter_name(k).as_str()) {
+            errors.push(err(
+                field,
+                "is owned by the operator and cannot be set; remove it (semi-sync is configured with spec.mysql.semiSync)",
+            ));
+        } else if v.contains('\n') || v.contains('\r') {
+            errors.push(err(field, "must be a single line"));
+        }
+    }
+    let svc = &s.managed.services;
+    let mut seen = BTreeSet::new();
+    for (i, role) in svc.disabled_default_services.iter().enumerate() {
+        let field = format!("spec.managed.services.disabledDefaultServices[{i}]");
+        if *role == ServiceRole::Rw {
+            errors.push(err(field.clone(), "rw cannot be disabled: the read-write Service is always created; remove it"));
+        }
+        if !seen.insert(*role) {
+            errors.push(err(field, format!("{} is listed twice; remove the duplicate", role.as_str())));
+        }
+    }
+    let mut names = BTreeSet::new();
+    let cluster_len = c.metadata.name.as_deref().map_or(0, str::len);
+    for (i, a) in svc.additional.iter().enumerate() {
+        let field = format!("spec.managed.services.additional[{i}].name");
+        if ["rw", "ro", "r"].contains(&a.name.as_str()) {
+            errors.push(err(
+                field.clone(),
+                format!("{:?} collides with a default Service; pick another name", a.name),
+            ));
+        } else if !is_dns_label(&a.name) || a.name.len() > 40 || cluster_len + 1 + a.name.len() > 63 {
+            errors.push(err(
+                field.clone(),
+                format!(
+                    "{:?} must be a lower-case DNS label of at most 40 characters, and <cluster>-<name> at most 63",
+                    a.name
+                ),
+            ));
+        }
+        if !names.insert(a.name.as_str()) {
+            errors.push(err(field, format!("{:?} is used twice; additional Service names must be unique", a.name)));
+        }
+    }
+    errors
+}
