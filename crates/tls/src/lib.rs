@@ -1,1 +1,272 @@
-// placeholder
+//! The cluster's own PKI and the mutual-TLS configurations built on it.
+//!
+//! One CA per cluster signs:
+//! * a certificate per instance (CN = instance name), used by its mysqld as
+//!   server certificate, by its manager's control API, and as the client
+//!   certificate of its replication connection (the replication account
+//!   `REQUIRE X509`);
+//! * the operator's client certificate (CN = `cnmysql-operator`), which the
+//!   control API demands for operator-only endpoints.
+//!
+//! Keys are ECDSA P-256; everything uses rustls with the ring provider.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType,
+};
+use rustls::crypto::CryptoProvider;
+use rustls::server::WebPkiClientVerifier;
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("certificate generation failed: {0}")]
+    Generate(#[from] rcgen::Error),
+    #[error("TLS configuration failed: {0}")]
+    Rustls(#[from] rustls::Error),
+    #[error("invalid PEM in {what}: {detail}")]
+    Pem { what: String, detail: String },
+    #[error("cannot verify client certificates: {0}")]
+    Verifier(String),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The crypto provider used everywhere: rustls with ring.
+pub fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// A certificate and its private key, PEM encoded.
+#[derive(Clone)]
+pub struct Identity {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl std::fmt::Debug for Identity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print a private key.
+        f.debug_struct("Identity").field("cert_pem", &"…").field("key_pem", &"<redacted>").finish()
+    }
+}
+
+/// The cluster CA: its certificate and signing key.
+#[derive(Clone, Debug)]
+pub struct Ca {
+    pub identity: Identity,
+}
+
+fn validity(params: &mut CertificateParams, days: i64) {
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now - time::Duration::hours(1);
+    params.not_after = now + time::Duration::days(days);
+}
+
+impl Ca {
+    /// A new CA for `cluster`, valid for ten years.
+    pub fn generate(cluster: &str) -> Result<Ca, TlsError> {
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::default();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, format!("cnmysql {cluster} CA"));
+        dn.push(DnType::OrganizationName, "cloudnative-mysql");
+        params.distinguished_name = dn;
+        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        validity(&mut params, 3650);
+        let cert = params.self_signed(&key)?;
+        Ok(Ca {
+            identity: Identity {
+                cert_pem: cert.pem(),
+                key_pem: key.serialize_pem(),
+            },
+        })
+    }
+
+    /// Issue a certificate usable for both server and client authentication.
+    /// `names` become DNS or IP subject alternative names.
+    pub fn issue(&self, common_name: &str, names: &[String]) -> Result<Identity, TlsError> {
+        let ca_key = KeyPair::from_pem(&self.identity.key_pem)?;
+        let issuer = Issuer::from_ca_cert_pem(&self.identity.cert_pem, ca_key)?;
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::default();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, common_name);
+        dn.push(DnType::OrganizationName, "cloudnative-mysql");
+        params.distinguished_name = dn;
+        params.subject_alt_names = names
+            .iter()
+            .map(|n| match n.parse::<std::net::IpAddr>() {
+                Ok(ip) => Ok(SanType::IpAddress(ip)),
+                Err(_) => Ok(SanType::DnsName(n.clone().try_into()?)),
+            })
+            .collect::<Result<_, rcgen::Error>>()?;
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+        params.use_authority_key_identifier_extension = true;
+        validity(&mut params, 825);
+        let cert = params.signed_by(&key, &issuer)?;
+        Ok(Identity {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        })
+    }
+}
+
+/// Paths of a CA certificate, a certificate and its key on disk.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsPaths {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+fn read(path: &Path) -> Result<String, TlsError> {
+    std::fs::read_to_string(path).map_err(|source| TlsError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Write a file readable by its owner only (keys) or by everyone (certificates).
+pub fn write_private(path: &Path, text: &str, private: bool) -> Result<(), TlsError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let io = |source| TlsError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(if private { 0o600 } else { 0o644 })
+        .open(&tmp)
+        .map_err(io)?;
+    f.write_all(text.as_bytes()).map_err(io)?;
+    f.sync_all().map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(io)
+}
+
+impl TlsPaths {
+    /// `<dir>/ca.crt`, `<dir>/<name>.crt`, `<dir>/<name>.key`.
+    pub fn in_dir(dir: &Path, name: &str) -> TlsPaths {
+        TlsPaths {
+            ca: dir.join("ca.crt"),
+            cert: dir.join(format!("{name}.crt")),
+            key: dir.join(format!("{name}.key")),
+        }
+    }
+
+    pub fn write(&self, ca: &Ca, id: &Identity) -> Result<(), TlsError> {
+        write_private(&self.ca, &ca.identity.cert_pem, false)?;
+        write_private(&self.cert, &id.cert_pem, false)?;
+        write_private(&self.key, &id.key_pem, true)
+    }
+
+    pub fn load(&self) -> Result<Material, TlsError> {
+        Ok(Material {
+            ca_pem: read(&self.ca)?,
+            identity: Identity {
+                cert_pem: read(&self.cert)?,
+                key_pem: read(&self.key)?,
+            },
+        })
+    }
+}
+
+/// Everything one party needs for mutual TLS: the CA to trust and its own identity.
+#[derive(Clone, Debug)]
+pub struct Material {
+    pub ca_pem: String,
+    pub identity: Identity,
+}
+
+fn certs(pem: &str, what: &str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(pem.as_bytes()).collect();
+    let certs = certs.map_err(|e| TlsError::Pem {
+        what: what.into(),
+        detail: e.to_string(),
+    })?;
+    if certs.is_empty() {
+        return Err(TlsError::Pem {
+            what: what.into(),
+            detail: "no certificate found".into(),
+        });
+    }
+    Ok(certs)
+}
+
+fn key(pem: &str) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_slice(pem.as_bytes()).map_err(|e| TlsError::Pem {
+        what: "private key".into(),
+        detail: e.to_string(),
+    })
+}
+
+fn roots(ca_pem: &str) -> Result<RootCertStore, TlsError> {
+    let mut roots = RootCertStore::empty();
+    for c in certs(ca_pem, "CA certificate")? {
+        roots.add(c)?;
+    }
+    Ok(roots)
+}
+
+impl Material {
+    /// A server that demands a client certificate signed by the cluster CA.
+    pub fn server_config(&self) -> Result<Arc<ServerConfig>, TlsError> {
+        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots(&self.ca_pem)?), provider())
+            .build()
+            .map_err(|e| TlsError::Verifier(e.to_string()))?;
+        let mut cfg = ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(certs(&self.identity.cert_pem, "certificate")?, key(&self.identity.key_pem)?)?;
+        cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Arc::new(cfg))
+    }
+
+    /// A client that trusts only the cluster CA and presents its own certificate.
+    pub fn client_config(&self) -> Result<Arc<ClientConfig>, TlsError> {
+        let cfg = ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots(&self.ca_pem)?)
+            .with_client_auth_cert(certs(&self.identity.cert_pem, "certificate")?, key(&self.identity.key_pem)?)?;
+        Ok(Arc::new(cfg))
+    }
+}
+
+/// The common name of a verified peer certificate (its identity).
+pub fn common_name(cert: &CertificateDer<'_>) -> Option<String> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
+    let cn = parsed.subject().iter_common_name().next()?;
+    cn.as_str().ok().map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn issues_certificates_that_name_their_holder() {
+        let ca = Ca::generate("db").unwrap();
+        let id = ca.issue("db-1", &["localhost".into(), "127.0.0.1".into()]).unwrap();
+        let der = certs(&id.cert_pem, "x").unwrap();
+        assert_eq!(common_name(&der[0]).as_deref(), Some("db-1"));
+        let m = Material { ca_pem: ca.identity.cert_pem.clone(), identity: id };
+        m.server_config().unwrap();
+        m.client_config().unwrap();
+        assert!(!format!("{:?}", m.identity).contains("PRIVATE"));
+    }
+}
