@@ -1,0 +1,293 @@
+//! The statements each server flavour needs, as plain text.
+//!
+//! The instance manager executes them; here they are pure functions so the
+//! MySQL flavour, which cannot run on our machines, is covered by tests of
+//! exactly what it would send. Statements that carry a secret keep a redacted
+//! form for logs.
+
+use std::fmt;
+
+use cnmysql_api::Flavor;
+
+/// One statement, with the text to log in place of the real one.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Sql {
+    pub text: String,
+    redacted: Option<String>,
+}
+
+impl Sql {
+    pub fn new(text: impl Into<String>) -> Sql {
+        Sql {
+            text: text.into(),
+            redacted: None,
+        }
+    }
+
+    /// A statement carrying a secret: `shown` is what logs may print.
+    pub fn secret(text: impl Into<String>, shown: impl Into<String>) -> Sql {
+        Sql {
+            text: text.into(),
+            redacted: Some(shown.into()),
+        }
+    }
+
+    /// The loggable form.
+    pub fn shown(&self) -> &str {
+        self.redacted.as_deref().unwrap_or(&self.text)
+    }
+}
+
+impl fmt::Display for Sql {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.shown())
+    }
+}
+
+impl fmt::Debug for Sql {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Sql({:?})", self.shown())
+    }
+}
+
+/// A SQL string literal.
+pub fn quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('\'');
+    for c in s.chars() {
+        match c {
+            '\'' => out.push_str("''"),
+            '\\' => out.push_str("\\\\"),
+            '\0' => out.push_str("\\0"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// Where and how a replica connects to its source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceSpec {
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    pub password: String,
+    pub ssl_ca: String,
+    pub ssl_cert: String,
+    pub ssl_key: String,
+    /// MariaDB: start from `gtid_slave_pos` (a freshly cloned replica) or
+    /// `gtid_current_pos` (a former primary whose own writes count).
+    pub use_current_pos: bool,
+}
+
+pub fn read_only(flavor: Flavor, on: bool) -> Vec<Sql> {
+    let v = if on { "ON" } else { "OFF" };
+    match flavor {
+        Flavor::Mariadb => vec![Sql::new(format!("SET GLOBAL read_only = {v}"))],
+        // super_read_only implies read_only when switched on; switching it off
+        // leaves read_only on, so clear both.
+        Flavor::Mysql if on => vec![Sql::new("SET GLOBAL super_read_only = ON")],
+        Flavor::Mysql => vec![
+            Sql::new("SET GLOBAL super_read_only = OFF"),
+            Sql::new("SET GLOBAL read_only = OFF"),
+        ],
+    }
+}
+
+pub fn stop_replica(flavor: Flavor) -> Sql {
+    Sql::new(match flavor {
+        Flavor::Mariadb => "STOP SLAVE",
+        Flavor::Mysql => "STOP REPLICA",
+    })
+}
+
+pub fn start_replica(flavor: Flavor) -> Sql {
+    Sql::new(match flavor {
+        Flavor::Mariadb => "START SLAVE",
+        Flavor::Mysql => "START REPLICA",
+    })
+}
+
+/// Forget the source entirely (a promoted instance).
+pub fn reset_replica(flavor: Flavor) -> Sql {
+    Sql::new(match flavor {
+        Flavor::Mariadb => "RESET SLAVE ALL",
+        Flavor::Mysql => "RESET REPLICA ALL",
+    })
+}
+
+pub fn replica_status(flavor: Flavor) -> Sql {
+    Sql::new(match flavor {
+        Flavor::Mariadb => "SHOW SLAVE STATUS",
+        Flavor::Mysql => "SHOW REPLICA STATUS",
+    })
+}
+
+/// Point replication at a source over TLS with GTID auto-positioning.
+pub fn change_source(flavor: Flavor, s: &SourceSpec) -> Sql {
+    let (text, shown) = match flavor {
+        Flavor::Mariadb => {
+            let f = |pw: &str| {
+                format!(
+                    "CHANGE MASTER TO MASTER_HOST={}, MASTER_PORT={}, MASTER_USER={}, MASTER_PASSWORD={}, \
+                     MASTER_SSL=1, MASTER_SSL_CA={}, MASTER_SSL_CERT={}, MASTER_SSL_KEY={}, \
+                     MASTER_SSL_VERIFY_SERVER_CERT=1, MASTER_CONNECT_RETRY=1, MASTER_HEARTBEAT_PERIOD=1, \
+                     MASTER_USE_GTID={}",
+                    quote(&s.host),
+                    s.port,
+                    quote(&s.user),
+                    pw,
+                    quote(&s.ssl_ca),
+                    quote(&s.ssl_cert),
+                    quote(&s.ssl_key),
+                    if s.use_current_pos { "current_pos" } else { "slave_pos" }
+                )
+            };
+            (f(&quote(&s.password)), f("'<redacted>'"))
+        }
+        Flavor::Mysql => {
+            let f = |pw: &str| {
+                format!(
+                    "CHANGE REPLICATION SOURCE TO SOURCE_HOST={}, SOURCE_PORT={}, SOURCE_USER={}, SOURCE_PASSWORD={}, \
+                     SOURCE_SSL=1, SOURCE_SSL_CA={}, SOURCE_SSL_CERT={}, SOURCE_SSL_KEY={}, \
+                     SOURCE_SSL_VERIFY_SERVER_CERT=1, SOURCE_CONNECT_RETRY=1, SOURCE_HEARTBEAT_PERIOD=1, \
+                     SOURCE_AUTO_POSITION=1",
+                    quote(&s.host),
+                    s.port,
+                    quote(&s.user),
+                    pw,
+                    quote(&s.ssl_ca),
+                    quote(&s.ssl_cert),
+                    quote(&s.ssl_key),
+                )
+            };
+            (f(&quote(&s.password)), f("'<redacted>'"))
+        }
+    };
+    Sql::secret(text, shown)
+}
+
+/// Start a freshly cloned replica from the GTID position its backup was taken at.
+pub fn seed_gtid_position(flavor: Flavor, position: &str) -> Vec<Sql> {
+    match flavor {
+        Flavor::Mariadb => vec![Sql::new(format!("SET GLOBAL gtid_slave_pos = {}", quote(position)))],
+        // XtraBackup restores mysql.gtid_executed; only an empty set needs seeding.
+        Flavor::Mysql => vec![
+            Sql::new("RESET BINARY LOGS AND GTIDS"),
+            Sql::new(format!("SET GLOBAL gtid_purged = {}", quote(position))),
+        ],
+    }
+}
+
+/// The account replicas connect with; it demands a certificate from our CA.
+pub fn create_replication_user(flavor: Flavor, user: &str, password: &str) -> Vec<Sql> {
+    let grant = match flavor {
+        Flavor::Mariadb => "REPLICATION SLAVE, REPLICATION CLIENT",
+        Flavor::Mysql => "REPLICATION SLAVE, REPLICATION CLIENT",
+    };
+    let create = |pw: &str| {
+        format!("CREATE USER IF NOT EXISTS {}@'%' IDENTIFIED BY {} REQUIRE X509", quote(user), pw)
+    };
+    vec![
+        Sql::secret(create(&quote(password)), create("'<redacted>'")),
+        Sql::new(format!("GRANT {grant} ON *.* TO {}@'%'", quote(user))),
+    ]
+}
+
+/// Queries for the executed history and the read-only flag, one row:
+/// (executed history, position, read_only).
+pub fn gtid_and_read_only(flavor: Flavor) -> Sql {
+    Sql::new(match flavor {
+        Flavor::Mariadb => "SELECT @@gtid_binlog_state, @@gtid_current_pos, @@read_only",
+        Flavor::Mysql => "SELECT @@gtid_executed, @@gtid_executed, @@super_read_only",
+    })
+}
+
+/// Wait until the applied history includes `position` (seconds; -1 = timeout).
+pub fn wait_for_position(flavor: Flavor, position: &str, timeout_secs: f64) -> Sql {
+    Sql::new(match flavor {
+        Flavor::Mariadb => format!("SELECT MASTER_GTID_WAIT({}, {timeout_secs})", quote(position)),
+        Flavor::Mysql => format!("SELECT WAIT_FOR_EXECUTED_GTID_SET({}, {timeout_secs})", quote(position)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn source() -> SourceSpec {
+        SourceSpec {
+            host: "db-1".into(),
+            port: 3306,
+            user: "cnmysql_replication".into(),
+            password: "s3cr'et".into(),
+            ssl_ca: "/tls/ca.crt".into(),
+            ssl_cert: "/tls/db-2.crt".into(),
+            ssl_key: "/tls/db-2.key".into(),
+            use_current_pos: false,
+        }
+    }
+
+    #[test]
+    fn quoting_escapes_what_would_break_out() {
+        assert_eq!(quote("it's"), "'it''s'");
+        assert_eq!(quote("a\\b"), "'a\\\\b'");
+        assert_eq!(quote("x\ny"), "'x\\ny'");
+    }
+
+    #[test]
+    fn mysql_replication_uses_auto_position_over_tls() {
+        let s = change_source(Flavor::Mysql, &source());
+        assert!(s.text.starts_with("CHANGE REPLICATION SOURCE TO SOURCE_HOST='db-1', SOURCE_PORT=3306"));
+        assert!(s.text.contains("SOURCE_AUTO_POSITION=1"));
+        assert!(s.text.contains("SOURCE_SSL=1"));
+        assert!(s.text.contains("SOURCE_SSL_CERT='/tls/db-2.crt'"));
+        assert!(s.text.contains("SOURCE_PASSWORD='s3cr''et'"));
+        assert_eq!(start_replica(Flavor::Mysql).text, "START REPLICA");
+        assert_eq!(reset_replica(Flavor::Mysql).text, "RESET REPLICA ALL");
+        assert_eq!(replica_status(Flavor::Mysql).text, "SHOW REPLICA STATUS");
+    }
+
+    #[test]
+    fn mariadb_replication_uses_gtid_over_tls() {
+        let s = change_source(Flavor::Mariadb, &source());
+        assert!(s.text.contains("MASTER_USE_GTID=slave_pos"));
+        assert!(s.text.contains("MASTER_SSL=1"));
+        let mut former = source();
+        former.use_current_pos = true;
+        assert!(change_source(Flavor::Mariadb, &former).text.contains("MASTER_USE_GTID=current_pos"));
+    }
+
+    #[test]
+    fn secrets_never_reach_the_loggable_form() {
+        for f in [Flavor::Mysql, Flavor::Mariadb] {
+            let s = change_source(f, &source());
+            assert!(!s.to_string().contains("s3cr"));
+            assert!(!format!("{s:?}").contains("s3cr"));
+            for u in create_replication_user(f, "r", "s3cr'et") {
+                assert!(!u.to_string().contains("s3cr"), "{u}");
+            }
+        }
+        assert!(create_replication_user(Flavor::Mariadb, "r", "pw")[0].text.ends_with("REQUIRE X509"));
+    }
+
+    #[test]
+    fn read_only_per_flavour() {
+        let on: Vec<String> = read_only(Flavor::Mysql, true).into_iter().map(|s| s.text).collect();
+        assert_eq!(on, ["SET GLOBAL super_read_only = ON"]);
+        let off: Vec<String> = read_only(Flavor::Mysql, false).into_iter().map(|s| s.text).collect();
+        assert_eq!(off, ["SET GLOBAL super_read_only = OFF", "SET GLOBAL read_only = OFF"]);
+        assert_eq!(read_only(Flavor::Mariadb, true)[0].text, "SET GLOBAL read_only = ON");
+    }
+
+    #[test]
+    fn seeding_and_waiting() {
+        assert_eq!(seed_gtid_position(Flavor::Mariadb, "0-1-5")[0].text, "SET GLOBAL gtid_slave_pos = '0-1-5'");
+        assert!(seed_gtid_position(Flavor::Mysql, "u:1-5")[1].text.contains("gtid_purged"));
+        assert!(wait_for_position(Flavor::Mysql, "u:1-5", 2.0).text.starts_with("SELECT WAIT_FOR_EXECUTED_GTID_SET"));
+        assert!(wait_for_position(Flavor::Mariadb, "0-1-5", 2.0).text.starts_with("SELECT MASTER_GTID_WAIT"));
+    }
+}

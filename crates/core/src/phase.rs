@@ -1,0 +1,127 @@
+//! The cluster's phase and its Ready / Progressing / Degraded conditions,
+//! derived from a snapshot.
+
+use cnmysql_api::Phase;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+
+use crate::status::{InstancePhase, Snapshot};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Summary {
+    pub phase: Phase,
+    pub reason: String,
+    pub ready_instances: i32,
+    /// (type, status, reason, message)
+    pub conditions: Vec<(&'static str, bool, String, String)>,
+}
+
+pub fn summarize(s: &Snapshot) -> Summary {
+    let want = s.spec.instances.max(0) as usize;
+    let ready = s.instances.iter().filter(|i| i.ready()).count();
+    let cloning: Vec<&str> = s
+        .instances
+        .iter()
+        .filter(|i| {
+            i.status
+                .as_ref()
+                .is_some_and(|st| matches!(st.phase, InstancePhase::Cloning | InstancePhase::Preparing))
+        })
+        .map(|i| i.name.as_str())
+        .collect();
+    let primary_ready = s
+        .status
+        .current_primary
+        .as_deref()
+        .and_then(|p| s.get(p))
+        .is_some_and(|o| o.ready());
+    let unreachable: Vec<&str> = s.instances.iter().filter(|i| !i.reachable()).map(|i| i.name.as_str()).collect();
+
+    let (phase, reason) = if s.status.current_primary.is_none() || (!primary_ready && s.status.current_primary_timestamp.is_none()) {
+        (Phase::SettingUpPrimary, format!("initialising {}", s.status.target_primary.as_deref().unwrap_or("the first instance")))
+    } else if !cloning.is_empty() {
+        (Phase::CreatingReplica, format!("cloning {}", cloning.join(", ")))
+    } else if !s.status.diverged_instances.is_empty() {
+        (Phase::Degraded, format!("diverged instances kept out of service: {}", s.status.diverged_instances.join(", ")))
+    } else if !primary_ready {
+        (Phase::Degraded, "the primary is not ready".to_string())
+    } else if ready < want {
+        let not_ready: Vec<&str> = s.instances.iter().filter(|i| !i.ready()).map(|i| i.name.as_str()).collect();
+        (Phase::CreatingReplica, format!("waiting for {}", not_ready.join(", ")))
+    } else {
+        (Phase::Healthy, format!("{ready} of {want} instances ready"))
+    };
+    let all_ready = ready >= want && primary_ready;
+    let degraded = !s.status.diverged_instances.is_empty() || (!unreachable.is_empty() && s.status.current_primary_timestamp.is_some() && cloning.is_empty());
+    let conditions = vec![
+        ("Ready", all_ready, if all_ready { "AllInstancesReady" } else { "InstancesNotReady" }.to_string(), format!("{ready} of {want} instances ready")),
+        (
+            "Progressing",
+            matches!(phase, Phase::SettingUpPrimary | Phase::CreatingReplica | Phase::Switchover | Phase::FailingOver | Phase::Upgrading),
+            phase_reason_word(phase).to_string(),
+            reason.clone(),
+        ),
+        (
+            "Degraded",
+            degraded,
+            if degraded { "InstancesUnavailable" } else { "AsExpected" }.to_string(),
+            if unreachable.is_empty() { "all instances reachable".to_string() } else { format!("unreachable: {}", unreachable.join(", ")) },
+        ),
+    ];
+    Summary { phase, reason, ready_instances: ready as i32, conditions }
+}
+
+fn phase_reason_word(p: Phase) -> &'static str {
+    match p {
+        Phase::SettingUpPrimary => "SettingUpPrimary",
+        Phase::CreatingReplica => "CreatingReplica",
+        Phase::Healthy => "Healthy",
+        Phase::Switchover => "Switchover",
+        Phase::FailingOver => "FailingOver",
+        Phase::Upgrading => "Upgrading",
+        Phase::WaitingForUser => "WaitingForUser",
+        Phase::Degraded => "Degraded",
+        Phase::Stopped => "Stopped",
+    }
+}
+
+/// Set a condition, keeping its transition time when the status is unchanged.
+pub fn set_condition(conditions: &mut Vec<Condition>, type_: &str, status: bool, reason: &str, message: &str, now_ms: i64, generation: Option<i64>) {
+    let status_s = if status { "True" } else { "False" }.to_string();
+    let now = Time(Timestamp::from_millisecond(now_ms).unwrap_or(Timestamp::UNIX_EPOCH));
+    if let Some(c) = conditions.iter_mut().find(|c| c.type_ == type_) {
+        if c.status != status_s {
+            c.last_transition_time = now;
+        }
+        c.status = status_s;
+        c.reason = reason.to_string();
+        c.message = message.to_string();
+        c.observed_generation = generation;
+    } else {
+        conditions.push(Condition {
+            type_: type_.to_string(),
+            status: status_s,
+            reason: reason.to_string(),
+            message: message.to_string(),
+            last_transition_time: now,
+            observed_generation: generation,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transition_time_moves_only_on_change() {
+        let mut c = Vec::new();
+        set_condition(&mut c, "Ready", false, "X", "m", 1_000, None);
+        set_condition(&mut c, "Ready", false, "Y", "m2", 2_000, None);
+        assert_eq!(c[0].last_transition_time.0.as_millisecond(), 1_000);
+        assert_eq!(c[0].reason, "Y");
+        set_condition(&mut c, "Ready", true, "Z", "m3", 3_000, None);
+        assert_eq!(c[0].last_transition_time.0.as_millisecond(), 3_000);
+        assert_eq!(c.len(), 1);
+    }
+}

@@ -1,0 +1,177 @@
+//! What an instance does with its own server, decided from the cluster's
+//! targetPrimary / currentPrimary and what it observes locally.
+//!
+//! Every instance starts read-only. Only the instance that is both the
+//! target and the current primary is ever made writable.
+
+use cnmysql_api::ClusterStatus;
+
+/// How to obtain a data directory when an instance starts with none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Bootstrap {
+    /// A brand-new cluster: initialise an empty server as the first primary.
+    InitPrimary,
+    /// Clone the named primary from a physical backup stream.
+    CloneFrom(String),
+    /// Start the server on the data that is already there.
+    UseExisting,
+    /// Do nothing yet, and say why.
+    Wait(String),
+}
+
+/// Decide how to get data. `has_data` is whether the data directory holds an
+/// initialised server.
+pub fn bootstrap(me: &str, status: &ClusterStatus, has_data: bool) -> Bootstrap {
+    if has_data {
+        return Bootstrap::UseExisting;
+    }
+    let target = status.target_primary.as_deref();
+    let current = status.current_primary.as_deref();
+    match (target, current) {
+        // Only a cluster that never had a primary may start from nothing: an
+        // empty directory on an established primary means lost data, and
+        // initialising it would publish an empty database as the primary.
+        (Some(t), None) if t == me && status.current_primary_timestamp.is_none() => Bootstrap::InitPrimary,
+        (Some(t), Some(c)) if t == me && c == me && status.current_primary_timestamp.is_none() => {
+            Bootstrap::InitPrimary
+        }
+        (_, Some(c)) if c == me => Bootstrap::Wait(format!(
+            "{me} is the current primary but its data directory is empty; refusing to initialise an empty primary \
+             (restore the data or promote another instance)"
+        )),
+        (_, Some(c)) => Bootstrap::CloneFrom(c.to_string()),
+        _ => Bootstrap::Wait("no primary has been elected yet".into()),
+    }
+}
+
+/// The role this instance should play.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Desired {
+    /// Writable primary.
+    Primary,
+    /// Read-only replica of `source`.
+    Replica { source: String },
+    /// Read-only, replication left as it is, with the reason.
+    HoldReadOnly(String),
+}
+
+pub fn desired(me: &str, status: &ClusterStatus) -> Desired {
+    if status.fenced_instances.iter().any(|n| n == me) {
+        return Desired::HoldReadOnly("fenced".into());
+    }
+    if status.diverged_instances.iter().any(|n| n == me) {
+        return Desired::HoldReadOnly("diverged: its GTID history is not contained in the primary's".into());
+    }
+    let target = status.target_primary.as_deref();
+    let current = status.current_primary.as_deref();
+    match (target, current) {
+        (Some(t), Some(c)) if t == me && c == me => Desired::Primary,
+        (Some(t), None) if t == me => Desired::Primary,
+        (_, Some(c)) if c != me => Desired::Replica { source: c.to_string() },
+        (Some(t), _) if t != me => Desired::Replica { source: t.to_string() },
+        _ => Desired::HoldReadOnly("waiting for the primary change to settle".into()),
+    }
+}
+
+/// What the manager observes on its own server.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Local {
+    pub read_only: bool,
+    /// The instance replication is configured to follow, if any.
+    pub source: Option<String>,
+    pub io_running: bool,
+    pub sql_running: bool,
+}
+
+/// One step towards the desired role.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    SetReadOnly(bool),
+    /// Stop replication and forget the source.
+    ResetReplication,
+    /// Point replication at `source` and start it.
+    Follow(String),
+    /// Replication is configured but a thread is stopped: start it.
+    StartReplication,
+}
+
+/// The steps from `local` to `desired`, in order. Read-only always comes first
+/// when moving away from primary; writes are opened last.
+pub fn reconcile(desired: &Desired, local: &Local) -> Vec<Action> {
+    let mut out = Vec::new();
+    match desired {
+        Desired::Primary => {
+            if local.source.is_some() {
+                out.push(Action::ResetReplication);
+            }
+            if local.read_only {
+                out.push(Action::SetReadOnly(false));
+            }
+        }
+        Desired::Replica { source } => {
+            if !local.read_only {
+                out.push(Action::SetReadOnly(true));
+            }
+            if local.source.as_deref() != Some(source.as_str()) {
+                out.push(Action::Follow(source.clone()));
+            } else if !local.io_running || !local.sql_running {
+                out.push(Action::StartReplication);
+            }
+        }
+        Desired::HoldReadOnly(_) => {
+            if !local.read_only {
+                out.push(Action::SetReadOnly(true));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(target: Option<&str>, current: Option<&str>, ever: bool) -> ClusterStatus {
+        ClusterStatus {
+            target_primary: target.map(str::to_string),
+            current_primary: current.map(str::to_string),
+            current_primary_timestamp: ever.then(|| "2026-01-01T00:00:00Z".to_string()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_a_new_cluster_initialises_an_empty_primary() {
+        assert_eq!(bootstrap("db-1", &status(Some("db-1"), None, false), false), Bootstrap::InitPrimary);
+        assert!(matches!(bootstrap("db-1", &status(Some("db-1"), Some("db-1"), true), false), Bootstrap::Wait(_)));
+        assert_eq!(bootstrap("db-2", &status(Some("db-1"), Some("db-1"), true), false), Bootstrap::CloneFrom("db-1".into()));
+        assert!(matches!(bootstrap("db-2", &status(Some("db-1"), None, false), false), Bootstrap::Wait(_)));
+        assert_eq!(bootstrap("db-1", &status(Some("db-1"), Some("db-1"), true), true), Bootstrap::UseExisting);
+    }
+
+    #[test]
+    fn only_target_and_current_primary_is_writable() {
+        assert_eq!(desired("db-1", &status(Some("db-1"), Some("db-1"), true)), Desired::Primary);
+        assert_eq!(desired("db-2", &status(Some("db-1"), Some("db-1"), true)), Desired::Replica { source: "db-1".into() });
+        let mut fenced = status(Some("db-1"), Some("db-1"), true);
+        fenced.fenced_instances.push("db-1".into());
+        assert!(matches!(desired("db-1", &fenced), Desired::HoldReadOnly(_)));
+    }
+
+    #[test]
+    fn a_replica_goes_read_only_before_following() {
+        let local = Local { read_only: false, source: None, ..Default::default() };
+        assert_eq!(
+            reconcile(&Desired::Replica { source: "db-1".into() }, &local),
+            vec![Action::SetReadOnly(true), Action::Follow("db-1".into())]
+        );
+        let following = Local { read_only: true, source: Some("db-1".into()), io_running: true, sql_running: true };
+        assert!(reconcile(&Desired::Replica { source: "db-1".into() }, &following).is_empty());
+        let stopped = Local { io_running: false, ..following.clone() };
+        assert_eq!(reconcile(&Desired::Replica { source: "db-1".into() }, &stopped), vec![Action::StartReplication]);
+        assert_eq!(
+            reconcile(&Desired::Primary, &following),
+            vec![Action::ResetReplication, Action::SetReadOnly(false)]
+        );
+    }
+}

@@ -1,0 +1,133 @@
+//! Which instances each Service (rw, ro, r, additional) routes to.
+//!
+//! Routing follows the observed topology: an instance serves rw only once it
+//! reports itself a writable primary and is the accepted current primary;
+//! fenced and diverged instances serve nothing.
+
+use cnmysql_api::ServiceRole;
+
+use crate::status::{Role, Snapshot};
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Routes {
+    /// The writable primary, if routing to it is safe right now.
+    pub rw: Option<String>,
+    /// Ready replicas.
+    pub ro: Vec<String>,
+    /// Every ready instance (the primary first).
+    pub r: Vec<String>,
+}
+
+impl Routes {
+    pub fn for_role(&self, role: ServiceRole) -> Vec<String> {
+        match role {
+            ServiceRole::Rw => self.rw.iter().cloned().collect(),
+            ServiceRole::Ro => self.ro.clone(),
+            ServiceRole::R => self.r.clone(),
+        }
+    }
+}
+
+pub fn desired_routes(s: &Snapshot) -> Routes {
+    let mut routes = Routes::default();
+    let settled = s.status.target_primary.is_some() && s.status.target_primary == s.status.current_primary;
+    for inst in &s.instances {
+        let Some(st) = &inst.status else { continue };
+        if !st.ready || s.is_fenced(&inst.name) || s.is_diverged(&inst.name) {
+            continue;
+        }
+        let is_current = s.status.current_primary.as_deref() == Some(inst.name.as_str());
+        match st.role {
+            Role::Primary if is_current && !st.read_only && settled => {
+                routes.rw = Some(inst.name.clone());
+                routes.r.insert(0, inst.name.clone());
+            }
+            Role::Replica if st.read_only && st.replication.as_ref().is_some_and(|r| r.healthy()) => {
+                routes.ro.push(inst.name.clone());
+                routes.r.push(inst.name.clone());
+            }
+            _ => {}
+        }
+    }
+    routes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::{InstanceStatus, Observed, ReplicationStatus};
+    use cnmysql_api::{ClusterSpec, ClusterStatus};
+
+    fn inst(name: &str, role: Role, read_only: bool, ready: bool) -> Observed {
+        Observed {
+            name: name.into(),
+            ordinal: name.rsplit('-').next().unwrap().parse().unwrap(),
+            status: Some(InstanceStatus {
+                instance: name.into(),
+                role,
+                read_only,
+                ready,
+                replication: (role == Role::Replica).then(|| ReplicationStatus {
+                    io_state: "Yes".into(),
+                    sql_running: true,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn snap(instances: Vec<Observed>, current: &str, target: &str) -> Snapshot {
+        Snapshot {
+            cluster: "db".into(),
+            spec: serde_json::from_str::<ClusterSpec>("{}").unwrap(),
+            status: ClusterStatus {
+                current_primary: Some(current.into()),
+                target_primary: Some(target.into()),
+                ..Default::default()
+            },
+            instances,
+            now_ms: 0,
+        }
+    }
+
+    #[test]
+    fn routes_follow_observed_roles() {
+        let s = snap(
+            vec![
+                inst("db-1", Role::Primary, false, true),
+                inst("db-2", Role::Replica, true, true),
+                inst("db-3", Role::Replica, true, false),
+            ],
+            "db-1",
+            "db-1",
+        );
+        let r = desired_routes(&s);
+        assert_eq!(r.rw.as_deref(), Some("db-1"));
+        assert_eq!(r.ro, ["db-2"]);
+        assert_eq!(r.r, ["db-1", "db-2"]);
+    }
+
+    #[test]
+    fn no_rw_while_primary_is_read_only_or_changing() {
+        let s = snap(vec![inst("db-1", Role::Primary, true, true)], "db-1", "db-1");
+        assert_eq!(desired_routes(&s).rw, None);
+        let s = snap(vec![inst("db-1", Role::Primary, false, true)], "db-1", "db-2");
+        assert_eq!(desired_routes(&s).rw, None);
+        // A writable server that is not the accepted primary never gets rw.
+        let s = snap(vec![inst("db-2", Role::Primary, false, true)], "db-1", "db-1");
+        assert_eq!(desired_routes(&s).rw, None);
+    }
+
+    #[test]
+    fn fenced_and_diverged_are_dropped_everywhere() {
+        let mut s = snap(
+            vec![inst("db-1", Role::Primary, false, true), inst("db-2", Role::Replica, true, true)],
+            "db-1",
+            "db-1",
+        );
+        s.status.fenced_instances = vec!["db-1".into()];
+        s.status.diverged_instances = vec!["db-2".into()];
+        assert_eq!(desired_routes(&s), Routes::default());
+    }
+}

@@ -1,0 +1,210 @@
+//! What an instance manager reports on `GET /status`, and the snapshot of
+//! the whole cluster the decisions are made from.
+
+use std::collections::BTreeMap;
+
+use cnmysql_api::{ClusterSpec, ClusterStatus, Flavor};
+use cnmysql_gtid::{mariadb, mysql, History, ParseError};
+use serde::{Deserialize, Serialize};
+
+/// The role a server is playing right now, as observed on the server itself.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Writable or about to be: no replication configured.
+    Primary,
+    /// Replicating from a source.
+    Replica,
+    /// Not known yet (server not running, or still being initialised).
+    #[default]
+    Unknown,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Primary => "primary",
+            Role::Replica => "replica",
+            Role::Unknown => "unknown",
+        }
+    }
+}
+
+/// Where the instance manager is in its own life cycle.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub enum InstancePhase {
+    #[default]
+    Initializing,
+    /// Copying a physical backup from the primary.
+    Cloning,
+    /// Preparing the copied backup.
+    Preparing,
+    Starting,
+    Running,
+    /// mysqld exited and is being restarted.
+    Restarting,
+    ShuttingDown,
+    /// Kept out of service (diverged, or failed to initialise) until a human acts.
+    Failed,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicationStatus {
+    pub source_host: String,
+    pub source_port: u16,
+    /// `Yes`, `No` or `Connecting`.
+    pub io_state: String,
+    pub sql_running: bool,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub last_io_error: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub last_sql_error: String,
+    #[serde(default)]
+    pub last_io_errno: u32,
+    #[serde(default)]
+    pub last_sql_errno: u32,
+    /// `Seconds_Behind_Master`; none while the SQL thread is stopped.
+    pub seconds_behind: Option<u64>,
+    /// MariaDB `Using_Gtid` / MySQL auto-position.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub using_gtid: String,
+    /// GTIDs received but maybe not applied yet (MariaDB `Gtid_IO_Pos`,
+    /// MySQL `Retrieved_Gtid_Set`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub received_gtid: String,
+}
+
+impl ReplicationStatus {
+    /// Both threads running and no error recorded.
+    pub fn healthy(&self) -> bool {
+        self.io_state == "Yes" && self.sql_running && self.last_sql_errno == 0 && self.last_io_errno == 0
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct SemiSyncStatus {
+    pub source_enabled: bool,
+    /// The source is currently waiting for acknowledgements (not fallen back).
+    pub source_active: bool,
+    pub replica_enabled: bool,
+    pub replica_active: bool,
+    /// Replicas currently connected as semi-sync acknowledgers.
+    pub clients: u32,
+    /// MySQL: `rpl_semi_sync_source_wait_for_replica_count`; MariaDB: always 1.
+    pub wait_for_count: u32,
+    pub timeout_millis: u64,
+}
+
+/// Progress of a clone, visible while it runs.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct CloneProgress {
+    pub source: String,
+    pub bytes: u64,
+    pub bytes_per_second: f64,
+    /// Size of the source's data directory, when it told us.
+    pub expected_bytes: Option<u64>,
+    pub eta_seconds: Option<f64>,
+    pub elapsed_seconds: f64,
+    pub stage: String,
+}
+
+/// The body of `GET /status`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceStatus {
+    pub instance: String,
+    pub flavor: Option<Flavor>,
+    pub phase: InstancePhase,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    pub role: Role,
+    pub mysqld_running: bool,
+    pub ready: bool,
+    pub read_only: bool,
+    /// MySQL `@@gtid_executed`; MariaDB `@@gtid_binlog_state`.
+    #[serde(default)]
+    pub gtid_executed: String,
+    /// MariaDB `@@gtid_current_pos`; MySQL: same as executed.
+    #[serde(default)]
+    pub gtid_position: String,
+    pub replication: Option<ReplicationStatus>,
+    pub lag_seconds: Option<u64>,
+    pub semi_sync: Option<SemiSyncStatus>,
+    /// SHA-256 of the manager's own executable.
+    pub executable_hash: String,
+    /// Seconds mysqld has been up (survives a manager re-exec).
+    pub uptime_seconds: Option<u64>,
+    pub manager_version: String,
+    pub manager_pid: u32,
+    pub mysqld_pid: Option<u32>,
+    pub clone: Option<CloneProgress>,
+}
+
+impl InstanceStatus {
+    /// The executed history, parsed for the given flavour.
+    pub fn history(&self) -> Result<History, ParseError> {
+        parse_history(self.flavor.unwrap_or_default(), &self.gtid_executed)
+    }
+}
+
+pub fn parse_history(flavor: Flavor, text: &str) -> Result<History, ParseError> {
+    Ok(match flavor {
+        Flavor::Mysql => History::Mysql(text.parse::<mysql::GtidSet>()?),
+        Flavor::Mariadb => History::Mariadb(text.parse::<mariadb::BinlogState>()?),
+    })
+}
+
+/// One instance as the control plane sees it.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Observed {
+    pub name: String,
+    pub ordinal: u32,
+    /// The last `/status` answer, none if the instance could not be reached.
+    pub status: Option<InstanceStatus>,
+}
+
+impl Observed {
+    pub fn reachable(&self) -> bool {
+        self.status.is_some()
+    }
+    pub fn ready(&self) -> bool {
+        self.status.as_ref().is_some_and(|s| s.ready)
+    }
+}
+
+/// Everything a decision may look at, taken at one moment.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    pub cluster: String,
+    pub spec: ClusterSpec,
+    pub status: ClusterStatus,
+    /// Ordered by ordinal.
+    pub instances: Vec<Observed>,
+    /// Unix milliseconds when the snapshot was taken.
+    pub now_ms: i64,
+}
+
+impl Snapshot {
+    pub fn get(&self, name: &str) -> Option<&Observed> {
+        self.instances.iter().find(|i| i.name == name)
+    }
+
+    pub fn is_fenced(&self, name: &str) -> bool {
+        self.status.fenced_instances.iter().any(|n| n == name)
+    }
+
+    pub fn is_diverged(&self, name: &str) -> bool {
+        self.status.diverged_instances.iter().any(|n| n == name)
+    }
+
+    pub fn gtid_by_instance(&self) -> BTreeMap<String, String> {
+        self.instances
+            .iter()
+            .filter_map(|i| i.status.as_ref().map(|s| (i.name.clone(), s.gtid_executed.clone())))
+            .collect()
+    }
+}
