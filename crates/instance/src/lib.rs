@@ -1,1 +1,29 @@
-// placeholder
+//! The instance manager of cloudnative-mysql: PID 1 of every database pod
+//! (and one process per instance on the local platform).
+
+pub mod api;
+pub mod bootstrap;
+pub mod client;
+pub mod clone;
+pub mod cluster_state;
+pub mod config;
+pub mod manager;
+pub mod mysqld;
+pub mod sql;
+
+pub use cluster_state::ClusterState;
+pub use config::InstanceConfig;
+pub use manager::Manager;
+
+/// Resolve once the flag is true (or its sender is gone). Holds no borrow
+/// across an await, so it can live in spawned tasks.
+pub async fn stopped(rx: &mut tokio::sync::watch::Receiver<bool>) {
+    loop {
+        if *rx.borrow_and_update() {
+            return;
+        }
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}

@@ -124,7 +124,7 @@ impl Ca {
 }
 
 /// Paths of a CA certificate, a certificate and its key on disk.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TlsPaths {
     pub ca: PathBuf,
     pub cert: PathBuf,

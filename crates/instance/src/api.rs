@@ -1,0 +1,140 @@
+//! The control API: HTTPS with mutual TLS against the cluster CA. A client
+//! without a certificate, or with one from another CA, fails the handshake.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Extension, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use rustls::ServerConfig;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
+use tower::Service;
+
+use cnmysql_api::names::OPERATOR_IDENTITY;
+use cnmysql_core::status::InstanceStatus;
+
+/// The verified identity (certificate common name) of the caller.
+#[derive(Clone, Debug)]
+pub struct Peer(pub String);
+
+/// What the API needs from the manager.
+pub trait Backend: Send + Sync + 'static {
+    fn status(&self) -> impl Future<Output = InstanceStatus> + Send;
+    fn cluster(&self) -> &str;
+    fn config(&self) -> &crate::config::InstanceConfig;
+}
+
+pub fn router<B: Backend>(backend: Arc<B>) -> Router {
+    Router::new()
+        .route("/status", get(status::<B>))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(ready::<B>))
+        .route("/backup", get(backup::<B>))
+        .with_state(backend)
+}
+
+async fn status<B: Backend>(State(b): State<Arc<B>>) -> Json<InstanceStatus> {
+    Json(b.status().await)
+}
+
+async fn ready<B: Backend>(State(b): State<Arc<B>>) -> Response {
+    let s = b.status().await;
+    if s.ready {
+        (StatusCode::OK, "ready").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {:?} {}", s.phase, s.message)).into_response()
+    }
+}
+
+/// Only the operator and instances of the same cluster may copy the data.
+fn may_clone(cluster: &str, peer: &str) -> bool {
+    peer == OPERATOR_IDENTITY || cnmysql_api::names::ordinal_of(cluster, peer).is_some()
+}
+
+async fn backup<B: Backend>(State(b): State<Arc<B>>, Extension(peer): Extension<Peer>) -> Response {
+    if !may_clone(b.cluster(), &peer.0) {
+        tracing::warn!(peer = peer.0, "backup refused to a certificate of another identity");
+        return (StatusCode::FORBIDDEN, "this identity may not copy the data").into_response();
+    }
+    tracing::info!(peer = peer.0, "backup requested");
+    match crate::clone::start_backup(b.config()) {
+        Ok((size, stream)) => Response::builder()
+            .status(StatusCode::OK)
+            .header(header::CONTENT_TYPE, "application/octet-stream")
+            .header(crate::clone::SIZE_HEADER, size.to_string())
+            .body(Body::from_stream(stream))
+            .expect("valid response"),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot start the backup: {e}")).into_response(),
+    }
+}
+
+/// Accept mTLS connections until `shutdown` turns true.
+pub async fn serve(listener: TcpListener, tls: Arc<ServerConfig>, app: Router, mut shutdown: watch::Receiver<bool>) {
+    let acceptor = TlsAcceptor::from(tls);
+    loop {
+        let (tcp, addr) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = crate::stopped(&mut shutdown) => break,
+        };
+        let acceptor = acceptor.clone();
+        let app = app.clone();
+        tokio::spawn(async move {
+            let _ = tcp.set_nodelay(true);
+            let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    tracing::debug!(%addr, error = %e, "TLS handshake refused");
+                    return;
+                }
+                Err(_) => return,
+            };
+            let peer = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .and_then(cnmysql_tls::common_name)
+                .unwrap_or_default();
+            let svc = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
+                req.extensions_mut().insert(Peer(peer.clone()));
+                let mut app = app.clone();
+                let fut: Pin<Box<dyn Future<Output = Result<Response, std::convert::Infallible>> + Send>> =
+                    Box::pin(async move { app.call(req).await });
+                fut
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(tls), svc)
+                .await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clone_identities() {
+        assert!(may_clone("db", "db-2"));
+        assert!(may_clone("db", OPERATOR_IDENTITY));
+        assert!(!may_clone("db", "other-2"));
+        assert!(!may_clone("db", ""));
+    }
+}

@@ -1,0 +1,117 @@
+//! Giving an instance its first data: an empty server for a new cluster's
+//! first primary (from a template when there is one), with the accounts the
+//! cluster needs.
+
+use std::path::Path;
+use std::time::Duration;
+
+use cnmysql_api::names::{APP_USER, REPLICATION_USER};
+use cnmysql_core::flavor::{self, quote, Sql};
+use mysql_async::prelude::*;
+
+use crate::config::{InstanceConfig, Programs};
+use crate::sql;
+
+/// Privileges of the application account: everything a schema owner needs,
+/// nothing that bypasses read-only or administers the server.
+const APP_PRIVILEGES: &str = "SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, INDEX, ALTER, \
+    CREATE TEMPORARY TABLES, LOCK TABLES, EXECUTE, CREATE VIEW, SHOW VIEW, CREATE ROUTINE, \
+    ALTER ROUTINE, EVENT, TRIGGER, REFERENCES";
+
+/// Run the flavour's install program into an empty directory.
+pub fn install_db(programs: &Programs, target: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(target)?;
+    let mut cmd = std::process::Command::new(&programs.install_db);
+    cmd.arg("--no-defaults")
+        .arg(format!("--datadir={}", target.display()))
+        .arg("--auth-root-authentication-method=normal")
+        .arg("--skip-test-db")
+        .arg("--skip-name-resolve")
+        .arg("--innodb-log-file-size=48M");
+    if nix::unistd::geteuid().is_root() {
+        cmd.arg("--user=root");
+    }
+    let out = cmd.output().map_err(|e| anyhow::anyhow!("cannot run {}: {e}", programs.install_db.display()))?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "{} failed ({}): {}",
+            programs.install_db.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).lines().rev().take(5).collect::<Vec<_>>().join(" | ")
+        );
+    }
+    Ok(())
+}
+
+/// Fill the data directory with an empty server: copy the template, or run
+/// the install program.
+pub fn prepare_empty_datadir(cfg: &InstanceConfig) -> anyhow::Result<()> {
+    if cfg.data_dir.exists() {
+        std::fs::remove_dir_all(&cfg.data_dir)?;
+    }
+    match &cfg.template_dir {
+        Some(t) if t.join("mysql").is_dir() => {
+            std::fs::create_dir_all(&cfg.data_dir)?;
+            let out = std::process::Command::new("cp")
+                .arg("-a")
+                .arg("--reflink=auto")
+                .arg(format!("{}/.", t.display()))
+                .arg(&cfg.data_dir)
+                .output()?;
+            if !out.status.success() {
+                anyhow::bail!("copying the template failed: {}", String::from_utf8_lossy(&out.stderr));
+            }
+            Ok(())
+        }
+        _ => install_db(&cfg.programs, &cfg.data_dir),
+    }
+}
+
+pub fn read_secret(path: &Path) -> anyhow::Result<String> {
+    let s = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("cannot read secret file {}: {e}", path.display()))?;
+    let s = s.trim_end_matches(['\n', '\r']).to_string();
+    if s.is_empty() {
+        anyhow::bail!("secret file {} is empty", path.display());
+    }
+    Ok(s)
+}
+
+/// On a freshly installed server (root without a password, reachable only
+/// through the private socket): secure root and create the cluster's accounts.
+/// None of it is written to the binary log: replicas receive it with their
+/// physical copy, and the GTID history starts with the user's first write.
+pub async fn init_primary_accounts(cfg: &InstanceConfig) -> anyhow::Result<()> {
+    let admin = read_secret(&cfg.secrets.admin_password)?;
+    let repl = read_secret(&cfg.secrets.replication_password)?;
+    let app = read_secret(&cfg.secrets.app_password)?;
+    let opts = sql::socket_opts(&cfg.socket(), "root", None);
+    let mut conn = sql::wait_connectable(&opts, Duration::from_secs(120)).await?;
+    conn.query_drop("SET SESSION sql_log_bin = 0").await?;
+    let extra: Vec<(String, String)> = conn
+        .query("SELECT User, Host FROM mysql.user WHERE (User = 'root' AND Host <> 'localhost') OR User = ''")
+        .await?;
+    let mut stmts: Vec<Sql> = extra
+        .iter()
+        .map(|(u, h)| Sql::new(format!("DROP USER {}@{}", quote(u), quote(h))))
+        .collect();
+    let alter = |pw: &str| format!("ALTER USER 'root'@'localhost' IDENTIFIED BY {pw}");
+    stmts.push(Sql::secret(alter(&quote(&admin)), alter("'<redacted>'")));
+    stmts.extend(flavor::create_replication_user(cfg.flavor(), REPLICATION_USER, &repl));
+    let create_app = |pw: &str| format!("CREATE USER IF NOT EXISTS {}@'%' IDENTIFIED BY {pw}", quote(APP_USER));
+    stmts.push(Sql::secret(create_app(&quote(&app)), create_app("'<redacted>'")));
+    stmts.push(Sql::new(format!("GRANT {APP_PRIVILEGES} ON *.* TO {}@'%'", quote(APP_USER))));
+    sql::exec_all(&mut conn, &stmts).await?;
+    conn.disconnect().await.ok();
+    Ok(())
+}
+
+/// Record that the data directory holds a server this instance may start.
+pub fn mark_initialized(cfg: &InstanceConfig, how: &str) -> anyhow::Result<()> {
+    std::fs::write(cfg.initialized_marker(), format!("{how}\n"))?;
+    Ok(())
+}
+
+pub fn is_initialized(cfg: &InstanceConfig) -> bool {
+    cfg.initialized_marker().is_file()
+}

@@ -1,0 +1,278 @@
+//! Physical clones: the source's manager streams `mariadb-backup --backup
+//! --stream=mbstream` (XtraBackup's xbstream for MySQL) over its mTLS control
+//! API; the new replica's manager extracts it, prepares it, and learns the
+//! GTID position the copy is consistent with.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use cnmysql_api::Flavor;
+use cnmysql_core::status::CloneProgress;
+use futures::Stream;
+use http_body_util::BodyExt;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::Command;
+
+use crate::bootstrap::read_secret;
+use crate::client::ControlClient;
+use crate::config::{render_backup_cnf, InstanceConfig, PeerAddr};
+
+/// Header carrying the source's data directory size, for progress and ETA.
+pub const SIZE_HEADER: &str = "x-cnmysql-datadir-bytes";
+
+/// Total size of the regular files below `dir`.
+pub fn dir_size(dir: &Path) -> u64 {
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
+            match e.metadata() {
+                Ok(m) if m.is_dir() => stack.push(e.path()),
+                Ok(m) if m.is_file() => total += m.len(),
+                _ => {}
+            }
+        }
+    }
+    total
+}
+
+fn stream_format(f: Flavor) -> &'static str {
+    match f {
+        Flavor::Mariadb => "mbstream",
+        Flavor::Mysql => "xbstream",
+    }
+}
+
+/// Keep the last lines a tool printed, to explain a failure.
+fn tail_lines(stderr: tokio::process::ChildStderr, what: &'static str) -> Arc<Mutex<VecDeque<String>>> {
+    let tail = Arc::new(Mutex::new(VecDeque::new()));
+    let t = tail.clone();
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            tracing::debug!(target: "backup", tool = what, "{line}");
+            let mut t = t.lock().unwrap();
+            if t.len() == 20 {
+                t.pop_front();
+            }
+            t.push_back(line);
+        }
+    });
+    tail
+}
+
+fn tail_text(t: &Arc<Mutex<VecDeque<String>>>) -> String {
+    t.lock().unwrap().iter().rev().take(4).rev().cloned().collect::<Vec<_>>().join(" | ")
+}
+
+/// Start a streaming backup of this instance's server. Returns the data
+/// directory size and the byte stream; the stream ends with an error if the
+/// backup tool fails, so the receiver never mistakes a truncated copy for a
+/// complete one.
+pub fn start_backup(
+    cfg: &InstanceConfig,
+) -> anyhow::Result<(u64, impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static)> {
+    let admin = read_secret(&cfg.secrets.admin_password)?;
+    cnmysql_tls::write_private(&cfg.backup_cnf(), &render_backup_cnf(cfg, &admin), true)?;
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+    let target = unique_dir(&cfg.run_dir.join(format!("backup-{nanos}")));
+    std::fs::create_dir_all(&target)?;
+    let mut cmd = Command::new(&cfg.programs.backup);
+    cmd.arg(format!("--defaults-file={}", cfg.backup_cnf().display()))
+        .arg("--backup")
+        .arg(format!("--stream={}", stream_format(cfg.flavor())))
+        .arg(format!("--target-dir={}", target.display()))
+        .arg("--parallel=2")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| anyhow::anyhow!("cannot run {}: {e}", cfg.programs.backup.display()))?;
+    let stdout = child.stdout.take().expect("piped");
+    let tail = tail_lines(child.stderr.take().expect("piped"), "backup");
+    let size = dir_size(&cfg.data_dir);
+    tracing::info!(bytes = size, "streaming a physical backup");
+    let reader = tokio_util::io::ReaderStream::with_capacity(stdout, 256 * 1024);
+    let stream = futures::stream::unfold(
+        (reader, Some(child), tail, target, Instant::now(), 0u64),
+        |(mut reader, child, tail, target, started, sent)| async move {
+            use futures::StreamExt;
+            let mut child = child?;
+            match reader.next().await {
+                Some(Ok(b)) => {
+                    let n = b.len() as u64;
+                    Some((Ok(b), (reader, Some(child), tail, target, started, sent + n)))
+                }
+                Some(Err(e)) => {
+                    let _ = std::fs::remove_dir_all(&target);
+                    Some((Err(e), (reader, None, tail, target, started, sent)))
+                }
+                None => {
+                    let status = child.wait().await;
+                    let _ = std::fs::remove_dir_all(&target);
+                    match status {
+                        Ok(s) if s.success() => {
+                            let secs = started.elapsed().as_secs_f64();
+                            tracing::info!(bytes = sent, seconds = secs, mb_per_s = sent as f64 / 1e6 / secs.max(1e-9), "backup stream complete");
+                            None
+                        }
+                        other => {
+                            let msg = format!("backup failed ({other:?}): {}", tail_text(&tail));
+                            tracing::error!("{msg}");
+                            Some((Err(std::io::Error::other(msg)), (reader, None, tail, target, started, sent)))
+                        }
+                    }
+                }
+            }
+        },
+    );
+    Ok((size, stream))
+}
+
+fn unique_dir(p: &Path) -> PathBuf {
+    let mut n = 0;
+    loop {
+        let cand = if n == 0 { p.to_path_buf() } else { PathBuf::from(format!("{}-{n}", p.display())) };
+        if !cand.exists() {
+            return cand;
+        }
+        n += 1;
+    }
+}
+
+/// The GTID position recorded by the backup tool, if the source had any history.
+pub fn backup_gtid(dir: &Path) -> anyhow::Result<String> {
+    for name in ["mariadb_backup_binlog_info", "xtrabackup_binlog_info"] {
+        if let Ok(text) = std::fs::read_to_string(dir.join(name)) {
+            // file <TAB> position [<TAB> gtid]
+            let gtid = text.lines().next().unwrap_or("").split('\t').nth(2).unwrap_or("").trim();
+            return Ok(gtid.to_string());
+        }
+    }
+    // A source without binary log events writes no binlog info: empty history.
+    Ok(String::new())
+}
+
+/// Shared, readable progress of a running clone.
+pub type ProgressCell = Arc<Mutex<Option<CloneProgress>>>;
+
+/// Clone `source` into this instance's data directory (which must not hold
+/// an initialised server). Returns the GTID position of the copy.
+pub async fn clone_from(
+    cfg: &InstanceConfig,
+    source: &str,
+    peer: &PeerAddr,
+    client: &ControlClient,
+    progress: &ProgressCell,
+) -> anyhow::Result<String> {
+    let tmp = cfg.data_dir.with_extension("clone");
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp)?;
+    }
+    std::fs::create_dir_all(&tmp)?;
+    let started = Instant::now();
+    let set = |stage: &str, bytes: u64, expected: Option<u64>| {
+        let secs = started.elapsed().as_secs_f64();
+        let rate = bytes as f64 / secs.max(1e-3);
+        let eta = expected.filter(|_| rate > 0.0).map(|e| (e.saturating_sub(bytes)) as f64 / rate);
+        *progress.lock().unwrap() = Some(CloneProgress {
+            source: source.to_string(),
+            bytes,
+            bytes_per_second: rate,
+            expected_bytes: expected,
+            eta_seconds: eta,
+            elapsed_seconds: secs,
+            stage: stage.to_string(),
+        });
+    };
+    set("connecting", 0, None);
+    let resp = client
+        .clone()
+        .with_connect_timeout(Duration::from_secs(10))
+        .send(&peer.host, peer.control_port, "GET", "/backup", &[], None)
+        .await?;
+    if !resp.status().is_success() {
+        let status = resp.status();
+        let body = resp.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+        anyhow::bail!("{source} refused the backup: {status}: {}", String::from_utf8_lossy(&body));
+    }
+    let expected = resp
+        .headers()
+        .get(SIZE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let mut extract = Command::new(&cfg.programs.stream_extract)
+        .arg("-x")
+        .arg("-C")
+        .arg(&tmp)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| anyhow::anyhow!("cannot run {}: {e}", cfg.programs.stream_extract.display()))?;
+    let extract_tail = tail_lines(extract.stderr.take().expect("piped"), "extract");
+    let mut stdin = extract.stdin.take().expect("piped");
+    let mut body = resp.into_body();
+    let mut bytes = 0u64;
+    let mut last_log = Instant::now();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| anyhow::anyhow!("the backup stream from {source} broke after {bytes} bytes: {e}"))?;
+        if let Ok(data) = frame.into_data() {
+            stdin.write_all(&data).await?;
+            bytes += data.len() as u64;
+            if last_log.elapsed() >= Duration::from_secs(1) {
+                last_log = Instant::now();
+                set("copying", bytes, expected);
+                let p = progress.lock().unwrap().clone().unwrap_or_default();
+                tracing::info!(
+                    source,
+                    bytes,
+                    mb_per_s = format!("{:.1}", p.bytes_per_second / 1e6),
+                    eta_seconds = p.eta_seconds.map(|e| format!("{e:.0}")),
+                    "clone progress"
+                );
+            }
+        }
+    }
+    drop(stdin);
+    let st = extract.wait().await?;
+    if !st.success() {
+        anyhow::bail!("extracting the backup failed ({st}): {}", tail_text(&extract_tail));
+    }
+    let copied_secs = started.elapsed().as_secs_f64();
+    tracing::info!(source, bytes, seconds = copied_secs, mb_per_s = bytes as f64 / 1e6 / copied_secs.max(1e-9), "backup copied; preparing");
+    set("preparing", bytes, expected);
+    let mut prep = Command::new(&cfg.programs.backup);
+    prep.arg("--prepare")
+        .arg(format!("--target-dir={}", tmp.display()))
+        .arg("--use-memory=256M")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut prep = prep.spawn()?;
+    let prep_tail = tail_lines(prep.stderr.take().expect("piped"), "prepare");
+    let st = prep.wait().await?;
+    if !st.success() {
+        anyhow::bail!("preparing the backup failed ({st}): {}", tail_text(&prep_tail));
+    }
+    let gtid = backup_gtid(&tmp)?;
+    if cfg.data_dir.exists() {
+        if crate::bootstrap::is_initialized(cfg) {
+            anyhow::bail!("refusing to replace an initialised data directory with a clone");
+        }
+        std::fs::remove_dir_all(&cfg.data_dir)?;
+    }
+    std::fs::rename(&tmp, &cfg.data_dir)?;
+    set("done", bytes, expected);
+    tracing::info!(source, gtid, seconds = started.elapsed().as_secs_f64(), "clone prepared");
+    Ok(gtid)
+}

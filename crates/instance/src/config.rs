@@ -1,0 +1,323 @@
+//! The instance manager's own configuration (written by the platform) and
+//! the server configuration it renders from it.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use cnmysql_api::validation::fold_parameter_name;
+use cnmysql_api::{ClusterSpec, DataDurability, Flavor};
+use cnmysql_tls::TlsPaths;
+use serde::{Deserialize, Serialize};
+
+/// How to reach one instance of the cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PeerAddr {
+    pub host: String,
+    pub mysql_port: u16,
+    pub control_port: u16,
+}
+
+/// Paths of the server programs on this host.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Programs {
+    pub mysqld: PathBuf,
+    pub backup: PathBuf,
+    pub stream_extract: PathBuf,
+    pub install_db: PathBuf,
+}
+
+impl Programs {
+    /// Find the programs of a flavour on `PATH` (and the usual sbin dirs).
+    pub fn discover(flavor: Flavor) -> Result<Programs, String> {
+        let names: [&[&str]; 4] = match flavor {
+            Flavor::Mariadb => [&["mariadbd", "mysqld"], &["mariadb-backup", "mariabackup"], &["mbstream"], &["mariadb-install-db", "mysql_install_db"]],
+            Flavor::Mysql => [&["mysqld"], &["xtrabackup"], &["xbstream"], &["mysqld"]],
+        };
+        let mut found = Vec::new();
+        for alternatives in names {
+            let hit = alternatives.iter().find_map(|n| which(n));
+            match hit {
+                Some(p) => found.push(p),
+                None => {
+                    return Err(format!(
+                        "cannot find {} on PATH; install the {} server packages (Debian: apt-get install {})",
+                        alternatives[0],
+                        flavor.as_str(),
+                        match flavor {
+                            Flavor::Mariadb => "mariadb-server mariadb-backup",
+                            Flavor::Mysql => "percona-server-server percona-xtrabackup-80",
+                        }
+                    ));
+                }
+            }
+        }
+        Ok(Programs {
+            mysqld: found[0].clone(),
+            backup: found[1].clone(),
+            stream_extract: found[2].clone(),
+            install_db: found[3].clone(),
+        })
+    }
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/usr/local/sbin", "/sbin"].map(PathBuf::from))
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// Files that hold the cluster's secrets (never their contents).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretFiles {
+    pub admin_password: PathBuf,
+    pub replication_password: PathBuf,
+    pub app_password: PathBuf,
+}
+
+/// Everything an instance manager needs to know, written by the platform.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceConfig {
+    pub cluster: String,
+    pub instance: String,
+    pub ordinal: u32,
+    pub spec: ClusterSpec,
+    pub data_dir: PathBuf,
+    pub run_dir: PathBuf,
+    /// An initialised, never started data directory to copy instead of
+    /// running the install program (fast start).
+    #[serde(default)]
+    pub template_dir: Option<PathBuf>,
+    pub tls: TlsPaths,
+    pub secrets: SecretFiles,
+    pub programs: Programs,
+    /// Address mysqld binds to.
+    pub mysql_bind: String,
+    pub mysql_port: u16,
+    /// Address and port of the control API.
+    pub control_bind: String,
+    pub control_port: u16,
+    /// Every instance of the cluster, this one included.
+    pub peers: BTreeMap<String, PeerAddr>,
+    /// Seconds a clean mysqld shutdown may take before it is killed.
+    #[serde(default = "default_shutdown_timeout")]
+    pub shutdown_timeout_secs: u64,
+    /// Stop (cleanly) when the parent process goes away: local platform only.
+    #[serde(default)]
+    pub exit_with_parent: bool,
+}
+
+fn default_shutdown_timeout() -> u64 {
+    30
+}
+
+impl InstanceConfig {
+    pub fn load(path: &Path) -> anyhow::Result<InstanceConfig> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("cannot read instance configuration {}: {e}", path.display()))?;
+        serde_json::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("instance configuration {} is invalid: {e}", path.display()))
+    }
+
+    pub fn flavor(&self) -> Flavor {
+        self.spec.mysql.flavor
+    }
+    pub fn socket(&self) -> PathBuf {
+        self.run_dir.join("mysqld.sock")
+    }
+    pub fn mycnf(&self) -> PathBuf {
+        self.run_dir.join("my.cnf")
+    }
+    pub fn backup_cnf(&self) -> PathBuf {
+        self.run_dir.join("backup.cnf")
+    }
+    pub fn pid_file(&self) -> PathBuf {
+        self.run_dir.join("mysqld.pid")
+    }
+    pub fn log_fifo(&self) -> PathBuf {
+        self.run_dir.join("mysqld.log.fifo")
+    }
+    /// Written once the data directory holds a server this instance may start.
+    pub fn initialized_marker(&self) -> PathBuf {
+        self.data_dir.join("cnmysql-initialized")
+    }
+    /// Server id: the ordinal (MariaDB GTIDs carry it, so it must be unique
+    /// and stable per instance).
+    pub fn server_id(&self) -> u32 {
+        self.ordinal
+    }
+}
+
+/// Settings we choose unless the user overrides them in `spec.mysql.parameters`.
+const TUNABLE_DEFAULTS: &[(&str, &str)] = &[
+    ("innodb_buffer_pool_size", "64M"),
+    ("innodb_log_file_size", "48M"),
+    ("max_connections", "151"),
+    ("skip_name_resolve", "ON"),
+    ("performance_schema", "OFF"),
+    ("innodb_flush_log_at_trx_commit", "1"),
+    ("sync_binlog", "1"),
+    ("slave_net_timeout", "10"),
+];
+
+/// Render the server configuration: our defaults, the user's parameters, then
+/// the settings the operator owns (which validation keeps users from setting).
+pub fn render_mycnf(c: &InstanceConfig) -> String {
+    let mut settings: BTreeMap<String, String> = TUNABLE_DEFAULTS
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    for (k, v) in &c.spec.mysql.parameters {
+        settings.insert(fold_parameter_name(k), v.clone());
+    }
+    let semi = &c.spec.mysql.semi_sync;
+    let mut owned: Vec<(&str, String)> = vec![
+        ("datadir", c.data_dir.display().to_string()),
+        ("socket", c.socket().display().to_string()),
+        ("pid_file", c.pid_file().display().to_string()),
+        ("bind_address", c.mysql_bind.clone()),
+        ("port", c.mysql_port.to_string()),
+        ("server_id", c.server_id().to_string()),
+        ("log_bin", "mysql-bin".into()),
+        ("log_bin_index", "mysql-bin.index".into()),
+        ("relay_log", "relay-bin".into()),
+        ("binlog_format", "ROW".into()),
+        ("read_only", "ON".into()),
+        ("ssl_ca", c.tls.ca.display().to_string()),
+        ("ssl_cert", c.tls.cert.display().to_string()),
+        ("ssl_key", c.tls.key.display().to_string()),
+    ];
+    match c.flavor() {
+        Flavor::Mariadb => {
+            owned.extend([
+                ("log_slave_updates", "ON".to_string()),
+                ("gtid_strict_mode", "ON".to_string()),
+                ("gtid_domain_id", "0".to_string()),
+                ("skip_slave_start", "ON".to_string()),
+                ("rpl_semi_sync_master_enabled", "OFF".to_string()),
+                ("rpl_semi_sync_slave_enabled", if semi.enabled { "ON" } else { "OFF" }.to_string()),
+                ("rpl_semi_sync_master_wait_point", "AFTER_SYNC".to_string()),
+                (
+                    "rpl_semi_sync_master_timeout",
+                    semi_sync_timeout_millis(c.spec.mysql.semi_sync.data_durability, semi.timeout_millis).to_string(),
+                ),
+            ]);
+        }
+        Flavor::Mysql => {
+            owned.extend([
+                ("log_replica_updates", "ON".to_string()),
+                ("gtid_mode", "ON".to_string()),
+                ("enforce_gtid_consistency", "ON".to_string()),
+                ("skip_replica_start", "ON".to_string()),
+                ("super_read_only", "ON".to_string()),
+            ]);
+        }
+    }
+    for (k, v) in owned {
+        settings.insert(k.to_string(), v);
+    }
+    let mut out = String::from(
+        "# Rendered by the cnmysql instance manager; changes here are overwritten.\n[mysqld]\n",
+    );
+    for (k, v) in &settings {
+        let _ = writeln!(out, "{k} = {v}");
+    }
+    out
+}
+
+/// `required` never falls back to asynchronous replication: the timeout is
+/// effectively infinite (DESIGN §3).
+pub fn semi_sync_timeout_millis(durability: DataDurability, timeout: i64) -> u64 {
+    match durability {
+        DataDurability::Required => 4_294_967_295,
+        DataDurability::Preferred => timeout.max(1) as u64,
+    }
+}
+
+/// The option file mariadb-backup reads: the server's file plus admin
+/// credentials (so no password appears on a command line).
+pub fn render_backup_cnf(c: &InstanceConfig, admin_password: &str) -> String {
+    format!(
+        "!include {}\n[client]\nuser = root\npassword = \"{}\"\nsocket = {}\n",
+        c.mycnf().display(),
+        admin_password.replace('\\', "\\\\").replace('"', "\\\""),
+        c.socket().display()
+    )
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub fn sample(dir: &Path) -> InstanceConfig {
+        InstanceConfig {
+            cluster: "db".into(),
+            instance: "db-2".into(),
+            ordinal: 2,
+            spec: serde_json::from_value(serde_json::json!({
+                "instances": 3,
+                "mysql": {"parameters": {"max-connections": "500"}}
+            }))
+            .unwrap(),
+            data_dir: dir.join("data"),
+            run_dir: dir.join("run"),
+            template_dir: None,
+            tls: TlsPaths::in_dir(&dir.join("tls"), "db-2"),
+            secrets: SecretFiles {
+                admin_password: dir.join("s/admin"),
+                replication_password: dir.join("s/repl"),
+                app_password: dir.join("s/app"),
+            },
+            programs: Programs {
+                mysqld: "/usr/sbin/mariadbd".into(),
+                backup: "/usr/bin/mariadb-backup".into(),
+                stream_extract: "/usr/bin/mbstream".into(),
+                install_db: "/usr/bin/mariadb-install-db".into(),
+            },
+            mysql_bind: "127.0.0.1".into(),
+            mysql_port: 3307,
+            control_bind: "127.0.0.1".into(),
+            control_port: 8001,
+            peers: BTreeMap::new(),
+            shutdown_timeout_secs: 30,
+            exit_with_parent: false,
+        }
+    }
+
+    #[test]
+    fn owned_settings_win_and_user_settings_apply() {
+        let c = sample(Path::new("/x"));
+        let cnf = render_mycnf(&c);
+        assert!(cnf.contains("server_id = 2\n"));
+        assert!(cnf.contains("gtid_strict_mode = ON\n"));
+        assert!(cnf.contains("read_only = ON\n"));
+        assert!(cnf.contains("max_connections = 500\n"), "{cnf}");
+        assert!(cnf.contains("log_slave_updates = ON\n"));
+        assert!(cnf.contains("ssl_cert = /x/tls/db-2.crt\n"));
+        assert!(cnf.contains("rpl_semi_sync_master_wait_point = AFTER_SYNC\n"));
+        assert!(cnf.contains("bind_address = 127.0.0.1\n"));
+        assert!(cnf.contains("port = 3307\n"));
+    }
+
+    #[test]
+    fn mysql_flavour_holds_super_read_only() {
+        let mut c = sample(Path::new("/x"));
+        c.spec.mysql.flavor = Flavor::Mysql;
+        let cnf = render_mycnf(&c);
+        assert!(cnf.contains("super_read_only = ON\n"));
+        assert!(cnf.contains("gtid_mode = ON\n"));
+        assert!(!cnf.contains("gtid_strict_mode"));
+    }
+
+    #[test]
+    fn required_durability_never_falls_back() {
+        assert_eq!(semi_sync_timeout_millis(DataDurability::Preferred, 1000), 1000);
+        assert!(semi_sync_timeout_millis(DataDurability::Required, 1000) > 1_000_000_000);
+    }
+}

@@ -1,0 +1,409 @@
+//! The instance manager: obtains data (initialise or clone), supervises
+//! mysqld, converges the server's role towards the cluster's intent, and
+//! answers the control API.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cnmysql_api::names::REPLICATION_USER;
+use cnmysql_api::Flavor;
+use cnmysql_core::flavor::{self, SourceSpec};
+use cnmysql_core::role::{self, Action, Bootstrap, Desired, Local};
+use cnmysql_core::status::{InstancePhase, InstanceStatus, Role};
+use mysql_async::Pool;
+use sha2::Digest;
+use tokio::sync::watch;
+
+use crate::api::{self, Backend};
+use crate::bootstrap::{self, read_secret};
+use crate::client::ControlClient;
+use crate::clone::{self, ProgressCell};
+use crate::cluster_state::ClusterState;
+use crate::config::{render_mycnf, InstanceConfig};
+use crate::mysqld::{self, ServerState, Supervisor};
+use crate::sql;
+
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// SHA-256 of the running executable, hex encoded.
+pub fn executable_hash() -> String {
+    match std::fs::read("/proc/self/exe") {
+        Ok(bytes) => hex::encode(sha2::Sha256::digest(&bytes)),
+        Err(_) => String::new(),
+    }
+}
+
+pub struct Manager<C: ClusterState> {
+    cfg: Arc<InstanceConfig>,
+    cluster: C,
+    supervisor: Arc<Supervisor>,
+    pool: Mutex<Option<Pool>>,
+    phase: Mutex<(InstancePhase, String)>,
+    progress: ProgressCell,
+    desired: Mutex<Option<Desired>>,
+    exe_hash: String,
+    peers: ControlClient,
+    shutdown: watch::Sender<bool>,
+}
+
+impl<C: ClusterState> Backend for Manager<C> {
+    async fn status(&self) -> InstanceStatus {
+        self.observe().await
+    }
+    fn cluster(&self) -> &str {
+        &self.cfg.cluster
+    }
+    fn config(&self) -> &InstanceConfig {
+        &self.cfg
+    }
+}
+
+impl<C: ClusterState> Manager<C> {
+    pub fn new(cfg: InstanceConfig, cluster: C) -> anyhow::Result<Arc<Self>> {
+        let cfg = Arc::new(cfg);
+        let material = cfg.tls.load()?;
+        Ok(Arc::new(Manager {
+            supervisor: Supervisor::new(cfg.clone()),
+            cluster,
+            pool: Mutex::new(None),
+            phase: Mutex::new((InstancePhase::Initializing, String::new())),
+            progress: Arc::new(Mutex::new(None)),
+            desired: Mutex::new(None),
+            exe_hash: executable_hash(),
+            peers: ControlClient::new(material.client_config()?),
+            shutdown: watch::channel(false).0,
+            cfg,
+        }))
+    }
+
+    /// Ask the manager to stop (as SIGTERM does).
+    pub fn request_shutdown(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    fn set_phase(&self, phase: InstancePhase, message: impl Into<String>) {
+        let message = message.into();
+        let mut p = self.phase.lock().unwrap();
+        if p.0 != phase || p.1 != message {
+            tracing::info!(phase = ?phase, message, "instance phase");
+        }
+        *p = (phase, message);
+    }
+
+    fn pool(&self) -> Option<Pool> {
+        self.pool.lock().unwrap().clone()
+    }
+
+    /// Run until shutdown is requested; then stop mysqld cleanly.
+    pub async fn run(self: Arc<Self>) -> anyhow::Result<()> {
+        let cfg = self.cfg.clone();
+        std::fs::create_dir_all(&cfg.run_dir)?;
+        std::fs::set_permissions(&cfg.run_dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+        std::fs::write(cfg.mycnf(), render_mycnf(&cfg))?;
+        mysqld::start_log_forwarder(&cfg.log_fifo())?;
+        mysqld::stop_leftover(&cfg).await;
+
+        let listener = tokio::net::TcpListener::bind((cfg.control_bind.as_str(), cfg.control_port))
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {}:{}: {e}", cfg.control_bind, cfg.control_port))?;
+        let tls = cfg.tls.load()?.server_config()?;
+        let api_task = tokio::spawn(api::serve(listener, tls, api::router(self.clone()), self.shutdown.subscribe()));
+        tracing::info!(instance = cfg.instance, control = format!("{}:{}", cfg.control_bind, cfg.control_port), version = VERSION, hash = self.exe_hash, "instance manager started");
+
+        let mut stop = self.shutdown.subscribe();
+        let work = {
+            let me = self.clone();
+            async move {
+                if me.obtain_data().await? {
+                    me.reconcile_loop().await;
+                }
+                anyhow::Ok(())
+            }
+        };
+        let result = tokio::select! {
+            r = work => r,
+            _ = crate::stopped(&mut stop) => Ok(()),
+        };
+        if let Err(e) = &result {
+            tracing::error!(error = %e, "instance manager failed");
+            self.set_phase(InstancePhase::Failed, e.to_string());
+        }
+        self.set_phase(InstancePhase::ShuttingDown, "");
+        self.supervisor.shutdown().await;
+        if let Some(p) = self.pool.lock().unwrap().take() {
+            let _ = tokio::time::timeout(Duration::from_secs(1), p.disconnect()).await;
+        }
+        self.shutdown.send_replace(true);
+        let _ = api_task.await;
+        tracing::info!("instance manager stopped");
+        result
+    }
+
+    async fn sleep_or_stop(&self, d: Duration) -> bool {
+        let mut stop = self.shutdown.subscribe();
+        tokio::select! {
+            _ = tokio::time::sleep(d) => *self.shutdown.borrow(),
+            _ = crate::stopped(&mut stop) => true,
+        }
+    }
+
+    fn start_server(&self) {
+        if self.supervisor.state() == ServerState::Stopped {
+            tokio::spawn(self.supervisor.clone().run());
+        }
+    }
+
+    async fn connect_admin(&self) -> anyhow::Result<()> {
+        let admin = read_secret(&self.cfg.secrets.admin_password)?;
+        let opts = sql::socket_opts(&self.cfg.socket(), cnmysql_api::names::ADMIN_USER, Some(&admin));
+        let conn = sql::wait_connectable(&opts, Duration::from_secs(300)).await?;
+        conn.disconnect().await.ok();
+        *self.pool.lock().unwrap() = Some(sql::admin_pool(&self.cfg.socket(), &admin));
+        Ok(())
+    }
+
+    /// Get an initialised data directory and a running server. False when
+    /// shutdown came first.
+    async fn obtain_data(&self) -> anyhow::Result<bool> {
+        loop {
+            let status = match self.cluster.get().await {
+                Ok(s) => s,
+                Err(e) => {
+                    self.set_phase(InstancePhase::Initializing, format!("cannot read the cluster state: {e}"));
+                    if self.sleep_or_stop(Duration::from_millis(500)).await {
+                        return Ok(false);
+                    }
+                    continue;
+                }
+            };
+            let has_data = bootstrap::is_initialized(&self.cfg);
+            match role::bootstrap(&self.cfg.instance, &status, has_data) {
+                Bootstrap::UseExisting => {
+                    self.set_phase(InstancePhase::Starting, "starting on existing data");
+                    self.start_server();
+                    self.connect_admin().await?;
+                    return Ok(true);
+                }
+                Bootstrap::InitPrimary => {
+                    self.set_phase(InstancePhase::Initializing, "initialising a new server");
+                    let began = Instant::now();
+                    let cfg = self.cfg.clone();
+                    tokio::task::spawn_blocking(move || bootstrap::prepare_empty_datadir(&cfg)).await??;
+                    self.start_server();
+                    bootstrap::init_primary_accounts(&self.cfg).await?;
+                    bootstrap::mark_initialized(&self.cfg, "initialised as the first primary")?;
+                    self.connect_admin().await?;
+                    tracing::info!(millis = began.elapsed().as_millis() as u64, "new server initialised");
+                    return Ok(true);
+                }
+                Bootstrap::CloneFrom(source) => {
+                    match self.clone_replica(&source).await {
+                        Ok(()) => return Ok(true),
+                        Err(e) => {
+                            tracing::error!(source, error = %e, "clone failed; retrying");
+                            self.set_phase(InstancePhase::Cloning, format!("clone from {source} failed: {e}"));
+                            *self.progress.lock().unwrap() = None;
+                            if self.supervisor.state() != ServerState::Stopped {
+                                self.supervisor.shutdown().await;
+                                // A fresh supervisor for the next attempt.
+                                anyhow::bail!("clone failed after the server started: {e}");
+                            }
+                            if self.sleep_or_stop(Duration::from_secs(2)).await {
+                                return Ok(false);
+                            }
+                        }
+                    }
+                }
+                Bootstrap::Wait(reason) => {
+                    self.set_phase(InstancePhase::Initializing, reason);
+                    if self.sleep_or_stop(Duration::from_millis(300)).await {
+                        return Ok(false);
+                    }
+                }
+            }
+        }
+    }
+
+    async fn clone_replica(&self, source: &str) -> anyhow::Result<()> {
+        let peer = self
+            .cfg
+            .peers
+            .get(source)
+            .ok_or_else(|| anyhow::anyhow!("no address known for {source}"))?
+            .clone();
+        self.set_phase(InstancePhase::Cloning, format!("cloning from {source}"));
+        let gtid = clone::clone_from(&self.cfg, source, &peer, &self.peers, &self.progress).await?;
+        self.set_phase(InstancePhase::Starting, format!("starting the clone of {source} at {gtid:?}"));
+        self.start_server();
+        self.connect_admin().await?;
+        let pool = self.pool().expect("connected");
+        let mut conn = pool.get_conn().await?;
+        let mut stmts = Vec::new();
+        if !gtid.is_empty() {
+            if self.cfg.flavor() == Flavor::Mariadb {
+                // The copy's own binlog starts empty: give it the history it
+                // holds, so comparisons of GTID state see what it contains.
+                stmts.push(flavor::Sql::new("RESET MASTER"));
+                stmts.push(flavor::Sql::new(format!("SET GLOBAL gtid_binlog_state = {}", flavor::quote(&gtid))));
+            }
+            stmts.extend(flavor::seed_gtid_position(self.cfg.flavor(), &gtid));
+        }
+        sql::exec_all(&mut conn, &stmts).await?;
+        drop(conn);
+        bootstrap::mark_initialized(&self.cfg, &format!("cloned from {source} at {gtid}"))?;
+        Ok(())
+    }
+
+    async fn reconcile_loop(&self) {
+        let mut last_error = String::new();
+        loop {
+            match self.reconcile_once().await {
+                Ok(()) => last_error.clear(),
+                Err(e) => {
+                    let msg = e.to_string();
+                    if msg != last_error {
+                        tracing::warn!(error = msg, "reconcile step failed; retrying");
+                        last_error = msg;
+                    }
+                }
+            }
+            if self.sleep_or_stop(Duration::from_millis(250)).await {
+                return;
+            }
+        }
+    }
+
+    fn local_source_name(&self, host: &str, port: u16) -> Option<String> {
+        self.cfg
+            .peers
+            .iter()
+            .find(|(_, p)| p.host == host && p.mysql_port == port)
+            .map(|(n, _)| n.clone())
+            .or_else(|| Some(format!("{host}:{port}")))
+    }
+
+    async fn reconcile_once(&self) -> anyhow::Result<()> {
+        let status = self.cluster.get().await?;
+        let desired = role::desired(&self.cfg.instance, &status);
+        *self.desired.lock().unwrap() = Some(desired.clone());
+        let Some(pool) = self.pool() else { return Ok(()) };
+        if !matches!(self.supervisor.state(), ServerState::Running { .. }) {
+            self.set_phase(InstancePhase::Restarting, "waiting for mysqld");
+            return Ok(());
+        }
+        let mut conn = pool.get_conn().await?;
+        let view = sql::observe(&mut conn, self.cfg.flavor()).await?;
+        let local = Local {
+            read_only: view.read_only,
+            source: view.replication.as_ref().filter(|r| !r.source_host.is_empty()).and_then(|r| self.local_source_name(&r.source_host, r.source_port)),
+            io_running: view.replication.as_ref().is_some_and(|r| r.io_state == "Yes" || r.io_state == "Connecting"),
+            sql_running: view.replication.as_ref().is_some_and(|r| r.sql_running),
+        };
+        let f = self.cfg.flavor();
+        for action in role::reconcile(&desired, &local) {
+            tracing::info!(action = ?action, "role change");
+            match action {
+                Action::SetReadOnly(on) => {
+                    sql::exec_all(&mut conn, &flavor::read_only(f, on)).await?;
+                    if on {
+                        let killed = sql::kill_writers(&mut conn).await?;
+                        if killed > 0 {
+                            tracing::info!(killed, "closed client connections on becoming read-only");
+                        }
+                    }
+                }
+                Action::ResetReplication => {
+                    sql::exec_all(&mut conn, &[flavor::stop_replica(f), flavor::reset_replica(f)]).await?;
+                }
+                Action::StartReplication => {
+                    sql::exec_all(&mut conn, &[flavor::start_replica(f)]).await?;
+                }
+                Action::Follow(source) => {
+                    let peer = self
+                        .cfg
+                        .peers
+                        .get(&source)
+                        .ok_or_else(|| anyhow::anyhow!("no address known for {source}"))?;
+                    let spec = SourceSpec {
+                        host: peer.host.clone(),
+                        port: peer.mysql_port,
+                        user: REPLICATION_USER.into(),
+                        password: read_secret(&self.cfg.secrets.replication_password)?,
+                        ssl_ca: self.cfg.tls.ca.display().to_string(),
+                        ssl_cert: self.cfg.tls.cert.display().to_string(),
+                        ssl_key: self.cfg.tls.key.display().to_string(),
+                        use_current_pos: false,
+                    };
+                    sql::exec_all(&mut conn, &[flavor::stop_replica(f), flavor::change_source(f, &spec), flavor::start_replica(f)]).await?;
+                }
+            }
+        }
+        if desired == Desired::Primary && status.current_primary.as_deref() != Some(self.cfg.instance.as_str()) {
+            let view = sql::observe(&mut conn, f).await?;
+            if !view.read_only && view.replication.is_none() {
+                self.cluster.set_current_primary(&self.cfg.instance).await?;
+                tracing::info!("recorded as the current primary");
+            }
+        }
+        self.set_phase(InstancePhase::Running, "");
+        Ok(())
+    }
+
+    /// A fresh look at the server for `/status`.
+    pub async fn observe(&self) -> InstanceStatus {
+        let (phase, message) = self.phase.lock().unwrap().clone();
+        let mut st = InstanceStatus {
+            instance: self.cfg.instance.clone(),
+            flavor: Some(self.cfg.flavor()),
+            phase,
+            message,
+            executable_hash: self.exe_hash.clone(),
+            manager_version: VERSION.into(),
+            manager_pid: std::process::id(),
+            clone: self.progress.lock().unwrap().clone().filter(|p| p.stage != "done"),
+            ..Default::default()
+        };
+        if let ServerState::Running { pid } = self.supervisor.state() {
+            st.mysqld_pid = Some(pid);
+        }
+        let Some(pool) = self.pool() else { return st };
+        let observed = tokio::time::timeout(Duration::from_secs(2), async {
+            let mut conn = pool.get_conn().await?;
+            sql::observe(&mut conn, self.cfg.flavor()).await
+        })
+        .await;
+        let view = match observed {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => {
+                st.message = format!("cannot query mysqld: {e}");
+                return st;
+            }
+            Err(_) => {
+                st.message = "mysqld did not answer within 2s".into();
+                return st;
+            }
+        };
+        st.mysqld_running = true;
+        st.read_only = view.read_only;
+        st.gtid_executed = view.gtid_executed;
+        st.gtid_position = view.gtid_position;
+        st.uptime_seconds = Some(view.uptime_seconds);
+        st.semi_sync = Some(view.semi_sync);
+        st.lag_seconds = view.replication.as_ref().and_then(|r| r.seconds_behind);
+        let desired = self.desired.lock().unwrap().clone();
+        st.role = match (&view.replication, &desired) {
+            (Some(_), _) => Role::Replica,
+            (None, _) if !view.read_only => Role::Primary,
+            (None, Some(Desired::Primary)) => Role::Primary,
+            _ => Role::Unknown,
+        };
+        st.ready = st.phase == InstancePhase::Running
+            && match desired {
+                Some(Desired::Primary) => st.role == Role::Primary && !view.read_only,
+                Some(Desired::Replica { .. }) => view.read_only && view.replication.as_ref().is_some_and(|r| r.healthy()),
+                _ => false,
+            };
+        st.replication = view.replication;
+        st
+    }
+}

@@ -1,0 +1,231 @@
+//! Supervising the mysqld process: start it with its output going through a
+//! FIFO the manager holds open, forward each line as a structured log record,
+//! restart it when it dies, and stop it cleanly within a bounded time.
+//!
+//! The FIFO is opened read-write by the manager, so a reader always exists:
+//! mysqld never gets SIGPIPE, and a later re-exec of the manager can inherit
+//! the descriptor and keep reading (DESIGN §8).
+
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::{watch, Notify};
+
+use crate::config::InstanceConfig;
+
+/// What the supervisor knows of mysqld.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerState {
+    Stopped,
+    Running { pid: u32 },
+    /// It died and will be started again after a pause.
+    Restarting,
+}
+
+pub struct Supervisor {
+    cfg: Arc<InstanceConfig>,
+    state_tx: watch::Sender<ServerState>,
+    stop: Arc<Notify>,
+    stopping: watch::Sender<bool>,
+}
+
+/// Open (creating if needed) the log FIFO read-write and forward its lines.
+pub fn start_log_forwarder(path: &Path) -> anyhow::Result<()> {
+    if !path.exists() {
+        nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o600))?;
+    }
+    let rx = tokio::net::unix::pipe::OpenOptions::new()
+        .read_write(true)
+        .open_receiver(path)?;
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(rx).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            forward_line(&line);
+        }
+    });
+    Ok(())
+}
+
+/// One mysqld log line as a structured record, at the level mysqld gave it.
+fn forward_line(line: &str) {
+    let line = line.trim_end();
+    if line.is_empty() {
+        return;
+    }
+    if line.contains("[ERROR]") {
+        tracing::error!(target: "mysqld", source = "mysqld", "{line}");
+    } else if line.contains("[Warning]") {
+        tracing::warn!(target: "mysqld", source = "mysqld", "{line}");
+    } else {
+        tracing::info!(target: "mysqld", source = "mysqld", "{line}");
+    }
+}
+
+fn is_alive(pid: u32) -> bool {
+    kill(Pid::from_raw(pid as i32), None).is_ok()
+        && std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+            .unwrap_or(false)
+}
+
+/// Stop a mysqld left behind by an earlier manager of this instance (for
+/// example one killed with SIGKILL): two servers must never share a data
+/// directory.
+pub async fn stop_leftover(cfg: &InstanceConfig) {
+    let Ok(text) = std::fs::read_to_string(cfg.pid_file()) else { return };
+    let Ok(pid) = text.trim().parse::<u32>() else { return };
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let ours = String::from_utf8_lossy(&cmdline).contains(&cfg.mycnf().display().to_string());
+    if !ours || !is_alive(pid) {
+        return;
+    }
+    tracing::warn!(pid, "a mysqld from an earlier manager is still running; stopping it");
+    let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
+    let deadline = Instant::now() + Duration::from_secs(cfg.shutdown_timeout_secs);
+    while is_alive(pid) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    if is_alive(pid) {
+        let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+        while is_alive(pid) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Supervisor {
+    pub fn new(cfg: Arc<InstanceConfig>) -> Arc<Supervisor> {
+        Arc::new(Supervisor {
+            cfg,
+            state_tx: watch::channel(ServerState::Stopped).0,
+            stop: Arc::new(Notify::new()),
+            stopping: watch::channel(false).0,
+        })
+    }
+
+    pub fn state(&self) -> ServerState {
+        *self.state_tx.borrow()
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<ServerState> {
+        self.state_tx.subscribe()
+    }
+
+    fn spawn_mysqld(&self) -> anyhow::Result<u32> {
+        let fifo = std::fs::OpenOptions::new().write(true).open(self.cfg.log_fifo())?;
+        let mut cmd = std::process::Command::new(&self.cfg.programs.mysqld);
+        cmd.arg(format!("--defaults-file={}", self.cfg.mycnf().display()));
+        if nix::unistd::geteuid().is_root() {
+            cmd.arg("--user=root");
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(fifo.try_clone()?)
+            .stderr(fifo)
+            // Its own process group: a Ctrl-C in the terminal reaches the
+            // manager, which then shuts the server down in order.
+            .process_group(0);
+        let child = cmd.spawn().map_err(|e| {
+            anyhow::anyhow!("cannot start {}: {e}", self.cfg.programs.mysqld.display())
+        })?;
+        Ok(child.id())
+    }
+
+    /// Run mysqld until [`Supervisor::shutdown`] is called, restarting it
+    /// whenever it exits on its own.
+    pub async fn run(self: Arc<Self>) {
+        let mut backoff = Duration::from_millis(500);
+        loop {
+            if *self.stopping.borrow() {
+                break;
+            }
+            let pid = match self.spawn_mysqld() {
+                Ok(pid) => pid,
+                Err(e) => {
+                    tracing::error!(error = %e, "mysqld did not start");
+                    self.state_tx.send_replace(ServerState::Restarting);
+                    if self.pause(backoff).await {
+                        break;
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                    continue;
+                }
+            };
+            tracing::info!(pid, "mysqld started");
+            let started = Instant::now();
+            self.state_tx.send_replace(ServerState::Running { pid });
+            let waiter = tokio::task::spawn_blocking(move || {
+                nix::sys::wait::waitpid(Pid::from_raw(pid as i32), None)
+            });
+            tokio::pin!(waiter);
+            let exited = tokio::select! {
+                r = &mut waiter => Some(r),
+                _ = self.stop.notified() => None,
+            };
+            let status = match exited {
+                Some(r) => r,
+                None => {
+                    self.terminate(pid, &mut waiter).await;
+                    break;
+                }
+            };
+            self.state_tx.send_replace(ServerState::Restarting);
+            let how = match status {
+                Ok(Ok(s)) => format!("{s:?}"),
+                other => format!("{other:?}"),
+            };
+            if *self.stopping.borrow() {
+                tracing::info!(how, "mysqld exited during shutdown");
+                break;
+            }
+            tracing::warn!(how, "mysqld exited unexpectedly; restarting it");
+            if started.elapsed() > Duration::from_secs(30) {
+                backoff = Duration::from_millis(500);
+            }
+            if self.pause(backoff).await {
+                break;
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(10));
+        }
+        self.state_tx.send_replace(ServerState::Stopped);
+    }
+
+    /// Sleep, unless shutdown comes first (then true).
+    async fn pause(&self, d: Duration) -> bool {
+        let mut stopping = self.stopping.subscribe();
+        tokio::select! {
+            _ = tokio::time::sleep(d) => *self.stopping.borrow(),
+            _ = crate::stopped(&mut stopping) => true,
+        }
+    }
+
+    async fn terminate(
+        &self,
+        pid: u32,
+        waiter: &mut std::pin::Pin<&mut tokio::task::JoinHandle<nix::Result<nix::sys::wait::WaitStatus>>>,
+    ) {
+        let begun = Instant::now();
+        tracing::info!(pid, "stopping mysqld");
+        let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
+        let timeout = Duration::from_secs(self.cfg.shutdown_timeout_secs);
+        if tokio::time::timeout(timeout, &mut *waiter).await.is_err() {
+            tracing::error!(pid, timeout_secs = timeout.as_secs(), "mysqld did not stop in time; killing it");
+            let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+            let _ = (&mut *waiter).await;
+        }
+        tracing::info!(pid, millis = begun.elapsed().as_millis() as u64, "mysqld stopped");
+    }
+
+    /// Stop mysqld cleanly (bounded by the shutdown timeout) and do not restart it.
+    pub async fn shutdown(&self) {
+        self.stopping.send_replace(true);
+        self.stop.notify_one();
+        let mut rx = self.subscribe();
+        let _ = rx.wait_for(|s| *s == ServerState::Stopped).await;
+    }
+}

@@ -1,0 +1,166 @@
+//! The manager's administrative connection to its own server (local socket).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use cnmysql_api::Flavor;
+use cnmysql_core::flavor::{self, Sql};
+use cnmysql_core::status::{ReplicationStatus, SemiSyncStatus};
+use mysql_async::prelude::*;
+use mysql_async::{Conn, Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts, Row, Value};
+
+/// Connection options for the admin account over the local socket.
+pub fn socket_opts(socket: &Path, user: &str, password: Option<&str>) -> Opts {
+    OptsBuilder::default()
+        .socket(Some(socket.display().to_string()))
+        .user(Some(user))
+        .pass(password)
+        .prefer_socket(true)
+        .wait_timeout(Some(28_800))
+        .into()
+}
+
+pub fn admin_pool(socket: &Path, password: &str) -> Pool {
+    let constraints = PoolConstraints::new(0, 4).expect("0 <= 4");
+    let opts = OptsBuilder::from_opts(socket_opts(socket, cnmysql_api::names::ADMIN_USER, Some(password)))
+        .pool_opts(PoolOpts::default().with_constraints(constraints).with_inactive_connection_ttl(Duration::from_secs(30)));
+    Pool::new(opts)
+}
+
+/// Run statements, logging only their redacted form.
+pub async fn exec_all(conn: &mut Conn, stmts: &[Sql]) -> anyhow::Result<()> {
+    for s in stmts {
+        tracing::debug!(sql = %s, "exec");
+        conn.query_drop(&s.text)
+            .await
+            .map_err(|e| anyhow::anyhow!("{} failed: {e}", s.shown()))?;
+    }
+    Ok(())
+}
+
+/// Wait until the server accepts connections with these options.
+pub async fn wait_connectable(opts: &Opts, timeout: Duration) -> anyhow::Result<Conn> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match Conn::new(opts.clone()).await {
+            Ok(c) => return Ok(c),
+            Err(e) if Instant::now() >= deadline => {
+                anyhow::bail!("the server did not accept connections within {timeout:?}: {e}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+fn col_str(row: &Row, name: &str) -> String {
+    match row.get_opt::<Value, _>(name) {
+        Some(Ok(Value::Bytes(b))) => String::from_utf8_lossy(&b).into_owned(),
+        Some(Ok(Value::Int(i))) => i.to_string(),
+        Some(Ok(Value::UInt(i))) => i.to_string(),
+        _ => String::new(),
+    }
+}
+
+/// What the manager observes on its own server in one round trip set.
+#[derive(Debug, Clone, Default)]
+pub struct ServerView {
+    pub gtid_executed: String,
+    pub gtid_position: String,
+    pub read_only: bool,
+    pub replication: Option<ReplicationStatus>,
+    pub semi_sync: SemiSyncStatus,
+    pub uptime_seconds: u64,
+}
+
+pub async fn observe(conn: &mut Conn, f: Flavor) -> anyhow::Result<ServerView> {
+    let (executed, position, ro): (String, String, i64) = conn
+        .query_first(flavor::gtid_and_read_only(f).text)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("no row for the GTID query"))?;
+    let rows: Vec<Row> = conn.query(flavor::replica_status(f).text).await?;
+    let replication = rows.first().map(|r| {
+        let (host, port, io, sql, io_err, sql_err, io_errno, sql_errno, behind, using, received) = match f {
+            Flavor::Mariadb => (
+                "Master_Host", "Master_Port", "Slave_IO_Running", "Slave_SQL_Running", "Last_IO_Error",
+                "Last_SQL_Error", "Last_IO_Errno", "Last_SQL_Errno", "Seconds_Behind_Master", "Using_Gtid", "Gtid_IO_Pos",
+            ),
+            Flavor::Mysql => (
+                "Source_Host", "Source_Port", "Replica_IO_Running", "Replica_SQL_Running", "Last_IO_Error",
+                "Last_SQL_Error", "Last_IO_Errno", "Last_SQL_Errno", "Seconds_Behind_Source", "Auto_Position",
+                "Retrieved_Gtid_Set",
+            ),
+        };
+        ReplicationStatus {
+            source_host: col_str(r, host),
+            source_port: col_str(r, port).parse().unwrap_or(0),
+            io_state: col_str(r, io),
+            sql_running: col_str(r, sql) == "Yes",
+            last_io_error: col_str(r, io_err),
+            last_sql_error: col_str(r, sql_err),
+            last_io_errno: col_str(r, io_errno).parse().unwrap_or(0),
+            last_sql_errno: col_str(r, sql_errno).parse().unwrap_or(0),
+            seconds_behind: col_str(r, behind).parse().ok(),
+            using_gtid: col_str(r, using),
+            received_gtid: col_str(r, received),
+        }
+    });
+    let vars: Vec<(String, String)> = conn
+        .query(
+            "SHOW GLOBAL STATUS WHERE Variable_name IN ('Uptime', 'Rpl_semi_sync_master_status', \
+             'Rpl_semi_sync_slave_status', 'Rpl_semi_sync_master_clients', 'Rpl_semi_sync_source_status', \
+             'Rpl_semi_sync_replica_status', 'Rpl_semi_sync_source_clients')",
+        )
+        .await?;
+    let settings: Vec<(String, String)> = conn
+        .query(
+            "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('rpl_semi_sync_master_enabled', \
+             'rpl_semi_sync_slave_enabled', 'rpl_semi_sync_master_timeout', 'rpl_semi_sync_source_enabled', \
+             'rpl_semi_sync_replica_enabled', 'rpl_semi_sync_source_timeout', \
+             'rpl_semi_sync_source_wait_for_replica_count')",
+        )
+        .await?;
+    let get = |list: &[(String, String)], names: &[&str]| -> String {
+        list.iter()
+            .find(|(k, _)| names.iter().any(|n| k.eq_ignore_ascii_case(n)))
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    let on = |s: String| s.eq_ignore_ascii_case("ON") || s == "1";
+    let semi_sync = SemiSyncStatus {
+        source_enabled: on(get(&settings, &["rpl_semi_sync_master_enabled", "rpl_semi_sync_source_enabled"])),
+        source_active: on(get(&vars, &["Rpl_semi_sync_master_status", "Rpl_semi_sync_source_status"])),
+        replica_enabled: on(get(&settings, &["rpl_semi_sync_slave_enabled", "rpl_semi_sync_replica_enabled"])),
+        replica_active: on(get(&vars, &["Rpl_semi_sync_slave_status", "Rpl_semi_sync_replica_status"])),
+        clients: get(&vars, &["Rpl_semi_sync_master_clients", "Rpl_semi_sync_source_clients"]).parse().unwrap_or(0),
+        wait_for_count: get(&settings, &["rpl_semi_sync_source_wait_for_replica_count"]).parse().unwrap_or(1),
+        timeout_millis: get(&settings, &["rpl_semi_sync_master_timeout", "rpl_semi_sync_source_timeout"]).parse().unwrap_or(0),
+    };
+    Ok(ServerView {
+        gtid_executed: executed,
+        gtid_position: position,
+        read_only: ro != 0,
+        replication,
+        semi_sync,
+        uptime_seconds: get(&vars, &["Uptime"]).parse().unwrap_or(0),
+    })
+}
+
+/// Close every client connection that could write (MariaDB's read_only lets
+/// open transactions of privileged users through): everything except
+/// replication threads, system users and our own connection.
+pub async fn kill_writers(conn: &mut Conn) -> anyhow::Result<usize> {
+    let ids: Vec<(u64, String, String)> = conn
+        .query(
+            "SELECT ID, USER, COMMAND FROM information_schema.PROCESSLIST \
+             WHERE ID <> CONNECTION_ID() AND USER NOT IN ('system user', 'event_scheduler', 'root') \
+             AND COMMAND NOT IN ('Binlog Dump', 'Binlog Dump GTID', 'Daemon')",
+        )
+        .await?;
+    let mut n = 0;
+    for (id, _, _) in &ids {
+        if conn.query_drop(format!("KILL CONNECTION {id}")).await.is_ok() {
+            n += 1;
+        }
+    }
+    Ok(n)
+}
