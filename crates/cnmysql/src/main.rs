@@ -1,0 +1,200 @@
+//! `cnmysql`: one binary for the instance manager, the local platform and
+//! the day-2 commands.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+#[derive(Parser)]
+#[command(name = "cnmysql", version, about = "Highly available MySQL-family clusters: operator, instance manager and local mode")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a cluster on this machine, without Kubernetes.
+    Local {
+        #[command(subcommand)]
+        command: LocalCommand,
+    },
+    /// The instance manager (PID 1 of a database pod).
+    Instance {
+        #[command(subcommand)]
+        command: InstanceCommand,
+    },
+    /// Print the Cluster CustomResourceDefinition (YAML).
+    Crd,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Output {
+    Table,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum LocalCommand {
+    /// Create or resume a cluster from a manifest and serve its endpoints.
+    Up {
+        /// The Cluster manifest (YAML).
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+        /// Where the cluster keeps its data [default: <data dir>/cnmysql/<cluster>].
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        /// First port of the endpoints (rw, ro, r), then two per instance; 0 picks free ports.
+        #[arg(long)]
+        port_base: Option<u16>,
+        /// Return once the cluster is ready and keep it running in the background.
+        #[arg(long)]
+        detach: bool,
+        /// With --detach: how long to wait for the cluster to be ready.
+        #[arg(long, default_value = "300", value_name = "SECONDS")]
+        wait_timeout: u64,
+    },
+    /// Show instances, roles, GTIDs and endpoints.
+    Status {
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        /// Cluster name, to find its default state directory.
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(short = 'o', long, value_enum, default_value = "table")]
+        output: Output,
+    },
+    /// Stop the cluster cleanly; its data is kept.
+    Down {
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Stop the cluster and delete its state directory, data included.
+    Destroy {
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        #[arg(long)]
+        name: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum InstanceCommand {
+    /// Supervise mysqld for one instance.
+    Run {
+        /// The instance configuration written by the platform.
+        #[arg(long)]
+        config: PathBuf,
+        /// Local platform: the cluster status file.
+        #[arg(long)]
+        state_file: PathBuf,
+    },
+}
+
+fn init_json_logs() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("CNMYSQL_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .json()
+        .flatten_event(true)
+        .with_current_span(false)
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn main() -> ExitCode {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    match rt.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn state_dir(flag: Option<PathBuf>, name: Option<String>) -> anyhow::Result<cnmysql_local::state::StateDir> {
+    cnmysql_local::resolve_state_dir(flag.as_deref(), name.as_deref())
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Crd => {
+            print!("{}", cnmysql_api::crd_yaml());
+            Ok(())
+        }
+        Command::Local { command } => match command {
+            LocalCommand::Up { file, state_dir, port_base, detach, wait_timeout } => {
+                if std::env::var_os(cnmysql_local::DETACHED_ENV).is_some() {
+                    init_json_logs();
+                }
+                cnmysql_local::up(cnmysql_local::UpOptions {
+                    manifest: file,
+                    state_dir,
+                    port_base,
+                    detach,
+                    wait_timeout: Duration::from_secs(wait_timeout),
+                })
+                .await
+            }
+            LocalCommand::Status { state_dir: d, name, output } => {
+                let dir = state_dir(d, name)?;
+                let report = cnmysql_local::status_report(&dir).await?;
+                match output {
+                    Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+                    Output::Table => print!("{}", cnmysql_local::render_status(&report)),
+                }
+                Ok(())
+            }
+            LocalCommand::Down { state_dir: d, name } => cnmysql_local::down(&state_dir(d, name)?),
+            LocalCommand::Destroy { state_dir: d, name } => cnmysql_local::destroy(&state_dir(d, name)?),
+        },
+        Command::Instance { command: InstanceCommand::Run { config, state_file } } => {
+            init_json_logs();
+            let cfg = cnmysql_instance::InstanceConfig::load(&config)?;
+            let exit_with_parent = cfg.exit_with_parent;
+            let dir = state_file
+                .parent()
+                .map(|p| cnmysql_local::state::StateDir::new(p.to_path_buf()))
+                .ok_or_else(|| anyhow::anyhow!("--state-file has no directory"))?;
+            let manager = cnmysql_instance::Manager::new(cfg, cnmysql_local::cluster_state::FileClusterState::new(dir))?;
+            let m = manager.clone();
+            tokio::spawn(async move {
+                use tokio::signal::unix::{signal, SignalKind};
+                let mut term = signal(SignalKind::terminate()).expect("signal handler");
+                let mut int = signal(SignalKind::interrupt()).expect("signal handler");
+                tokio::select! {
+                    _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+                    _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+                }
+                m.request_shutdown();
+            });
+            if exit_with_parent {
+                let m = manager.clone();
+                let parent = nix::unistd::getppid();
+                tokio::spawn(async move {
+                    loop {
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        if nix::unistd::getppid() != parent {
+                            tracing::warn!("the local control plane went away; shutting down");
+                            m.request_shutdown();
+                            break;
+                        }
+                    }
+                });
+            }
+            manager.run().await
+        }
+    }
+}

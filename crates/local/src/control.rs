@@ -1,0 +1,364 @@
+//! The local control plane: what the operator and the kubelet do on
+//! Kubernetes, for one machine. It starts one instance manager process per
+//! instance (restarting any that dies), polls their `/status` over mTLS,
+//! derives routing and the cluster status with the pure core, and serves the
+//! Service endpoints.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cnmysql_api::names::instance_name;
+use cnmysql_api::{Cluster, ServiceRole};
+use cnmysql_core::phase::{set_condition, summarize};
+use cnmysql_core::services::desired_routes;
+use cnmysql_core::status::{InstancePhase, InstanceStatus, Observed, Snapshot};
+use cnmysql_instance::client::ControlClient;
+use cnmysql_instance::config::Programs;
+use cnmysql_instance::manager::executable_hash;
+use tokio::process::{Child, Command};
+use tokio::sync::watch;
+
+use crate::proxy::{self, Proxy, RouteTable};
+use crate::state::{Ports, StateDir};
+
+/// How progress is shown: readable lines on a terminal, JSON in a log file.
+#[derive(Clone, Copy)]
+pub struct Reporter {
+    pub json: bool,
+    pub color: bool,
+}
+
+impl Reporter {
+    pub fn for_stdout() -> Reporter {
+        let tty = std::io::stdout().is_terminal();
+        Reporter { json: false, color: tty && std::env::var_os("NO_COLOR").is_none() }
+    }
+
+    pub fn say(&self, who: Option<&str>, msg: &str) {
+        if self.json {
+            let line = serde_json::json!({
+                "timestamp": jiff::Timestamp::now().to_string(),
+                "level": "INFO",
+                "target": "cnmysql::local",
+                "instance": who,
+                "message": msg,
+            });
+            println!("{line}");
+        } else if let Some(w) = who {
+            if self.color {
+                println!("\x1b[36m{w}\x1b[0m: {msg}");
+            } else {
+                println!("{w}: {msg}");
+            }
+        } else if self.color {
+            println!("\x1b[1m{msg}\x1b[0m");
+        } else {
+            println!("{msg}");
+        }
+    }
+}
+
+/// The Services of a cluster with their roles, in a stable order.
+pub fn services(cluster: &Cluster) -> Vec<(String, ServiceRole)> {
+    let svc = &cluster.spec.managed.services;
+    let mut out: Vec<(String, ServiceRole)> = ServiceRole::ALL
+        .iter()
+        .filter(|r| !svc.disabled_default_services.contains(r))
+        .map(|r| (r.as_str().to_string(), *r))
+        .collect();
+    out.extend(svc.additional.iter().map(|a| (a.name.clone(), a.selector_type)));
+    out
+}
+
+fn human_bytes(b: f64) -> String {
+    if b >= 1e9 {
+        format!("{:.2} GB", b / 1e9)
+    } else {
+        format!("{:.0} MB", b / 1e6)
+    }
+}
+
+struct ManagedProcess {
+    name: String,
+    child: Option<Child>,
+    restarts: u32,
+    next_start: Instant,
+}
+
+pub struct ControlPlane {
+    dir: StateDir,
+    cluster: Cluster,
+    ports: Ports,
+    programs: Programs,
+    template: Option<PathBuf>,
+    reporter: Reporter,
+    exe: PathBuf,
+    client: ControlClient,
+}
+
+impl ControlPlane {
+    pub fn new(dir: StateDir, cluster: Cluster, ports: Ports, programs: Programs, template: Option<PathBuf>, reporter: Reporter) -> anyhow::Result<Self> {
+        let client = ControlClient::new(dir.operator_material()?.client_config()?).with_connect_timeout(Duration::from_millis(500));
+        Ok(ControlPlane {
+            dir,
+            cluster,
+            ports,
+            programs,
+            template,
+            reporter,
+            exe: std::env::current_exe()?,
+            client,
+        })
+    }
+
+    fn name(&self) -> String {
+        self.cluster.metadata.name.clone().unwrap_or_default()
+    }
+
+    fn instance_names(&self) -> Vec<String> {
+        (1..=self.cluster.spec.instances as u32).map(|i| instance_name(&self.name(), i)).collect()
+    }
+
+    fn write_instance_configs(&self) -> anyhow::Result<()> {
+        for i in 1..=self.cluster.spec.instances as u32 {
+            let cfg = self.dir.build_instance_config(&self.cluster, &self.ports, i, &self.programs, self.template.clone())?;
+            std::fs::create_dir_all(self.dir.instance_dir(&cfg.instance))?;
+            cnmysql_tls::write_private(&self.dir.instance_config(&cfg.instance), &serde_json::to_string_pretty(&cfg)?, true)?;
+        }
+        Ok(())
+    }
+
+    fn spawn_manager(&self, name: &str) -> anyhow::Result<Child> {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.manager_log(name))?;
+        let child = Command::new(&self.exe)
+            .arg("instance")
+            .arg("run")
+            .arg("--config")
+            .arg(self.dir.instance_config(name))
+            .arg("--state-file")
+            .arg(self.dir.status_file())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .process_group(0)
+            .spawn()?;
+        if let Some(pid) = child.id() {
+            std::fs::write(self.dir.manager_pid(name), pid.to_string())?;
+        }
+        Ok(child)
+    }
+
+    async fn poll(&self) -> Vec<Observed> {
+        let futs = self.instance_names().into_iter().enumerate().map(|(i, name)| {
+            let port = self.ports.instances.get(&name).map(|p| p.control).unwrap_or(0);
+            let host = self.ports.host.clone();
+            let client = self.client.clone();
+            async move {
+                let status = tokio::time::timeout(
+                    Duration::from_millis(2500),
+                    client.get_json::<InstanceStatus>(&host, port, "/status"),
+                )
+                .await
+                .ok()
+                .and_then(Result::ok);
+                Observed { name, ordinal: i as u32 + 1, status }
+            }
+        });
+        futures::future::join_all(futs).await
+    }
+
+    /// Run until SIGINT or SIGTERM; then stop every instance cleanly.
+    pub async fn run(self) -> anyhow::Result<()> {
+        let started = Instant::now();
+        let name = self.name();
+        self.write_instance_configs()?;
+        let svc = services(&self.cluster);
+        let addrs: Arc<BTreeMap<String, (String, u16)>> = Arc::new(
+            self.ports.instances.iter().map(|(n, p)| (n.clone(), (self.ports.host.clone(), p.mysql))).collect(),
+        );
+        let (routes_tx, routes_rx) = watch::channel(RouteTable::new());
+        for (service, _) in &svc {
+            let port = self.ports.services[service];
+            let proxy = Proxy::bind(service, &self.ports.host, port).await?;
+            tokio::spawn(proxy.run(routes_rx.clone(), addrs.clone()));
+        }
+        let operator_hash = executable_hash();
+        self.dir.update_status(|s| {
+            s.operator_executable_hash = Some(operator_hash.clone());
+            s.instances = self.cluster.spec.instances;
+        })?;
+        self.reporter.say(None, &format!("Starting cluster {name} ({} instances) in {}", self.cluster.spec.instances, self.dir.root.display()));
+
+        let mut procs: Vec<ManagedProcess> = self
+            .instance_names()
+            .into_iter()
+            .map(|n| ManagedProcess { name: n, child: None, restarts: 0, next_start: Instant::now() })
+            .collect();
+
+        let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+        let mut last_phase: BTreeMap<String, (InstancePhase, String)> = BTreeMap::new();
+        let mut last_clone_report: BTreeMap<String, Instant> = BTreeMap::new();
+        let mut cluster_phase = String::new();
+        let mut announced = false;
+        let mut tick = tokio::time::interval(Duration::from_millis(200));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = sigterm.recv() => break,
+                _ = sigint.recv() => break,
+                _ = tick.tick() => {}
+            }
+            // Keep one manager per instance running, like a kubelet.
+            for p in procs.iter_mut() {
+                if let Some(c) = p.child.as_mut()
+                    && let Ok(Some(st)) = c.try_wait()
+                {
+                    self.reporter.say(Some(&p.name), &format!("instance manager exited ({st}); restarting it"));
+                    p.child = None;
+                    p.restarts += 1;
+                    p.next_start = Instant::now() + Duration::from_millis(500 * u64::from(p.restarts.min(10)));
+                }
+                if p.child.is_none() && Instant::now() >= p.next_start {
+                    match self.spawn_manager(&p.name) {
+                        Ok(c) => p.child = Some(c),
+                        Err(e) => self.reporter.say(Some(&p.name), &format!("cannot start the instance manager: {e}")),
+                    }
+                }
+            }
+            let observed = self.poll().await;
+            let status = self.dir.read_status().unwrap_or_default();
+            let snapshot = Snapshot {
+                cluster: name.clone(),
+                spec: self.cluster.spec.clone(),
+                status: status.clone(),
+                instances: observed.clone(),
+                now_ms: jiff::Timestamp::now().as_millisecond(),
+            };
+            let routes = desired_routes(&snapshot);
+            let table = proxy::table(&routes, &svc);
+            if *routes_tx.borrow() != table {
+                tracing::info!(routes = ?table, "routing changed");
+                routes_tx.send_replace(table);
+            }
+            let summary = summarize(&snapshot);
+            let gtids = snapshot.gtid_by_instance();
+            let hashes: BTreeMap<String, String> = observed
+                .iter()
+                .filter_map(|o| o.status.as_ref().map(|s| (o.name.clone(), s.executable_hash.clone())))
+                .collect();
+            let changed = status.phase != Some(summary.phase)
+                || status.phase_reason.as_deref() != Some(summary.reason.as_str())
+                || status.ready_instances != summary.ready_instances
+                || status.gtid_executed_by_instance != gtids
+                || hashes.iter().any(|(k, v)| status.executable_hash_by_instance.get(k) != Some(v))
+                || summary.conditions.iter().any(|(t, st, _, _)| {
+                    !status.conditions.iter().any(|c| c.type_ == *t && (c.status == "True") == *st)
+                });
+            if changed {
+                let now = snapshot.now_ms;
+                let _ = self.dir.update_status(|s| {
+                    s.phase = Some(summary.phase);
+                    s.phase_reason = Some(summary.reason.clone());
+                    s.ready_instances = summary.ready_instances;
+                    s.instances = self.cluster.spec.instances;
+                    s.gtid_executed_by_instance = gtids.clone();
+                    s.executable_hash_by_instance.extend(hashes.clone());
+                    for (t, st, reason, msg) in &summary.conditions {
+                        set_condition(&mut s.conditions, t, *st, reason, msg, now, None);
+                    }
+                });
+            }
+            // Progress for the human watching.
+            for o in &observed {
+                let Some(st) = &o.status else { continue };
+                let key = (st.phase, st.message.clone());
+                if last_phase.get(&o.name) != Some(&key) {
+                    let text = if st.message.is_empty() { format!("{:?}", st.phase) } else { format!("{:?}: {}", st.phase, st.message) };
+                    self.reporter.say(Some(&o.name), &text);
+                    last_phase.insert(o.name.clone(), key);
+                }
+                if let Some(c) = &st.clone {
+                    let due = last_clone_report.get(&o.name).is_none_or(|t| t.elapsed() >= Duration::from_secs(2));
+                    if due && c.bytes > 0 {
+                        let of = c.expected_bytes.map(|e| format!(" of ~{}", human_bytes(e as f64))).unwrap_or_default();
+                        let eta = c.eta_seconds.map(|e| format!(", ETA {e:.0}s")).unwrap_or_default();
+                        self.reporter.say(
+                            Some(&o.name),
+                            &format!("{} from {}: {}{of} at {}/s{eta}", c.stage, c.source, human_bytes(c.bytes as f64), human_bytes(c.bytes_per_second)),
+                        );
+                        last_clone_report.insert(o.name.clone(), Instant::now());
+                    }
+                }
+            }
+            let phase_text = format!("{} ({})", summary.phase.as_str(), summary.reason);
+            if phase_text != cluster_phase {
+                self.reporter.say(None, &format!("cluster: {phase_text}"));
+                cluster_phase = phase_text;
+            }
+            if !announced && summary.phase == cnmysql_api::Phase::Healthy {
+                announced = true;
+                self.announce(&status, started.elapsed());
+            }
+        }
+        self.reporter.say(None, "Stopping: replicas first, then the primary");
+        self.stop_all(procs).await;
+        let _ = self.dir.update_status(|s| {
+            s.phase = Some(cnmysql_api::Phase::Stopped);
+            s.phase_reason = Some("stopped by the user; data kept".into());
+            s.ready_instances = 0;
+        });
+        self.reporter.say(None, &format!("Cluster {name} stopped; data kept in {}", self.dir.root.display()));
+        Ok(())
+    }
+
+    fn announce(&self, status: &cnmysql_api::ClusterStatus, elapsed: Duration) {
+        let name = self.name();
+        let host = &self.ports.host;
+        let mut text = format!(
+            "Cluster {name} is ready: {} instances, primary {} ({:.1}s)\n",
+            self.cluster.spec.instances,
+            status.current_primary.as_deref().unwrap_or("?"),
+            elapsed.as_secs_f64()
+        );
+        for (svc, role) in services(&self.cluster) {
+            let what = match role {
+                ServiceRole::Rw => "read-write, the primary",
+                ServiceRole::Ro => "read-only, the replicas",
+                ServiceRole::R => "read-only, any instance",
+            };
+            text.push_str(&format!("  {svc:<4} {host}:{:<6} {what}\n", self.ports.services[&svc]));
+        }
+        text.push_str(&format!(
+            "Connect:  mariadb -h {host} -P {} -u app -p\"$(cat {})\"\n",
+            self.ports.services["rw"],
+            self.dir.secret_files().app_password.display()
+        ));
+        text.push_str(&format!("Status:   cnmysql local status --state-dir {}\n", self.dir.root.display()));
+        text.push_str(&format!("Stop:     cnmysql local down --state-dir {}", self.dir.root.display()));
+        self.reporter.say(None, &text);
+    }
+
+    async fn stop_all(&self, mut procs: Vec<ManagedProcess>) {
+        let primary = self.dir.read_status().ok().and_then(|s| s.current_primary);
+        procs.sort_by_key(|p| Some(&p.name) == primary.as_ref());
+        for p in procs.iter_mut() {
+            let Some(child) = p.child.as_mut() else { continue };
+            if let Some(pid) = child.id() {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
+            }
+            match tokio::time::timeout(Duration::from_secs(90), child.wait()).await {
+                Ok(_) => self.reporter.say(Some(&p.name), "stopped"),
+                Err(_) => {
+                    self.reporter.say(Some(&p.name), "did not stop within 90s; killing it");
+                    let _ = child.kill().await;
+                }
+            }
+            let _ = std::fs::remove_file(self.dir.manager_pid(&p.name));
+        }
+    }
+}

@@ -1,0 +1,334 @@
+//! The state directory of a local cluster: its manifest, ports, secrets,
+//! PKI, status (the local stand-in for the Cluster status) and instances.
+//!
+//! ```text
+//! <state>/cluster.yaml        the manifest the cluster was started with
+//! <state>/ports.json          endpoints and per-instance ports
+//! <state>/status.json         ClusterStatus (written under status.lock)
+//! <state>/control.pid         the control plane's pid while it runs
+//! <state>/control.log         its log when detached
+//! <state>/pki/                ca.crt, ca.key, <instance>.crt/.key, cnmysql-operator.crt/.key
+//! <state>/secrets/            admin, replication, app passwords (0600)
+//! <state>/instances/<name>/   data/, run/, config.json, manager.log, manager.pid
+//! ```
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use cnmysql_api::names::{instance_name, OPERATOR_IDENTITY};
+use cnmysql_api::{Cluster, ClusterStatus, ServiceRole};
+use cnmysql_instance::config::{InstanceConfig, PeerAddr, Programs, SecretFiles};
+use cnmysql_tls::{Ca, Material, TlsPaths};
+use nix::fcntl::{Flock, FlockArg};
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct InstancePorts {
+    pub mysql: u16,
+    pub control: u16,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Ports {
+    pub host: String,
+    /// Service name (`rw`, `ro`, `r`, additional names) → port.
+    pub services: BTreeMap<String, u16>,
+    pub instances: BTreeMap<String, InstancePorts>,
+}
+
+#[derive(Clone, Debug)]
+pub struct StateDir {
+    pub root: PathBuf,
+}
+
+/// The default state directory of a cluster: `<data dir>/cnmysql/<name>`.
+pub fn default_state_dir(cluster: &str) -> PathBuf {
+    dirs::data_dir()
+        .unwrap_or_else(|| std::env::temp_dir().join("cnmysql-data"))
+        .join("cnmysql")
+        .join(cluster)
+}
+
+fn random_secret() -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789";
+    let mut rng = rand::rng();
+    (0..32).map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char).collect()
+}
+
+/// Is this TCP port free on `host` right now?
+pub fn port_free(host: &str, port: u16) -> bool {
+    std::net::TcpListener::bind((host, port)).is_ok()
+}
+
+fn free_port(host: &str) -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind((host, 0))?.local_addr()?.port())
+}
+
+impl StateDir {
+    pub fn new(root: PathBuf) -> StateDir {
+        StateDir { root }
+    }
+    pub fn manifest(&self) -> PathBuf {
+        self.root.join("cluster.yaml")
+    }
+    pub fn ports_file(&self) -> PathBuf {
+        self.root.join("ports.json")
+    }
+    pub fn status_file(&self) -> PathBuf {
+        self.root.join("status.json")
+    }
+    pub fn status_lock(&self) -> PathBuf {
+        self.root.join("status.lock")
+    }
+    pub fn control_pid(&self) -> PathBuf {
+        self.root.join("control.pid")
+    }
+    pub fn control_log(&self) -> PathBuf {
+        self.root.join("control.log")
+    }
+    pub fn pki(&self) -> PathBuf {
+        self.root.join("pki")
+    }
+    pub fn secrets_dir(&self) -> PathBuf {
+        self.root.join("secrets")
+    }
+    pub fn instance_dir(&self, name: &str) -> PathBuf {
+        self.root.join("instances").join(name)
+    }
+    pub fn instance_config(&self, name: &str) -> PathBuf {
+        self.instance_dir(name).join("config.json")
+    }
+    pub fn manager_log(&self, name: &str) -> PathBuf {
+        self.instance_dir(name).join("manager.log")
+    }
+    pub fn manager_pid(&self, name: &str) -> PathBuf {
+        self.instance_dir(name).join("manager.pid")
+    }
+    pub fn secret_files(&self) -> SecretFiles {
+        let d = self.secrets_dir();
+        SecretFiles {
+            admin_password: d.join("admin-password"),
+            replication_password: d.join("replication-password"),
+            app_password: d.join("app-password"),
+        }
+    }
+    pub fn operator_tls(&self) -> TlsPaths {
+        TlsPaths::in_dir(&self.pki(), OPERATOR_IDENTITY)
+    }
+    pub fn operator_material(&self) -> anyhow::Result<Material> {
+        Ok(self.operator_tls().load()?)
+    }
+
+    pub fn exists(&self) -> bool {
+        self.manifest().is_file()
+    }
+
+    /// The manifest the cluster was created with.
+    pub fn load_cluster(&self) -> anyhow::Result<Cluster> {
+        let text = std::fs::read_to_string(self.manifest())
+            .map_err(|e| anyhow::anyhow!("no local cluster in {}: {e}", self.root.display()))?;
+        Ok(cnmysql_api::parse_cluster(&text)?)
+    }
+
+    pub fn load_ports(&self) -> anyhow::Result<Ports> {
+        let text = std::fs::read_to_string(self.ports_file())?;
+        Ok(serde_json::from_str(&text)?)
+    }
+
+    /// Create what is missing: directories, secrets, PKI, ports, status.
+    /// What exists is kept, so `up` on an existing directory resumes.
+    pub fn prepare(&self, cluster: &Cluster, manifest_text: &str, port_base: Option<u16>) -> anyhow::Result<Ports> {
+        let name = cluster.metadata.name.clone().unwrap_or_default();
+        std::fs::create_dir_all(&self.root)?;
+        if self.exists() {
+            let old = self.load_cluster()?;
+            if old.metadata.name != cluster.metadata.name {
+                anyhow::bail!(
+                    "{} holds cluster {:?}, not {:?}; pass another --state-dir",
+                    self.root.display(),
+                    old.metadata.name.unwrap_or_default(),
+                    name
+                );
+            }
+            if old.spec.instances > cluster.spec.instances {
+                anyhow::bail!(
+                    "spec.instances went down from {} to {}: scaling down a local cluster is not supported; \
+                     keep spec.instances at {} or destroy the cluster",
+                    old.spec.instances,
+                    cluster.spec.instances,
+                    old.spec.instances
+                );
+            }
+        }
+        cnmysql_tls::write_private(&self.manifest(), manifest_text, true)?;
+        std::fs::create_dir_all(self.secrets_dir())?;
+        let secrets = self.secret_files();
+        for f in [&secrets.admin_password, &secrets.replication_password, &secrets.app_password] {
+            if !f.exists() {
+                cnmysql_tls::write_private(f, &random_secret(), true)?;
+            }
+        }
+        let instances: Vec<String> = (1..=cluster.spec.instances as u32).map(|i| instance_name(&name, i)).collect();
+        self.prepare_pki(&name, &instances)?;
+        let ports = self.prepare_ports(cluster, &instances, port_base)?;
+        if !self.status_file().exists() {
+            let status = ClusterStatus {
+                target_primary: Some(instance_name(&name, 1)),
+                target_primary_timestamp: Some(jiff::Timestamp::now().to_string()),
+                instances: cluster.spec.instances,
+                ..Default::default()
+            };
+            self.write_status(&status)?;
+        }
+        Ok(ports)
+    }
+
+    fn prepare_pki(&self, cluster: &str, instances: &[String]) -> anyhow::Result<()> {
+        let pki = self.pki();
+        std::fs::create_dir_all(&pki)?;
+        let ca_cert = pki.join("ca.crt");
+        let ca_key = pki.join("ca.key");
+        let ca = if ca_cert.exists() && ca_key.exists() {
+            Ca {
+                identity: cnmysql_tls::Identity {
+                    cert_pem: std::fs::read_to_string(&ca_cert)?,
+                    key_pem: std::fs::read_to_string(&ca_key)?,
+                },
+            }
+        } else {
+            let ca = Ca::generate(cluster)?;
+            cnmysql_tls::write_private(&ca_key, &ca.identity.key_pem, true)?;
+            cnmysql_tls::write_private(&ca_cert, &ca.identity.cert_pem, false)?;
+            ca
+        };
+        let mut parties: Vec<(String, Vec<String>)> = instances
+            .iter()
+            .map(|n| (n.clone(), vec![n.clone(), "localhost".into(), "127.0.0.1".into(), "::1".into()]))
+            .collect();
+        parties.push((OPERATOR_IDENTITY.into(), vec![OPERATOR_IDENTITY.into()]));
+        for (who, names) in parties {
+            let paths = TlsPaths::in_dir(&pki, &who);
+            if !paths.cert.exists() || !paths.key.exists() {
+                let id = ca.issue(&who, &names)?;
+                paths.write(&ca, &id)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn prepare_ports(&self, cluster: &Cluster, instances: &[String], port_base: Option<u16>) -> anyhow::Result<Ports> {
+        let host = "127.0.0.1".to_string();
+        let mut ports = if self.ports_file().exists() {
+            self.load_ports()?
+        } else {
+            Ports { host: host.clone(), services: BTreeMap::new(), instances: BTreeMap::new() }
+        };
+        let svc = &cluster.spec.managed.services;
+        let mut services: Vec<String> = ServiceRole::ALL
+            .iter()
+            .filter(|r| !svc.disabled_default_services.contains(r))
+            .map(|r| r.as_str().to_string())
+            .collect();
+        services.extend(svc.additional.iter().map(|a| a.name.clone()));
+        // A fixed base gives predictable ports: services from the base, then
+        // two per instance. Base 0 picks free ports.
+        let base = port_base.unwrap_or(13306);
+        let pick = |offset: u32| -> anyhow::Result<u16> {
+            if base == 0 {
+                free_port(&host)
+            } else {
+                let p = base as u32 + offset;
+                u16::try_from(p).map_err(|_| anyhow::anyhow!("port {p} is out of range; choose a lower --port-base"))
+            }
+        };
+        for (i, s) in services.iter().enumerate() {
+            if !ports.services.contains_key(s) {
+                ports.services.insert(s.clone(), pick(i as u32)?);
+            }
+        }
+        ports.services.retain(|k, _| services.contains(k));
+        for (i, n) in instances.iter().enumerate() {
+            if !ports.instances.contains_key(n) {
+                let off = 10 + 2 * i as u32;
+                ports.instances.insert(n.clone(), InstancePorts { mysql: pick(off)?, control: pick(off + 1)? });
+            }
+        }
+        let text = serde_json::to_string_pretty(&ports)?;
+        cnmysql_tls::write_private(&self.ports_file(), &text, false)?;
+        Ok(ports)
+    }
+
+    /// The configuration of one instance manager.
+    pub fn build_instance_config(
+        &self,
+        cluster: &Cluster,
+        ports: &Ports,
+        ordinal: u32,
+        programs: &Programs,
+        template: Option<PathBuf>,
+    ) -> anyhow::Result<InstanceConfig> {
+        let name = cluster.metadata.name.clone().unwrap_or_default();
+        let me = instance_name(&name, ordinal);
+        let mine = ports.instances.get(&me).ok_or_else(|| anyhow::anyhow!("no ports for {me}"))?;
+        let dir = self.instance_dir(&me);
+        let peers = ports
+            .instances
+            .iter()
+            .map(|(n, p)| (n.clone(), PeerAddr { host: ports.host.clone(), mysql_port: p.mysql, control_port: p.control }))
+            .collect();
+        Ok(InstanceConfig {
+            cluster: name,
+            instance: me.clone(),
+            ordinal,
+            spec: cluster.spec.clone(),
+            data_dir: dir.join("data"),
+            run_dir: dir.join("run"),
+            template_dir: template,
+            tls: TlsPaths::in_dir(&self.pki(), &me),
+            secrets: self.secret_files(),
+            programs: programs.clone(),
+            mysql_bind: ports.host.clone(),
+            mysql_port: mine.mysql,
+            control_bind: ports.host.clone(),
+            control_port: mine.control,
+            peers,
+            shutdown_timeout_secs: 60,
+            exit_with_parent: true,
+        })
+    }
+
+    pub fn read_status(&self) -> anyhow::Result<ClusterStatus> {
+        let text = std::fs::read_to_string(self.status_file())?;
+        Ok(serde_json::from_str(&text)?)
+    }
+
+    fn write_status(&self, s: &ClusterStatus) -> anyhow::Result<()> {
+        let text = serde_json::to_string_pretty(s)?;
+        cnmysql_tls::write_private(&self.status_file(), &text, false)?;
+        Ok(())
+    }
+
+    /// Read-modify-write the status under an exclusive lock; returns the new status.
+    pub fn update_status(&self, f: impl FnOnce(&mut ClusterStatus)) -> anyhow::Result<ClusterStatus> {
+        let lock = File::options().create(true).truncate(false).write(true).open(self.status_lock())?;
+        let _guard = Flock::lock(lock, FlockArg::LockExclusive).map_err(|(_, e)| e)?;
+        let mut s = self.read_status().unwrap_or_default();
+        f(&mut s);
+        self.write_status(&s)?;
+        Ok(s)
+    }
+}
+
+/// A pid file's process, if it is alive.
+pub fn live_pid(path: &Path) -> Option<i32> {
+    let pid: i32 = std::fs::read_to_string(path).ok()?.trim().parse().ok()?;
+    let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+        && std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+            .unwrap_or(false);
+    alive.then_some(pid)
+}
