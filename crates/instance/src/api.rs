@@ -66,6 +66,10 @@ async fn backup<B: Backend>(State(b): State<Arc<B>>, Extension(peer): Extension<
         tracing::warn!(peer = peer.0, "backup refused to a certificate of another identity");
         return (StatusCode::FORBIDDEN, "this identity may not copy the data").into_response();
     }
+    let st = b.status().await;
+    if !st.ready {
+        return (StatusCode::SERVICE_UNAVAILABLE, format!("not ready to serve a backup: {:?} {}", st.phase, st.message)).into_response();
+    }
     tracing::info!(peer = peer.0, "backup requested");
     match crate::clone::start_backup(b.config()) {
         Ok((size, stream)) => Response::builder()

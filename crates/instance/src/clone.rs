@@ -223,13 +223,16 @@ pub async fn clone_from(
     let mut body = resp.into_body();
     let mut bytes = 0u64;
     let mut last_log = Instant::now();
+    let mut next_report = 64 * 1024 * 1024u64;
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| anyhow::anyhow!("the backup stream from {source} broke after {bytes} bytes: {e}"))?;
         if let Ok(data) = frame.into_data() {
             stdin.write_all(&data).await?;
             bytes += data.len() as u64;
-            if last_log.elapsed() >= Duration::from_secs(1) {
+            // Report every second, and every 64 MiB on fast links.
+            if last_log.elapsed() >= Duration::from_secs(1) || bytes >= next_report {
                 last_log = Instant::now();
+                next_report = bytes + 64 * 1024 * 1024;
                 set("copying", bytes, expected);
                 let p = progress.lock().unwrap().clone().unwrap_or_default();
                 tracing::info!(

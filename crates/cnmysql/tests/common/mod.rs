@@ -1,0 +1,214 @@
+//! A local cluster driven through the real `cnmysql` binary, on free ports
+//! and a temporary state directory, torn down (and checked for leftover
+//! processes) when the test ends.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::*;
+use mysql_async::{Conn, OptsBuilder};
+use serde_json::Value;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_cnmysql");
+
+pub fn cnmysql(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().expect("run cnmysql")
+}
+
+/// A manifest for a cluster of `instances` with small memory settings.
+pub fn manifest(name: &str, instances: u32) -> String {
+    format!(
+        "apiVersion: mysql.cnmysql.io/v1\nkind: Cluster\nmetadata:\n  name: {name}\nspec:\n  instances: {instances}\n  mysql:\n    parameters:\n      innodb_buffer_pool_size: 32M\n"
+    )
+}
+
+pub struct LocalCluster {
+    pub name: String,
+    pub dir: tempfile::TempDir,
+    destroyed: bool,
+}
+
+/// Wait until `f` returns Some, or fail after `timeout` with `what`.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+impl LocalCluster {
+    /// `local up --detach` a new cluster and wait until it is ready.
+    pub fn start(name: &str, manifest_text: &str) -> LocalCluster {
+        let dir = tempfile::Builder::new().prefix("cnmysql-test-").tempdir().unwrap();
+        let c = LocalCluster { name: name.to_string(), dir, destroyed: false };
+        c.up(manifest_text);
+        c
+    }
+
+    pub fn state(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn state_arg(&self) -> String {
+        self.state().join("state").display().to_string()
+    }
+
+    /// `local up --detach` (creating or resuming).
+    pub fn up(&self, manifest_text: &str) -> Output {
+        let m = self.state().join("cluster.yaml");
+        std::fs::write(&m, manifest_text).unwrap();
+        let out = cnmysql(&[
+            "local", "up", "-f", m.to_str().unwrap(), "--state-dir", &self.state_arg(), "--port-base", "0", "--detach",
+            "--wait-timeout", "180",
+        ]);
+        assert!(
+            out.status.success(),
+            "local up failed:\nstdout: {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    pub fn down(&self) {
+        let out = cnmysql(&["local", "down", "--state-dir", &self.state_arg()]);
+        assert!(out.status.success(), "local down failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    pub fn ports(&self) -> Value {
+        let p = Path::new(&self.state_arg()).join("ports.json");
+        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    }
+
+    pub fn service_port(&self, svc: &str) -> u16 {
+        self.ports()["services"][svc].as_u64().unwrap() as u16
+    }
+
+    pub fn instance_port(&self, instance: &str) -> u16 {
+        self.ports()["instances"][instance]["mysql"].as_u64().unwrap() as u16
+    }
+
+    pub fn app_password(&self) -> String {
+        std::fs::read_to_string(Path::new(&self.state_arg()).join("secrets/app-password")).unwrap()
+    }
+
+    pub fn admin_password(&self) -> String {
+        std::fs::read_to_string(Path::new(&self.state_arg()).join("secrets/admin-password")).unwrap()
+    }
+
+    pub fn instance_dir(&self, instance: &str) -> PathBuf {
+        Path::new(&self.state_arg()).join("instances").join(instance)
+    }
+
+    /// Connect as the application through a port (a Service or an instance).
+    pub async fn app(&self, port: u16) -> mysql_async::Result<Conn> {
+        let opts = OptsBuilder::default()
+            .ip_or_hostname("127.0.0.1")
+            .tcp_port(port)
+            .user(Some("app"))
+            .pass(Some(self.app_password()))
+            .prefer_socket(false);
+        Conn::new(opts).await
+    }
+
+    /// Connect as the admin over an instance's private socket.
+    pub async fn admin(&self, instance: &str) -> Conn {
+        let sock = self.instance_dir(instance).join("run/mysqld.sock");
+        let opts = OptsBuilder::default()
+            .socket(Some(sock.display().to_string()))
+            .user(Some("root"))
+            .pass(Some(self.admin_password()))
+            .prefer_socket(true);
+        Conn::new(opts).await.expect("admin connection")
+    }
+
+    pub fn status_json(&self) -> Value {
+        let out = cnmysql(&["local", "status", "--state-dir", &self.state_arg(), "-o", "json"]);
+        assert!(out.status.success(), "status failed: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    pub fn instance_name(&self, ordinal: u32) -> String {
+        format!("{}-{ordinal}", self.name)
+    }
+
+    /// PIDs of every process whose command line mentions this cluster's
+    /// state directory (control plane, managers, servers).
+    pub fn processes(&self) -> Vec<(i32, String)> {
+        processes_mentioning(&self.state_arg())
+    }
+
+    /// Destroy the cluster and assert nothing it started is still running.
+    pub fn destroy(mut self) {
+        let out = cnmysql(&["local", "destroy", "--state-dir", &self.state_arg()]);
+        self.destroyed = true;
+        assert!(out.status.success(), "destroy failed: {}", String::from_utf8_lossy(&out.stderr));
+        let left = self.processes();
+        assert!(left.is_empty(), "processes left behind: {left:?}");
+    }
+}
+
+pub fn processes_mentioning(needle: &str) -> Vec<(i32, String)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let zombie = state.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z');
+        if cmd.contains(needle) && !zombie && pid != std::process::id() as i32 {
+            out.push((pid, cmd));
+        }
+    }
+    out
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        if self.destroyed {
+            return;
+        }
+        let _ = cnmysql(&["local", "destroy", "--state-dir", &self.state_arg()]);
+        // Backstop: nothing of ours survives a failed test.
+        for (pid, _) in processes_mentioning(&self.state_arg()) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
+/// Rows of a query as strings.
+pub async fn rows(conn: &mut Conn, q: &str) -> Vec<Vec<String>> {
+    let rows: Vec<mysql_async::Row> = conn.query(q).await.unwrap();
+    rows.into_iter()
+        .map(|r| {
+            (0..r.len())
+                .map(|i| match r.as_ref(i) {
+                    Some(mysql_async::Value::Bytes(b)) => String::from_utf8_lossy(b).into_owned(),
+                    Some(mysql_async::Value::NULL) | None => "NULL".into(),
+                    Some(v) => v.as_sql(true),
+                })
+                .collect()
+        })
+        .collect()
+}
+
+pub fn instances_by_name(status: &Value) -> BTreeMap<String, Value> {
+    status["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["name"].as_str().unwrap().to_string(), i.clone()))
+        .collect()
+}
