@@ -5,14 +5,15 @@ pub mod names;
 pub mod validation;
 
 pub use cluster::*;
-pub use validation::{parse_cluster, validate, FieldError, InvalidCluster};
+pub use validation::{FieldError, InvalidCluster, parse_cluster, validate};
 
 use kube::CustomResourceExt;
 
 /// The CustomResourceDefinition, as YAML, exactly as committed under `deploy/`.
 pub fn crd_yaml() -> String {
     let crd = Cluster::crd();
-    let mut out = String::from("# Generated from crates/api/src/cluster.rs by `cnmysql crd`; do not edit.\n");
+    let mut out =
+        String::from("# Generated from crates/api/src/cluster.rs by `cnmysql crd`; do not edit.\n");
     out.push_str(&serde_saphyr::to_string(&crd).expect("the CRD serialises"));
     out
 }

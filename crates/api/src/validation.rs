@@ -13,7 +13,7 @@ use std::fmt;
 use kube::CustomResourceExt;
 use serde_json::Value;
 
-use crate::cluster::{Cluster, ServiceRole, OPERATOR_OWNED_PARAMETERS};
+use crate::cluster::{Cluster, OPERATOR_OWNED_PARAMETERS, ServiceRole};
 
 /// One problem with a manifest: the field (a dotted path) and what to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,9 +51,8 @@ fn err(field: impl Into<String>, message: impl Into<String>) -> FieldError {
 
 /// Parse a YAML (or JSON) manifest and check it completely.
 pub fn parse_cluster(text: &str) -> Result<Cluster, InvalidCluster> {
-    let value: Value = serde_saphyr::from_str(text).map_err(|e| {
-        InvalidCluster(vec![err("(document)", format!("not valid YAML: {e}"))])
-    })?;
+    let value: Value = serde_saphyr::from_str(text)
+        .map_err(|e| InvalidCluster(vec![err("(document)", format!("not valid YAML: {e}"))]))?;
     let mut errors = Vec::new();
     match value.get("apiVersion").and_then(Value::as_str) {
         Some("mysql.cnmysql.io/v1") => {}
@@ -71,7 +70,10 @@ pub fn parse_cluster(text: &str) -> Result<Cluster, InvalidCluster> {
         let spec_schema = &schema["properties"]["spec"];
         check_against_schema(spec, spec_schema, "spec", &mut errors);
     } else {
-        errors.push(err("spec", "is missing; a Cluster needs at least spec.instances"));
+        errors.push(err(
+            "spec",
+            "is missing; a Cluster needs at least spec.instances",
+        ));
     }
     if let Some(obj) = value.as_object() {
         for k in obj.keys() {
@@ -114,8 +116,14 @@ fn check_against_schema(v: &Value, schema: &Value, path: &str, errors: &mut Vec<
     if let Some(allowed) = schema.get("enum").and_then(Value::as_array) {
         let allowed: Vec<&Value> = allowed.iter().filter(|a| !a.is_null()).collect();
         if !allowed.contains(&v) {
-            let names: Vec<String> = allowed.iter().map(|a| a.as_str().map_or(a.to_string(), str::to_string)).collect();
-            errors.push(err(path, format!("{v} is not allowed; use one of: {}", names.join(", "))));
+            let names: Vec<String> = allowed
+                .iter()
+                .map(|a| a.as_str().map_or(a.to_string(), str::to_string))
+                .collect();
+            errors.push(err(
+                path,
+                format!("{v} is not allowed; use one of: {}", names.join(", ")),
+            ));
             return;
         }
     }
@@ -165,14 +173,19 @@ fn check_against_schema(v: &Value, schema: &Value, path: &str, errors: &mut Vec<
                         check_against_schema(child, s, &child_path, errors);
                     } else if let Some(s) = extra.filter(|e| e.is_object()) {
                         check_against_schema(child, s, &child_path, errors);
-                    } else if schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true)) {
-                    } else if path.ends_with("emplate.spec") && OPERATOR_OWNED_SERVICE_FIELDS.contains(&k.as_str()) {
+                    } else if schema.get("x-kubernetes-preserve-unknown-fields")
+                        == Some(&Value::Bool(true))
+                    {
+                    } else if path.ends_with("emplate.spec")
+                        && OPERATOR_OWNED_SERVICE_FIELDS.contains(&k.as_str())
+                    {
                         errors.push(err(
                             child_path,
                             "is managed by the operator and cannot be set in a Service template; remove it",
                         ));
                     } else {
-                        let known: Vec<&String> = props.map(|p| p.keys().collect()).unwrap_or_default();
+                        let known: Vec<&String> =
+                            props.map(|p| p.keys().collect()).unwrap_or_default();
                         let hint = closest(k, &known)
                             .map(|c| format!("did you mean {c}? "))
                             .unwrap_or_default();
@@ -180,7 +193,11 @@ fn check_against_schema(v: &Value, schema: &Value, path: &str, errors: &mut Vec<
                             child_path,
                             format!(
                                 "unknown field; {hint}known fields here: {}",
-                                known.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                                known
+                                    .iter()
+                                    .map(|s| s.as_str())
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
                             ),
                         ));
                     }
@@ -218,7 +235,8 @@ fn closest<'a>(word: &str, known: &[&'a String]) -> Option<&'a str> {
 fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
@@ -245,7 +263,10 @@ pub fn validate(c: &Cluster) -> Vec<FieldError> {
         _ => {}
     }
     if s.instances < 1 {
-        errors.push(err("spec.instances", format!("is {}; it must be at least 1", s.instances)));
+        errors.push(err(
+            "spec.instances",
+            format!("is {}; it must be at least 1", s.instances),
+        ));
     }
     if s.min_sync_replicas < 0 {
         errors.push(err("spec.minSyncReplicas", "must not be negative"));
@@ -288,10 +309,16 @@ pub fn validate(c: &Cluster) -> Vec<FieldError> {
         ));
     }
     if semi.timeout_millis < 1 {
-        errors.push(err("spec.mysql.semiSync.timeoutMillis", "must be at least 1"));
+        errors.push(err(
+            "spec.mysql.semiSync.timeoutMillis",
+            "must be at least 1",
+        ));
     }
     if s.failover_delay < 0 {
-        errors.push(err("spec.failoverDelay", format!("is {}; use 0 or more seconds", s.failover_delay)));
+        errors.push(err(
+            "spec.failoverDelay",
+            format!("is {}; use 0 or more seconds", s.failover_delay),
+        ));
     }
     if s.max_switchover_delay < 0 {
         errors.push(err(
@@ -301,8 +328,15 @@ pub fn validate(c: &Cluster) -> Vec<FieldError> {
     }
     for (k, v) in &s.mysql.parameters {
         let field = format!("spec.mysql.parameters.{k}");
-        if k.is_empty() || !k.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b)) {
-            errors.push(err(field, "is not a server setting name (letters, digits, _ . -)"));
+        if k.is_empty()
+            || !k
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+        {
+            errors.push(err(
+                field,
+                "is not a server setting name (letters, digits, _ . -)",
+            ));
         } else if OPERATOR_OWNED_PARAMETERS.contains(&fold_parameter_name(k).as_str()) {
             errors.push(err(
                 field,
@@ -317,10 +351,16 @@ pub fn validate(c: &Cluster) -> Vec<FieldError> {
     for (i, role) in svc.disabled_default_services.iter().enumerate() {
         let field = format!("spec.managed.services.disabledDefaultServices[{i}]");
         if *role == ServiceRole::Rw {
-            errors.push(err(field.clone(), "rw cannot be disabled: the read-write Service is always created; remove it"));
+            errors.push(err(
+                field.clone(),
+                "rw cannot be disabled: the read-write Service is always created; remove it",
+            ));
         }
         if !seen.insert(*role) {
-            errors.push(err(field, format!("{} is listed twice; remove the duplicate", role.as_str())));
+            errors.push(err(
+                field,
+                format!("{} is listed twice; remove the duplicate", role.as_str()),
+            ));
         }
     }
     let mut names = BTreeSet::new();
@@ -330,9 +370,13 @@ pub fn validate(c: &Cluster) -> Vec<FieldError> {
         if ["rw", "ro", "r"].contains(&a.name.as_str()) {
             errors.push(err(
                 field.clone(),
-                format!("{:?} collides with a default Service; pick another name", a.name),
+                format!(
+                    "{:?} collides with a default Service; pick another name",
+                    a.name
+                ),
             ));
-        } else if !is_dns_label(&a.name) || a.name.len() > 40 || cluster_len + 1 + a.name.len() > 63 {
+        } else if !is_dns_label(&a.name) || a.name.len() > 40 || cluster_len + 1 + a.name.len() > 63
+        {
             errors.push(err(
                 field.clone(),
                 format!(
@@ -342,7 +386,13 @@ pub fn validate(c: &Cluster) -> Vec<FieldError> {
             ));
         }
         if !names.insert(a.name.as_str()) {
-            errors.push(err(field, format!("{:?} is used twice; additional Service names must be unique", a.name)));
+            errors.push(err(
+                field,
+                format!(
+                    "{:?} is used twice; additional Service names must be unique",
+                    a.name
+                ),
+            ));
         }
     }
     errors

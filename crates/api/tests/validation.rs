@@ -2,7 +2,7 @@
 //! with a message naming the field, and by the CRD's own rules (CEL evaluated
 //! client-side, or the schema's enums) the same way.
 
-use cnmysql_api::{parse_cluster, validation::crd_schema, Cluster};
+use cnmysql_api::{Cluster, parse_cluster, validation::crd_schema};
 use serde_json::Value;
 
 const BASE: &str = r#"
@@ -55,14 +55,21 @@ fn the_base_and_the_example_are_valid() {
     let c = parse_cluster(BASE).expect("base is valid");
     assert_eq!(c.spec.instances, 3);
     assert!(cel_errors(BASE).is_empty(), "{:?}", cel_errors(BASE));
-    let example = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/cluster.yaml")).unwrap();
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/cluster.yaml"
+    ))
+    .unwrap();
     parse_cluster(&example).expect("examples/cluster.yaml is valid");
     assert!(cel_errors(&example).is_empty());
 }
 
 #[test]
 fn defaults_follow_the_spec() {
-    let c = parse_cluster("apiVersion: mysql.cnmysql.io/v1\nkind: Cluster\nmetadata: {name: x}\nspec: {}\n").unwrap();
+    let c = parse_cluster(
+        "apiVersion: mysql.cnmysql.io/v1\nkind: Cluster\nmetadata: {name: x}\nspec: {}\n",
+    )
+    .unwrap();
     let s = c.spec;
     assert_eq!(s.instances, 1);
     assert_eq!((s.min_sync_replicas, s.max_sync_replicas), (0, 0));
@@ -70,10 +77,19 @@ fn defaults_follow_the_spec() {
     assert_eq!(s.max_switchover_delay, 3600);
     assert!(s.enable_primary_lease);
     assert!(!s.in_place_instance_manager_updates);
-    assert_eq!(s.primary_update_method, cnmysql_api::PrimaryUpdateMethod::Switchover);
-    assert_eq!(s.primary_update_strategy, cnmysql_api::PrimaryUpdateStrategy::Unsupervised);
+    assert_eq!(
+        s.primary_update_method,
+        cnmysql_api::PrimaryUpdateMethod::Switchover
+    );
+    assert_eq!(
+        s.primary_update_strategy,
+        cnmysql_api::PrimaryUpdateStrategy::Unsupervised
+    );
     assert_eq!(s.mysql.flavor, cnmysql_api::Flavor::Mariadb);
-    assert_eq!(s.mysql.semi_sync.data_durability, cnmysql_api::DataDurability::Preferred);
+    assert_eq!(
+        s.mysql.semi_sync.data_durability,
+        cnmysql_api::DataDurability::Preferred
+    );
     assert!(!s.mysql.semi_sync.enabled);
 }
 
@@ -81,34 +97,169 @@ fn defaults_follow_the_spec() {
 fn cases() -> Vec<(&'static str, Value, &'static str, bool)> {
     use serde_json::json;
     vec![
-        ("no instances", json!({"spec": {"instances": 0, "minSyncReplicas": 0, "maxSyncReplicas": 0, "mysql": {"semiSync": {"enabled": false}}}}), "spec.instances", true),
-        ("negative instances", json!({"spec": {"instances": -2}}), "spec.instances", true),
-        ("min above max", json!({"spec": {"minSyncReplicas": 2, "maxSyncReplicas": 1}}), "spec.minSyncReplicas", true),
-        ("max reaches instances", json!({"spec": {"maxSyncReplicas": 3, "minSyncReplicas": 1}}), "spec.maxSyncReplicas", true),
-        ("negative min", json!({"spec": {"minSyncReplicas": -1}}), "spec.minSyncReplicas", true),
-        ("semi-sync without replicas", json!({"spec": {"minSyncReplicas": 0, "maxSyncReplicas": 0}}), "spec.mysql.semiSync.enabled", true),
-        ("required without floor", json!({"spec": {"minSyncReplicas": 0, "mysql": {"semiSync": {"dataDurability": "required"}}}}), "spec.minSyncReplicas", true),
-        ("negative failover delay", json!({"spec": {"failoverDelay": -5}}), "spec.failoverDelay", true),
-        ("negative switchover delay", json!({"spec": {"maxSwitchoverDelay": -1}}), "spec.maxSwitchoverDelay", true),
-        ("zero semi-sync timeout", json!({"spec": {"mysql": {"semiSync": {"timeoutMillis": 0}}}}), "spec.mysql.semiSync.timeoutMillis", true),
-        ("rw disabled", json!({"spec": {"managed": {"services": {"disabledDefaultServices": ["rw"]}}}}), "spec.managed.services.disabledDefaultServices[0]", true),
-        ("ro disabled twice", json!({"spec": {"managed": {"services": {"disabledDefaultServices": ["ro", "ro"]}}}}), "spec.managed.services.disabledDefaultServices[1]", true),
-        ("additional named rw", json!({"spec": {"managed": {"services": {"additional": [{"name": "rw", "selectorType": "rw"}]}}}}), "spec.managed.services.additional[0].name", true),
-        ("additional named r", json!({"spec": {"managed": {"services": {"additional": [{"name": "r", "selectorType": "ro"}]}}}}), "spec.managed.services.additional[0].name", true),
-        ("additional twice", json!({"spec": {"managed": {"services": {"additional": [{"name": "lb", "selectorType": "rw"}, {"name": "lb", "selectorType": "ro"}]}}}}), "spec.managed.services.additional[1].name", true),
-        ("additional bad name", json!({"spec": {"managed": {"services": {"additional": [{"name": "Bad_Name", "selectorType": "rw"}]}}}}), "spec.managed.services.additional[0].name", true),
-        ("owned parameter", json!({"spec": {"mysql": {"parameters": {"server-id": "7"}}}}), "spec.mysql.parameters.server-id", true),
-        ("owned read_only", json!({"spec": {"mysql": {"parameters": {"READ_ONLY": "0"}}}}), "spec.mysql.parameters.READ_ONLY", true),
-        ("injected line", json!({"spec": {"mysql": {"parameters": {"max_connections": "10\nserver_id=9"}}}}), "spec.mysql.parameters.max_connections", true),
+        (
+            "no instances",
+            json!({"spec": {"instances": 0, "minSyncReplicas": 0, "maxSyncReplicas": 0, "mysql": {"semiSync": {"enabled": false}}}}),
+            "spec.instances",
+            true,
+        ),
+        (
+            "negative instances",
+            json!({"spec": {"instances": -2}}),
+            "spec.instances",
+            true,
+        ),
+        (
+            "min above max",
+            json!({"spec": {"minSyncReplicas": 2, "maxSyncReplicas": 1}}),
+            "spec.minSyncReplicas",
+            true,
+        ),
+        (
+            "max reaches instances",
+            json!({"spec": {"maxSyncReplicas": 3, "minSyncReplicas": 1}}),
+            "spec.maxSyncReplicas",
+            true,
+        ),
+        (
+            "negative min",
+            json!({"spec": {"minSyncReplicas": -1}}),
+            "spec.minSyncReplicas",
+            true,
+        ),
+        (
+            "semi-sync without replicas",
+            json!({"spec": {"minSyncReplicas": 0, "maxSyncReplicas": 0}}),
+            "spec.mysql.semiSync.enabled",
+            true,
+        ),
+        (
+            "required without floor",
+            json!({"spec": {"minSyncReplicas": 0, "mysql": {"semiSync": {"dataDurability": "required"}}}}),
+            "spec.minSyncReplicas",
+            true,
+        ),
+        (
+            "negative failover delay",
+            json!({"spec": {"failoverDelay": -5}}),
+            "spec.failoverDelay",
+            true,
+        ),
+        (
+            "negative switchover delay",
+            json!({"spec": {"maxSwitchoverDelay": -1}}),
+            "spec.maxSwitchoverDelay",
+            true,
+        ),
+        (
+            "zero semi-sync timeout",
+            json!({"spec": {"mysql": {"semiSync": {"timeoutMillis": 0}}}}),
+            "spec.mysql.semiSync.timeoutMillis",
+            true,
+        ),
+        (
+            "rw disabled",
+            json!({"spec": {"managed": {"services": {"disabledDefaultServices": ["rw"]}}}}),
+            "spec.managed.services.disabledDefaultServices[0]",
+            true,
+        ),
+        (
+            "ro disabled twice",
+            json!({"spec": {"managed": {"services": {"disabledDefaultServices": ["ro", "ro"]}}}}),
+            "spec.managed.services.disabledDefaultServices[1]",
+            true,
+        ),
+        (
+            "additional named rw",
+            json!({"spec": {"managed": {"services": {"additional": [{"name": "rw", "selectorType": "rw"}]}}}}),
+            "spec.managed.services.additional[0].name",
+            true,
+        ),
+        (
+            "additional named r",
+            json!({"spec": {"managed": {"services": {"additional": [{"name": "r", "selectorType": "ro"}]}}}}),
+            "spec.managed.services.additional[0].name",
+            true,
+        ),
+        (
+            "additional twice",
+            json!({"spec": {"managed": {"services": {"additional": [{"name": "lb", "selectorType": "rw"}, {"name": "lb", "selectorType": "ro"}]}}}}),
+            "spec.managed.services.additional[1].name",
+            true,
+        ),
+        (
+            "additional bad name",
+            json!({"spec": {"managed": {"services": {"additional": [{"name": "Bad_Name", "selectorType": "rw"}]}}}}),
+            "spec.managed.services.additional[0].name",
+            true,
+        ),
+        (
+            "owned parameter",
+            json!({"spec": {"mysql": {"parameters": {"server-id": "7"}}}}),
+            "spec.mysql.parameters.server-id",
+            true,
+        ),
+        (
+            "owned read_only",
+            json!({"spec": {"mysql": {"parameters": {"READ_ONLY": "0"}}}}),
+            "spec.mysql.parameters.READ_ONLY",
+            true,
+        ),
+        (
+            "injected line",
+            json!({"spec": {"mysql": {"parameters": {"max_connections": "10\nserver_id=9"}}}}),
+            "spec.mysql.parameters.max_connections",
+            true,
+        ),
         // Enforced by the schema (enum / type / unknown field) rather than CEL.
-        ("unknown flavour", json!({"spec": {"mysql": {"flavor": "postgres"}}}), "spec.mysql.flavor", false),
-        ("unknown durability", json!({"spec": {"mysql": {"semiSync": {"dataDurability": "maybe"}}}}), "spec.mysql.semiSync.dataDurability", false),
-        ("unknown selector type", json!({"spec": {"managed": {"services": {"additional": [{"name": "x", "selectorType": "primary"}]}}}}), "spec.managed.services.additional[0].selectorType", false),
-        ("unknown update method", json!({"spec": {"primaryUpdateMethod": "delete"}}), "spec.primaryUpdateMethod", false),
-        ("misspelt field", json!({"spec": {"instance": 3}}), "spec.instance", false),
-        ("string instances", json!({"spec": {"instances": "three"}}), "spec.instances", false),
-        ("selector in template", json!({"spec": {"managed": {"services": {"template": {"spec": {"selector": {"a": "b"}}}}}}}), "spec.managed.services.template.spec.selector", false),
-        ("bad name", json!({"metadata": {"name": "Bad_Cluster"}}), "metadata.name", false),
+        (
+            "unknown flavour",
+            json!({"spec": {"mysql": {"flavor": "postgres"}}}),
+            "spec.mysql.flavor",
+            false,
+        ),
+        (
+            "unknown durability",
+            json!({"spec": {"mysql": {"semiSync": {"dataDurability": "maybe"}}}}),
+            "spec.mysql.semiSync.dataDurability",
+            false,
+        ),
+        (
+            "unknown selector type",
+            json!({"spec": {"managed": {"services": {"additional": [{"name": "x", "selectorType": "primary"}]}}}}),
+            "spec.managed.services.additional[0].selectorType",
+            false,
+        ),
+        (
+            "unknown update method",
+            json!({"spec": {"primaryUpdateMethod": "delete"}}),
+            "spec.primaryUpdateMethod",
+            false,
+        ),
+        (
+            "misspelt field",
+            json!({"spec": {"instance": 3}}),
+            "spec.instance",
+            false,
+        ),
+        (
+            "string instances",
+            json!({"spec": {"instances": "three"}}),
+            "spec.instances",
+            false,
+        ),
+        (
+            "selector in template",
+            json!({"spec": {"managed": {"services": {"template": {"spec": {"selector": {"a": "b"}}}}}}}),
+            "spec.managed.services.template.spec.selector",
+            false,
+        ),
+        (
+            "bad name",
+            json!({"metadata": {"name": "Bad_Cluster"}}),
+            "metadata.name",
+            false,
+        ),
         ("wrong kind", json!({"kind": "Database"}), "kind", false),
     ]
 }
@@ -135,8 +286,15 @@ fn the_crd_rules_refuse_the_same_specs() {
         if by_cel {
             let errs = cel_errors(&text);
             assert!(!errs.is_empty(), "{what}: CEL accepted it");
-            let short = field.trim_start_matches("spec.").split(['.', '[']).next().unwrap();
-            assert!(errs.join(" ").contains(short), "{what}: CEL message does not name {short}: {errs:?}");
+            let short = field
+                .trim_start_matches("spec.")
+                .split(['.', '['])
+                .next()
+                .unwrap();
+            assert!(
+                errs.join(" ").contains(short),
+                "{what}: CEL message does not name {short}: {errs:?}"
+            );
         }
     }
 }
@@ -148,7 +306,10 @@ fn schema_enums_cover_the_enumerated_fields() {
     let en = |v: &Value| v["enum"].as_array().cloned().unwrap_or_default();
     assert!(en(&spec["mysql"]["properties"]["flavor"]).contains(&Value::from("mariadb")));
     assert_eq!(en(&spec["primaryUpdateMethod"]).len(), 2);
-    assert!(en(&spec["mysql"]["properties"]["semiSync"]["properties"]["dataDurability"]).contains(&Value::from("required")));
+    assert!(
+        en(&spec["mysql"]["properties"]["semiSync"]["properties"]["dataDurability"])
+            .contains(&Value::from("required"))
+    );
 }
 
 #[test]

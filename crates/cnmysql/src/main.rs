@@ -8,7 +8,11 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 
 #[derive(Parser)]
-#[command(name = "cnmysql", version, about = "Highly available MySQL-family clusters: operator, instance manager and local mode")]
+#[command(
+    name = "cnmysql",
+    version,
+    about = "Highly available MySQL-family clusters: operator, instance manager and local mode"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -124,7 +128,10 @@ fn main() -> ExitCode {
     }
 }
 
-fn state_dir(flag: Option<PathBuf>, name: Option<String>) -> anyhow::Result<cnmysql_local::state::StateDir> {
+fn state_dir(
+    flag: Option<PathBuf>,
+    name: Option<String>,
+) -> anyhow::Result<cnmysql_local::state::StateDir> {
     cnmysql_local::resolve_state_dir(flag.as_deref(), name.as_deref())
 }
 
@@ -135,7 +142,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Local { command } => match command {
-            LocalCommand::Up { file, state_dir, port_base, detach, wait_timeout } => {
+            LocalCommand::Up {
+                file,
+                state_dir,
+                port_base,
+                detach,
+                wait_timeout,
+            } => {
                 if std::env::var_os(cnmysql_local::DETACHED_ENV).is_some() {
                     init_json_logs();
                 }
@@ -148,7 +161,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 })
                 .await
             }
-            LocalCommand::Status { state_dir: d, name, output } => {
+            LocalCommand::Status {
+                state_dir: d,
+                name,
+                output,
+            } => {
                 let dir = state_dir(d, name)?;
                 let report = cnmysql_local::status_report(&dir).await?;
                 match output {
@@ -158,9 +175,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Ok(())
             }
             LocalCommand::Down { state_dir: d, name } => cnmysql_local::down(&state_dir(d, name)?),
-            LocalCommand::Destroy { state_dir: d, name } => cnmysql_local::destroy(&state_dir(d, name)?),
+            LocalCommand::Destroy { state_dir: d, name } => {
+                cnmysql_local::destroy(&state_dir(d, name)?)
+            }
         },
-        Command::Instance { command: InstanceCommand::Run { config, state_file } } => {
+        Command::Instance {
+            command: InstanceCommand::Run { config, state_file },
+        } => {
             init_json_logs();
             let cfg = cnmysql_instance::InstanceConfig::load(&config)?;
             let exit_with_parent = cfg.exit_with_parent;
@@ -168,10 +189,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 .parent()
                 .map(|p| cnmysql_local::state::StateDir::new(p.to_path_buf()))
                 .ok_or_else(|| anyhow::anyhow!("--state-file has no directory"))?;
-            let manager = cnmysql_instance::Manager::new(cfg, cnmysql_local::cluster_state::FileClusterState::new(dir))?;
+            let manager = cnmysql_instance::Manager::new(
+                cfg,
+                cnmysql_local::cluster_state::FileClusterState::new(dir),
+            )?;
             let m = manager.clone();
             tokio::spawn(async move {
-                use tokio::signal::unix::{signal, SignalKind};
+                use tokio::signal::unix::{SignalKind, signal};
                 let mut term = signal(SignalKind::terminate()).expect("signal handler");
                 let mut int = signal(SignalKind::interrupt()).expect("signal handler");
                 tokio::select! {

@@ -22,7 +22,10 @@ async fn three_instances_replicate_from_rw_to_ro() {
         assert_eq!(by_name[r]["replication"]["usingGtid"], "Slave_Pos");
     }
     // Every manager reports the operator's own executable hash.
-    let op = status["status"]["operatorExecutableHash"].as_str().unwrap().to_string();
+    let op = status["status"]["operatorExecutableHash"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert_eq!(op.len(), 64);
     for (_, i) in &by_name {
         assert_eq!(i["executableHash"], op.as_str());
@@ -30,22 +33,36 @@ async fn three_instances_replicate_from_rw_to_ro() {
 
     let mut rw = c.app(c.service_port("rw")).await.unwrap();
     rw.query_drop("CREATE DATABASE shop").await.unwrap();
-    rw.query_drop("CREATE TABLE shop.orders (id INT PRIMARY KEY, item TEXT)").await.unwrap();
-    rw.query_drop("INSERT INTO shop.orders VALUES (1, 'espresso')").await.unwrap();
+    rw.query_drop("CREATE TABLE shop.orders (id INT PRIMARY KEY, item TEXT)")
+        .await
+        .unwrap();
+    rw.query_drop("INSERT INTO shop.orders VALUES (1, 'espresso')")
+        .await
+        .unwrap();
 
     // Read it back through ro: every replica must have it within a bounded wait.
     for _ in 0..4 {
-        let got = wait_for("the row on a replica through ro", Duration::from_secs(10), || async {
-            let mut ro = c.app(c.service_port("ro")).await.ok()?;
-            let v: Option<String> = ro.query_first("SELECT item FROM shop.orders WHERE id = 1").await.ok()?;
-            v
-        })
+        let got = wait_for(
+            "the row on a replica through ro",
+            Duration::from_secs(10),
+            || async {
+                let mut ro = c.app(c.service_port("ro")).await.ok()?;
+                let v: Option<String> = ro
+                    .query_first("SELECT item FROM shop.orders WHERE id = 1")
+                    .await
+                    .ok()?;
+                v
+            },
+        )
         .await;
         assert_eq!(got, "espresso");
     }
     // ro connections land on read-only replicas.
     let mut ro = c.app(c.service_port("ro")).await.unwrap();
-    let err = ro.query_drop("INSERT INTO shop.orders VALUES (2, 'x')").await.unwrap_err();
+    let err = ro
+        .query_drop("INSERT INTO shop.orders VALUES (2, 'x')")
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("read-only"), "{err}");
     let ro_port: u16 = ro.query_first("SELECT @@port").await.unwrap().unwrap();
     assert_ne!(ro_port, c.instance_port("trio-1"));
@@ -57,15 +74,29 @@ async fn three_instances_replicate_from_rw_to_ro() {
     // Replication runs over TLS with the replica's own certificate, and the
     // account refuses anyone without one.
     let mut admin = c.admin("trio-2").await;
-    let st: mysql_async::Row = admin.query_first("SHOW SLAVE STATUS").await.unwrap().unwrap();
+    let st: mysql_async::Row = admin
+        .query_first("SHOW SLAVE STATUS")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(st.get::<String, _>("Master_SSL_Allowed").unwrap(), "Yes");
-    assert_eq!(st.get::<String, _>("Master_SSL_Verify_Server_Cert").unwrap(), "Yes");
-    assert!(st.get::<String, _>("Master_SSL_Cert").unwrap().ends_with("trio-2.crt"));
+    assert_eq!(
+        st.get::<String, _>("Master_SSL_Verify_Server_Cert")
+            .unwrap(),
+        "Yes"
+    );
+    assert!(
+        st.get::<String, _>("Master_SSL_Cert")
+            .unwrap()
+            .ends_with("trio-2.crt")
+    );
     let mut primary = c.admin("trio-1").await;
     let grants = rows(&mut primary, "SHOW GRANTS FOR 'cnmysql_replication'@'%'").await;
     assert!(grants[0][0].contains("REQUIRE X509"), "{grants:?}");
     let dumps: i64 = primary
-        .query_first("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'")
+        .query_first(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'",
+        )
         .await
         .unwrap()
         .unwrap();
@@ -77,8 +108,17 @@ async fn three_instances_replicate_from_rw_to_ro() {
     let mysqld_line = log
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|v| v["source"] == "mysqld" && v["message"].as_str().unwrap_or("").contains("ready for connections"));
-    assert!(mysqld_line.is_some(), "no structured mysqld line in the manager log");
+        .find(|v| {
+            v["source"] == "mysqld"
+                && v["message"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("ready for connections")
+        });
+    assert!(
+        mysqld_line.is_some(),
+        "no structured mysqld line in the manager log"
+    );
     c.destroy();
 }
 
@@ -87,33 +127,56 @@ async fn down_then_up_resumes_with_data_and_without_a_new_clone() {
     let c = LocalCluster::start("resume", &manifest("resume", 2));
     let mut rw = c.app(c.service_port("rw")).await.unwrap();
     rw.query_drop("CREATE DATABASE d").await.unwrap();
-    rw.query_drop("CREATE TABLE d.t (id INT PRIMARY KEY)").await.unwrap();
-    rw.query_drop("INSERT INTO d.t VALUES (1), (2), (3)").await.unwrap();
+    rw.query_drop("CREATE TABLE d.t (id INT PRIMARY KEY)")
+        .await
+        .unwrap();
+    rw.query_drop("INSERT INTO d.t VALUES (1), (2), (3)")
+        .await
+        .unwrap();
     drop(rw);
     let marker = c.instance_dir("resume-2").join("data/cnmysql-initialized");
     let cloned_at = std::fs::metadata(&marker).unwrap().modified().unwrap();
-    wait_for("the replica to apply the rows", Duration::from_secs(10), || async {
-        let mut a = c.admin("resume-2").await;
-        let n: Option<i64> = a.query_first("SELECT COUNT(*) FROM d.t").await.ok()?;
-        (n == Some(3)).then_some(())
-    })
+    wait_for(
+        "the replica to apply the rows",
+        Duration::from_secs(10),
+        || async {
+            let mut a = c.admin("resume-2").await;
+            let n: Option<i64> = a.query_first("SELECT COUNT(*) FROM d.t").await.ok()?;
+            (n == Some(3)).then_some(())
+        },
+    )
     .await;
 
     c.down();
-    assert!(c.processes().is_empty(), "down left processes: {:?}", c.processes());
+    assert!(
+        c.processes().is_empty(),
+        "down left processes: {:?}",
+        c.processes()
+    );
     let st = c.status_json();
     assert_eq!(st["running"], false);
     assert_eq!(st["status"]["phase"], "Stopped");
 
     c.up(&manifest("resume", 2));
     let mut r = c.app(c.service_port("ro")).await.unwrap();
-    let n: i64 = r.query_first("SELECT COUNT(*) FROM d.t").await.unwrap().unwrap();
+    let n: i64 = r
+        .query_first("SELECT COUNT(*) FROM d.t")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(n, 3);
     drop(r);
     // Same data directory, not a new clone.
-    assert_eq!(std::fs::metadata(&marker).unwrap().modified().unwrap(), cloned_at);
+    assert_eq!(
+        std::fs::metadata(&marker).unwrap().modified().unwrap(),
+        cloned_at
+    );
     let log = std::fs::read_to_string(c.instance_dir("resume-2").join("manager.log")).unwrap();
-    assert_eq!(log.matches("\"clone prepared\"").count(), 1, "the replica was cloned again");
+    assert_eq!(
+        log.matches("\"clone prepared\"").count(),
+        1,
+        "the replica was cloned again"
+    );
     // And writes work again through rw.
     let mut rw = c.app(c.service_port("rw")).await.unwrap();
     rw.query_drop("INSERT INTO d.t VALUES (4)").await.unwrap();
@@ -126,8 +189,14 @@ async fn a_replica_cloned_from_200mb_has_identical_checksums() {
     let c = LocalCluster::start("big", &manifest("big", 1));
     let mut rw = c.app(c.service_port("rw")).await.unwrap();
     rw.query_drop("CREATE DATABASE big").await.unwrap();
-    rw.query_drop("CREATE TABLE big.blobs (id INT PRIMARY KEY, body VARCHAR(1100) NOT NULL) ENGINE=InnoDB").await.unwrap();
-    rw.query_drop("CREATE TABLE big.small (id INT PRIMARY KEY, v INT)").await.unwrap();
+    rw.query_drop(
+        "CREATE TABLE big.blobs (id INT PRIMARY KEY, body VARCHAR(1100) NOT NULL) ENGINE=InnoDB",
+    )
+    .await
+    .unwrap();
+    rw.query_drop("CREATE TABLE big.small (id INT PRIMARY KEY, v INT)")
+        .await
+        .unwrap();
     rw.query_drop("USE big").await.unwrap();
     // 200,000 rows of ~1 KiB: about 200 MB of table data (more on disk).
     for chunk in 0..10 {
@@ -139,7 +208,9 @@ async fn a_replica_cloned_from_200mb_has_identical_checksums() {
         .await
         .unwrap();
     }
-    rw.query_drop("INSERT INTO big.small SELECT seq, seq * 7 FROM seq_1_to_1000").await.unwrap();
+    rw.query_drop("INSERT INTO big.small SELECT seq, seq * 7 FROM seq_1_to_1000")
+        .await
+        .unwrap();
     drop(rw);
     let data_bytes = dir_size(&c.instance_dir("big-1").join("data"));
     assert!(data_bytes >= 200_000_000, "only {data_bytes} bytes of data");
@@ -149,8 +220,17 @@ async fn a_replica_cloned_from_200mb_has_identical_checksums() {
     c.up(&manifest("big", 2));
     let log = std::fs::read_to_string(c.instance_dir("big-2").join("manager.log")).unwrap();
     assert!(log.contains("\"clone prepared\""), "big-2 was not cloned");
-    assert!(log.contains("\"clone progress\""), "no progress was reported while cloning");
-    eprintln!("{}", log.lines().filter(|l| l.contains("clone") || l.contains("backup")).collect::<Vec<_>>().join("\n"));
+    assert!(
+        log.contains("\"clone progress\""),
+        "no progress was reported while cloning"
+    );
+    eprintln!(
+        "{}",
+        log.lines()
+            .filter(|l| l.contains("clone") || l.contains("backup"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 
     let mut p = c.admin("big-1").await;
     let mut r = c.admin("big-2").await;
@@ -160,8 +240,16 @@ async fn a_replica_cloned_from_200mb_has_identical_checksums() {
         assert_eq!(a, b, "{table} differs");
         assert_ne!(a[0][1], "0");
     }
-    let gp: String = p.query_first("SELECT @@gtid_binlog_pos").await.unwrap().unwrap();
-    let gr: String = r.query_first("SELECT @@gtid_slave_pos").await.unwrap().unwrap();
+    let gp: String = p
+        .query_first("SELECT @@gtid_binlog_pos")
+        .await
+        .unwrap()
+        .unwrap();
+    let gr: String = r
+        .query_first("SELECT @@gtid_slave_pos")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(gp, gr, "the clone starts exactly where the primary is");
     drop((p, r));
     c.destroy();
@@ -171,7 +259,11 @@ fn dir_size(p: &std::path::Path) -> u64 {
     let mut total = 0;
     for e in std::fs::read_dir(p).unwrap().flatten() {
         let m = e.metadata().unwrap();
-        total += if m.is_dir() { dir_size(&e.path()) } else { m.len() };
+        total += if m.is_dir() {
+            dir_size(&e.path())
+        } else {
+            m.len()
+        };
     }
     total
 }
@@ -180,18 +272,36 @@ fn dir_size(p: &std::path::Path) -> u64 {
 async fn a_crashed_mysqld_is_restarted_by_its_manager() {
     let c = LocalCluster::start("crash", &manifest("crash", 1));
     let pid_file = c.instance_dir("crash-1").join("run/mysqld.pid");
-    let old: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(old), nix::sys::signal::Signal::SIGKILL).unwrap();
+    let old: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(old),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
     let new = wait_for("a new mysqld", Duration::from_secs(30), || async {
-        let p: i32 = std::fs::read_to_string(&pid_file).ok()?.trim().parse().ok()?;
+        let p: i32 = std::fs::read_to_string(&pid_file)
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
         (p != old).then_some(p)
     })
     .await;
     assert_ne!(new, old);
-    wait_for("writes through rw again", Duration::from_secs(30), || async {
-        let mut rw = c.app(c.service_port("rw")).await.ok()?;
-        rw.query_drop("CREATE DATABASE IF NOT EXISTS after_crash").await.ok()
-    })
+    wait_for(
+        "writes through rw again",
+        Duration::from_secs(30),
+        || async {
+            let mut rw = c.app(c.service_port("rw")).await.ok()?;
+            rw.query_drop("CREATE DATABASE IF NOT EXISTS after_crash")
+                .await
+                .ok()
+        },
+    )
     .await;
     c.destroy();
 }

@@ -143,7 +143,11 @@ pub fn change_source(flavor: Flavor, s: &SourceSpec) -> Sql {
                     quote(&s.ssl_ca),
                     quote(&s.ssl_cert),
                     quote(&s.ssl_key),
-                    if s.use_current_pos { "current_pos" } else { "slave_pos" }
+                    if s.use_current_pos {
+                        "current_pos"
+                    } else {
+                        "slave_pos"
+                    }
                 )
             };
             (f(&quote(&s.password)), f("'<redacted>'"))
@@ -173,7 +177,10 @@ pub fn change_source(flavor: Flavor, s: &SourceSpec) -> Sql {
 /// Start a freshly cloned replica from the GTID position its backup was taken at.
 pub fn seed_gtid_position(flavor: Flavor, position: &str) -> Vec<Sql> {
     match flavor {
-        Flavor::Mariadb => vec![Sql::new(format!("SET GLOBAL gtid_slave_pos = {}", quote(position)))],
+        Flavor::Mariadb => vec![Sql::new(format!(
+            "SET GLOBAL gtid_slave_pos = {}",
+            quote(position)
+        ))],
         // XtraBackup restores mysql.gtid_executed; only an empty set needs seeding.
         Flavor::Mysql => vec![
             Sql::new("RESET BINARY LOGS AND GTIDS"),
@@ -189,7 +196,11 @@ pub fn create_replication_user(flavor: Flavor, user: &str, password: &str) -> Ve
         Flavor::Mysql => "REPLICATION SLAVE, REPLICATION CLIENT",
     };
     let create = |pw: &str| {
-        format!("CREATE USER IF NOT EXISTS {}@'%' IDENTIFIED BY {} REQUIRE X509", quote(user), pw)
+        format!(
+            "CREATE USER IF NOT EXISTS {}@'%' IDENTIFIED BY {} REQUIRE X509",
+            quote(user),
+            pw
+        )
     };
     vec![
         Sql::secret(create(&quote(password)), create("'<redacted>'")),
@@ -209,8 +220,14 @@ pub fn gtid_and_read_only(flavor: Flavor) -> Sql {
 /// Wait until the applied history includes `position` (seconds; -1 = timeout).
 pub fn wait_for_position(flavor: Flavor, position: &str, timeout_secs: f64) -> Sql {
     Sql::new(match flavor {
-        Flavor::Mariadb => format!("SELECT MASTER_GTID_WAIT({}, {timeout_secs})", quote(position)),
-        Flavor::Mysql => format!("SELECT WAIT_FOR_EXECUTED_GTID_SET({}, {timeout_secs})", quote(position)),
+        Flavor::Mariadb => format!(
+            "SELECT MASTER_GTID_WAIT({}, {timeout_secs})",
+            quote(position)
+        ),
+        Flavor::Mysql => format!(
+            "SELECT WAIT_FOR_EXECUTED_GTID_SET({}, {timeout_secs})",
+            quote(position)
+        ),
     })
 }
 
@@ -241,7 +258,10 @@ mod tests {
     #[test]
     fn mysql_replication_uses_auto_position_over_tls() {
         let s = change_source(Flavor::Mysql, &source());
-        assert!(s.text.starts_with("CHANGE REPLICATION SOURCE TO SOURCE_HOST='db-1', SOURCE_PORT=3306"));
+        assert!(
+            s.text
+                .starts_with("CHANGE REPLICATION SOURCE TO SOURCE_HOST='db-1', SOURCE_PORT=3306")
+        );
         assert!(s.text.contains("SOURCE_AUTO_POSITION=1"));
         assert!(s.text.contains("SOURCE_SSL=1"));
         assert!(s.text.contains("SOURCE_SSL_CERT='/tls/db-2.crt'"));
@@ -258,7 +278,11 @@ mod tests {
         assert!(s.text.contains("MASTER_SSL=1"));
         let mut former = source();
         former.use_current_pos = true;
-        assert!(change_source(Flavor::Mariadb, &former).text.contains("MASTER_USE_GTID=current_pos"));
+        assert!(
+            change_source(Flavor::Mariadb, &former)
+                .text
+                .contains("MASTER_USE_GTID=current_pos")
+        );
     }
 
     #[test]
@@ -271,23 +295,57 @@ mod tests {
                 assert!(!u.to_string().contains("s3cr"), "{u}");
             }
         }
-        assert!(create_replication_user(Flavor::Mariadb, "r", "pw")[0].text.ends_with("REQUIRE X509"));
+        assert!(
+            create_replication_user(Flavor::Mariadb, "r", "pw")[0]
+                .text
+                .ends_with("REQUIRE X509")
+        );
     }
 
     #[test]
     fn read_only_per_flavour() {
-        let on: Vec<String> = read_only(Flavor::Mysql, true).into_iter().map(|s| s.text).collect();
+        let on: Vec<String> = read_only(Flavor::Mysql, true)
+            .into_iter()
+            .map(|s| s.text)
+            .collect();
         assert_eq!(on, ["SET GLOBAL super_read_only = ON"]);
-        let off: Vec<String> = read_only(Flavor::Mysql, false).into_iter().map(|s| s.text).collect();
-        assert_eq!(off, ["SET GLOBAL super_read_only = OFF", "SET GLOBAL read_only = OFF"]);
-        assert_eq!(read_only(Flavor::Mariadb, true)[0].text, "SET GLOBAL read_only = ON");
+        let off: Vec<String> = read_only(Flavor::Mysql, false)
+            .into_iter()
+            .map(|s| s.text)
+            .collect();
+        assert_eq!(
+            off,
+            [
+                "SET GLOBAL super_read_only = OFF",
+                "SET GLOBAL read_only = OFF"
+            ]
+        );
+        assert_eq!(
+            read_only(Flavor::Mariadb, true)[0].text,
+            "SET GLOBAL read_only = ON"
+        );
     }
 
     #[test]
     fn seeding_and_waiting() {
-        assert_eq!(seed_gtid_position(Flavor::Mariadb, "0-1-5")[0].text, "SET GLOBAL gtid_slave_pos = '0-1-5'");
-        assert!(seed_gtid_position(Flavor::Mysql, "u:1-5")[1].text.contains("gtid_purged"));
-        assert!(wait_for_position(Flavor::Mysql, "u:1-5", 2.0).text.starts_with("SELECT WAIT_FOR_EXECUTED_GTID_SET"));
-        assert!(wait_for_position(Flavor::Mariadb, "0-1-5", 2.0).text.starts_with("SELECT MASTER_GTID_WAIT"));
+        assert_eq!(
+            seed_gtid_position(Flavor::Mariadb, "0-1-5")[0].text,
+            "SET GLOBAL gtid_slave_pos = '0-1-5'"
+        );
+        assert!(
+            seed_gtid_position(Flavor::Mysql, "u:1-5")[1]
+                .text
+                .contains("gtid_purged")
+        );
+        assert!(
+            wait_for_position(Flavor::Mysql, "u:1-5", 2.0)
+                .text
+                .starts_with("SELECT WAIT_FOR_EXECUTED_GTID_SET")
+        );
+        assert!(
+            wait_for_position(Flavor::Mariadb, "0-1-5", 2.0)
+                .text
+                .starts_with("SELECT MASTER_GTID_WAIT")
+        );
     }
 }

@@ -23,9 +23,9 @@ pub fn summarize(s: &Snapshot) -> Summary {
         .instances
         .iter()
         .filter(|i| {
-            i.status
-                .as_ref()
-                .is_some_and(|st| matches!(st.phase, InstancePhase::Cloning | InstancePhase::Preparing))
+            i.status.as_ref().is_some_and(|st| {
+                matches!(st.phase, InstancePhase::Cloning | InstancePhase::Preparing)
+            })
         })
         .map(|i| i.name.as_str())
         .collect();
@@ -35,40 +35,107 @@ pub fn summarize(s: &Snapshot) -> Summary {
         .as_deref()
         .and_then(|p| s.get(p))
         .is_some_and(|o| o.ready());
-    let unreachable: Vec<&str> = s.instances.iter().filter(|i| !i.reachable()).map(|i| i.name.as_str()).collect();
+    let unreachable: Vec<&str> = s
+        .instances
+        .iter()
+        .filter(|i| !i.reachable())
+        .map(|i| i.name.as_str())
+        .collect();
 
-    let (phase, reason) = if s.status.current_primary.is_none() || (!primary_ready && s.status.current_primary_timestamp.is_none()) {
-        (Phase::SettingUpPrimary, format!("initialising {}", s.status.target_primary.as_deref().unwrap_or("the first instance")))
+    let (phase, reason) = if s.status.current_primary.is_none()
+        || (!primary_ready && s.status.current_primary_timestamp.is_none())
+    {
+        (
+            Phase::SettingUpPrimary,
+            format!(
+                "initialising {}",
+                s.status
+                    .target_primary
+                    .as_deref()
+                    .unwrap_or("the first instance")
+            ),
+        )
     } else if !cloning.is_empty() {
-        (Phase::CreatingReplica, format!("cloning {}", cloning.join(", ")))
+        (
+            Phase::CreatingReplica,
+            format!("cloning {}", cloning.join(", ")),
+        )
     } else if !s.status.diverged_instances.is_empty() {
-        (Phase::Degraded, format!("diverged instances kept out of service: {}", s.status.diverged_instances.join(", ")))
+        (
+            Phase::Degraded,
+            format!(
+                "diverged instances kept out of service: {}",
+                s.status.diverged_instances.join(", ")
+            ),
+        )
     } else if !primary_ready {
         (Phase::Degraded, "the primary is not ready".to_string())
     } else if ready < want {
-        let not_ready: Vec<&str> = s.instances.iter().filter(|i| !i.ready()).map(|i| i.name.as_str()).collect();
-        (Phase::CreatingReplica, format!("waiting for {}", not_ready.join(", ")))
+        let not_ready: Vec<&str> = s
+            .instances
+            .iter()
+            .filter(|i| !i.ready())
+            .map(|i| i.name.as_str())
+            .collect();
+        (
+            Phase::CreatingReplica,
+            format!("waiting for {}", not_ready.join(", ")),
+        )
     } else {
         (Phase::Healthy, format!("{ready} of {want} instances ready"))
     };
     let all_ready = ready >= want && primary_ready;
-    let degraded = !s.status.diverged_instances.is_empty() || (!unreachable.is_empty() && s.status.current_primary_timestamp.is_some() && cloning.is_empty());
+    let degraded = !s.status.diverged_instances.is_empty()
+        || (!unreachable.is_empty()
+            && s.status.current_primary_timestamp.is_some()
+            && cloning.is_empty());
     let conditions = vec![
-        ("Ready", all_ready, if all_ready { "AllInstancesReady" } else { "InstancesNotReady" }.to_string(), format!("{ready} of {want} instances ready")),
+        (
+            "Ready",
+            all_ready,
+            if all_ready {
+                "AllInstancesReady"
+            } else {
+                "InstancesNotReady"
+            }
+            .to_string(),
+            format!("{ready} of {want} instances ready"),
+        ),
         (
             "Progressing",
-            matches!(phase, Phase::SettingUpPrimary | Phase::CreatingReplica | Phase::Switchover | Phase::FailingOver | Phase::Upgrading),
+            matches!(
+                phase,
+                Phase::SettingUpPrimary
+                    | Phase::CreatingReplica
+                    | Phase::Switchover
+                    | Phase::FailingOver
+                    | Phase::Upgrading
+            ),
             phase_reason_word(phase).to_string(),
             reason.clone(),
         ),
         (
             "Degraded",
             degraded,
-            if degraded { "InstancesUnavailable" } else { "AsExpected" }.to_string(),
-            if unreachable.is_empty() { "all instances reachable".to_string() } else { format!("unreachable: {}", unreachable.join(", ")) },
+            if degraded {
+                "InstancesUnavailable"
+            } else {
+                "AsExpected"
+            }
+            .to_string(),
+            if unreachable.is_empty() {
+                "all instances reachable".to_string()
+            } else {
+                format!("unreachable: {}", unreachable.join(", "))
+            },
         ),
     ];
-    Summary { phase, reason, ready_instances: ready as i32, conditions }
+    Summary {
+        phase,
+        reason,
+        ready_instances: ready as i32,
+        conditions,
+    }
 }
 
 fn phase_reason_word(p: Phase) -> &'static str {
@@ -86,7 +153,15 @@ fn phase_reason_word(p: Phase) -> &'static str {
 }
 
 /// Set a condition, keeping its transition time when the status is unchanged.
-pub fn set_condition(conditions: &mut Vec<Condition>, type_: &str, status: bool, reason: &str, message: &str, now_ms: i64, generation: Option<i64>) {
+pub fn set_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    now_ms: i64,
+    generation: Option<i64>,
+) {
     let status_s = if status { "True" } else { "False" }.to_string();
     let now = Time(Timestamp::from_millisecond(now_ms).unwrap_or(Timestamp::UNIX_EPOCH));
     if let Some(c) = conditions.iter_mut().find(|c| c.type_ == type_) {

@@ -31,7 +31,9 @@ pub fn bootstrap(me: &str, status: &ClusterStatus, has_data: bool) -> Bootstrap 
         // Only a cluster that never had a primary may start from nothing: an
         // empty directory on an established primary means lost data, and
         // initialising it would publish an empty database as the primary.
-        (Some(t), None) if t == me && status.current_primary_timestamp.is_none() => Bootstrap::InitPrimary,
+        (Some(t), None) if t == me && status.current_primary_timestamp.is_none() => {
+            Bootstrap::InitPrimary
+        }
         (Some(t), Some(c)) if t == me && c == me && status.current_primary_timestamp.is_none() => {
             Bootstrap::InitPrimary
         }
@@ -60,15 +62,21 @@ pub fn desired(me: &str, status: &ClusterStatus) -> Desired {
         return Desired::HoldReadOnly("fenced".into());
     }
     if status.diverged_instances.iter().any(|n| n == me) {
-        return Desired::HoldReadOnly("diverged: its GTID history is not contained in the primary's".into());
+        return Desired::HoldReadOnly(
+            "diverged: its GTID history is not contained in the primary's".into(),
+        );
     }
     let target = status.target_primary.as_deref();
     let current = status.current_primary.as_deref();
     match (target, current) {
         (Some(t), Some(c)) if t == me && c == me => Desired::Primary,
         (Some(t), None) if t == me => Desired::Primary,
-        (_, Some(c)) if c != me => Desired::Replica { source: c.to_string() },
-        (Some(t), _) if t != me => Desired::Replica { source: t.to_string() },
+        (_, Some(c)) if c != me => Desired::Replica {
+            source: c.to_string(),
+        },
+        (Some(t), _) if t != me => Desired::Replica {
+            source: t.to_string(),
+        },
         _ => Desired::HoldReadOnly("waiting for the primary change to settle".into()),
     }
 }
@@ -142,17 +150,40 @@ mod tests {
 
     #[test]
     fn only_a_new_cluster_initialises_an_empty_primary() {
-        assert_eq!(bootstrap("db-1", &status(Some("db-1"), None, false), false), Bootstrap::InitPrimary);
-        assert!(matches!(bootstrap("db-1", &status(Some("db-1"), Some("db-1"), true), false), Bootstrap::Wait(_)));
-        assert_eq!(bootstrap("db-2", &status(Some("db-1"), Some("db-1"), true), false), Bootstrap::CloneFrom("db-1".into()));
-        assert!(matches!(bootstrap("db-2", &status(Some("db-1"), None, false), false), Bootstrap::Wait(_)));
-        assert_eq!(bootstrap("db-1", &status(Some("db-1"), Some("db-1"), true), true), Bootstrap::UseExisting);
+        assert_eq!(
+            bootstrap("db-1", &status(Some("db-1"), None, false), false),
+            Bootstrap::InitPrimary
+        );
+        assert!(matches!(
+            bootstrap("db-1", &status(Some("db-1"), Some("db-1"), true), false),
+            Bootstrap::Wait(_)
+        ));
+        assert_eq!(
+            bootstrap("db-2", &status(Some("db-1"), Some("db-1"), true), false),
+            Bootstrap::CloneFrom("db-1".into())
+        );
+        assert!(matches!(
+            bootstrap("db-2", &status(Some("db-1"), None, false), false),
+            Bootstrap::Wait(_)
+        ));
+        assert_eq!(
+            bootstrap("db-1", &status(Some("db-1"), Some("db-1"), true), true),
+            Bootstrap::UseExisting
+        );
     }
 
     #[test]
     fn only_target_and_current_primary_is_writable() {
-        assert_eq!(desired("db-1", &status(Some("db-1"), Some("db-1"), true)), Desired::Primary);
-        assert_eq!(desired("db-2", &status(Some("db-1"), Some("db-1"), true)), Desired::Replica { source: "db-1".into() });
+        assert_eq!(
+            desired("db-1", &status(Some("db-1"), Some("db-1"), true)),
+            Desired::Primary
+        );
+        assert_eq!(
+            desired("db-2", &status(Some("db-1"), Some("db-1"), true)),
+            Desired::Replica {
+                source: "db-1".into()
+            }
+        );
         let mut fenced = status(Some("db-1"), Some("db-1"), true);
         fenced.fenced_instances.push("db-1".into());
         assert!(matches!(desired("db-1", &fenced), Desired::HoldReadOnly(_)));
@@ -160,15 +191,48 @@ mod tests {
 
     #[test]
     fn a_replica_goes_read_only_before_following() {
-        let local = Local { read_only: false, source: None, ..Default::default() };
+        let local = Local {
+            read_only: false,
+            source: None,
+            ..Default::default()
+        };
         assert_eq!(
-            reconcile(&Desired::Replica { source: "db-1".into() }, &local),
+            reconcile(
+                &Desired::Replica {
+                    source: "db-1".into()
+                },
+                &local
+            ),
             vec![Action::SetReadOnly(true), Action::Follow("db-1".into())]
         );
-        let following = Local { read_only: true, source: Some("db-1".into()), io_running: true, sql_running: true };
-        assert!(reconcile(&Desired::Replica { source: "db-1".into() }, &following).is_empty());
-        let stopped = Local { io_running: false, ..following.clone() };
-        assert_eq!(reconcile(&Desired::Replica { source: "db-1".into() }, &stopped), vec![Action::StartReplication]);
+        let following = Local {
+            read_only: true,
+            source: Some("db-1".into()),
+            io_running: true,
+            sql_running: true,
+        };
+        assert!(
+            reconcile(
+                &Desired::Replica {
+                    source: "db-1".into()
+                },
+                &following
+            )
+            .is_empty()
+        );
+        let stopped = Local {
+            io_running: false,
+            ..following.clone()
+        };
+        assert_eq!(
+            reconcile(
+                &Desired::Replica {
+                    source: "db-1".into()
+                },
+                &stopped
+            ),
+            vec![Action::StartReplication]
+        );
         assert_eq!(
             reconcile(&Desired::Primary, &following),
             vec![Action::ResetReplication, Action::SetReadOnly(false)]

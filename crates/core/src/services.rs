@@ -30,7 +30,8 @@ impl Routes {
 
 pub fn desired_routes(s: &Snapshot) -> Routes {
     let mut routes = Routes::default();
-    let settled = s.status.target_primary.is_some() && s.status.target_primary == s.status.current_primary;
+    let settled =
+        s.status.target_primary.is_some() && s.status.target_primary == s.status.current_primary;
     for inst in &s.instances {
         let Some(st) = &inst.status else { continue };
         if !st.ready || s.is_fenced(&inst.name) || s.is_diverged(&inst.name) {
@@ -42,7 +43,9 @@ pub fn desired_routes(s: &Snapshot) -> Routes {
                 routes.rw = Some(inst.name.clone());
                 routes.r.insert(0, inst.name.clone());
             }
-            Role::Replica if st.read_only && st.replication.as_ref().is_some_and(|r| r.healthy()) => {
+            Role::Replica
+                if st.read_only && st.replication.as_ref().is_some_and(|r| r.healthy()) =>
+            {
                 routes.ro.push(inst.name.clone());
                 routes.r.push(inst.name.clone());
             }
@@ -110,19 +113,34 @@ mod tests {
 
     #[test]
     fn no_rw_while_primary_is_read_only_or_changing() {
-        let s = snap(vec![inst("db-1", Role::Primary, true, true)], "db-1", "db-1");
+        let s = snap(
+            vec![inst("db-1", Role::Primary, true, true)],
+            "db-1",
+            "db-1",
+        );
         assert_eq!(desired_routes(&s).rw, None);
-        let s = snap(vec![inst("db-1", Role::Primary, false, true)], "db-1", "db-2");
+        let s = snap(
+            vec![inst("db-1", Role::Primary, false, true)],
+            "db-1",
+            "db-2",
+        );
         assert_eq!(desired_routes(&s).rw, None);
         // A writable server that is not the accepted primary never gets rw.
-        let s = snap(vec![inst("db-2", Role::Primary, false, true)], "db-1", "db-1");
+        let s = snap(
+            vec![inst("db-2", Role::Primary, false, true)],
+            "db-1",
+            "db-1",
+        );
         assert_eq!(desired_routes(&s).rw, None);
     }
 
     #[test]
     fn fenced_and_diverged_are_dropped_everywhere() {
         let mut s = snap(
-            vec![inst("db-1", Role::Primary, false, true), inst("db-2", Role::Replica, true, true)],
+            vec![
+                inst("db-1", Role::Primary, false, true),
+                inst("db-2", Role::Replica, true, true),
+            ],
             "db-1",
             "db-1",
         );

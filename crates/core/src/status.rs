@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use cnmysql_api::{ClusterSpec, ClusterStatus, Flavor};
-use cnmysql_gtid::{mariadb, mysql, History, ParseError};
+use cnmysql_gtid::{History, ParseError, mariadb, mysql};
 use serde::{Deserialize, Serialize};
 
 /// The role a server is playing right now, as observed on the server itself.
@@ -79,7 +79,10 @@ pub struct ReplicationStatus {
 impl ReplicationStatus {
     /// Both threads running and no error recorded.
     pub fn healthy(&self) -> bool {
-        self.io_state == "Yes" && self.sql_running && self.last_sql_errno == 0 && self.last_io_errno == 0
+        self.io_state == "Yes"
+            && self.sql_running
+            && self.last_sql_errno == 0
+            && self.last_io_errno == 0
     }
 }
 
@@ -204,7 +207,11 @@ impl Snapshot {
     pub fn gtid_by_instance(&self) -> BTreeMap<String, String> {
         self.instances
             .iter()
-            .filter_map(|i| i.status.as_ref().map(|s| (i.name.clone(), s.gtid_executed.clone())))
+            .filter_map(|i| {
+                i.status
+                    .as_ref()
+                    .map(|s| (i.name.clone(), s.gtid_executed.clone()))
+            })
             .collect()
     }
 }

@@ -32,11 +32,17 @@ impl FromStr for Gtid {
         let t = input.trim();
         let parts: Vec<&str> = t.split('-').collect();
         if parts.len() != 3 {
-            return Err(ParseError::new(input, "a MariaDB GTID is domain-server-seq"));
+            return Err(ParseError::new(
+                input,
+                "a MariaDB GTID is domain-server-seq",
+            ));
         }
         let num = |p: &str, what: &str| -> Result<u64, ParseError> {
             if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(ParseError::new(input, format!("{what} {p:?} is not a number")));
+                return Err(ParseError::new(
+                    input,
+                    format!("{what} {p:?} is not a number"),
+                ));
             }
             p.parse::<u64>()
                 .map_err(|_| ParseError::new(input, format!("{what} {p:?} is too large")))
@@ -48,7 +54,11 @@ impl FromStr for Gtid {
             .map_err(|_| ParseError::new(input, "domain is larger than 4294967295"))?;
         let server = u32::try_from(server)
             .map_err(|_| ParseError::new(input, "server id is larger than 4294967295"))?;
-        Ok(Gtid { domain, server, seq })
+        Ok(Gtid {
+            domain,
+            server,
+            seq,
+        })
     }
 }
 
@@ -97,7 +107,9 @@ impl GtidPos {
     /// Total of the sequence numbers: a monotone progress measure for one
     /// line of history, used only to report lag, never to decide safety.
     pub fn seq_total(&self) -> u64 {
-        self.by_domain.values().fold(0u64, |a, g| a.saturating_add(g.seq))
+        self.by_domain
+            .values()
+            .fold(0u64, |a, g| a.saturating_add(g.seq))
     }
 }
 
@@ -155,7 +167,11 @@ impl BinlogState {
     pub fn pos(&self) -> GtidPos {
         let mut by_domain: BTreeMap<u32, Gtid> = BTreeMap::new();
         for (&(domain, server), &seq) in &self.last {
-            let g = Gtid { domain, server, seq };
+            let g = Gtid {
+                domain,
+                server,
+                seq,
+            };
             match by_domain.get(&domain) {
                 Some(cur) if cur.seq >= seq => {}
                 _ => {
@@ -184,7 +200,11 @@ impl BinlogState {
     /// Conservative: does this state provably include all of `other`?
     pub fn contains_state(&self, other: &BinlogState) -> bool {
         other.last.iter().all(|(&(domain, server), &seq)| {
-            self.holds(&Gtid { domain, server, seq })
+            self.holds(&Gtid {
+                domain,
+                server,
+                seq,
+            })
         })
     }
 
@@ -201,7 +221,10 @@ impl FromStr for BinlogState {
             if last.insert((g.domain, g.server), g.seq).is_some() {
                 return Err(ParseError::new(
                     input,
-                    format!("domain {} server {} appears twice in a binlog state", g.domain, g.server),
+                    format!(
+                        "domain {} server {} appears twice in a binlog state",
+                        g.domain, g.server
+                    ),
                 ));
             }
         }
@@ -214,7 +237,11 @@ impl fmt::Display for BinlogState {
         let gtids: Vec<Gtid> = self
             .last
             .iter()
-            .map(|(&(domain, server), &seq)| Gtid { domain, server, seq })
+            .map(|(&(domain, server), &seq)| Gtid {
+                domain,
+                server,
+                seq,
+            })
             .collect();
         join(f, gtids.iter())
     }
@@ -260,11 +287,24 @@ mod tests {
 
     #[test]
     fn rejects_malformed_input() {
-        for bad in ["0-1", "0-1-2-3", "a-1-2", "0--2", "0-1-2,", "0-1-2,0-3-4", "4294967296-1-1", "0-1-99999999999999999999", "-1-1"] {
+        for bad in [
+            "0-1",
+            "0-1-2-3",
+            "a-1-2",
+            "0--2",
+            "0-1-2,",
+            "0-1-2,0-3-4",
+            "4294967296-1-1",
+            "0-1-99999999999999999999",
+            "-1-1",
+        ] {
             assert!(bad.parse::<GtidPos>().is_err(), "pos accepted {bad:?}");
         }
         for bad in ["0-1-2,0-1-3", "x", "0-1-2,,0-2-3"] {
-            assert!(bad.parse::<BinlogState>().is_err(), "state accepted {bad:?}");
+            assert!(
+                bad.parse::<BinlogState>().is_err(),
+                "state accepted {bad:?}"
+            );
         }
     }
 

@@ -35,9 +35,10 @@ fn parse_uuid(text: &str, whole: &str) -> Result<String, ParseError> {
     let groups: Vec<&str> = t.split('-').collect();
     let lens = [8, 4, 4, 4, 12];
     if groups.len() != 5
-        || groups.iter().zip(lens).any(|(g, l)| {
-            g.len() != l || !g.bytes().all(|b| b.is_ascii_hexdigit())
-        })
+        || groups
+            .iter()
+            .zip(lens)
+            .any(|(g, l)| g.len() != l || !g.bytes().all(|b| b.is_ascii_hexdigit()))
     {
         return Err(ParseError::new(
             whole,
@@ -51,7 +52,11 @@ fn parse_tag(text: &str, whole: &str) -> Result<String, ParseError> {
     let ok_first = |b: u8| b.is_ascii_alphabetic() || b == b'_';
     let ok_rest = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
     let bytes = text.as_bytes();
-    if bytes.is_empty() || bytes.len() > 32 || !ok_first(bytes[0]) || !bytes.iter().all(|b| ok_rest(*b)) {
+    if bytes.is_empty()
+        || bytes.len() > 32
+        || !ok_first(bytes[0])
+        || !bytes.iter().all(|b| ok_rest(*b))
+    {
         return Err(ParseError::new(
             whole,
             format!("{text:?} is not a GTID tag (letter or _, then up to 31 letters, digits or _)"),
@@ -62,7 +67,10 @@ fn parse_tag(text: &str, whole: &str) -> Result<String, ParseError> {
 
 fn parse_gno(text: &str, whole: &str) -> Result<u64, ParseError> {
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(ParseError::new(whole, format!("{text:?} is not a transaction number")));
+        return Err(ParseError::new(
+            whole,
+            format!("{text:?} is not a transaction number"),
+        ));
     }
     let n: u64 = text
         .parse()
@@ -85,7 +93,10 @@ fn parse_interval(text: &str, whole: &str) -> Result<Interval, ParseError> {
         Some((a, b)) => {
             let (a, b) = (parse_gno(a, whole)?, parse_gno(b, whole)?);
             if b < a {
-                return Err(ParseError::new(whole, format!("interval {text:?} ends before it starts")));
+                return Err(ParseError::new(
+                    whole,
+                    format!("interval {text:?} ends before it starts"),
+                ));
             }
             Ok((a, b))
         }
@@ -174,7 +185,11 @@ impl GtidSet {
         let whole = format!("{uuid}:{tag}:{gno}");
         let sid = Sid {
             uuid: parse_uuid(uuid, &whole)?,
-            tag: if tag.is_empty() { String::new() } else { parse_tag(tag, &whole)? },
+            tag: if tag.is_empty() {
+                String::new()
+            } else {
+                parse_tag(tag, &whole)?
+            },
         };
         if gno == 0 || gno > MAX_GNO {
             return Err(ParseError::new(&whole, "transaction number out of range"));
@@ -195,7 +210,11 @@ impl GtidSet {
             .is_some_and(|v| v.iter().any(|&(s, e)| s <= gno && gno <= e))
     }
 
-    fn combine(&self, other: &GtidSet, f: impl Fn(&[Interval], &[Interval]) -> Vec<Interval>) -> GtidSet {
+    fn combine(
+        &self,
+        other: &GtidSet,
+        f: impl Fn(&[Interval], &[Interval]) -> Vec<Interval>,
+    ) -> GtidSet {
         let empty: Vec<Interval> = Vec::new();
         let mut ranges = BTreeMap::new();
         for sid in self.ranges.keys().chain(other.ranges.keys()) {
@@ -213,7 +232,9 @@ impl GtidSet {
     }
 
     pub fn union(&self, other: &GtidSet) -> GtidSet {
-        self.combine(other, |a, b| normalize(a.iter().chain(b).copied().collect()))
+        self.combine(other, |a, b| {
+            normalize(a.iter().chain(b).copied().collect())
+        })
     }
 
     pub fn intersection(&self, other: &GtidSet) -> GtidSet {
@@ -257,19 +278,30 @@ impl FromStr for GtidSet {
                 let first = token.bytes().next();
                 if first.is_some_and(|b| b.is_ascii_alphabetic() || b == b'_') {
                     if !tag.is_empty() && intervals_for_tag == 0 {
-                        return Err(ParseError::new(input, format!("tag {tag:?} has no interval")));
+                        return Err(ParseError::new(
+                            input,
+                            format!("tag {tag:?} has no interval"),
+                        ));
                     }
                     tag = parse_tag(token, input)?;
                     intervals_for_tag = 0;
                 } else {
                     let iv = parse_interval(token, input)?;
-                    raw.entry(Sid { uuid: uuid.clone(), tag: tag.clone() }).or_default().push(iv);
+                    raw.entry(Sid {
+                        uuid: uuid.clone(),
+                        tag: tag.clone(),
+                    })
+                    .or_default()
+                    .push(iv);
                     intervals_for_tag += 1;
                     any = true;
                 }
             }
             if !any || intervals_for_tag == 0 {
-                return Err(ParseError::new(input, format!("{element:?} has no transaction interval")));
+                return Err(ParseError::new(
+                    input,
+                    format!("{element:?} has no transaction interval"),
+                ));
             }
         }
         let ranges = raw.into_iter().map(|(k, v)| (k, normalize(v))).collect();
@@ -332,7 +364,10 @@ mod tests {
 
     #[test]
     fn parses_and_canonicalises() {
-        let s = set(&format!(" {B}:5, {}:1-3:4:10-12,\n{B}:1-2", A.to_uppercase()));
+        let s = set(&format!(
+            " {B}:5, {}:1-3:4:10-12,\n{B}:1-2",
+            A.to_uppercase()
+        ));
         assert_eq!(s.to_string(), format!("{A}:1-4:10-12,{B}:1-2:5"));
         assert_eq!(s.count(), 4 + 3 + 3);
         assert_eq!(set("").to_string(), "");
@@ -399,7 +434,10 @@ mod tests {
     fn members(s: &GtidSet) -> std::collections::BTreeSet<(Sid, u64)> {
         s.ranges
             .iter()
-            .flat_map(|(k, v)| v.iter().flat_map(move |&(a, b)| (a..=b).map(move |g| (k.clone(), g))))
+            .flat_map(|(k, v)| {
+                v.iter()
+                    .flat_map(move |&(a, b)| (a..=b).map(move |g| (k.clone(), g)))
+            })
             .collect()
     }
 

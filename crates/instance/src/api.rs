@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Extension, State};
-use axum::http::{header, StatusCode};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -52,7 +52,11 @@ async fn ready<B: Backend>(State(b): State<Arc<B>>) -> Response {
     if s.ready {
         (StatusCode::OK, "ready").into_response()
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {:?} {}", s.phase, s.message)).into_response()
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {:?} {}", s.phase, s.message),
+        )
+            .into_response()
     }
 }
 
@@ -63,12 +67,19 @@ fn may_clone(cluster: &str, peer: &str) -> bool {
 
 async fn backup<B: Backend>(State(b): State<Arc<B>>, Extension(peer): Extension<Peer>) -> Response {
     if !may_clone(b.cluster(), &peer.0) {
-        tracing::warn!(peer = peer.0, "backup refused to a certificate of another identity");
+        tracing::warn!(
+            peer = peer.0,
+            "backup refused to a certificate of another identity"
+        );
         return (StatusCode::FORBIDDEN, "this identity may not copy the data").into_response();
     }
     let st = b.status().await;
     if !st.ready {
-        return (StatusCode::SERVICE_UNAVAILABLE, format!("not ready to serve a backup: {:?} {}", st.phase, st.message)).into_response();
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready to serve a backup: {:?} {}", st.phase, st.message),
+        )
+            .into_response();
     }
     tracing::info!(peer = peer.0, "backup requested");
     match crate::clone::start_backup(b.config()) {
@@ -78,12 +89,21 @@ async fn backup<B: Backend>(State(b): State<Arc<B>>, Extension(peer): Extension<
             .header(crate::clone::SIZE_HEADER, size.to_string())
             .body(Body::from_stream(stream))
             .expect("valid response"),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot start the backup: {e}")).into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot start the backup: {e}"),
+        )
+            .into_response(),
     }
 }
 
 /// Accept mTLS connections until `shutdown` turns true.
-pub async fn serve(listener: TcpListener, tls: Arc<ServerConfig>, app: Router, mut shutdown: watch::Receiver<bool>) {
+pub async fn serve(
+    listener: TcpListener,
+    tls: Arc<ServerConfig>,
+    app: Router,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let acceptor = TlsAcceptor::from(tls);
     loop {
         let (tcp, addr) = tokio::select! {
@@ -101,14 +121,15 @@ pub async fn serve(listener: TcpListener, tls: Arc<ServerConfig>, app: Router, m
         let app = app.clone();
         tokio::spawn(async move {
             let _ = tcp.set_nodelay(true);
-            let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
-                    tracing::debug!(%addr, error = %e, "TLS handshake refused");
-                    return;
-                }
-                Err(_) => return,
-            };
+            let tls =
+                match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
+                    Ok(Ok(s)) => s,
+                    Ok(Err(e)) => {
+                        tracing::debug!(%addr, error = %e, "TLS handshake refused");
+                        return;
+                    }
+                    Err(_) => return,
+                };
             let peer = tls
                 .get_ref()
                 .1
@@ -119,8 +140,9 @@ pub async fn serve(listener: TcpListener, tls: Arc<ServerConfig>, app: Router, m
             let svc = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
                 req.extensions_mut().insert(Peer(peer.clone()));
                 let mut app = app.clone();
-                let fut: Pin<Box<dyn Future<Output = Result<Response, std::convert::Infallible>> + Send>> =
-                    Box::pin(async move { app.call(req).await });
+                let fut: Pin<
+                    Box<dyn Future<Output = Result<Response, std::convert::Infallible>> + Send>,
+                > = Box::pin(async move { app.call(req).await });
                 fut
             });
             let _ = hyper::server::conn::http1::Builder::new()

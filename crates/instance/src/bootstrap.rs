@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use cnmysql_api::names::{APP_USER, REPLICATION_USER};
-use cnmysql_core::flavor::{self, quote, Sql};
+use cnmysql_core::flavor::{self, Sql, quote};
 use mysql_async::prelude::*;
 
 use crate::config::{InstanceConfig, Programs};
@@ -31,13 +31,20 @@ pub fn install_db(programs: &Programs, target: &Path) -> anyhow::Result<()> {
     if nix::unistd::geteuid().is_root() {
         cmd.arg("--user=root");
     }
-    let out = cmd.output().map_err(|e| anyhow::anyhow!("cannot run {}: {e}", programs.install_db.display()))?;
+    let out = cmd
+        .output()
+        .map_err(|e| anyhow::anyhow!("cannot run {}: {e}", programs.install_db.display()))?;
     if !out.status.success() {
         anyhow::bail!(
             "{} failed ({}): {}",
             programs.install_db.display(),
             out.status,
-            String::from_utf8_lossy(&out.stderr).lines().rev().take(5).collect::<Vec<_>>().join(" | ")
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .rev()
+                .take(5)
+                .collect::<Vec<_>>()
+                .join(" | ")
         );
     }
     Ok(())
@@ -59,7 +66,10 @@ pub fn prepare_empty_datadir(cfg: &InstanceConfig) -> anyhow::Result<()> {
                 .arg(&cfg.data_dir)
                 .output()?;
             if !out.status.success() {
-                anyhow::bail!("copying the template failed: {}", String::from_utf8_lossy(&out.stderr));
+                anyhow::bail!(
+                    "copying the template failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
             }
             Ok(())
         }
@@ -97,10 +107,25 @@ pub async fn init_primary_accounts(cfg: &InstanceConfig) -> anyhow::Result<()> {
         .collect();
     let alter = |pw: &str| format!("ALTER USER 'root'@'localhost' IDENTIFIED BY {pw}");
     stmts.push(Sql::secret(alter(&quote(&admin)), alter("'<redacted>'")));
-    stmts.extend(flavor::create_replication_user(cfg.flavor(), REPLICATION_USER, &repl));
-    let create_app = |pw: &str| format!("CREATE USER IF NOT EXISTS {}@'%' IDENTIFIED BY {pw}", quote(APP_USER));
-    stmts.push(Sql::secret(create_app(&quote(&app)), create_app("'<redacted>'")));
-    stmts.push(Sql::new(format!("GRANT {APP_PRIVILEGES} ON *.* TO {}@'%'", quote(APP_USER))));
+    stmts.extend(flavor::create_replication_user(
+        cfg.flavor(),
+        REPLICATION_USER,
+        &repl,
+    ));
+    let create_app = |pw: &str| {
+        format!(
+            "CREATE USER IF NOT EXISTS {}@'%' IDENTIFIED BY {pw}",
+            quote(APP_USER)
+        )
+    };
+    stmts.push(Sql::secret(
+        create_app(&quote(&app)),
+        create_app("'<redacted>'"),
+    ));
+    stmts.push(Sql::new(format!(
+        "GRANT {APP_PRIVILEGES} ON *.* TO {}@'%'",
+        quote(APP_USER)
+    )));
     sql::exec_all(&mut conn, &stmts).await?;
     conn.disconnect().await.ok();
     Ok(())

@@ -49,9 +49,12 @@ impl ControlClient {
             .map_err(|_| anyhow::anyhow!("connecting to {host}:{port} timed out"))??;
         tcp.set_nodelay(true)?;
         let name = ServerName::try_from(host.to_string())?;
-        let tls = tokio::time::timeout(self.connect_timeout, TlsConnector::from(self.tls.clone()).connect(name, tcp))
-            .await
-            .map_err(|_| anyhow::anyhow!("TLS handshake with {host}:{port} timed out"))??;
+        let tls = tokio::time::timeout(
+            self.connect_timeout,
+            TlsConnector::from(self.tls.clone()).connect(name, tcp),
+        )
+        .await
+        .map_err(|_| anyhow::anyhow!("TLS handshake with {host}:{port} timed out"))??;
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
         tokio::spawn(async move {
             let _ = conn.await;
@@ -63,24 +66,43 @@ impl ControlClient {
         for (k, v) in headers {
             req = req.header(*k, v);
         }
-        let resp = sender.send_request(req.body(Full::new(body.unwrap_or_default()))?).await?;
+        let resp = sender
+            .send_request(req.body(Full::new(body.unwrap_or_default()))?)
+            .await?;
         Ok(resp)
     }
 
     /// GET a JSON document.
-    pub async fn get_json<T: serde::de::DeserializeOwned>(&self, host: &str, port: u16, path: &str) -> anyhow::Result<T> {
+    pub async fn get_json<T: serde::de::DeserializeOwned>(
+        &self,
+        host: &str,
+        port: u16,
+        path: &str,
+    ) -> anyhow::Result<T> {
         let resp = self.send(host, port, "GET", path, &[], None).await?;
         let status = resp.status();
         let body = resp.into_body().collect().await?.to_bytes();
         if !status.is_success() {
-            anyhow::bail!("{path} answered {status}: {}", String::from_utf8_lossy(&body));
+            anyhow::bail!(
+                "{path} answered {status}: {}",
+                String::from_utf8_lossy(&body)
+            );
         }
         Ok(serde_json::from_slice(&body)?)
     }
 
     /// POST and return the status and body text.
-    pub async fn post(&self, host: &str, port: u16, path: &str, headers: &[(&str, String)], body: Bytes) -> anyhow::Result<(u16, String)> {
-        let resp = self.send(host, port, "POST", path, headers, Some(body)).await?;
+    pub async fn post(
+        &self,
+        host: &str,
+        port: u16,
+        path: &str,
+        headers: &[(&str, String)],
+        body: Bytes,
+    ) -> anyhow::Result<(u16, String)> {
+        let resp = self
+            .send(host, port, "POST", path, headers, Some(body))
+            .await?;
         let status = resp.status().as_u16();
         let body = resp.into_body().collect().await?.to_bytes();
         Ok((status, String::from_utf8_lossy(&body).into_owned()))

@@ -11,5 +11,8 @@ pub trait ClusterState: Send + Sync + 'static {
 
     /// Record that `instance` is now the writable primary (sets
     /// `currentPrimary` and its timestamp).
-    fn set_current_primary(&self, instance: &str) -> impl Future<Output = anyhow::Result<()>> + Send;
+    fn set_current_primary(
+        &self,
+        instance: &str,
+    ) -> impl Future<Output = anyhow::Result<()>> + Send;
 }

@@ -33,7 +33,12 @@ impl Programs {
     /// Find the programs of a flavour on `PATH` (and the usual sbin dirs).
     pub fn discover(flavor: Flavor) -> Result<Programs, String> {
         let names: [&[&str]; 4] = match flavor {
-            Flavor::Mariadb => [&["mariadbd", "mysqld"], &["mariadb-backup", "mariabackup"], &["mbstream"], &["mariadb-install-db", "mysql_install_db"]],
+            Flavor::Mariadb => [
+                &["mariadbd", "mysqld"],
+                &["mariadb-backup", "mariabackup"],
+                &["mbstream"],
+                &["mariadb-install-db", "mysql_install_db"],
+            ],
             Flavor::Mysql => [&["mysqld"], &["xtrabackup"], &["xbstream"], &["mysqld"]],
         };
         let mut found = Vec::new();
@@ -119,10 +124,12 @@ fn default_shutdown_timeout() -> u64 {
 
 impl InstanceConfig {
     pub fn load(path: &Path) -> anyhow::Result<InstanceConfig> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| anyhow::anyhow!("cannot read instance configuration {}: {e}", path.display()))?;
-        serde_json::from_str(&text)
-            .map_err(|e| anyhow::anyhow!("instance configuration {} is invalid: {e}", path.display()))
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            anyhow::anyhow!("cannot read instance configuration {}: {e}", path.display())
+        })?;
+        serde_json::from_str(&text).map_err(|e| {
+            anyhow::anyhow!("instance configuration {} is invalid: {e}", path.display())
+        })
     }
 
     pub fn flavor(&self) -> Flavor {
@@ -201,11 +208,18 @@ pub fn render_mycnf(c: &InstanceConfig) -> String {
                 ("gtid_domain_id", "0".to_string()),
                 ("skip_slave_start", "ON".to_string()),
                 ("rpl_semi_sync_master_enabled", "OFF".to_string()),
-                ("rpl_semi_sync_slave_enabled", if semi.enabled { "ON" } else { "OFF" }.to_string()),
+                (
+                    "rpl_semi_sync_slave_enabled",
+                    if semi.enabled { "ON" } else { "OFF" }.to_string(),
+                ),
                 ("rpl_semi_sync_master_wait_point", "AFTER_SYNC".to_string()),
                 (
                     "rpl_semi_sync_master_timeout",
-                    semi_sync_timeout_millis(c.spec.mysql.semi_sync.data_durability, semi.timeout_millis).to_string(),
+                    semi_sync_timeout_millis(
+                        c.spec.mysql.semi_sync.data_durability,
+                        semi.timeout_millis,
+                    )
+                    .to_string(),
                 ),
             ]);
         }
@@ -317,7 +331,10 @@ pub(crate) mod tests {
 
     #[test]
     fn required_durability_never_falls_back() {
-        assert_eq!(semi_sync_timeout_millis(DataDurability::Preferred, 1000), 1000);
+        assert_eq!(
+            semi_sync_timeout_millis(DataDurability::Preferred, 1000),
+            1000
+        );
         assert!(semi_sync_timeout_millis(DataDurability::Required, 1000) > 1_000_000_000);
     }
 }

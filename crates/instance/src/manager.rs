@@ -5,8 +5,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cnmysql_api::names::REPLICATION_USER;
 use cnmysql_api::Flavor;
+use cnmysql_api::names::REPLICATION_USER;
 use cnmysql_core::flavor::{self, SourceSpec};
 use cnmysql_core::role::{self, Action, Bootstrap, Desired, Local};
 use cnmysql_core::status::{InstancePhase, InstanceStatus, Role};
@@ -19,7 +19,7 @@ use crate::bootstrap::{self, read_secret};
 use crate::client::ControlClient;
 use crate::clone::{self, ProgressCell};
 use crate::cluster_state::ClusterState;
-use crate::config::{render_mycnf, InstanceConfig};
+use crate::config::{InstanceConfig, render_mycnf};
 use crate::mysqld::{self, ServerState, Supervisor};
 use crate::sql;
 
@@ -98,17 +98,37 @@ impl<C: ClusterState> Manager<C> {
     pub async fn run(self: Arc<Self>) -> anyhow::Result<()> {
         let cfg = self.cfg.clone();
         std::fs::create_dir_all(&cfg.run_dir)?;
-        std::fs::set_permissions(&cfg.run_dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+        std::fs::set_permissions(
+            &cfg.run_dir,
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )?;
         std::fs::write(cfg.mycnf(), render_mycnf(&cfg))?;
-        mysqld::start_log_forwarder(&cfg.log_fifo())?;
+        let logs = mysqld::start_log_forwarder(&cfg.log_fifo())?;
         mysqld::stop_leftover(&cfg).await;
 
         let listener = tokio::net::TcpListener::bind((cfg.control_bind.as_str(), cfg.control_port))
             .await
-            .map_err(|e| anyhow::anyhow!("cannot listen on {}:{}: {e}", cfg.control_bind, cfg.control_port))?;
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot listen on {}:{}: {e}",
+                    cfg.control_bind,
+                    cfg.control_port
+                )
+            })?;
         let tls = cfg.tls.load()?.server_config()?;
-        let api_task = tokio::spawn(api::serve(listener, tls, api::router(self.clone()), self.shutdown.subscribe()));
-        tracing::info!(instance = cfg.instance, control = format!("{}:{}", cfg.control_bind, cfg.control_port), version = VERSION, hash = self.exe_hash, "instance manager started");
+        let api_task = tokio::spawn(api::serve(
+            listener,
+            tls,
+            api::router(self.clone()),
+            self.shutdown.subscribe(),
+        ));
+        tracing::info!(
+            instance = cfg.instance,
+            control = format!("{}:{}", cfg.control_bind, cfg.control_port),
+            version = VERSION,
+            hash = self.exe_hash,
+            "instance manager started"
+        );
 
         let mut stop = self.shutdown.subscribe();
         let work = {
@@ -130,6 +150,7 @@ impl<C: ClusterState> Manager<C> {
         }
         self.set_phase(InstancePhase::ShuttingDown, "");
         self.supervisor.shutdown().await;
+        logs.drain().await;
         if let Some(p) = self.pool.lock().unwrap().take() {
             let _ = tokio::time::timeout(Duration::from_secs(1), p.disconnect()).await;
         }
@@ -155,7 +176,11 @@ impl<C: ClusterState> Manager<C> {
 
     async fn connect_admin(&self) -> anyhow::Result<()> {
         let admin = read_secret(&self.cfg.secrets.admin_password)?;
-        let opts = sql::socket_opts(&self.cfg.socket(), cnmysql_api::names::ADMIN_USER, Some(&admin));
+        let opts = sql::socket_opts(
+            &self.cfg.socket(),
+            cnmysql_api::names::ADMIN_USER,
+            Some(&admin),
+        );
         let conn = sql::wait_connectable(&opts, Duration::from_secs(300)).await?;
         conn.disconnect().await.ok();
         *self.pool.lock().unwrap() = Some(sql::admin_pool(&self.cfg.socket(), &admin));
@@ -169,7 +194,10 @@ impl<C: ClusterState> Manager<C> {
             let status = match self.cluster.get().await {
                 Ok(s) => s,
                 Err(e) => {
-                    self.set_phase(InstancePhase::Initializing, format!("cannot read the cluster state: {e}"));
+                    self.set_phase(
+                        InstancePhase::Initializing,
+                        format!("cannot read the cluster state: {e}"),
+                    );
                     if self.sleep_or_stop(Duration::from_millis(500)).await {
                         return Ok(false);
                     }
@@ -188,12 +216,16 @@ impl<C: ClusterState> Manager<C> {
                     self.set_phase(InstancePhase::Initializing, "initialising a new server");
                     let began = Instant::now();
                     let cfg = self.cfg.clone();
-                    tokio::task::spawn_blocking(move || bootstrap::prepare_empty_datadir(&cfg)).await??;
+                    tokio::task::spawn_blocking(move || bootstrap::prepare_empty_datadir(&cfg))
+                        .await??;
                     self.start_server();
                     bootstrap::init_primary_accounts(&self.cfg).await?;
                     bootstrap::mark_initialized(&self.cfg, "initialised as the first primary")?;
                     self.connect_admin().await?;
-                    tracing::info!(millis = began.elapsed().as_millis() as u64, "new server initialised");
+                    tracing::info!(
+                        millis = began.elapsed().as_millis() as u64,
+                        "new server initialised"
+                    );
                     return Ok(true);
                 }
                 Bootstrap::CloneFrom(source) => {
@@ -201,7 +233,10 @@ impl<C: ClusterState> Manager<C> {
                         Ok(()) => return Ok(true),
                         Err(e) => {
                             tracing::error!(source, error = %e, "clone failed; retrying");
-                            self.set_phase(InstancePhase::Cloning, format!("clone from {source} failed: {e}"));
+                            self.set_phase(
+                                InstancePhase::Cloning,
+                                format!("clone from {source} failed: {e}"),
+                            );
                             *self.progress.lock().unwrap() = None;
                             if self.supervisor.state() != ServerState::Stopped {
                                 self.supervisor.shutdown().await;
@@ -233,7 +268,10 @@ impl<C: ClusterState> Manager<C> {
             .clone();
         self.set_phase(InstancePhase::Cloning, format!("cloning from {source}"));
         let gtid = clone::clone_from(&self.cfg, source, &peer, &self.peers, &self.progress).await?;
-        self.set_phase(InstancePhase::Starting, format!("starting the clone of {source} at {gtid:?}"));
+        self.set_phase(
+            InstancePhase::Starting,
+            format!("starting the clone of {source} at {gtid:?}"),
+        );
         self.start_server();
         self.connect_admin().await?;
         let pool = self.pool().expect("connected");
@@ -244,7 +282,10 @@ impl<C: ClusterState> Manager<C> {
                 // The copy's own binlog starts empty: give it the history it
                 // holds, so comparisons of GTID state see what it contains.
                 stmts.push(flavor::Sql::new("RESET MASTER"));
-                stmts.push(flavor::Sql::new(format!("SET GLOBAL gtid_binlog_state = {}", flavor::quote(&gtid))));
+                stmts.push(flavor::Sql::new(format!(
+                    "SET GLOBAL gtid_binlog_state = {}",
+                    flavor::quote(&gtid)
+                )));
             }
             stmts.extend(flavor::seed_gtid_position(self.cfg.flavor(), &gtid));
         }
@@ -286,7 +327,9 @@ impl<C: ClusterState> Manager<C> {
         let status = self.cluster.get().await?;
         let desired = role::desired(&self.cfg.instance, &status);
         *self.desired.lock().unwrap() = Some(desired.clone());
-        let Some(pool) = self.pool() else { return Ok(()) };
+        let Some(pool) = self.pool() else {
+            return Ok(());
+        };
         if !matches!(self.supervisor.state(), ServerState::Running { .. }) {
             self.set_phase(InstancePhase::Restarting, "waiting for mysqld");
             return Ok(());
@@ -295,8 +338,15 @@ impl<C: ClusterState> Manager<C> {
         let view = sql::observe(&mut conn, self.cfg.flavor()).await?;
         let local = Local {
             read_only: view.read_only,
-            source: view.replication.as_ref().filter(|r| !r.source_host.is_empty()).and_then(|r| self.local_source_name(&r.source_host, r.source_port)),
-            io_running: view.replication.as_ref().is_some_and(|r| r.io_state == "Yes" || r.io_state == "Connecting"),
+            source: view
+                .replication
+                .as_ref()
+                .filter(|r| !r.source_host.is_empty())
+                .and_then(|r| self.local_source_name(&r.source_host, r.source_port)),
+            io_running: view
+                .replication
+                .as_ref()
+                .is_some_and(|r| r.io_state == "Yes" || r.io_state == "Connecting"),
             sql_running: view.replication.as_ref().is_some_and(|r| r.sql_running),
         };
         let f = self.cfg.flavor();
@@ -308,12 +358,19 @@ impl<C: ClusterState> Manager<C> {
                     if on {
                         let killed = sql::kill_writers(&mut conn).await?;
                         if killed > 0 {
-                            tracing::info!(killed, "closed client connections on becoming read-only");
+                            tracing::info!(
+                                killed,
+                                "closed client connections on becoming read-only"
+                            );
                         }
                     }
                 }
                 Action::ResetReplication => {
-                    sql::exec_all(&mut conn, &[flavor::stop_replica(f), flavor::reset_replica(f)]).await?;
+                    sql::exec_all(
+                        &mut conn,
+                        &[flavor::stop_replica(f), flavor::reset_replica(f)],
+                    )
+                    .await?;
                 }
                 Action::StartReplication => {
                     sql::exec_all(&mut conn, &[flavor::start_replica(f)]).await?;
@@ -334,11 +391,21 @@ impl<C: ClusterState> Manager<C> {
                         ssl_key: self.cfg.tls.key.display().to_string(),
                         use_current_pos: false,
                     };
-                    sql::exec_all(&mut conn, &[flavor::stop_replica(f), flavor::change_source(f, &spec), flavor::start_replica(f)]).await?;
+                    sql::exec_all(
+                        &mut conn,
+                        &[
+                            flavor::stop_replica(f),
+                            flavor::change_source(f, &spec),
+                            flavor::start_replica(f),
+                        ],
+                    )
+                    .await?;
                 }
             }
         }
-        if desired == Desired::Primary && status.current_primary.as_deref() != Some(self.cfg.instance.as_str()) {
+        if desired == Desired::Primary
+            && status.current_primary.as_deref() != Some(self.cfg.instance.as_str())
+        {
             let view = sql::observe(&mut conn, f).await?;
             if !view.read_only && view.replication.is_none() {
                 self.cluster.set_current_primary(&self.cfg.instance).await?;
@@ -360,7 +427,12 @@ impl<C: ClusterState> Manager<C> {
             executable_hash: self.exe_hash.clone(),
             manager_version: VERSION.into(),
             manager_pid: std::process::id(),
-            clone: self.progress.lock().unwrap().clone().filter(|p| p.stage != "done"),
+            clone: self
+                .progress
+                .lock()
+                .unwrap()
+                .clone()
+                .filter(|p| p.stage != "done"),
             ..Default::default()
         };
         if let ServerState::Running { pid } = self.supervisor.state() {
@@ -400,7 +472,9 @@ impl<C: ClusterState> Manager<C> {
         st.ready = st.phase == InstancePhase::Running
             && match desired {
                 Some(Desired::Primary) => st.role == Role::Primary && !view.read_only,
-                Some(Desired::Replica { .. }) => view.read_only && view.replication.as_ref().is_some_and(|r| r.healthy()),
+                Some(Desired::Replica { .. }) => {
+                    view.read_only && view.replication.as_ref().is_some_and(|r| r.healthy())
+                }
                 _ => false,
             };
         st.replication = view.replication;

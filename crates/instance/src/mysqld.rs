@@ -12,10 +12,10 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{kill, Signal};
+use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::sync::{watch, Notify};
+use tokio::sync::{Notify, watch};
 
 use crate::config::InstanceConfig;
 
@@ -23,7 +23,9 @@ use crate::config::InstanceConfig;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ServerState {
     Stopped,
-    Running { pid: u32 },
+    Running {
+        pid: u32,
+    },
     /// It died and will be started again after a pause.
     Restarting,
 }
@@ -35,21 +37,50 @@ pub struct Supervisor {
     stopping: watch::Sender<bool>,
 }
 
+/// Forwards mysqld's output from the FIFO to the structured log.
+pub struct LogForwarder {
+    drain: tokio::sync::mpsc::Sender<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl LogForwarder {
+    /// Forward what mysqld already wrote (its last words on shutdown) before
+    /// the manager exits: read until the pipe stays quiet for 50 ms.
+    pub async fn drain(&self) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if self.drain.send(tx).await.is_ok() {
+            let _ = tokio::time::timeout(Duration::from_secs(2), rx).await;
+        }
+    }
+}
+
 /// Open (creating if needed) the log FIFO read-write and forward its lines.
-pub fn start_log_forwarder(path: &Path) -> anyhow::Result<()> {
+pub fn start_log_forwarder(path: &Path) -> anyhow::Result<LogForwarder> {
     if !path.exists() {
         nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o600))?;
     }
     let rx = tokio::net::unix::pipe::OpenOptions::new()
         .read_write(true)
         .open_receiver(path)?;
+    let (drain_tx, mut drain_rx) =
+        tokio::sync::mpsc::channel::<tokio::sync::oneshot::Sender<()>>(1);
     tokio::spawn(async move {
         let mut lines = BufReader::new(rx).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            forward_line(&line);
+        loop {
+            tokio::select! {
+                line = lines.next_line() => match line {
+                    Ok(Some(line)) => forward_line(&line),
+                    _ => break,
+                },
+                Some(done) = drain_rx.recv() => {
+                    while let Ok(Ok(Some(line))) = tokio::time::timeout(Duration::from_millis(50), lines.next_line()).await {
+                        forward_line(&line);
+                    }
+                    let _ = done.send(());
+                }
+            }
         }
     });
-    Ok(())
+    Ok(LogForwarder { drain: drain_tx })
 }
 
 /// One mysqld log line as a structured record, at the level mysqld gave it.
@@ -70,7 +101,13 @@ fn forward_line(line: &str) {
 fn is_alive(pid: u32) -> bool {
     kill(Pid::from_raw(pid as i32), None).is_ok()
         && std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+            .map(|s| {
+                !s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
             .unwrap_or(false)
 }
 
@@ -78,14 +115,21 @@ fn is_alive(pid: u32) -> bool {
 /// example one killed with SIGKILL): two servers must never share a data
 /// directory.
 pub async fn stop_leftover(cfg: &InstanceConfig) {
-    let Ok(text) = std::fs::read_to_string(cfg.pid_file()) else { return };
-    let Ok(pid) = text.trim().parse::<u32>() else { return };
+    let Ok(text) = std::fs::read_to_string(cfg.pid_file()) else {
+        return;
+    };
+    let Ok(pid) = text.trim().parse::<u32>() else {
+        return;
+    };
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     let ours = String::from_utf8_lossy(&cmdline).contains(&cfg.mycnf().display().to_string());
     if !ours || !is_alive(pid) {
         return;
     }
-    tracing::warn!(pid, "a mysqld from an earlier manager is still running; stopping it");
+    tracing::warn!(
+        pid,
+        "a mysqld from an earlier manager is still running; stopping it"
+    );
     let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
     let deadline = Instant::now() + Duration::from_secs(cfg.shutdown_timeout_secs);
     while is_alive(pid) && Instant::now() < deadline {
@@ -118,7 +162,9 @@ impl Supervisor {
     }
 
     fn spawn_mysqld(&self) -> anyhow::Result<u32> {
-        let fifo = std::fs::OpenOptions::new().write(true).open(self.cfg.log_fifo())?;
+        let fifo = std::fs::OpenOptions::new()
+            .write(true)
+            .open(self.cfg.log_fifo())?;
         let mut cmd = std::process::Command::new(&self.cfg.programs.mysqld);
         cmd.arg(format!("--defaults-file={}", self.cfg.mycnf().display()));
         if nix::unistd::geteuid().is_root() {
@@ -207,18 +253,28 @@ impl Supervisor {
     async fn terminate(
         &self,
         pid: u32,
-        waiter: &mut std::pin::Pin<&mut tokio::task::JoinHandle<nix::Result<nix::sys::wait::WaitStatus>>>,
+        waiter: &mut std::pin::Pin<
+            &mut tokio::task::JoinHandle<nix::Result<nix::sys::wait::WaitStatus>>,
+        >,
     ) {
         let begun = Instant::now();
         tracing::info!(pid, "stopping mysqld");
         let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
         let timeout = Duration::from_secs(self.cfg.shutdown_timeout_secs);
         if tokio::time::timeout(timeout, &mut *waiter).await.is_err() {
-            tracing::error!(pid, timeout_secs = timeout.as_secs(), "mysqld did not stop in time; killing it");
+            tracing::error!(
+                pid,
+                timeout_secs = timeout.as_secs(),
+                "mysqld did not stop in time; killing it"
+            );
             let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
             let _ = (&mut *waiter).await;
         }
-        tracing::info!(pid, millis = begun.elapsed().as_millis() as u64, "mysqld stopped");
+        tracing::info!(
+            pid,
+            millis = begun.elapsed().as_millis() as u64,
+            "mysqld stopped"
+        );
     }
 
     /// Stop mysqld cleanly (bounded by the shutdown timeout) and do not restart it.

@@ -22,8 +22,16 @@ pub fn socket_opts(socket: &Path, user: &str, password: Option<&str>) -> Opts {
 
 pub fn admin_pool(socket: &Path, password: &str) -> Pool {
     let constraints = PoolConstraints::new(0, 4).expect("0 <= 4");
-    let opts = OptsBuilder::from_opts(socket_opts(socket, cnmysql_api::names::ADMIN_USER, Some(password)))
-        .pool_opts(PoolOpts::default().with_constraints(constraints).with_inactive_connection_ttl(Duration::from_secs(30)));
+    let opts = OptsBuilder::from_opts(socket_opts(
+        socket,
+        cnmysql_api::names::ADMIN_USER,
+        Some(password),
+    ))
+    .pool_opts(
+        PoolOpts::default()
+            .with_constraints(constraints)
+            .with_inactive_connection_ttl(Duration::from_secs(30)),
+    );
     Pool::new(opts)
 }
 
@@ -79,17 +87,35 @@ pub async fn observe(conn: &mut Conn, f: Flavor) -> anyhow::Result<ServerView> {
         .ok_or_else(|| anyhow::anyhow!("no row for the GTID query"))?;
     let rows: Vec<Row> = conn.query(flavor::replica_status(f).text).await?;
     let replication = rows.first().map(|r| {
-        let (host, port, io, sql, io_err, sql_err, io_errno, sql_errno, behind, using, received) = match f {
-            Flavor::Mariadb => (
-                "Master_Host", "Master_Port", "Slave_IO_Running", "Slave_SQL_Running", "Last_IO_Error",
-                "Last_SQL_Error", "Last_IO_Errno", "Last_SQL_Errno", "Seconds_Behind_Master", "Using_Gtid", "Gtid_IO_Pos",
-            ),
-            Flavor::Mysql => (
-                "Source_Host", "Source_Port", "Replica_IO_Running", "Replica_SQL_Running", "Last_IO_Error",
-                "Last_SQL_Error", "Last_IO_Errno", "Last_SQL_Errno", "Seconds_Behind_Source", "Auto_Position",
-                "Retrieved_Gtid_Set",
-            ),
-        };
+        let (host, port, io, sql, io_err, sql_err, io_errno, sql_errno, behind, using, received) =
+            match f {
+                Flavor::Mariadb => (
+                    "Master_Host",
+                    "Master_Port",
+                    "Slave_IO_Running",
+                    "Slave_SQL_Running",
+                    "Last_IO_Error",
+                    "Last_SQL_Error",
+                    "Last_IO_Errno",
+                    "Last_SQL_Errno",
+                    "Seconds_Behind_Master",
+                    "Using_Gtid",
+                    "Gtid_IO_Pos",
+                ),
+                Flavor::Mysql => (
+                    "Source_Host",
+                    "Source_Port",
+                    "Replica_IO_Running",
+                    "Replica_SQL_Running",
+                    "Last_IO_Error",
+                    "Last_SQL_Error",
+                    "Last_IO_Errno",
+                    "Last_SQL_Errno",
+                    "Seconds_Behind_Source",
+                    "Auto_Position",
+                    "Retrieved_Gtid_Set",
+                ),
+            };
         ReplicationStatus {
             source_host: col_str(r, host),
             source_port: col_str(r, port).parse().unwrap_or(0),
@@ -127,13 +153,49 @@ pub async fn observe(conn: &mut Conn, f: Flavor) -> anyhow::Result<ServerView> {
     };
     let on = |s: String| s.eq_ignore_ascii_case("ON") || s == "1";
     let semi_sync = SemiSyncStatus {
-        source_enabled: on(get(&settings, &["rpl_semi_sync_master_enabled", "rpl_semi_sync_source_enabled"])),
-        source_active: on(get(&vars, &["Rpl_semi_sync_master_status", "Rpl_semi_sync_source_status"])),
-        replica_enabled: on(get(&settings, &["rpl_semi_sync_slave_enabled", "rpl_semi_sync_replica_enabled"])),
-        replica_active: on(get(&vars, &["Rpl_semi_sync_slave_status", "Rpl_semi_sync_replica_status"])),
-        clients: get(&vars, &["Rpl_semi_sync_master_clients", "Rpl_semi_sync_source_clients"]).parse().unwrap_or(0),
-        wait_for_count: get(&settings, &["rpl_semi_sync_source_wait_for_replica_count"]).parse().unwrap_or(1),
-        timeout_millis: get(&settings, &["rpl_semi_sync_master_timeout", "rpl_semi_sync_source_timeout"]).parse().unwrap_or(0),
+        source_enabled: on(get(
+            &settings,
+            &[
+                "rpl_semi_sync_master_enabled",
+                "rpl_semi_sync_source_enabled",
+            ],
+        )),
+        source_active: on(get(
+            &vars,
+            &["Rpl_semi_sync_master_status", "Rpl_semi_sync_source_status"],
+        )),
+        replica_enabled: on(get(
+            &settings,
+            &[
+                "rpl_semi_sync_slave_enabled",
+                "rpl_semi_sync_replica_enabled",
+            ],
+        )),
+        replica_active: on(get(
+            &vars,
+            &["Rpl_semi_sync_slave_status", "Rpl_semi_sync_replica_status"],
+        )),
+        clients: get(
+            &vars,
+            &[
+                "Rpl_semi_sync_master_clients",
+                "Rpl_semi_sync_source_clients",
+            ],
+        )
+        .parse()
+        .unwrap_or(0),
+        wait_for_count: get(&settings, &["rpl_semi_sync_source_wait_for_replica_count"])
+            .parse()
+            .unwrap_or(1),
+        timeout_millis: get(
+            &settings,
+            &[
+                "rpl_semi_sync_master_timeout",
+                "rpl_semi_sync_source_timeout",
+            ],
+        )
+        .parse()
+        .unwrap_or(0),
     };
     Ok(ServerView {
         gtid_executed: executed,
@@ -158,7 +220,11 @@ pub async fn kill_writers(conn: &mut Conn) -> anyhow::Result<usize> {
         .await?;
     let mut n = 0;
     for (id, _, _) in &ids {
-        if conn.query_drop(format!("KILL CONNECTION {id}")).await.is_ok() {
+        if conn
+            .query_drop(format!("KILL CONNECTION {id}"))
+            .await
+            .is_ok()
+        {
             n += 1;
         }
     }

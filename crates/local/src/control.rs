@@ -35,7 +35,10 @@ pub struct Reporter {
 impl Reporter {
     pub fn for_stdout() -> Reporter {
         let tty = std::io::stdout().is_terminal();
-        Reporter { json: false, color: tty && std::env::var_os("NO_COLOR").is_none() }
+        Reporter {
+            json: false,
+            color: tty && std::env::var_os("NO_COLOR").is_none(),
+        }
     }
 
     pub fn say(&self, who: Option<&str>, msg: &str) {
@@ -70,7 +73,11 @@ pub fn services(cluster: &Cluster) -> Vec<(String, ServiceRole)> {
         .filter(|r| !svc.disabled_default_services.contains(r))
         .map(|r| (r.as_str().to_string(), *r))
         .collect();
-    out.extend(svc.additional.iter().map(|a| (a.name.clone(), a.selector_type)));
+    out.extend(
+        svc.additional
+            .iter()
+            .map(|a| (a.name.clone(), a.selector_type)),
+    );
     out
 }
 
@@ -101,8 +108,16 @@ pub struct ControlPlane {
 }
 
 impl ControlPlane {
-    pub fn new(dir: StateDir, cluster: Cluster, ports: Ports, programs: Programs, template: Option<PathBuf>, reporter: Reporter) -> anyhow::Result<Self> {
-        let client = ControlClient::new(dir.operator_material()?.client_config()?).with_connect_timeout(Duration::from_millis(500));
+    pub fn new(
+        dir: StateDir,
+        cluster: Cluster,
+        ports: Ports,
+        programs: Programs,
+        template: Option<PathBuf>,
+        reporter: Reporter,
+    ) -> anyhow::Result<Self> {
+        let client = ControlClient::new(dir.operator_material()?.client_config()?)
+            .with_connect_timeout(Duration::from_millis(500));
         Ok(ControlPlane {
             dir,
             cluster,
@@ -120,20 +135,35 @@ impl ControlPlane {
     }
 
     fn instance_names(&self) -> Vec<String> {
-        (1..=self.cluster.spec.instances as u32).map(|i| instance_name(&self.name(), i)).collect()
+        (1..=self.cluster.spec.instances as u32)
+            .map(|i| instance_name(&self.name(), i))
+            .collect()
     }
 
     fn write_instance_configs(&self) -> anyhow::Result<()> {
         for i in 1..=self.cluster.spec.instances as u32 {
-            let cfg = self.dir.build_instance_config(&self.cluster, &self.ports, i, &self.programs, self.template.clone())?;
+            let cfg = self.dir.build_instance_config(
+                &self.cluster,
+                &self.ports,
+                i,
+                &self.programs,
+                self.template.clone(),
+            )?;
             std::fs::create_dir_all(self.dir.instance_dir(&cfg.instance))?;
-            cnmysql_tls::write_private(&self.dir.instance_config(&cfg.instance), &serde_json::to_string_pretty(&cfg)?, true)?;
+            cnmysql_tls::write_private(
+                &self.dir.instance_config(&cfg.instance),
+                &serde_json::to_string_pretty(&cfg)?,
+                true,
+            )?;
         }
         Ok(())
     }
 
     fn spawn_manager(&self, name: &str) -> anyhow::Result<Child> {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.manager_log(name))?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.manager_log(name))?;
         let child = Command::new(&self.exe)
             .arg("instance")
             .arg("run")
@@ -153,21 +183,34 @@ impl ControlPlane {
     }
 
     async fn poll(&self) -> Vec<Observed> {
-        let futs = self.instance_names().into_iter().enumerate().map(|(i, name)| {
-            let port = self.ports.instances.get(&name).map(|p| p.control).unwrap_or(0);
-            let host = self.ports.host.clone();
-            let client = self.client.clone();
-            async move {
-                let status = tokio::time::timeout(
-                    Duration::from_millis(2500),
-                    client.get_json::<InstanceStatus>(&host, port, "/status"),
-                )
-                .await
-                .ok()
-                .and_then(Result::ok);
-                Observed { name, ordinal: i as u32 + 1, status }
-            }
-        });
+        let futs = self
+            .instance_names()
+            .into_iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let port = self
+                    .ports
+                    .instances
+                    .get(&name)
+                    .map(|p| p.control)
+                    .unwrap_or(0);
+                let host = self.ports.host.clone();
+                let client = self.client.clone();
+                async move {
+                    let status = tokio::time::timeout(
+                        Duration::from_millis(2500),
+                        client.get_json::<InstanceStatus>(&host, port, "/status"),
+                    )
+                    .await
+                    .ok()
+                    .and_then(Result::ok);
+                    Observed {
+                        name,
+                        ordinal: i as u32 + 1,
+                        status,
+                    }
+                }
+            });
         futures::future::join_all(futs).await
     }
 
@@ -178,7 +221,11 @@ impl ControlPlane {
         self.write_instance_configs()?;
         let svc = services(&self.cluster);
         let addrs: Arc<BTreeMap<String, (String, u16)>> = Arc::new(
-            self.ports.instances.iter().map(|(n, p)| (n.clone(), (self.ports.host.clone(), p.mysql))).collect(),
+            self.ports
+                .instances
+                .iter()
+                .map(|(n, p)| (n.clone(), (self.ports.host.clone(), p.mysql)))
+                .collect(),
         );
         let (routes_tx, routes_rx) = watch::channel(RouteTable::new());
         for (service, _) in &svc {
@@ -191,15 +238,28 @@ impl ControlPlane {
             s.operator_executable_hash = Some(operator_hash.clone());
             s.instances = self.cluster.spec.instances;
         })?;
-        self.reporter.say(None, &format!("Starting cluster {name} ({} instances) in {}", self.cluster.spec.instances, self.dir.root.display()));
+        self.reporter.say(
+            None,
+            &format!(
+                "Starting cluster {name} ({} instances) in {}",
+                self.cluster.spec.instances,
+                self.dir.root.display()
+            ),
+        );
 
         let mut procs: Vec<ManagedProcess> = self
             .instance_names()
             .into_iter()
-            .map(|n| ManagedProcess { name: n, child: None, restarts: 0, next_start: Instant::now() })
+            .map(|n| ManagedProcess {
+                name: n,
+                child: None,
+                restarts: 0,
+                next_start: Instant::now(),
+            })
             .collect();
 
-        let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let mut sigterm =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
         let mut last_phase: BTreeMap<String, (InstancePhase, String)> = BTreeMap::new();
         let mut last_clone_report: BTreeMap<String, Instant> = BTreeMap::new();
@@ -218,15 +278,22 @@ impl ControlPlane {
                 if let Some(c) = p.child.as_mut()
                     && let Ok(Some(st)) = c.try_wait()
                 {
-                    self.reporter.say(Some(&p.name), &format!("instance manager exited ({st}); restarting it"));
+                    self.reporter.say(
+                        Some(&p.name),
+                        &format!("instance manager exited ({st}); restarting it"),
+                    );
                     p.child = None;
                     p.restarts += 1;
-                    p.next_start = Instant::now() + Duration::from_millis(500 * u64::from(p.restarts.min(10)));
+                    p.next_start =
+                        Instant::now() + Duration::from_millis(500 * u64::from(p.restarts.min(10)));
                 }
                 if p.child.is_none() && Instant::now() >= p.next_start {
                     match self.spawn_manager(&p.name) {
                         Ok(c) => p.child = Some(c),
-                        Err(e) => self.reporter.say(Some(&p.name), &format!("cannot start the instance manager: {e}")),
+                        Err(e) => self.reporter.say(
+                            Some(&p.name),
+                            &format!("cannot start the instance manager: {e}"),
+                        ),
                     }
                 }
             }
@@ -249,15 +316,24 @@ impl ControlPlane {
             let gtids = snapshot.gtid_by_instance();
             let hashes: BTreeMap<String, String> = observed
                 .iter()
-                .filter_map(|o| o.status.as_ref().map(|s| (o.name.clone(), s.executable_hash.clone())))
+                .filter_map(|o| {
+                    o.status
+                        .as_ref()
+                        .map(|s| (o.name.clone(), s.executable_hash.clone()))
+                })
                 .collect();
             let changed = status.phase != Some(summary.phase)
                 || status.phase_reason.as_deref() != Some(summary.reason.as_str())
                 || status.ready_instances != summary.ready_instances
                 || status.gtid_executed_by_instance != gtids
-                || hashes.iter().any(|(k, v)| status.executable_hash_by_instance.get(k) != Some(v))
+                || hashes
+                    .iter()
+                    .any(|(k, v)| status.executable_hash_by_instance.get(k) != Some(v))
                 || summary.conditions.iter().any(|(t, st, _, _)| {
-                    !status.conditions.iter().any(|c| c.type_ == *t && (c.status == "True") == *st)
+                    !status
+                        .conditions
+                        .iter()
+                        .any(|c| c.type_ == *t && (c.status == "True") == *st)
                 });
             if changed {
                 let now = snapshot.now_ms;
@@ -278,18 +354,36 @@ impl ControlPlane {
                 let Some(st) = &o.status else { continue };
                 let key = (st.phase, st.message.clone());
                 if last_phase.get(&o.name) != Some(&key) {
-                    let text = if st.message.is_empty() { format!("{:?}", st.phase) } else { format!("{:?}: {}", st.phase, st.message) };
+                    let text = if st.message.is_empty() {
+                        format!("{:?}", st.phase)
+                    } else {
+                        format!("{:?}: {}", st.phase, st.message)
+                    };
                     self.reporter.say(Some(&o.name), &text);
                     last_phase.insert(o.name.clone(), key);
                 }
                 if let Some(c) = &st.clone {
-                    let due = last_clone_report.get(&o.name).is_none_or(|t| t.elapsed() >= Duration::from_secs(2));
+                    let due = last_clone_report
+                        .get(&o.name)
+                        .is_none_or(|t| t.elapsed() >= Duration::from_secs(2));
                     if due && c.bytes > 0 {
-                        let of = c.expected_bytes.map(|e| format!(" of ~{}", human_bytes(e as f64))).unwrap_or_default();
-                        let eta = c.eta_seconds.map(|e| format!(", ETA {e:.0}s")).unwrap_or_default();
+                        let of = c
+                            .expected_bytes
+                            .map(|e| format!(" of ~{}", human_bytes(e as f64)))
+                            .unwrap_or_default();
+                        let eta = c
+                            .eta_seconds
+                            .map(|e| format!(", ETA {e:.0}s"))
+                            .unwrap_or_default();
                         self.reporter.say(
                             Some(&o.name),
-                            &format!("{} from {}: {}{of} at {}/s{eta}", c.stage, c.source, human_bytes(c.bytes as f64), human_bytes(c.bytes_per_second)),
+                            &format!(
+                                "{} from {}: {}{of} at {}/s{eta}",
+                                c.stage,
+                                c.source,
+                                human_bytes(c.bytes as f64),
+                                human_bytes(c.bytes_per_second)
+                            ),
                         );
                         last_clone_report.insert(o.name.clone(), Instant::now());
                     }
@@ -305,14 +399,21 @@ impl ControlPlane {
                 self.announce(&status, started.elapsed());
             }
         }
-        self.reporter.say(None, "Stopping: replicas first, then the primary");
+        self.reporter
+            .say(None, "Stopping: replicas first, then the primary");
         self.stop_all(procs).await;
         let _ = self.dir.update_status(|s| {
             s.phase = Some(cnmysql_api::Phase::Stopped);
             s.phase_reason = Some("stopped by the user; data kept".into());
             s.ready_instances = 0;
         });
-        self.reporter.say(None, &format!("Cluster {name} stopped; data kept in {}", self.dir.root.display()));
+        self.reporter.say(
+            None,
+            &format!(
+                "Cluster {name} stopped; data kept in {}",
+                self.dir.root.display()
+            ),
+        );
         Ok(())
     }
 
@@ -331,15 +432,24 @@ impl ControlPlane {
                 ServiceRole::Ro => "read-only, the replicas",
                 ServiceRole::R => "read-only, any instance",
             };
-            text.push_str(&format!("  {svc:<4} {host}:{:<6} {what}\n", self.ports.services[&svc]));
+            text.push_str(&format!(
+                "  {svc:<4} {host}:{:<6} {what}\n",
+                self.ports.services[&svc]
+            ));
         }
         text.push_str(&format!(
             "Connect:  mariadb -h {host} -P {} -u app -p\"$(cat {})\"\n",
             self.ports.services["rw"],
             self.dir.secret_files().app_password.display()
         ));
-        text.push_str(&format!("Status:   cnmysql local status --state-dir {}\n", self.dir.root.display()));
-        text.push_str(&format!("Stop:     cnmysql local down --state-dir {}", self.dir.root.display()));
+        text.push_str(&format!(
+            "Status:   cnmysql local status --state-dir {}\n",
+            self.dir.root.display()
+        ));
+        text.push_str(&format!(
+            "Stop:     cnmysql local down --state-dir {}",
+            self.dir.root.display()
+        ));
         self.reporter.say(None, &text);
     }
 
@@ -347,14 +457,20 @@ impl ControlPlane {
         let primary = self.dir.read_status().ok().and_then(|s| s.current_primary);
         procs.sort_by_key(|p| Some(&p.name) == primary.as_ref());
         for p in procs.iter_mut() {
-            let Some(child) = p.child.as_mut() else { continue };
+            let Some(child) = p.child.as_mut() else {
+                continue;
+            };
             if let Some(pid) = child.id() {
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid as i32),
+                    nix::sys::signal::Signal::SIGTERM,
+                );
             }
             match tokio::time::timeout(Duration::from_secs(90), child.wait()).await {
                 Ok(_) => self.reporter.say(Some(&p.name), "stopped"),
                 Err(_) => {
-                    self.reporter.say(Some(&p.name), "did not stop within 90s; killing it");
+                    self.reporter
+                        .say(Some(&p.name), "did not stop within 90s; killing it");
                     let _ = child.kill().await;
                 }
             }

@@ -15,11 +15,11 @@ use cnmysql_api::Flavor;
 use cnmysql_core::status::{InstanceStatus, Role};
 use cnmysql_instance::client::ControlClient;
 use cnmysql_instance::config::Programs;
-use nix::sys::signal::{kill, Signal};
+use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use crate::control::{ControlPlane, Reporter};
-use crate::state::{live_pid, StateDir};
+use crate::state::{StateDir, live_pid};
 
 /// Set in the environment of a detached control plane.
 pub const DETACHED_ENV: &str = "CNMYSQL_LOCAL_DETACHED";
@@ -49,12 +49,22 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<()> {
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let dir = resolve_state_dir(opts.state_dir.as_deref(), Some(&name))?;
     if let Some(pid) = live_pid(&dir.control_pid()) {
-        anyhow::bail!("cluster {name} is already running (control plane pid {pid}); see `cnmysql local status --state-dir {}`", dir.root.display());
+        anyhow::bail!(
+            "cluster {name} is already running (control plane pid {pid}); see `cnmysql local status --state-dir {}`",
+            dir.root.display()
+        );
     }
     if dir.exists() {
-        for n in dir.load_ports().map(|p| p.instances.into_keys().collect::<Vec<_>>()).unwrap_or_default() {
+        for n in dir
+            .load_ports()
+            .map(|p| p.instances.into_keys().collect::<Vec<_>>())
+            .unwrap_or_default()
+        {
             if let Some(pid) = live_pid(&dir.manager_pid(&n)) {
-                anyhow::bail!("the instance manager of {n} from an earlier run is still running (pid {pid}); run `cnmysql local down --state-dir {}` first", dir.root.display());
+                anyhow::bail!(
+                    "the instance manager of {n} from an earlier run is still running (pid {pid}); run `cnmysql local down --state-dir {}` first",
+                    dir.root.display()
+                );
             }
         }
     }
@@ -62,7 +72,9 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<()> {
     let ports = dir.prepare(&cluster, &text, opts.port_base)?;
     for (svc, port) in &ports.services {
         if !state::port_free(&ports.host, *port) {
-            anyhow::bail!("port {port} for the {svc} endpoint is in use; choose other ports with --port-base (0 picks free ones) or stop what uses it");
+            anyhow::bail!(
+                "port {port} for the {svc} endpoint is in use; choose other ports with --port-base (0 picks free ones) or stop what uses it"
+            );
         }
     }
     dir.update_status(|s| {
@@ -78,8 +90,17 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<()> {
         return detach(&opts, &dir);
     }
     std::fs::write(dir.control_pid(), std::process::id().to_string())?;
-    let reporter = if std::env::var_os(DETACHED_ENV).is_some() { Reporter { json: true, color: false } } else { Reporter::for_stdout() };
-    let result = ControlPlane::new(dir.clone(), cluster, ports, programs, template, reporter)?.run().await;
+    let reporter = if std::env::var_os(DETACHED_ENV).is_some() {
+        Reporter {
+            json: true,
+            color: false,
+        }
+    } else {
+        Reporter::for_stdout()
+    };
+    let result = ControlPlane::new(dir.clone(), cluster, ports, programs, template, reporter)?
+        .run()
+        .await;
     let _ = std::fs::remove_file(dir.control_pid());
     result
 }
@@ -87,7 +108,10 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<()> {
 /// Start the control plane in its own session, wait until the cluster is
 /// ready, print how to reach it, and return.
 fn detach(opts: &UpOptions, dir: &StateDir) -> anyhow::Result<()> {
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.control_log())?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.control_log())?;
     let mut cmd = std::process::Command::new(std::env::current_exe()?);
     cmd.arg("local")
         .arg("up")
@@ -123,7 +147,11 @@ fn detach(opts: &UpOptions, dir: &StateDir) -> anyhow::Result<()> {
             );
         }
         if let Ok(s) = dir.read_status() {
-            let now = format!("{} {}", s.phase.map(|p| p.as_str()).unwrap_or("Starting"), s.phase_reason.unwrap_or_default());
+            let now = format!(
+                "{} {}",
+                s.phase.map(|p| p.as_str()).unwrap_or("Starting"),
+                s.phase_reason.unwrap_or_default()
+            );
             if now != last {
                 eprintln!("{now}");
                 last = now;
@@ -142,12 +170,24 @@ fn detach(opts: &UpOptions, dir: &StateDir) -> anyhow::Result<()> {
         std::thread::sleep(Duration::from_millis(200));
     }
     let ports = dir.load_ports()?;
-    println!("Cluster is ready (control plane pid {}, log {})", child.id(), dir.control_log().display());
+    println!(
+        "Cluster is ready (control plane pid {}, log {})",
+        child.id(),
+        dir.control_log().display()
+    );
     for (svc, port) in &ports.services {
         println!("  {svc:<4} {}:{port}", ports.host);
     }
-    println!("Connect:  mariadb -h {} -P {} -u app -p\"$(cat {})\"", ports.host, ports.services["rw"], dir.secret_files().app_password.display());
-    println!("Stop:     cnmysql local down --state-dir {}", dir.root.display());
+    println!(
+        "Connect:  mariadb -h {} -P {} -u app -p\"$(cat {})\"",
+        ports.host,
+        ports.services["rw"],
+        dir.secret_files().app_password.display()
+    );
+    println!(
+        "Stop:     cnmysql local down --state-dir {}",
+        dir.root.display()
+    );
     Ok(())
 }
 
@@ -156,7 +196,13 @@ fn wait_gone(pid: i32, timeout: Duration) -> bool {
     while Instant::now() < deadline {
         let alive = kill(Pid::from_raw(pid), None).is_ok()
             && std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .map(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+                .map(|s| {
+                    !s.rsplit(')')
+                        .next()
+                        .unwrap_or("")
+                        .trim_start()
+                        .starts_with('Z')
+                })
                 .unwrap_or(false);
         if !alive {
             return true;
@@ -179,7 +225,10 @@ pub fn down(dir: &StateDir) -> anyhow::Result<()> {
         }
     }
     // Managers left without a control plane (it was killed): stop them too.
-    let names: Vec<String> = dir.load_ports().map(|p| p.instances.into_keys().collect()).unwrap_or_default();
+    let names: Vec<String> = dir
+        .load_ports()
+        .map(|p| p.instances.into_keys().collect())
+        .unwrap_or_default();
     for n in &names {
         if let Some(pid) = live_pid(&dir.manager_pid(n)) {
             eprintln!("Stopping {n} (pid {pid})…");
@@ -232,57 +281,128 @@ pub async fn status_report(dir: &StateDir) -> anyhow::Result<StatusReport> {
     let cluster = dir.load_cluster()?;
     let status = dir.read_status()?;
     let ports = dir.load_ports()?;
-    let client = ControlClient::new(dir.operator_material()?.client_config()?).with_connect_timeout(Duration::from_millis(800));
+    let client = ControlClient::new(dir.operator_material()?.client_config()?)
+        .with_connect_timeout(Duration::from_millis(800));
     let mut instances = Vec::new();
     for (name, p) in &ports.instances {
-        let st = tokio::time::timeout(Duration::from_secs(3), client.get_json::<InstanceStatus>(&ports.host, p.control, "/status"))
-            .await
-            .ok()
-            .and_then(Result::ok);
-        instances.push(InstanceReport { name: name.clone(), reachable: st.is_some(), status: st });
+        let st = tokio::time::timeout(
+            Duration::from_secs(3),
+            client.get_json::<InstanceStatus>(&ports.host, p.control, "/status"),
+        )
+        .await
+        .ok()
+        .and_then(Result::ok);
+        instances.push(InstanceReport {
+            name: name.clone(),
+            reachable: st.is_some(),
+            status: st,
+        });
     }
-    instances.sort_by_key(|i| cnmysql_api::names::ordinal_of(cluster.metadata.name.as_deref().unwrap_or(""), &i.name));
+    instances.sort_by_key(|i| {
+        cnmysql_api::names::ordinal_of(cluster.metadata.name.as_deref().unwrap_or(""), &i.name)
+    });
     Ok(StatusReport {
         cluster: cluster.metadata.name.unwrap_or_default(),
         state_dir: dir.root.clone(),
         running: live_pid(&dir.control_pid()).is_some(),
-        endpoints: ports.services.iter().map(|(k, v)| (k.clone(), format!("{}:{v}", ports.host))).collect(),
+        endpoints: ports
+            .services
+            .iter()
+            .map(|(k, v)| (k.clone(), format!("{}:{v}", ports.host)))
+            .collect(),
         status,
         instances,
     })
 }
 
 fn short(s: &str, n: usize) -> String {
-    if s.chars().count() <= n { s.to_string() } else { format!("{}…", s.chars().take(n - 1).collect::<String>()) }
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        format!("{}…", s.chars().take(n - 1).collect::<String>())
+    }
 }
 
 /// A table for people; colours only on a terminal.
 pub fn render_status(r: &StatusReport) -> String {
     let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    let paint = |code: &str, s: String| if color { format!("\x1b[{code}m{s}\x1b[0m") } else { s };
+    let paint = |code: &str, s: String| {
+        if color {
+            format!("\x1b[{code}m{s}\x1b[0m")
+        } else {
+            s
+        }
+    };
     let mut out = String::new();
     let phase = r.status.phase.map(|p| p.as_str()).unwrap_or("Unknown");
-    out.push_str(&format!("Cluster:  {}  ({})\n", r.cluster, if r.running { "running" } else { "stopped" }));
-    out.push_str(&format!("Phase:    {phase}{}\n", r.status.phase_reason.as_deref().map(|x| format!(" — {x}")).unwrap_or_default()));
+    out.push_str(&format!(
+        "Cluster:  {}  ({})\n",
+        r.cluster,
+        if r.running { "running" } else { "stopped" }
+    ));
+    out.push_str(&format!(
+        "Phase:    {phase}{}\n",
+        r.status
+            .phase_reason
+            .as_deref()
+            .map(|x| format!(" — {x}"))
+            .unwrap_or_default()
+    ));
     out.push_str(&format!(
         "Primary:  current {}  target {}\n",
         r.status.current_primary.as_deref().unwrap_or("-"),
         r.status.target_primary.as_deref().unwrap_or("-")
     ));
-    let eps: Vec<String> = r.endpoints.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let eps: Vec<String> = r
+        .endpoints
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
     out.push_str(&format!("Services: {}\n\n", eps.join("  ")));
-    let header = ["INSTANCE", "ROLE", "READY", "READ-ONLY", "GTID", "LAG", "PHASE", "MANAGER"];
+    let header = [
+        "INSTANCE",
+        "ROLE",
+        "READY",
+        "READ-ONLY",
+        "GTID",
+        "LAG",
+        "PHASE",
+        "MANAGER",
+    ];
     let mut rows: Vec<[String; 8]> = Vec::new();
     for i in &r.instances {
         let row = match &i.status {
-            None => [i.name.clone(), "-".into(), "no".into(), "-".into(), "-".into(), "-".into(), "unreachable".into(), "-".into()],
+            None => [
+                i.name.clone(),
+                "-".into(),
+                "no".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "unreachable".into(),
+                "-".into(),
+            ],
             Some(s) => [
                 i.name.clone(),
-                match s.role { Role::Primary => "primary", Role::Replica => "replica", Role::Unknown => "-" }.into(),
+                match s.role {
+                    Role::Primary => "primary",
+                    Role::Replica => "replica",
+                    Role::Unknown => "-",
+                }
+                .into(),
                 if s.ready { "yes" } else { "no" }.into(),
                 if s.read_only { "yes" } else { "no" }.into(),
-                short(if s.gtid_position.is_empty() { "-" } else { &s.gtid_position }, 28),
-                s.lag_seconds.map(|l| format!("{l}s")).unwrap_or_else(|| "-".into()),
+                short(
+                    if s.gtid_position.is_empty() {
+                        "-"
+                    } else {
+                        &s.gtid_position
+                    },
+                    28,
+                ),
+                s.lag_seconds
+                    .map(|l| format!("{l}s"))
+                    .unwrap_or_else(|| "-".into()),
                 format!("{:?}", s.phase).to_lowercase(),
                 short(&s.executable_hash, 12),
             ],
@@ -290,17 +410,34 @@ pub fn render_status(r: &StatusReport) -> String {
         rows.push(row);
     }
     let widths: Vec<usize> = (0..8)
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).chain([header[c].len()]).max().unwrap_or(0))
+        .map(|c| {
+            rows.iter()
+                .map(|r| r[c].chars().count())
+                .chain([header[c].len()])
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     let line = |cells: &[String]| -> String {
-        cells.iter().enumerate().map(|(c, s)| format!("{s:<w$}", w = widths[c])).collect::<Vec<_>>().join("  ").trim_end().to_string()
+        cells
+            .iter()
+            .enumerate()
+            .map(|(c, s)| format!("{s:<w$}", w = widths[c]))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_string()
     };
     out.push_str(&paint("1", line(&header.map(String::from))));
     out.push('\n');
     for row in rows {
         let mut l = line(&row);
         if color {
-            l = if row[2] == "yes" { paint("32", l) } else { paint("31", l) };
+            l = if row[2] == "yes" {
+                paint("32", l)
+            } else {
+                paint("31", l)
+            };
         }
         out.push_str(&l);
         out.push('\n');

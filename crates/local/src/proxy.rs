@@ -4,8 +4,8 @@
 //! closed, so no client keeps talking to a demoted or fenced server.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use cnmysql_api::ServiceRole;
 use cnmysql_core::services::Routes;
@@ -18,7 +18,10 @@ pub type RouteTable = BTreeMap<String, Vec<String>>;
 
 /// Build the table for all Services from the role routes.
 pub fn table(routes: &Routes, services: &[(String, ServiceRole)]) -> RouteTable {
-    services.iter().map(|(name, role)| (name.clone(), routes.for_role(*role))).collect()
+    services
+        .iter()
+        .map(|(name, role)| (name.clone(), routes.for_role(*role)))
+        .collect()
 }
 
 pub struct Proxy {
@@ -28,19 +31,32 @@ pub struct Proxy {
 
 impl Proxy {
     pub async fn bind(service: &str, host: &str, port: u16) -> anyhow::Result<Proxy> {
-        let listener = TcpListener::bind((host, port))
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot listen for the {service} endpoint on {host}:{port}: {e}"))?;
-        Ok(Proxy { service: service.to_string(), listener })
+        let listener = TcpListener::bind((host, port)).await.map_err(|e| {
+            anyhow::anyhow!("cannot listen for the {service} endpoint on {host}:{port}: {e}")
+        })?;
+        Ok(Proxy {
+            service: service.to_string(),
+            listener,
+        })
     }
 
     /// Forward connections until the process ends.
-    pub async fn run(self, routes: watch::Receiver<RouteTable>, addrs: Arc<BTreeMap<String, (String, u16)>>) {
+    pub async fn run(
+        self,
+        routes: watch::Receiver<RouteTable>,
+        addrs: Arc<BTreeMap<String, (String, u16)>>,
+    ) {
         let next = Arc::new(AtomicUsize::new(0));
         loop {
-            let Ok((client, _)) = self.listener.accept().await else { continue };
+            let Ok((client, _)) = self.listener.accept().await else {
+                continue;
+            };
             let _ = client.set_nodelay(true);
-            let backends = routes.borrow().get(&self.service).cloned().unwrap_or_default();
+            let backends = routes
+                .borrow()
+                .get(&self.service)
+                .cloned()
+                .unwrap_or_default();
             if backends.is_empty() {
                 // No backend: close at once, so the client sees an error
                 // instead of a hang.
@@ -48,11 +64,15 @@ impl Proxy {
                 continue;
             }
             let pick = backends[next.fetch_add(1, Ordering::Relaxed) % backends.len()].clone();
-            let Some((host, port)) = addrs.get(&pick).cloned() else { continue };
+            let Some((host, port)) = addrs.get(&pick).cloned() else {
+                continue;
+            };
             let mut routes = routes.clone();
             let service = self.service.clone();
             tokio::spawn(async move {
-                let Ok(mut server) = TcpStream::connect((host.as_str(), port)).await else { return };
+                let Ok(mut server) = TcpStream::connect((host.as_str(), port)).await else {
+                    return;
+                };
                 let _ = server.set_nodelay(true);
                 let mut client = client;
                 tokio::select! {

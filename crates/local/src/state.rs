@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use cnmysql_api::names::{instance_name, OPERATOR_IDENTITY};
+use cnmysql_api::names::{OPERATOR_IDENTITY, instance_name};
 use cnmysql_api::{Cluster, ClusterStatus, ServiceRole};
 use cnmysql_instance::config::{InstanceConfig, PeerAddr, Programs, SecretFiles};
 use cnmysql_tls::{Ca, Material, TlsPaths};
@@ -56,7 +56,9 @@ pub fn default_state_dir(cluster: &str) -> PathBuf {
 fn random_secret() -> String {
     const ALPHABET: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789";
     let mut rng = rand::rng();
-    (0..32).map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char).collect()
+    (0..32)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
 }
 
 /// Is this TCP port free on `host` right now?
@@ -141,7 +143,12 @@ impl StateDir {
 
     /// Create what is missing: directories, secrets, PKI, ports, status.
     /// What exists is kept, so `up` on an existing directory resumes.
-    pub fn prepare(&self, cluster: &Cluster, manifest_text: &str, port_base: Option<u16>) -> anyhow::Result<Ports> {
+    pub fn prepare(
+        &self,
+        cluster: &Cluster,
+        manifest_text: &str,
+        port_base: Option<u16>,
+    ) -> anyhow::Result<Ports> {
         let name = cluster.metadata.name.clone().unwrap_or_default();
         std::fs::create_dir_all(&self.root)?;
         if self.exists() {
@@ -167,12 +174,18 @@ impl StateDir {
         cnmysql_tls::write_private(&self.manifest(), manifest_text, true)?;
         std::fs::create_dir_all(self.secrets_dir())?;
         let secrets = self.secret_files();
-        for f in [&secrets.admin_password, &secrets.replication_password, &secrets.app_password] {
+        for f in [
+            &secrets.admin_password,
+            &secrets.replication_password,
+            &secrets.app_password,
+        ] {
             if !f.exists() {
                 cnmysql_tls::write_private(f, &random_secret(), true)?;
             }
         }
-        let instances: Vec<String> = (1..=cluster.spec.instances as u32).map(|i| instance_name(&name, i)).collect();
+        let instances: Vec<String> = (1..=cluster.spec.instances as u32)
+            .map(|i| instance_name(&name, i))
+            .collect();
         self.prepare_pki(&name, &instances)?;
         let ports = self.prepare_ports(cluster, &instances, port_base)?;
         if !self.status_file().exists() {
@@ -207,7 +220,17 @@ impl StateDir {
         };
         let mut parties: Vec<(String, Vec<String>)> = instances
             .iter()
-            .map(|n| (n.clone(), vec![n.clone(), "localhost".into(), "127.0.0.1".into(), "::1".into()]))
+            .map(|n| {
+                (
+                    n.clone(),
+                    vec![
+                        n.clone(),
+                        "localhost".into(),
+                        "127.0.0.1".into(),
+                        "::1".into(),
+                    ],
+                )
+            })
             .collect();
         parties.push((OPERATOR_IDENTITY.into(), vec![OPERATOR_IDENTITY.into()]));
         for (who, names) in parties {
@@ -220,12 +243,21 @@ impl StateDir {
         Ok(())
     }
 
-    fn prepare_ports(&self, cluster: &Cluster, instances: &[String], port_base: Option<u16>) -> anyhow::Result<Ports> {
+    fn prepare_ports(
+        &self,
+        cluster: &Cluster,
+        instances: &[String],
+        port_base: Option<u16>,
+    ) -> anyhow::Result<Ports> {
         let host = "127.0.0.1".to_string();
         let mut ports = if self.ports_file().exists() {
             self.load_ports()?
         } else {
-            Ports { host: host.clone(), services: BTreeMap::new(), instances: BTreeMap::new() }
+            Ports {
+                host: host.clone(),
+                services: BTreeMap::new(),
+                instances: BTreeMap::new(),
+            }
         };
         let svc = &cluster.spec.managed.services;
         let mut services: Vec<String> = ServiceRole::ALL
@@ -242,7 +274,9 @@ impl StateDir {
                 free_port(&host)
             } else {
                 let p = base as u32 + offset;
-                u16::try_from(p).map_err(|_| anyhow::anyhow!("port {p} is out of range; choose a lower --port-base"))
+                u16::try_from(p).map_err(|_| {
+                    anyhow::anyhow!("port {p} is out of range; choose a lower --port-base")
+                })
             }
         };
         for (i, s) in services.iter().enumerate() {
@@ -254,7 +288,13 @@ impl StateDir {
         for (i, n) in instances.iter().enumerate() {
             if !ports.instances.contains_key(n) {
                 let off = 10 + 2 * i as u32;
-                ports.instances.insert(n.clone(), InstancePorts { mysql: pick(off)?, control: pick(off + 1)? });
+                ports.instances.insert(
+                    n.clone(),
+                    InstancePorts {
+                        mysql: pick(off)?,
+                        control: pick(off + 1)?,
+                    },
+                );
             }
         }
         let text = serde_json::to_string_pretty(&ports)?;
@@ -273,12 +313,24 @@ impl StateDir {
     ) -> anyhow::Result<InstanceConfig> {
         let name = cluster.metadata.name.clone().unwrap_or_default();
         let me = instance_name(&name, ordinal);
-        let mine = ports.instances.get(&me).ok_or_else(|| anyhow::anyhow!("no ports for {me}"))?;
+        let mine = ports
+            .instances
+            .get(&me)
+            .ok_or_else(|| anyhow::anyhow!("no ports for {me}"))?;
         let dir = self.instance_dir(&me);
         let peers = ports
             .instances
             .iter()
-            .map(|(n, p)| (n.clone(), PeerAddr { host: ports.host.clone(), mysql_port: p.mysql, control_port: p.control }))
+            .map(|(n, p)| {
+                (
+                    n.clone(),
+                    PeerAddr {
+                        host: ports.host.clone(),
+                        mysql_port: p.mysql,
+                        control_port: p.control,
+                    },
+                )
+            })
             .collect();
         Ok(InstanceConfig {
             cluster: name,
@@ -313,8 +365,15 @@ impl StateDir {
     }
 
     /// Read-modify-write the status under an exclusive lock; returns the new status.
-    pub fn update_status(&self, f: impl FnOnce(&mut ClusterStatus)) -> anyhow::Result<ClusterStatus> {
-        let lock = File::options().create(true).truncate(false).write(true).open(self.status_lock())?;
+    pub fn update_status(
+        &self,
+        f: impl FnOnce(&mut ClusterStatus),
+    ) -> anyhow::Result<ClusterStatus> {
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(self.status_lock())?;
         let _guard = Flock::lock(lock, FlockArg::LockExclusive).map_err(|(_, e)| e)?;
         let mut s = self.read_status().unwrap_or_default();
         f(&mut s);
@@ -328,7 +387,13 @@ pub fn live_pid(path: &Path) -> Option<i32> {
     let pid: i32 = std::fs::read_to_string(path).ok()?.trim().parse().ok()?;
     let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
         && std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+            .map(|s| {
+                !s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
             .unwrap_or(false);
     alive.then_some(pid)
 }

@@ -25,18 +25,35 @@ pub fn ensure_template(programs: &Programs) -> anyhow::Result<PathBuf> {
         .find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()))
         .unwrap_or("unknown")
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
         .collect();
     let base = dirs::cache_dir()
         .unwrap_or_else(std::env::temp_dir)
         .join("cnmysql")
         .join("templates");
     std::fs::create_dir_all(&base)?;
-    let dir = base.join(format!("{}-{key}", programs.mysqld.file_name().and_then(|n| n.to_str()).unwrap_or("mysqld")));
+    let dir = base.join(format!(
+        "{}-{key}",
+        programs
+            .mysqld
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("mysqld")
+    ));
     if dir.join("mysql").is_dir() {
         return Ok(dir);
     }
-    let lock = File::options().create(true).truncate(false).write(true).open(base.join(".lock"))?;
+    let lock = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(base.join(".lock"))?;
     let _guard = Flock::lock(lock, FlockArg::LockExclusive).map_err(|(_, e)| e)?;
     if dir.join("mysql").is_dir() {
         return Ok(dir);

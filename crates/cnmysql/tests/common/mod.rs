@@ -43,7 +43,10 @@ where
         if let Some(v) = f().await {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -51,8 +54,15 @@ where
 impl LocalCluster {
     /// `local up --detach` a new cluster and wait until it is ready.
     pub fn start(name: &str, manifest_text: &str) -> LocalCluster {
-        let dir = tempfile::Builder::new().prefix("cnmysql-test-").tempdir().unwrap();
-        let c = LocalCluster { name: name.to_string(), dir, destroyed: false };
+        let dir = tempfile::Builder::new()
+            .prefix("cnmysql-test-")
+            .tempdir()
+            .unwrap();
+        let c = LocalCluster {
+            name: name.to_string(),
+            dir,
+            destroyed: false,
+        };
         c.up(manifest_text);
         c
     }
@@ -70,8 +80,17 @@ impl LocalCluster {
         let m = self.state().join("cluster.yaml");
         std::fs::write(&m, manifest_text).unwrap();
         let out = cnmysql(&[
-            "local", "up", "-f", m.to_str().unwrap(), "--state-dir", &self.state_arg(), "--port-base", "0", "--detach",
-            "--wait-timeout", "180",
+            "local",
+            "up",
+            "-f",
+            m.to_str().unwrap(),
+            "--state-dir",
+            &self.state_arg(),
+            "--port-base",
+            "0",
+            "--detach",
+            "--wait-timeout",
+            "180",
         ]);
         assert!(
             out.status.success(),
@@ -84,7 +103,11 @@ impl LocalCluster {
 
     pub fn down(&self) {
         let out = cnmysql(&["local", "down", "--state-dir", &self.state_arg()]);
-        assert!(out.status.success(), "local down failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "local down failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     pub fn ports(&self) -> Value {
@@ -97,7 +120,9 @@ impl LocalCluster {
     }
 
     pub fn instance_port(&self, instance: &str) -> u16 {
-        self.ports()["instances"][instance]["mysql"].as_u64().unwrap() as u16
+        self.ports()["instances"][instance]["mysql"]
+            .as_u64()
+            .unwrap() as u16
     }
 
     pub fn app_password(&self) -> String {
@@ -105,11 +130,14 @@ impl LocalCluster {
     }
 
     pub fn admin_password(&self) -> String {
-        std::fs::read_to_string(Path::new(&self.state_arg()).join("secrets/admin-password")).unwrap()
+        std::fs::read_to_string(Path::new(&self.state_arg()).join("secrets/admin-password"))
+            .unwrap()
     }
 
     pub fn instance_dir(&self, instance: &str) -> PathBuf {
-        Path::new(&self.state_arg()).join("instances").join(instance)
+        Path::new(&self.state_arg())
+            .join("instances")
+            .join(instance)
     }
 
     /// Connect as the application through a port (a Service or an instance).
@@ -135,8 +163,19 @@ impl LocalCluster {
     }
 
     pub fn status_json(&self) -> Value {
-        let out = cnmysql(&["local", "status", "--state-dir", &self.state_arg(), "-o", "json"]);
-        assert!(out.status.success(), "status failed: {}", String::from_utf8_lossy(&out.stderr));
+        let out = cnmysql(&[
+            "local",
+            "status",
+            "--state-dir",
+            &self.state_arg(),
+            "-o",
+            "json",
+        ]);
+        assert!(
+            out.status.success(),
+            "status failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         serde_json::from_slice(&out.stdout).unwrap()
     }
 
@@ -154,7 +193,11 @@ impl LocalCluster {
     pub fn destroy(mut self) {
         let out = cnmysql(&["local", "destroy", "--state-dir", &self.state_arg()]);
         self.destroyed = true;
-        assert!(out.status.success(), "destroy failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "destroy failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let left = self.processes();
         assert!(left.is_empty(), "processes left behind: {left:?}");
     }
@@ -163,11 +206,20 @@ impl LocalCluster {
 pub fn processes_mentioning(needle: &str) -> Vec<(i32, String)> {
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
-        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
         let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
         let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let zombie = state.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z');
+        let zombie = state
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z');
         if cmd.contains(needle) && !zombie && pid != std::process::id() as i32 {
             out.push((pid, cmd));
         }
@@ -183,7 +235,10 @@ impl Drop for LocalCluster {
         let _ = cnmysql(&["local", "destroy", "--state-dir", &self.state_arg()]);
         // Backstop: nothing of ours survives a failed test.
         for (pid, _) in processes_mentioning(&self.state_arg()) {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
         }
     }
 }

@@ -1,0 +1,383 @@
+//! `cnmysql-bench`: measures what the issues set goals for, on real mariadbd
+//! processes, and prints a table and JSON. Build the binaries in release mode
+//! first: `cargo build --release -p cnmysql -p cnmysql-bench`, then run
+//! `target/release/cnmysql-bench all`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use mysql_async::prelude::*;
+use serde_json::{Value, json};
+
+#[derive(Parser)]
+#[command(about = "Benchmarks of cnmysql (start-up, clone throughput, manager memory)")]
+struct Cli {
+    #[command(subcommand)]
+    what: What,
+    /// Repetitions of each measurement.
+    #[arg(long, default_value = "5", global = true)]
+    runs: usize,
+    /// Write the JSON results here as well.
+    #[arg(long, global = true)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Subcommand, Clone, Copy)]
+enum What {
+    /// `local up` of a new 3-instance cluster until all instances are ready.
+    Startup,
+    /// Clone throughput over the mTLS control API versus a plain local
+    /// `mariadb-backup --stream | mbstream -x` of the same data.
+    Clone {
+        /// Megabytes of table data on the primary.
+        #[arg(long, default_value = "500")]
+        megabytes: u64,
+    },
+    /// Idle resident memory of the instance managers (mysqld excluded).
+    Memory,
+    /// All of the above.
+    All,
+}
+
+fn cnmysql_bin() -> PathBuf {
+    let me = std::env::current_exe().expect("own path");
+    me.parent().expect("a directory").join("cnmysql")
+}
+
+fn run(cmd: &mut Command) -> anyhow::Result<String> {
+    let out = cmd.output()?;
+    if !out.status.success() {
+        anyhow::bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn manifest(name: &str, instances: u32) -> String {
+    format!(
+        "apiVersion: mysql.cnmysql.io/v1\nkind: Cluster\nmetadata:\n  name: {name}\nspec:\n  instances: {instances}\n  mysql:\n    parameters:\n      innodb_buffer_pool_size: 128M\n"
+    )
+}
+
+struct Bench {
+    dir: tempfile::TempDir,
+}
+
+impl Bench {
+    fn new() -> Bench {
+        Bench {
+            dir: tempfile::Builder::new()
+                .prefix("cnmysql-bench-")
+                .tempdir()
+                .expect("temp dir"),
+        }
+    }
+    fn state(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+    fn up(&self, name: &str, instances: u32) -> anyhow::Result<Duration> {
+        let m = self.dir.path().join("c.yaml");
+        std::fs::write(&m, manifest(name, instances))?;
+        let t = Instant::now();
+        run(Command::new(cnmysql_bin())
+            .args([
+                "local",
+                "up",
+                "--detach",
+                "--port-base",
+                "0",
+                "--wait-timeout",
+                "600",
+                "-f",
+            ])
+            .arg(&m)
+            .arg("--state-dir")
+            .arg(self.state()))?;
+        Ok(t.elapsed())
+    }
+    fn down(&self) -> anyhow::Result<()> {
+        run(Command::new(cnmysql_bin())
+            .args(["local", "down", "--state-dir"])
+            .arg(self.state()))?;
+        Ok(())
+    }
+    fn ports(&self) -> Value {
+        serde_json::from_str(&std::fs::read_to_string(self.state().join("ports.json")).unwrap())
+            .unwrap()
+    }
+    fn secret(&self, name: &str) -> String {
+        std::fs::read_to_string(self.state().join("secrets").join(name)).unwrap()
+    }
+}
+
+impl Drop for Bench {
+    fn drop(&mut self) {
+        let _ = Command::new(cnmysql_bin())
+            .args(["local", "destroy", "--state-dir"])
+            .arg(self.state())
+            .stderr(Stdio::null())
+            .output();
+    }
+}
+
+fn stats(mut v: Vec<f64>) -> Value {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let median = if v.is_empty() {
+        f64::NAN
+    } else if v.len() % 2 == 1 {
+        v[v.len() / 2]
+    } else {
+        (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
+    };
+    json!({"median": median, "min": v.first(), "max": v.last(), "runs": v.len(), "samples": v})
+}
+
+fn startup(runs: usize) -> anyhow::Result<Value> {
+    let mut fresh = Vec::new();
+    let mut resume = Vec::new();
+    for i in 0..runs {
+        let b = Bench::new();
+        fresh.push(b.up(&format!("boot{i}"), 3)?.as_secs_f64());
+        b.down()?;
+        resume.push(b.up(&format!("boot{i}"), 3)?.as_secs_f64());
+        eprintln!(
+            "startup run {}: new {:.2}s, resume {:.2}s",
+            i + 1,
+            fresh[i],
+            resume[i]
+        );
+    }
+    Ok(
+        json!({"new_3_instances_seconds": stats(fresh), "resume_3_instances_seconds": stats(resume)}),
+    )
+}
+
+fn dir_size(p: &Path) -> u64 {
+    std::fs::read_dir(p)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| {
+                    let m = e.metadata().unwrap();
+                    if m.is_dir() {
+                        dir_size(&e.path())
+                    } else {
+                        m.len()
+                    }
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+fn clone(runs: usize, megabytes: u64) -> anyhow::Result<Value> {
+    let b = Bench::new();
+    b.up("clone", 1)?;
+    let rt = tokio::runtime::Runtime::new()?;
+    let port = b.ports()["services"]["rw"].as_u64().unwrap() as u16;
+    let pw = b.secret("app-password");
+    eprintln!("loading {megabytes} MB…");
+    rt.block_on(async {
+        let opts = mysql_async::OptsBuilder::default()
+            .ip_or_hostname("127.0.0.1")
+            .tcp_port(port)
+            .user(Some("app"))
+            .pass(Some(pw));
+        let mut c = mysql_async::Conn::new(opts).await?;
+        c.query_drop("CREATE DATABASE IF NOT EXISTS b").await?;
+        c.query_drop("USE b").await?;
+        c.query_drop(
+            "CREATE TABLE IF NOT EXISTS t (id INT PRIMARY KEY, body VARCHAR(1100) NOT NULL)",
+        )
+        .await?;
+        let rows = megabytes * 1000;
+        let mut lo = 1;
+        while lo <= rows {
+            let hi = (lo + 49_999).min(rows);
+            c.query_drop(format!(
+                "INSERT INTO t SELECT seq, REPEAT(MD5(seq), 32) FROM seq_{lo}_to_{hi}"
+            ))
+            .await?;
+            lo = hi + 1;
+        }
+        anyhow::Ok(())
+    })?;
+    let primary_dir = b.state().join("instances/clone-1");
+    let data_bytes = dir_size(&primary_dir.join("data"));
+    // Both sides copy the same data directory, measured from the start of the
+    // backup to the end of the extraction (prepare excluded on both sides).
+    // Runs alternate between the two, each after a `sync`, so that page-cache
+    // write-back of one run does not land on the other.
+    let mut baseline = Vec::new();
+    let mut ours = Vec::new();
+    let mut total = Vec::new();
+    let mut ours_bytes = 0u64;
+    b.down()?;
+    for i in 0..runs {
+        // Ours: a new replica cloned through the primary's control API, from
+        // an empty instance directory.
+        let _ = std::fs::remove_dir_all(b.state().join("instances/clone-2"));
+        run(&mut Command::new("sync"))?;
+        let t = Instant::now();
+        b.up("clone", 2)?;
+        let ready = t.elapsed().as_secs_f64();
+        let log = std::fs::read_to_string(b.state().join("instances/clone-2/manager.log"))?;
+        let copied = log
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["message"] == "backup copied; preparing")
+            .last()
+            .ok_or_else(|| anyhow::anyhow!("no clone in the log"))?;
+        let mbps = data_bytes as f64 / 1e6 / copied["seconds"].as_f64().unwrap_or(f64::INFINITY);
+        ours.push(mbps);
+        ours_bytes = copied["bytes"].as_u64().unwrap_or(0);
+        total.push(ready);
+        eprintln!(
+            "clone run {}: {mbps:.0} MB/s over mTLS; replica ready {ready:.2}s after up",
+            i + 1
+        );
+
+        // Baseline: the backup tool piped straight into the extractor, locally.
+        let target = b.dir.path().join(format!("baseline-{i}"));
+        let tmp = b.dir.path().join(format!("baseline-tmp-{i}"));
+        std::fs::create_dir_all(&target)?;
+        std::fs::create_dir_all(&tmp)?;
+        let cnf = primary_dir.join("run/backup.cnf");
+        run(&mut Command::new("sync"))?;
+        let t = Instant::now();
+        let sh = format!(
+            "mariadb-backup --defaults-file={} --backup --stream=mbstream --parallel=2 --target-dir={} 2>/dev/null | mbstream -x -C {}",
+            cnf.display(),
+            tmp.display(),
+            target.display()
+        );
+        run(Command::new("bash").args(["-o", "pipefail", "-c", &sh]))?;
+        let secs = t.elapsed().as_secs_f64();
+        let mbps = data_bytes as f64 / 1e6 / secs;
+        baseline.push(mbps);
+        eprintln!(
+            "baseline run {}: {:.0} MB in {secs:.2}s = {mbps:.0} MB/s",
+            i + 1,
+            data_bytes as f64 / 1e6
+        );
+        std::fs::remove_dir_all(&target)?;
+        std::fs::remove_dir_all(&tmp)?;
+        b.down()?;
+    }
+    let ratio = {
+        let m = |v: &Vec<f64>| {
+            let mut v = v.clone();
+            v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            v[v.len() / 2]
+        };
+        m(&ours) / m(&baseline)
+    };
+    Ok(json!({
+        "data_dir_bytes": data_bytes,
+        "note": "MB/s = size of the primary data directory (binary logs included, which neither side copies) over the time from backup start to extracted copy",
+        "streamed_bytes_last_run": ours_bytes,
+        "cnmysql_clone_mb_per_s": stats(ours),
+        "baseline_backup_pipe_mb_per_s": stats(baseline),
+        "ratio_of_medians": ratio,
+        "replica_ready_after_up_seconds": stats(total),
+    }))
+}
+
+fn rss_kib(pid: u32) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+fn memory(runs: usize) -> anyhow::Result<Value> {
+    let b = Bench::new();
+    b.up("mem", 3)?;
+    let mut samples = Vec::new();
+    for i in 0..runs.max(1) {
+        std::thread::sleep(Duration::from_secs(2));
+        for n in 1..=3 {
+            let pid: u32 =
+                std::fs::read_to_string(b.state().join(format!("instances/mem-{n}/manager.pid")))?
+                    .trim()
+                    .parse()?;
+            if let Some(k) = rss_kib(pid) {
+                samples.push(k / 1024.0);
+            }
+        }
+        eprintln!(
+            "memory sample {}: {:?} MiB",
+            i + 1,
+            &samples[samples.len().saturating_sub(3)..]
+        );
+    }
+    Ok(json!({"idle_manager_rss_mib": stats(samples)}))
+}
+
+fn print_table(results: &Value) {
+    println!(
+        "{:<44} {:>10} {:>10} {:>10}",
+        "measurement", "median", "min", "max"
+    );
+    fn walk(prefix: &str, v: &Value) {
+        if let Some(m) = v.get("median") {
+            let f = |x: &Value| x.as_f64().map(|f| format!("{f:.2}")).unwrap_or("-".into());
+            println!(
+                "{:<44} {:>10} {:>10} {:>10}",
+                prefix,
+                f(m),
+                f(&v["min"]),
+                f(&v["max"])
+            );
+            return;
+        }
+        if let Some(o) = v.as_object() {
+            for (k, x) in o {
+                walk(
+                    &if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    },
+                    x,
+                );
+            }
+        } else if let Some(f) = v.as_f64() {
+            println!("{:<44} {:>10.2}", prefix, f);
+        }
+    }
+    walk("", results);
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    anyhow::ensure!(
+        cnmysql_bin().exists(),
+        "{} not found: build it first (cargo build --release -p cnmysql)",
+        cnmysql_bin().display()
+    );
+    let mut results = serde_json::Map::new();
+    let all = matches!(cli.what, What::All);
+    if all || matches!(cli.what, What::Startup) {
+        results.insert("startup".into(), startup(cli.runs)?);
+    }
+    if let What::Clone { megabytes } = cli.what {
+        results.insert("clone".into(), clone(cli.runs, megabytes)?);
+    } else if all {
+        results.insert("clone".into(), clone(cli.runs, 500)?);
+    }
+    if all || matches!(cli.what, What::Memory) {
+        results.insert("memory".into(), memory(cli.runs)?);
+    }
+    let results = Value::Object(results);
+    print_table(&results);
+    let text = serde_json::to_string_pretty(&results)?;
+    println!("{text}");
+    if let Some(p) = cli.json {
+        std::fs::write(p, text)?;
+    }
+    Ok(())
+}
