@@ -70,6 +70,35 @@ enum LocalCommand {
         #[arg(short = 'o', long, value_enum, default_value = "table")]
         output: Output,
     },
+    /// Planned switchover: make a healthy replica the primary.
+    Promote {
+        /// The instance to promote, e.g. cluster-example-2.
+        instance: String,
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Fence an instance (out of every route, read-only, never a failover
+    /// candidate) or unfence it.
+    Fence {
+        #[arg(value_parser = ["on", "off"])]
+        mode: String,
+        instance: String,
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Recent events: switchovers, failovers, fencing, blocked operations.
+    Events {
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(short = 'o', long, value_enum, default_value = "table")]
+        output: Output,
+    },
     /// Stop the cluster cleanly; its data is kept.
     Down {
         #[arg(long)]
@@ -171,6 +200,29 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 match output {
                     Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
                     Output::Table => print!("{}", cnmysql_local::render_status(&report)),
+                }
+                Ok(())
+            }
+            LocalCommand::Promote { instance, state_dir: d, name } => {
+                cnmysql_local::promote(&state_dir(d, name)?, &instance).await
+            }
+            LocalCommand::Fence { mode, instance, state_dir: d, name } => {
+                cnmysql_local::fence(&state_dir(d, name)?, &instance, mode == "on")
+            }
+            LocalCommand::Events { state_dir: d, name, output } => {
+                let dir = state_dir(d, name)?;
+                for e in dir.events(200) {
+                    match output {
+                        Output::Json => println!("{e}"),
+                        Output::Table => println!(
+                            "{}  {:<7}  {:<22}  {:<20}  {}",
+                            e["time"].as_str().unwrap_or(""),
+                            e["type"].as_str().unwrap_or(""),
+                            e["reason"].as_str().unwrap_or(""),
+                            e["instance"].as_str().unwrap_or("-"),
+                            e["message"].as_str().unwrap_or("")
+                        ),
+                    }
                 }
                 Ok(())
             }

@@ -7,3 +7,8 @@ pub mod phase;
 pub mod role;
 pub mod services;
 pub mod status;
+pub mod failover;
+pub mod lease;
+pub mod fencing;
+pub mod semisync;
+pub mod switchover;

@@ -42,7 +42,9 @@ pub fn summarize(s: &Snapshot) -> Summary {
         .map(|i| i.name.as_str())
         .collect();
 
-    let (phase, reason) = if s.status.current_primary.is_none()
+    let (phase, reason) = if let Some(p) = crate::failover::changing_phase(s) {
+        (p, format!("moving the primary from {} to {}", s.status.current_primary.as_deref().unwrap_or("?"), s.status.target_primary.as_deref().unwrap_or("?")))
+    } else if s.status.current_primary.is_none()
         || (!primary_ready && s.status.current_primary_timestamp.is_none())
     {
         (

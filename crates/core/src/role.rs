@@ -51,10 +51,21 @@ pub fn bootstrap(me: &str, status: &ClusterStatus, has_data: bool) -> Bootstrap 
 pub enum Desired {
     /// Writable primary.
     Primary,
+    /// Become the primary: drain replication, take the lease, claim
+    /// `currentPrimary`, then open writes.
+    Promote,
     /// Read-only replica of `source`.
     Replica { source: String },
-    /// Read-only, replication left as it is, with the reason.
+    /// Read-only, no new replication source, with the reason (fenced,
+    /// diverged, or a primary handing over to its successor).
     HoldReadOnly(String),
+}
+
+impl Desired {
+    /// Any role in which this instance must not hold the primary lease.
+    pub fn releases_lease(&self) -> bool {
+        !matches!(self, Desired::Primary | Desired::Promote)
+    }
 }
 
 pub fn desired(me: &str, status: &ClusterStatus) -> Desired {
@@ -62,22 +73,30 @@ pub fn desired(me: &str, status: &ClusterStatus) -> Desired {
         return Desired::HoldReadOnly("fenced".into());
     }
     if status.diverged_instances.iter().any(|n| n == me) {
-        return Desired::HoldReadOnly(
-            "diverged: its GTID history is not contained in the primary's".into(),
-        );
+        return Desired::HoldReadOnly("diverged: its GTID history is not contained in the primary's".into());
     }
     let target = status.target_primary.as_deref();
     let current = status.current_primary.as_deref();
     match (target, current) {
         (Some(t), Some(c)) if t == me && c == me => Desired::Primary,
-        (Some(t), None) if t == me => Desired::Primary,
-        (_, Some(c)) if c != me => Desired::Replica {
-            source: c.to_string(),
-        },
-        (Some(t), _) if t != me => Desired::Replica {
-            source: t.to_string(),
-        },
-        _ => Desired::HoldReadOnly("waiting for the primary change to settle".into()),
+        (Some(t), _) if t == me => Desired::Promote,
+        (Some(t), Some(c)) if c == me => Desired::HoldReadOnly(format!("handing the primary role over to {t}")),
+        (_, Some(c)) => Desired::Replica { source: c.to_string() },
+        _ => Desired::HoldReadOnly("waiting for a primary".into()),
+    }
+}
+
+/// May a server with history `mine` follow a source with history `source`?
+/// Only when the source holds everything it has: anything else is divergence.
+pub fn may_follow(mine: &cnmysql_gtid::History, source: &cnmysql_gtid::History) -> Result<(), String> {
+    if source.contains(mine) {
+        Ok(())
+    } else {
+        let extra = mine.sources_missing_from(source);
+        Err(format!(
+            "its GTID history ({mine}) holds transactions the primary ({source}) lacks, from source(s) {}",
+            extra.join(", ")
+        ))
     }
 }
 
@@ -108,6 +127,7 @@ pub enum Action {
 pub fn reconcile(desired: &Desired, local: &Local) -> Vec<Action> {
     let mut out = Vec::new();
     match desired {
+        Desired::Promote => {}
         Desired::Primary => {
             if local.source.is_some() {
                 out.push(Action::ResetReplication);
@@ -187,6 +207,14 @@ mod tests {
         let mut fenced = status(Some("db-1"), Some("db-1"), true);
         fenced.fenced_instances.push("db-1".into());
         assert!(matches!(desired("db-1", &fenced), Desired::HoldReadOnly(_)));
+    }
+
+    #[test]
+    fn following_needs_containment() {
+        let h = |t: &str| cnmysql_gtid::History::Mariadb(t.parse().unwrap());
+        assert!(may_follow(&h("0-1-90"), &h("0-1-100,0-2-120")).is_ok());
+        assert!(may_follow(&h("0-1-101"), &h("0-1-100,0-2-101")).is_err());
+        assert!(may_follow(&h(""), &h("0-1-5")).is_ok());
     }
 
     #[test]

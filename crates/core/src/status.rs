@@ -139,6 +139,12 @@ pub struct InstanceStatus {
     pub semi_sync: Option<SemiSyncStatus>,
     /// SHA-256 of the manager's own executable.
     pub executable_hash: String,
+    /// Identity of this server in GTIDs: MariaDB `@@server_id`, MySQL `@@server_uuid`.
+    #[serde(default)]
+    pub source_id: String,
+    /// The instance holds the primary lease and renewed it recently.
+    #[serde(default)]
+    pub holds_lease: bool,
     /// Seconds mysqld has been up (survives a manager re-exec).
     pub uptime_seconds: Option<u64>,
     pub manager_version: String,
@@ -159,6 +165,22 @@ pub fn parse_history(flavor: Flavor, text: &str) -> Result<History, ParseError> 
         Flavor::Mysql => History::Mysql(text.parse::<mysql::GtidSet>()?),
         Flavor::Mariadb => History::Mariadb(text.parse::<mariadb::BinlogState>()?),
     })
+}
+
+/// Does the executed history (`@@gtid_binlog_state` / `@@gtid_executed`)
+/// include everything up to `position` (a position / GTID set)? False on
+/// anything unreadable.
+pub fn history_reaches(flavor: Flavor, history: &str, position: &str) -> bool {
+    match flavor {
+        Flavor::Mariadb => match (history.parse::<mariadb::BinlogState>(), position.parse::<mariadb::GtidPos>()) {
+            (Ok(h), Ok(p)) => h.contains_pos(&p),
+            _ => false,
+        },
+        Flavor::Mysql => match (history.parse::<mysql::GtidSet>(), position.parse::<mysql::GtidSet>()) {
+            (Ok(h), Ok(p)) => p.is_subset(&h),
+            _ => false,
+        },
+    }
 }
 
 /// One instance as the control plane sees it.
@@ -202,6 +224,18 @@ impl Snapshot {
 
     pub fn is_diverged(&self, name: &str) -> bool {
         self.status.diverged_instances.iter().any(|n| n == name)
+    }
+
+    /// The GTID source id of an instance: as observed, or for MariaDB the
+    /// server id the manager derives from the ordinal.
+    pub fn status_source_id(&self, name: &str) -> String {
+        if let Some(id) = self.get(name).and_then(|o| o.status.as_ref()).map(|s| s.source_id.clone()).filter(|s| !s.is_empty()) {
+            return id;
+        }
+        match self.spec.mysql.flavor {
+            Flavor::Mariadb => cnmysql_api::names::ordinal_of(&self.cluster, name).map(|o| o.to_string()).unwrap_or_default(),
+            Flavor::Mysql => String::new(),
+        }
     }
 
     pub fn gtid_by_instance(&self) -> BTreeMap<String, String> {

@@ -106,6 +106,22 @@ impl History {
         self.relation(other).contains_other()
     }
 
+    /// The sources (MariaDB server ids, MySQL server UUIDs) of transactions
+    /// in `self` that `other` lacks, or cannot be shown to hold.
+    pub fn sources_missing_from(&self, other: &History) -> Vec<String> {
+        match (self, other) {
+            (History::Mysql(a), History::Mysql(b)) => {
+                let mut v: Vec<String> = a.subtract(b).sids().map(|s| s.uuid.clone()).collect();
+                v.dedup();
+                v
+            }
+            (History::Mariadb(a), History::Mariadb(b)) => {
+                a.sources_missing_from(b).into_iter().map(|s| s.to_string()).collect()
+            }
+            _ => vec!["(another flavour)".to_string()],
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         match self {
             History::Mysql(s) => s.is_empty(),

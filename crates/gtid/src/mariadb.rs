@@ -208,6 +208,15 @@ impl BinlogState {
         })
     }
 
+    /// Server ids of the entries of `self` that `other` does not provably hold.
+    pub fn sources_missing_from(&self, other: &BinlogState) -> std::collections::BTreeSet<u32> {
+        self.last
+            .iter()
+            .filter(|&(&(domain, server), &seq)| !other.holds(&Gtid { domain, server, seq }))
+            .map(|(&(_, server), _)| server)
+            .collect()
+    }
+
     pub fn relation(&self, other: &BinlogState) -> Relation {
         Relation::from_containment(self.contains_state(other), other.contains_state(self))
     }
@@ -339,6 +348,14 @@ mod tests {
         let replica = st("0-1-100,7-3-1");
         let primary = st("0-1-120");
         assert_eq!(replica.relation(&primary), Relation::Diverged);
+    }
+
+    #[test]
+    fn sources_of_missing_transactions() {
+        let replica = st("0-1-100,0-3-101");
+        assert_eq!(replica.sources_missing_from(&st("0-1-100")).into_iter().collect::<Vec<_>>(), vec![3]);
+        assert_eq!(st("0-1-105").sources_missing_from(&st("0-1-100")).into_iter().collect::<Vec<_>>(), vec![1]);
+        assert!(st("0-1-90").sources_missing_from(&st("0-1-100")).is_empty());
     }
 
     #[test]

@@ -172,6 +172,11 @@ impl GtidSet {
         self.ranges.is_empty()
     }
 
+    /// The sources present in the set, in order.
+    pub fn sids(&self) -> impl Iterator<Item = &Sid> {
+        self.ranges.keys()
+    }
+
     /// Number of transactions in the set (saturating).
     pub fn count(&self) -> u64 {
         self.ranges
@@ -401,6 +406,15 @@ mod tests {
         ] {
             assert!(bad.parse::<GtidSet>().is_err(), "accepted {bad:?}");
         }
+    }
+
+    #[test]
+    fn sources_missing() {
+        let a = set(&format!("{A}:1-10,{B}:1-2"));
+        let b = set(&format!("{A}:1-5"));
+        let h = |s: &GtidSet| crate::History::Mysql(s.clone());
+        assert_eq!(h(&a).sources_missing_from(&h(&b)), vec![A.to_string(), B.to_string()]);
+        assert!(h(&b).sources_missing_from(&h(&a)).is_empty());
     }
 
     #[test]

@@ -1,18 +1,26 @@
 //! Where an instance manager reads the cluster's intent and records what it
-//! did: the Cluster status on Kubernetes, a state file on the local platform.
+//! did: the Cluster status and the Lease on Kubernetes, files on the local
+//! platform. Every change is conditional, so two managers can never both
+//! believe they won.
 
 use std::future::Future;
 
 use cnmysql_api::ClusterStatus;
 
 pub trait ClusterState: Send + Sync + 'static {
-    /// The cluster status as last written by the control plane.
+    /// The cluster status as last written.
     fn get(&self) -> impl Future<Output = anyhow::Result<ClusterStatus>> + Send;
 
-    /// Record that `instance` is now the writable primary (sets
-    /// `currentPrimary` and its timestamp).
-    fn set_current_primary(
-        &self,
-        instance: &str,
-    ) -> impl Future<Output = anyhow::Result<()>> + Send;
+    /// Record `instance` as `currentPrimary` (and its timestamp) only if it is
+    /// still the `targetPrimary`. True when recorded (or already so).
+    fn claim_primary(&self, instance: &str) -> impl Future<Output = anyhow::Result<bool>> + Send;
+
+    /// List `instance` in `divergedInstances`, with the reason as an event.
+    fn mark_diverged(&self, instance: &str, reason: &str) -> impl Future<Output = anyhow::Result<()>> + Send;
+
+    /// Take or renew the primary lease; an error when another holder has it.
+    fn acquire_lease(&self, instance: &str) -> impl Future<Output = anyhow::Result<()>> + Send;
+
+    /// Give the lease up if `instance` holds it.
+    fn release_lease(&self, instance: &str) -> impl Future<Output = anyhow::Result<()>> + Send;
 }

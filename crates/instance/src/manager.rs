@@ -9,7 +9,9 @@ use cnmysql_api::Flavor;
 use cnmysql_api::names::REPLICATION_USER;
 use cnmysql_core::flavor::{self, SourceSpec};
 use cnmysql_core::role::{self, Action, Bootstrap, Desired, Local};
-use cnmysql_core::status::{InstancePhase, InstanceStatus, Role};
+use cnmysql_core::status::{history_reaches, parse_history, InstancePhase, InstanceStatus, Role};
+use cnmysql_core::{lease, semisync};
+use mysql_async::prelude::*;
 use mysql_async::Pool;
 use sha2::Digest;
 use tokio::sync::watch;
@@ -41,6 +43,7 @@ pub struct Manager<C: ClusterState> {
     phase: Mutex<(InstancePhase, String)>,
     progress: ProgressCell,
     desired: Mutex<Option<Desired>>,
+    last_renew: Mutex<Option<i64>>,
     exe_hash: String,
     peers: ControlClient,
     shutdown: watch::Sender<bool>,
@@ -56,6 +59,12 @@ impl<C: ClusterState> Backend for Manager<C> {
     fn config(&self) -> &InstanceConfig {
         &self.cfg
     }
+    async fn apply_semi_sync(&self, s: &semisync::Settings) -> anyhow::Result<()> {
+        if *self.desired.lock().unwrap() != Some(Desired::Primary) {
+            anyhow::bail!("{} is not the primary", self.cfg.instance);
+        }
+        Manager::apply_semi_sync(self, s).await
+    }
 }
 
 impl<C: ClusterState> Manager<C> {
@@ -69,6 +78,7 @@ impl<C: ClusterState> Manager<C> {
             phase: Mutex::new((InstancePhase::Initializing, String::new())),
             progress: Arc::new(Mutex::new(None)),
             desired: Mutex::new(None),
+            last_renew: Mutex::new(None),
             exe_hash: executable_hash(),
             peers: ControlClient::new(material.client_config()?),
             shutdown: watch::channel(false).0,
@@ -149,6 +159,13 @@ impl<C: ClusterState> Manager<C> {
             self.set_phase(InstancePhase::Failed, e.to_string());
         }
         self.set_phase(InstancePhase::ShuttingDown, "");
+        if let Some(pool) = self.pool()
+            && let Ok(mut conn) = pool.get_conn().await
+        {
+            // Stop accepting writes before giving the lease up.
+            let _ = sql::exec_all(&mut conn, &flavor::read_only(self.cfg.flavor(), true)).await;
+        }
+        self.release_lease_if_held().await;
         self.supervisor.shutdown().await;
         logs.drain().await;
         if let Some(p) = self.pool.lock().unwrap().take() {
@@ -323,19 +340,152 @@ impl<C: ClusterState> Manager<C> {
             .or_else(|| Some(format!("{host}:{port}")))
     }
 
+    fn now_ms() -> i64 {
+        jiff::Timestamp::now().as_millisecond()
+    }
+
+    /// Status of a peer instance over the control API, if it answers quickly.
+    async fn peer_status(&self, name: &str) -> Option<InstanceStatus> {
+        let peer = self.cfg.peers.get(name)?;
+        tokio::time::timeout(
+            Duration::from_millis(1500),
+            self.peers.get_json::<InstanceStatus>(&peer.host, peer.control_port, "/status"),
+        )
+        .await
+        .ok()?
+        .ok()
+    }
+
+    async fn release_lease_if_held(&self) {
+        if self.last_renew.lock().unwrap().is_some() {
+            match self.cluster.release_lease(&self.cfg.instance).await {
+                Ok(()) => {
+                    *self.last_renew.lock().unwrap() = None;
+                    tracing::info!("released the primary lease");
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot release the primary lease"),
+            }
+        }
+    }
+
+    /// Renew the lease when due. False when this primary must not be
+    /// writable (it could not renew for too long).
+    async fn keep_lease(&self) -> bool {
+        if !self.cfg.spec.enable_primary_lease {
+            return true;
+        }
+        let now = Self::now_ms();
+        let last = *self.last_renew.lock().unwrap();
+        if last.is_none_or(|t| now - t >= lease::RENEW_EVERY_MS) {
+            match self.cluster.acquire_lease(&self.cfg.instance).await {
+                Ok(()) => *self.last_renew.lock().unwrap() = Some(now),
+                Err(e) => tracing::warn!(error = %e, "cannot renew the primary lease"),
+            }
+        }
+        let last = self.last_renew.lock().unwrap().unwrap_or(i64::MIN / 2);
+        !lease::must_self_fence(last, Self::now_ms())
+    }
+
+    async fn make_read_only(&self, conn: &mut mysql_async::Conn, why: &str) -> anyhow::Result<()> {
+        sql::exec_all(conn, &flavor::read_only(self.cfg.flavor(), true)).await?;
+        let killed = sql::kill_writers(conn).await?;
+        tracing::info!(why, killed, "read-only");
+        Ok(())
+    }
+
+    /// Drain replication before promotion. True once everything the old
+    /// primary wrote (or, if it is gone, everything received) is applied.
+    async fn drained(&self, conn: &mut mysql_async::Conn, status: &cnmysql_api::ClusterStatus, view: &sql::ServerView) -> anyhow::Result<bool> {
+        let f = self.cfg.flavor();
+        let Some(repl) = &view.replication else { return Ok(true) };
+        let old = status.current_primary.clone().filter(|c| c != &self.cfg.instance);
+        let wait_for = match old {
+            Some(old) => match self.peer_status(&old).await {
+                Some(st) if st.mysqld_running && !st.read_only => {
+                    self.set_phase(InstancePhase::Running, format!("waiting for {old} to become read-only"));
+                    return Ok(false);
+                }
+                Some(st) if st.mysqld_running => st.gtid_position,
+                _ => repl.received_gtid.clone(),
+            },
+            None => repl.received_gtid.clone(),
+        };
+        if wait_for.is_empty() || history_reaches(f, &view.gtid_executed, &wait_for) {
+            return Ok(true);
+        }
+        self.set_phase(InstancePhase::Running, format!("catching up to {wait_for} before promotion"));
+        // Wait briefly for the applier, then judge by the executed history
+        // (the replication position alone misses a former primary's own writes).
+        let _: Option<i64> = conn.query_first(flavor::wait_for_position(f, &wait_for, 0.2).text).await?;
+        let now = sql::observe(conn, f).await?;
+        Ok(history_reaches(f, &now.gtid_executed, &wait_for))
+    }
+
+    async fn promote(&self, conn: &mut mysql_async::Conn, status: &cnmysql_api::ClusterStatus, view: &sql::ServerView) -> anyhow::Result<()> {
+        let f = self.cfg.flavor();
+        if !self.drained(conn, status, view).await? {
+            return Ok(());
+        }
+        if view.replication.is_some() {
+            sql::exec_all(conn, &[flavor::stop_replica(f), flavor::reset_replica(f)]).await?;
+        }
+        if self.cfg.spec.enable_primary_lease {
+            self.cluster.acquire_lease(&self.cfg.instance).await?;
+            *self.last_renew.lock().unwrap() = Some(Self::now_ms());
+        }
+        if !self.cluster.claim_primary(&self.cfg.instance).await? {
+            tracing::warn!("the target primary changed while promoting; staying read-only");
+            self.release_lease_if_held().await;
+            return Ok(());
+        }
+        let healthy = self.cfg.spec.instances.saturating_sub(1).max(0) as u32;
+        sql::exec_all(conn, &sql::semi_sync_source(f, &semisync::desired(&self.cfg.spec, healthy))).await?;
+        sql::exec_all(conn, &flavor::read_only(f, false)).await?;
+        tracing::info!("promoted: writable primary");
+        Ok(())
+    }
+
     async fn reconcile_once(&self) -> anyhow::Result<()> {
         let status = self.cluster.get().await?;
         let desired = role::desired(&self.cfg.instance, &status);
         *self.desired.lock().unwrap() = Some(desired.clone());
-        let Some(pool) = self.pool() else {
-            return Ok(());
-        };
+        let Some(pool) = self.pool() else { return Ok(()) };
         if !matches!(self.supervisor.state(), ServerState::Running { .. }) {
             self.set_phase(InstancePhase::Restarting, "waiting for mysqld");
             return Ok(());
         }
         let mut conn = pool.get_conn().await?;
-        let view = sql::observe(&mut conn, self.cfg.flavor()).await?;
+        let f = self.cfg.flavor();
+        let view = sql::observe(&mut conn, f).await?;
+        if desired.releases_lease() {
+            self.release_lease_if_held().await;
+        }
+        match &desired {
+            Desired::Promote => {
+                if !view.read_only {
+                    self.make_read_only(&mut conn, "not yet the accepted primary").await?;
+                }
+                return self.promote(&mut conn, &status, &view).await;
+            }
+            Desired::Primary => {
+                if !self.keep_lease().await {
+                    if !view.read_only {
+                        tracing::error!("cannot renew the primary lease in time: making this primary read-only");
+                        self.make_read_only(&mut conn, "self-fenced: the primary lease could not be renewed").await?;
+                    }
+                    self.set_phase(InstancePhase::Running, "self-fenced: cannot renew the primary lease");
+                    return Ok(());
+                }
+            }
+            Desired::HoldReadOnly(why) => {
+                if !view.read_only {
+                    self.make_read_only(&mut conn, why).await?;
+                }
+                self.set_phase(InstancePhase::Running, why.clone());
+                return Ok(());
+            }
+            Desired::Replica { .. } => {}
+        }
         let local = Local {
             read_only: view.read_only,
             source: view
@@ -343,39 +493,33 @@ impl<C: ClusterState> Manager<C> {
                 .as_ref()
                 .filter(|r| !r.source_host.is_empty())
                 .and_then(|r| self.local_source_name(&r.source_host, r.source_port)),
-            io_running: view
-                .replication
-                .as_ref()
-                .is_some_and(|r| r.io_state == "Yes" || r.io_state == "Connecting"),
+            io_running: view.replication.as_ref().is_some_and(|r| r.io_state == "Yes" || r.io_state == "Connecting"),
             sql_running: view.replication.as_ref().is_some_and(|r| r.sql_running),
         };
-        let f = self.cfg.flavor();
         for action in role::reconcile(&desired, &local) {
             tracing::info!(action = ?action, "role change");
             match action {
-                Action::SetReadOnly(on) => {
-                    sql::exec_all(&mut conn, &flavor::read_only(f, on)).await?;
-                    if on {
-                        let killed = sql::kill_writers(&mut conn).await?;
-                        if killed > 0 {
-                            tracing::info!(
-                                killed,
-                                "closed client connections on becoming read-only"
-                            );
-                        }
-                    }
-                }
+                Action::SetReadOnly(true) => self.make_read_only(&mut conn, "replica").await?,
+                Action::SetReadOnly(false) => sql::exec_all(&mut conn, &flavor::read_only(f, false)).await?,
                 Action::ResetReplication => {
-                    sql::exec_all(
-                        &mut conn,
-                        &[flavor::stop_replica(f), flavor::reset_replica(f)],
-                    )
-                    .await?;
+                    sql::exec_all(&mut conn, &[flavor::stop_replica(f), flavor::reset_replica(f)]).await?;
                 }
                 Action::StartReplication => {
                     sql::exec_all(&mut conn, &[flavor::start_replica(f)]).await?;
                 }
                 Action::Follow(source) => {
+                    // Never follow a source whose history lacks ours.
+                    let Some(src) = self.peer_status(&source).await else {
+                        self.set_phase(InstancePhase::Running, format!("waiting for {source} to answer"));
+                        return Ok(());
+                    };
+                    let mine = parse_history(f, &view.gtid_executed)?;
+                    let theirs = parse_history(f, &src.gtid_executed)?;
+                    if let Err(why) = role::may_follow(&mine, &theirs) {
+                        tracing::error!(source, why, "diverged from the primary; staying read-only and out of service");
+                        self.cluster.mark_diverged(&self.cfg.instance, &why).await?;
+                        return Ok(());
+                    }
                     let peer = self
                         .cfg
                         .peers
@@ -389,31 +533,24 @@ impl<C: ClusterState> Manager<C> {
                         ssl_ca: self.cfg.tls.ca.display().to_string(),
                         ssl_cert: self.cfg.tls.cert.display().to_string(),
                         ssl_key: self.cfg.tls.key.display().to_string(),
-                        use_current_pos: false,
+                        use_current_pos: true,
                     };
-                    sql::exec_all(
-                        &mut conn,
-                        &[
-                            flavor::stop_replica(f),
-                            flavor::change_source(f, &spec),
-                            flavor::start_replica(f),
-                        ],
-                    )
-                    .await?;
+                    sql::exec_all(&mut conn, &[flavor::stop_replica(f), flavor::change_source(f, &spec), flavor::start_replica(f)]).await?;
                 }
             }
         }
-        if desired == Desired::Primary
-            && status.current_primary.as_deref() != Some(self.cfg.instance.as_str())
-        {
-            let view = sql::observe(&mut conn, f).await?;
-            if !view.read_only && view.replication.is_none() {
-                self.cluster.set_current_primary(&self.cfg.instance).await?;
-                tracing::info!("recorded as the current primary");
-            }
+        if desired == Desired::Primary && status.current_primary.as_deref() != Some(self.cfg.instance.as_str()) {
+            self.cluster.claim_primary(&self.cfg.instance).await?;
         }
         self.set_phase(InstancePhase::Running, "");
         Ok(())
+    }
+
+    /// Apply semi-sync settings on this primary (the operator's steady-state adjustment).
+    pub async fn apply_semi_sync(&self, settings: &semisync::Settings) -> anyhow::Result<()> {
+        let pool = self.pool().ok_or_else(|| anyhow::anyhow!("mysqld is not connected"))?;
+        let mut conn = pool.get_conn().await?;
+        sql::exec_all(&mut conn, &sql::semi_sync_source(self.cfg.flavor(), settings)).await
     }
 
     /// A fresh look at the server for `/status`.
@@ -457,6 +594,8 @@ impl<C: ClusterState> Manager<C> {
         };
         st.mysqld_running = true;
         st.read_only = view.read_only;
+        st.source_id = view.source_id.clone();
+        st.holds_lease = self.last_renew.lock().unwrap().is_some_and(|t| jiff::Timestamp::now().as_millisecond() - t < lease::TTL_MS);
         st.gtid_executed = view.gtid_executed;
         st.gtid_position = view.gtid_position;
         st.uptime_seconds = Some(view.uptime_seconds);
@@ -472,6 +611,7 @@ impl<C: ClusterState> Manager<C> {
         st.ready = st.phase == InstancePhase::Running
             && match desired {
                 Some(Desired::Primary) => st.role == Role::Primary && !view.read_only,
+                Some(Desired::Promote) => false,
                 Some(Desired::Replica { .. }) => {
                     view.read_only && view.replication.as_ref().is_some_and(|r| r.healthy())
                 }

@@ -78,6 +78,7 @@ pub struct ServerView {
     pub replication: Option<ReplicationStatus>,
     pub semi_sync: SemiSyncStatus,
     pub uptime_seconds: u64,
+    pub source_id: String,
 }
 
 pub async fn observe(conn: &mut Conn, f: Flavor) -> anyhow::Result<ServerView> {
@@ -197,7 +198,14 @@ pub async fn observe(conn: &mut Conn, f: Flavor) -> anyhow::Result<ServerView> {
         .parse()
         .unwrap_or(0),
     };
+    let source_id: Option<String> = conn
+        .query_first(match f {
+            Flavor::Mariadb => "SELECT CAST(@@server_id AS CHAR)",
+            Flavor::Mysql => "SELECT @@server_uuid",
+        })
+        .await?;
     Ok(ServerView {
+        source_id: source_id.unwrap_or_default(),
         gtid_executed: executed,
         gtid_position: position,
         read_only: ro != 0,
@@ -229,4 +237,20 @@ pub async fn kill_writers(conn: &mut Conn) -> anyhow::Result<usize> {
         }
     }
     Ok(n)
+}
+
+/// Statements that set the primary's semi-sync side.
+pub fn semi_sync_source(f: Flavor, s: &cnmysql_core::semisync::Settings) -> Vec<Sql> {
+    let on = if s.enabled { "ON" } else { "OFF" };
+    match f {
+        Flavor::Mariadb => vec![
+            Sql::new(format!("SET GLOBAL rpl_semi_sync_master_timeout = {}", s.timeout_millis)),
+            Sql::new(format!("SET GLOBAL rpl_semi_sync_master_enabled = {on}")),
+        ],
+        Flavor::Mysql => vec![
+            Sql::new(format!("SET GLOBAL rpl_semi_sync_source_timeout = {}", s.timeout_millis)),
+            Sql::new(format!("SET GLOBAL rpl_semi_sync_source_wait_for_replica_count = {}", s.wait_for_count.max(1))),
+            Sql::new(format!("SET GLOBAL rpl_semi_sync_source_enabled = {on}")),
+        ],
+    }
 }

@@ -1,5 +1,6 @@
-//! The local stand-in for the Cluster status: `status.json` in the state
-//! directory, changed only under its lock.
+//! The local stand-in for the Cluster status and the primary Lease:
+//! `status.json` and `lease.json` in the state directory, each changed only
+//! under its lock.
 
 use cnmysql_api::ClusterStatus;
 use cnmysql_instance::ClusterState;
@@ -16,18 +17,58 @@ impl FileClusterState {
     }
 }
 
+fn now_ms() -> i64 {
+    jiff::Timestamp::now().as_millisecond()
+}
+
 impl ClusterState for FileClusterState {
     async fn get(&self) -> anyhow::Result<ClusterStatus> {
         self.dir.read_status()
     }
 
-    async fn set_current_primary(&self, instance: &str) -> anyhow::Result<()> {
+    async fn claim_primary(&self, instance: &str) -> anyhow::Result<bool> {
+        let mut claimed = false;
+        let mut changed = false;
         self.dir.update_status(|s| {
-            if s.current_primary.as_deref() != Some(instance) {
-                s.current_primary = Some(instance.to_string());
-                s.current_primary_timestamp = Some(jiff::Timestamp::now().to_string());
+            if s.target_primary.as_deref() == Some(instance) {
+                claimed = true;
+                if s.current_primary.as_deref() != Some(instance) {
+                    changed = true;
+                    s.current_primary = Some(instance.to_string());
+                    s.current_primary_timestamp = Some(jiff::Timestamp::now().to_string());
+                    s.primary_failing_since = None;
+                }
             }
         })?;
+        if changed {
+            self.dir.event(false, "Promoted", Some(instance), &format!("{instance} is now the primary"));
+        }
+        Ok(claimed)
+    }
+
+    async fn mark_diverged(&self, instance: &str, reason: &str) -> anyhow::Result<()> {
+        let mut added = false;
+        self.dir.update_status(|s| {
+            if !s.diverged_instances.iter().any(|n| n == instance) {
+                s.diverged_instances.push(instance.to_string());
+                s.diverged_instances.sort();
+                added = true;
+            }
+        })?;
+        if added {
+            self.dir.event(true, "Diverged", Some(instance), &format!("{instance} is kept out of service and read-only; its data is left for a human: {reason}"));
+        }
+        Ok(())
+    }
+
+    async fn acquire_lease(&self, instance: &str) -> anyhow::Result<()> {
+        let now = now_ms();
+        self.dir.update_lease(|l| l.acquire(instance, now))?;
+        Ok(())
+    }
+
+    async fn release_lease(&self, instance: &str) -> anyhow::Result<()> {
+        self.dir.update_lease(|l| Ok(l.release(instance)))?;
         Ok(())
     }
 }

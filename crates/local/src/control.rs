@@ -94,6 +94,30 @@ struct ManagedProcess {
     child: Option<Child>,
     restarts: u32,
     next_start: Instant,
+    /// Not restarted: a fenced-out former primary, until failover completes.
+    held_down: bool,
+    /// When this manager last answered `/status`.
+    answered: bool,
+}
+
+impl ManagedProcess {
+    /// Neither the manager nor its mysqld can be running any more.
+    fn gone(&self, dir: &StateDir) -> bool {
+        let mysqld = std::fs::read_to_string(dir.instance_dir(&self.name).join("run/mysqld.pid"))
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok())
+            .is_some_and(|pid| crate::state::pid_alive(pid));
+        self.child.is_none() && !mysqld
+    }
+}
+
+/// What the control plane remembers between ticks about topology changes.
+#[derive(Default)]
+struct Memory {
+    last_block: String,
+    last_wait: bool,
+    last_current: Option<String>,
+    last_semi_sync: Option<(cnmysql_core::semisync::Settings, Instant)>,
 }
 
 pub struct ControlPlane {
@@ -198,7 +222,7 @@ impl ControlPlane {
                 let client = self.client.clone();
                 async move {
                     let status = tokio::time::timeout(
-                        Duration::from_millis(2500),
+                        Duration::from_millis(1000),
                         client.get_json::<InstanceStatus>(&host, port, "/status"),
                     )
                     .await
@@ -255,6 +279,8 @@ impl ControlPlane {
                 child: None,
                 restarts: 0,
                 next_start: Instant::now(),
+                held_down: false,
+                answered: false,
             })
             .collect();
 
@@ -265,6 +291,7 @@ impl ControlPlane {
         let mut last_clone_report: BTreeMap<String, Instant> = BTreeMap::new();
         let mut cluster_phase = String::new();
         let mut announced = false;
+        let mut memory = Memory::default();
         let mut tick = tokio::time::interval(Duration::from_millis(200));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -278,16 +305,24 @@ impl ControlPlane {
                 if let Some(c) = p.child.as_mut()
                     && let Ok(Some(st)) = c.try_wait()
                 {
-                    self.reporter.say(
-                        Some(&p.name),
-                        &format!("instance manager exited ({st}); restarting it"),
-                    );
                     p.child = None;
                     p.restarts += 1;
+                    let status = self.dir.read_status().unwrap_or_default();
+                    let is_primary = status.current_primary.as_deref() == Some(p.name.as_str())
+                        && status.target_primary == status.current_primary;
+                    if is_primary && self.cluster.spec.failover_delay == 0 && self.cluster.spec.instances > 1 {
+                        // A dead primary is failed over, not restarted in
+                        // place: it comes back as a replica afterwards.
+                        p.held_down = true;
+                        self.reporter.say(Some(&p.name), &format!("the primary's instance manager exited ({st}); failing over"));
+                        self.dir.event(true, "PrimaryDown", Some(&p.name), &format!("the primary's instance manager exited ({st})"));
+                    } else {
+                        self.reporter.say(Some(&p.name), &format!("instance manager exited ({st}); restarting it"));
+                    }
                     p.next_start =
                         Instant::now() + Duration::from_millis(500 * u64::from(p.restarts.min(10)));
                 }
-                if p.child.is_none() && Instant::now() >= p.next_start {
+                if p.child.is_none() && !p.held_down && Instant::now() >= p.next_start {
                     match self.spawn_manager(&p.name) {
                         Ok(c) => p.child = Some(c),
                         Err(e) => self.reporter.say(
@@ -298,6 +333,26 @@ impl ControlPlane {
                 }
             }
             let observed = self.poll().await;
+            for o in &observed {
+                if o.status.is_some()
+                    && let Some(p) = procs.iter_mut().find(|p| p.name == o.name)
+                {
+                    p.answered = true;
+                }
+            }
+            let booting = started.elapsed() < Duration::from_secs(15) && procs.iter().any(|p| !p.answered && !p.held_down);
+            if !booting {
+                let snapshot = Snapshot {
+                    cluster: name.clone(),
+                    spec: self.cluster.spec.clone(),
+                    status: self.dir.read_status().unwrap_or_default(),
+                    instances: observed.clone(),
+                    now_ms: jiff::Timestamp::now().as_millisecond(),
+                };
+                if let Err(e) = self.topology(&snapshot, &mut procs, &mut memory).await {
+                    tracing::warn!(error = %e, "topology step failed");
+                }
+            }
             let status = self.dir.read_status().unwrap_or_default();
             let snapshot = Snapshot {
                 cluster: name.clone(),
@@ -310,9 +365,19 @@ impl ControlPlane {
             let table = proxy::table(&routes, &svc);
             if *routes_tx.borrow() != table {
                 tracing::info!(routes = ?table, "routing changed");
-                routes_tx.send_replace(table);
+                routes_tx.send_replace(table.clone());
+                let _ = cnmysql_tls::write_private(&self.dir.routes_file(), &serde_json::to_string_pretty(&table).unwrap_or_default(), false);
             }
-            let summary = summarize(&snapshot);
+            let mut summary = summarize(&snapshot);
+            if !memory.last_block.is_empty() {
+                summary.phase = cnmysql_api::Phase::Degraded;
+                summary.reason = memory.last_block.clone();
+                for c in summary.conditions.iter_mut().filter(|c| c.0 == "Degraded") {
+                    c.1 = true;
+                    c.2 = "FailoverBlocked".into();
+                    c.3 = memory.last_block.clone();
+                }
+            }
             let gtids = snapshot.gtid_by_instance();
             let hashes: BTreeMap<String, String> = observed
                 .iter()
@@ -417,6 +482,158 @@ impl ControlPlane {
         Ok(())
     }
 
+    /// Failover, switchover supervision, semi-sync adjustment.
+    async fn topology(&self, s: &Snapshot, procs: &mut [ManagedProcess], memory: &mut Memory) -> anyhow::Result<()> {
+        use cnmysql_core::failover::{self, Decision};
+        use cnmysql_core::switchover::{self, Progress};
+        let now = jiff::Timestamp::now();
+        // A primary change completed: restart the fenced-out former primary
+        // so it rejoins (or is found diverged), and say so.
+        if s.status.current_primary != memory.last_current {
+            if let (Some(prev), Some(cur)) = (&memory.last_current, &s.status.current_primary) {
+                let failover = s.status.phase == Some(cnmysql_api::Phase::FailingOver);
+                let what = if failover { "FailoverCompleted" } else { "SwitchoverCompleted" };
+                self.dir.event(false, what, Some(cur), &format!("{cur} replaced {prev} as primary"));
+                self.reporter.say(None, &format!("{what}: {cur} replaced {prev} as primary"));
+            }
+            memory.last_current = s.status.current_primary.clone();
+        }
+        if s.status.current_primary == s.status.target_primary {
+            for p in procs.iter_mut().filter(|p| p.held_down && Some(&p.name) != s.status.current_primary.as_ref()) {
+                p.held_down = false;
+                p.next_start = Instant::now();
+                self.reporter.say(Some(&p.name), "restarting the former primary to rejoin as a replica");
+            }
+        }
+        if let Progress::Abort { reason } = switchover::progress(s) {
+            let mut aborted = false;
+            self.dir.update_status(|st| {
+                if st.current_primary != st.target_primary && st.current_primary == s.status.current_primary {
+                    st.target_primary = st.current_primary.clone();
+                    st.target_primary_timestamp = Some(now.to_string());
+                    aborted = true;
+                }
+            })?;
+            if aborted {
+                self.dir.event(true, "SwitchoverBlocked", s.status.target_primary.as_deref(), &reason);
+                self.reporter.say(None, &reason);
+            }
+        }
+        let primary = s.status.current_primary.clone().unwrap_or_default();
+        let lease = self.dir.read_lease().ok();
+        let old_gone = procs.iter().find(|p| p.name == primary).is_some_and(|p| p.held_down && p.gone(&self.dir));
+        let decision = failover::decide(s, lease.as_ref(), old_gone);
+        if !matches!(decision, Decision::Blocked { .. }) {
+            memory.last_block.clear();
+        }
+        if !matches!(decision, Decision::WaitForLease { .. }) {
+            memory.last_wait = false;
+        }
+        match decision {
+            Decision::Nothing => {}
+            Decision::Recovered => {
+                self.dir.update_status(|st| st.primary_failing_since = None)?;
+                self.dir.event(false, "PrimaryRecovered", Some(&primary), "the primary is healthy again");
+            }
+            Decision::Failing { since_ms, reason } => {
+                if s.status.primary_failing_since.is_none() {
+                    let since = k8s_openapi_ts(since_ms);
+                    self.dir.update_status(|st| st.primary_failing_since = Some(since.clone()))?;
+                    self.dir.event(true, "PrimaryFailing", Some(&primary), &reason);
+                    self.reporter.say(Some(&primary), &format!("primary failing: {reason}"));
+                }
+            }
+            Decision::WaitForLease { until_ms } => {
+                if !memory.last_wait {
+                    memory.last_wait = true;
+                    let msg = format!("waiting until the primary lease of {primary} expires ({} ms)", until_ms - s.now_ms);
+                    self.dir.event(true, "FailoverWaitingForLease", Some(&primary), &msg);
+                    self.reporter.say(None, &msg);
+                }
+            }
+            Decision::Blocked { reason } => {
+                if memory.last_block != reason {
+                    self.dir.event(true, "FailoverBlocked", Some(&primary), &reason);
+                    self.reporter.say(None, &reason);
+                    memory.last_block = reason;
+                }
+                // Nothing can take over: let the old primary come back in place.
+                for p in procs.iter_mut().filter(|p| p.held_down && p.name == primary) {
+                    p.held_down = false;
+                    p.next_start = Instant::now();
+                }
+            }
+            Decision::Promote { old, candidate } => {
+                // Fence the old primary: stop its processes, keep its data.
+                if let Some(p) = procs.iter_mut().find(|p| p.name == old) {
+                    p.held_down = true;
+                    self.kill_instance(p).await;
+                }
+                self.dir.update_lease(|l| Ok(if l.holder_identity.as_deref() == Some(&old) { l.release(&old) } else { l.clone() }))?;
+                let mut started = false;
+                self.dir.update_status(|st| {
+                    if st.current_primary.as_deref() == Some(&old) && st.target_primary.as_deref() == Some(&old) {
+                        st.target_primary = Some(candidate.clone());
+                        st.target_primary_timestamp = Some(now.to_string());
+                        st.phase = Some(cnmysql_api::Phase::FailingOver);
+                        st.phase_reason = Some(format!("promoting {candidate} in place of {old}"));
+                        started = true;
+                    }
+                })?;
+                if started {
+                    let msg = format!("failing over from {old} to {candidate}; {old} is fenced (processes stopped, data kept)");
+                    self.dir.event(true, "FailingOver", Some(&candidate), &msg);
+                    self.reporter.say(None, &msg);
+                }
+            }
+        }
+        // Steady-state semi-sync adjustment on a settled primary.
+        if self.cluster.spec.mysql.semi_sync.enabled
+            && s.status.current_primary == s.status.target_primary
+            && let Some(p) = s.get(&primary).and_then(|o| o.status.as_ref())
+            && p.ready
+        {
+            let want = cnmysql_core::semisync::desired(&self.cluster.spec, cnmysql_core::semisync::healthy_replicas(s));
+            let have = p.semi_sync.clone().unwrap_or_default();
+            let differs = have.source_enabled != want.enabled
+                || have.timeout_millis != want.timeout_millis
+                || (self.cluster.spec.mysql.flavor == cnmysql_api::Flavor::Mysql && have.wait_for_count != want.wait_for_count);
+            let recently = memory.last_semi_sync.as_ref().is_some_and(|(w, t)| *w == want && t.elapsed() < Duration::from_secs(2));
+            if differs && !recently {
+                let body = serde_json::json!({"enabled": want.enabled, "waitForCount": want.wait_for_count, "timeoutMillis": want.timeout_millis});
+                let port = self.ports.instances[&primary].control;
+                let (code, text) = self.client.post(&self.ports.host, port, "/semisync", &[("content-type", "application/json".into())], body.to_string().into()).await?;
+                memory.last_semi_sync = Some((want, Instant::now()));
+                if code == 200 {
+                    self.dir.event(false, "SemiSyncAdjusted", Some(&primary), &format!("semi-sync enabled={} waitForCount={} timeoutMillis={}", want.enabled, want.wait_for_count, want.timeout_millis));
+                } else {
+                    tracing::warn!(code, text, "semi-sync adjustment refused");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Stop an instance's manager and mysqld at once (fencing a failed primary).
+    async fn kill_instance(&self, p: &mut ManagedProcess) {
+        use nix::sys::signal::{kill, Signal};
+        use nix::unistd::Pid;
+        if let Some(c) = p.child.as_mut() {
+            let _ = c.kill().await;
+        }
+        p.child = None;
+        if let Ok(pid) = std::fs::read_to_string(self.dir.instance_dir(&p.name).join("run/mysqld.pid")) {
+            if let Ok(pid) = pid.trim().parse::<i32>() {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while crate::state::pid_alive(pid) && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        }
+        let _ = std::fs::remove_file(self.dir.manager_pid(&p.name));
+    }
+
     fn announce(&self, status: &cnmysql_api::ClusterStatus, elapsed: Duration) {
         let name = self.name();
         let host = &self.ports.host;
@@ -477,4 +694,8 @@ impl ControlPlane {
             let _ = std::fs::remove_file(self.dir.manager_pid(&p.name));
         }
     }
+}
+
+fn k8s_openapi_ts(ms: i64) -> String {
+    jiff::Timestamp::from_millisecond(ms).unwrap_or(jiff::Timestamp::UNIX_EPOCH).to_string()
 }

@@ -194,17 +194,7 @@ fn detach(opts: &UpOptions, dir: &StateDir) -> anyhow::Result<()> {
 fn wait_gone(pid: i32, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
-        let alive = kill(Pid::from_raw(pid), None).is_ok()
-            && std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .map(|s| {
-                    !s.rsplit(')')
-                        .next()
-                        .unwrap_or("")
-                        .trim_start()
-                        .starts_with('Z')
-                })
-                .unwrap_or(false);
-        if !alive {
+        if !state::pid_alive(pid) {
             return true;
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -443,4 +433,99 @@ pub fn render_status(r: &StatusReport) -> String {
         out.push('\n');
     }
     out
+}
+
+/// A fresh snapshot of the cluster, as the control plane sees it.
+pub async fn snapshot(dir: &StateDir) -> anyhow::Result<cnmysql_core::status::Snapshot> {
+    let cluster = dir.load_cluster()?;
+    let report = status_report(dir).await?;
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    let instances = report
+        .instances
+        .into_iter()
+        .map(|i| cnmysql_core::status::Observed {
+            ordinal: cnmysql_api::names::ordinal_of(&name, &i.name).unwrap_or(0),
+            name: i.name,
+            status: i.status,
+        })
+        .collect();
+    Ok(cnmysql_core::status::Snapshot {
+        cluster: name,
+        spec: cluster.spec,
+        status: report.status,
+        instances,
+        now_ms: jiff::Timestamp::now().as_millisecond(),
+    })
+}
+
+/// Planned switchover: validate, set targetPrimary, and wait for the result.
+pub async fn promote(dir: &StateDir, target: &str) -> anyhow::Result<()> {
+    if live_pid(&dir.control_pid()).is_none() {
+        anyhow::bail!("the cluster is not running; start it with `cnmysql local up`");
+    }
+    let s = snapshot(dir).await?;
+    if let Err(why) = cnmysql_core::switchover::validate(&s, target) {
+        dir.event(true, "SwitchoverRefused", Some(target), &why);
+        anyhow::bail!("switchover to {target} refused: {why}");
+    }
+    let old = s.status.current_primary.clone().unwrap_or_default();
+    let mut requested = false;
+    dir.update_status(|st| {
+        if st.current_primary.as_deref() == Some(old.as_str()) && st.target_primary.as_deref() == Some(old.as_str()) {
+            st.target_primary = Some(target.to_string());
+            st.target_primary_timestamp = Some(jiff::Timestamp::now().to_string());
+            st.phase = Some(cnmysql_api::Phase::Switchover);
+            st.phase_reason = Some(format!("switching over from {old} to {target}"));
+            requested = true;
+        }
+    })?;
+    if !requested {
+        anyhow::bail!("the primary changed while the switchover was being requested; try again");
+    }
+    dir.event(false, "SwitchoverRequested", Some(target), &format!("switchover from {old} to {target} requested"));
+    eprintln!("Switching over from {old} to {target}…");
+    let began = Instant::now();
+    let limit = Duration::from_secs(s.spec.max_switchover_delay.max(0) as u64 + 30);
+    loop {
+        let st = dir.read_status()?;
+        // Done once the rw endpoint routes to the new primary.
+        let routed = dir.routes().get("rw").is_some_and(|b| b.iter().any(|n| n == target));
+        if st.current_primary.as_deref() == Some(target) && routed {
+            eprintln!("{target} is the primary ({:.2}s)", began.elapsed().as_secs_f64());
+            return Ok(());
+        }
+        if st.target_primary.as_deref() != Some(target) {
+            let why = dir
+                .events(20)
+                .into_iter()
+                .rev()
+                .find(|e| e["reason"] == "SwitchoverBlocked")
+                .and_then(|e| e["message"].as_str().map(str::to_string))
+                .unwrap_or_else(|| "the switchover was cancelled".into());
+            anyhow::bail!("{why}");
+        }
+        if began.elapsed() > limit {
+            anyhow::bail!("{target} did not become primary within {limit:?}; see `cnmysql local status`");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Fence or unfence an instance.
+pub fn fence(dir: &StateDir, instance: &str, on: bool) -> anyhow::Result<()> {
+    let ports = dir.load_ports()?;
+    if !ports.instances.contains_key(instance) {
+        let known: Vec<&String> = ports.instances.keys().collect();
+        anyhow::bail!("{instance} is not an instance of this cluster (instances: {known:?})");
+    }
+    let mut changed = false;
+    dir.update_status(|st| changed = cnmysql_core::fencing::set_fenced(st, instance, on))?;
+    let what = if on { "fenced" } else { "unfenced" };
+    if changed {
+        dir.event(on, if on { "Fenced" } else { "Unfenced" }, Some(instance), &format!("{instance} {what}"));
+        eprintln!("{instance} {what}");
+    } else {
+        eprintln!("{instance} was already {what}");
+    }
+    Ok(())
 }

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 
 use cnmysql_api::names::{OPERATOR_IDENTITY, instance_name};
 use cnmysql_api::{Cluster, ClusterStatus, ServiceRole};
+use cnmysql_core::lease::Lease;
 use cnmysql_instance::config::{InstanceConfig, PeerAddr, Programs, SecretFiles};
 use cnmysql_tls::{Ca, Material, TlsPaths};
 use nix::fcntl::{Flock, FlockArg};
@@ -85,6 +86,19 @@ impl StateDir {
     }
     pub fn status_lock(&self) -> PathBuf {
         self.root.join("status.lock")
+    }
+    pub fn lease_file(&self) -> PathBuf {
+        self.root.join("lease.json")
+    }
+    /// The endpoints' current backends, written by the control plane.
+    pub fn routes_file(&self) -> PathBuf {
+        self.root.join("routes.json")
+    }
+    pub fn routes(&self) -> std::collections::BTreeMap<String, Vec<String>> {
+        std::fs::read_to_string(self.routes_file()).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_default()
+    }
+    pub fn events_file(&self) -> PathBuf {
+        self.root.join("events.jsonl")
     }
     pub fn control_pid(&self) -> PathBuf {
         self.root.join("control.pid")
@@ -382,18 +396,60 @@ impl StateDir {
     }
 }
 
+impl StateDir {
+    pub fn read_lease(&self) -> anyhow::Result<Lease> {
+        match std::fs::read_to_string(self.lease_file()) {
+            Ok(text) => Ok(serde_json::from_str(&text)?),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Lease::default()),
+            Err(e) => Err(anyhow::anyhow!("cannot read the primary lease {}: {e}", self.lease_file().display())),
+        }
+    }
+
+    /// Change the lease under its own lock; `f` may refuse with an error.
+    pub fn update_lease(&self, f: impl FnOnce(&Lease) -> Result<Lease, String>) -> anyhow::Result<Lease> {
+        let lock = File::options().create(true).truncate(false).write(true).open(self.root.join("lease.lock"))?;
+        let _guard = Flock::lock(lock, FlockArg::LockExclusive).map_err(|(_, e)| e)?;
+        let cur = self.read_lease()?;
+        let new = f(&cur).map_err(|e| anyhow::anyhow!(e))?;
+        if new != cur {
+            cnmysql_tls::write_private(&self.lease_file(), &serde_json::to_string_pretty(&new)?, false)?;
+        }
+        Ok(new)
+    }
+
+    /// Record an event (the local stand-in for Kubernetes Events).
+    pub fn event(&self, warning: bool, reason: &str, instance: Option<&str>, message: &str) {
+        use std::io::Write;
+        let line = serde_json::json!({
+            "time": jiff::Timestamp::now().to_string(),
+            "type": if warning { "Warning" } else { "Normal" },
+            "reason": reason,
+            "instance": instance,
+            "message": message,
+        });
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(self.events_file()) {
+            let _ = writeln!(f, "{line}");
+        }
+    }
+
+    /// The last `n` events, oldest first.
+    pub fn events(&self, n: usize) -> Vec<serde_json::Value> {
+        let text = std::fs::read_to_string(self.events_file()).unwrap_or_default();
+        let all: Vec<serde_json::Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        all[all.len().saturating_sub(n)..].to_vec()
+    }
+}
+
 /// A pid file's process, if it is alive.
 pub fn live_pid(path: &Path) -> Option<i32> {
     let pid: i32 = std::fs::read_to_string(path).ok()?.trim().parse().ok()?;
-    let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+    pid_alive(pid).then_some(pid)
+}
+
+/// Is this process alive (and not a zombie)?
+pub fn pid_alive(pid: i32) -> bool {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
         && std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| {
-                !s.rsplit(')')
-                    .next()
-                    .unwrap_or("")
-                    .trim_start()
-                    .starts_with('Z')
-            })
-            .unwrap_or(false);
-    alive.then_some(pid)
+            .map(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+            .unwrap_or(false)
 }

@@ -1,0 +1,307 @@
+//! Automatic failover: when the primary fails, wait `failoverDelay`, pick a
+//! candidate only when GTID history proves it safe, wait out the old
+//! primary's lease, fence the old primary, then name the candidate target.
+//! Anything uncertain blocks, with the reason.
+
+use cnmysql_api::Phase;
+use cnmysql_gtid::{History, Relation};
+
+use crate::lease::Lease;
+use crate::status::{InstancePhase, Observed, Role, Snapshot};
+
+/// What the control plane should do about the primary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Nothing to do: the primary is healthy, or a primary change is already
+    /// under way, or the cluster has no established primary yet.
+    Nothing,
+    /// The primary is healthy again: clear `primaryFailingSince`.
+    Recovered,
+    /// The primary is failing since this moment; wait for `failoverDelay`.
+    Failing { since_ms: i64, reason: String },
+    /// The old primary may still hold the lease: try again at this time.
+    WaitForLease { until_ms: i64 },
+    /// No safe candidate: stay put, report why.
+    Blocked { reason: String },
+    /// Fence `old` and make `candidate` the target primary.
+    Promote { old: String, candidate: String },
+}
+
+/// Why the primary counts as failed, if it does.
+pub fn primary_failure(s: &Snapshot) -> Option<String> {
+    let primary = s.status.current_primary.as_deref()?;
+    let Some(o) = s.get(primary) else {
+        return Some(format!("{primary} is not part of the cluster"));
+    };
+    match &o.status {
+        None => Some(format!("{primary} is unreachable")),
+        Some(st) if !st.mysqld_running => Some(format!("mysqld of {primary} is not running")),
+        Some(st) if st.phase == InstancePhase::Failed => Some(format!("{primary} failed: {}", st.message)),
+        _ => None,
+    }
+}
+
+/// A replica whose SQL thread is healthy and which is otherwise eligible.
+fn eligible(s: &Snapshot, o: &Observed, old: &str) -> Result<(), String> {
+    if o.name == old {
+        return Err("the failed primary".into());
+    }
+    if s.is_fenced(&o.name) {
+        return Err("fenced".into());
+    }
+    if s.is_diverged(&o.name) {
+        return Err("diverged".into());
+    }
+    let Some(st) = &o.status else { return Err("unreachable".into()) };
+    if !st.mysqld_running || st.phase != InstancePhase::Running {
+        return Err(format!("not running ({:?})", st.phase));
+    }
+    if st.role != Role::Replica {
+        return Err("not a replica".into());
+    }
+    let Some(r) = &st.replication else { return Err("no replication configured".into()) };
+    if !r.sql_running {
+        return Err("replication SQL thread stopped".into());
+    }
+    if r.last_sql_errno != 0 {
+        return Err(format!("replication SQL error {}: {}", r.last_sql_errno, r.last_sql_error));
+    }
+    Ok(())
+}
+
+/// Pick the candidate that provably holds the best history, or say why none can.
+///
+/// `old_known` is the failed primary's last observed history and `old_source`
+/// its GTID source id: a candidate holding transactions from any other source
+/// that the old primary never had is an errant transaction, and blocks.
+pub fn choose_candidate(s: &Snapshot, old: &str, old_known: Option<&History>, old_source: &str) -> Result<String, String> {
+    let flavor = s.spec.mysql.flavor;
+    let mut candidates: Vec<(&Observed, History)> = Vec::new();
+    let mut excluded = Vec::new();
+    for o in &s.instances {
+        match eligible(s, o, old) {
+            Ok(()) => {
+                let st = o.status.as_ref().expect("eligible means observed");
+                match crate::status::parse_history(flavor, &st.gtid_executed) {
+                    Ok(h) => candidates.push((o, h)),
+                    Err(e) => excluded.push(format!("{}: unreadable GTID state ({e})", o.name)),
+                }
+            }
+            Err(why) if o.name != old => excluded.push(format!("{}: {why}", o.name)),
+            Err(_) => {}
+        }
+    }
+    if candidates.is_empty() {
+        return Err(format!("no eligible replica ({})", excluded.join("; ")));
+    }
+    for (i, (a, ha)) in candidates.iter().enumerate() {
+        for (b, hb) in &candidates[i + 1..] {
+            if ha.relation(hb) == Relation::Diverged {
+                return Err(format!("the GTID histories of {} and {} have diverged", a.name, b.name));
+            }
+        }
+    }
+    let best = candidates
+        .iter()
+        .filter(|(_, h)| candidates.iter().all(|(_, other)| h.contains(other)))
+        // Prefer the lowest ordinal among equals, for predictability.
+        .min_by_key(|(o, _)| o.ordinal);
+    let Some((best, history)) = best else {
+        return Err("no candidate holds every transaction the others hold".into());
+    };
+    if let Some(known) = old_known {
+        let errant: Vec<String> = history
+            .sources_missing_from(known)
+            .into_iter()
+            .filter(|src| src != old_source)
+            .collect();
+        if !errant.is_empty() {
+            return Err(format!(
+                "{} holds transactions from source(s) {} that the primary {old} never had (errant transactions)",
+                best.name,
+                errant.join(", ")
+            ));
+        }
+    }
+    Ok(best.name.clone())
+}
+
+/// The failover decision for one snapshot.
+///
+/// `lease`: the primary lease as last read (None when leases are disabled).
+/// `old_gone`: the platform has confirmed no process of the old primary can
+/// still write (its processes are gone), which releases its lease.
+pub fn decide(s: &Snapshot, lease: Option<&Lease>, old_gone: bool) -> Decision {
+    let (Some(current), Some(target)) = (s.status.current_primary.as_deref(), s.status.target_primary.as_deref()) else {
+        return Decision::Nothing;
+    };
+    if current != target {
+        // A switchover or failover is already moving the primary.
+        return Decision::Nothing;
+    }
+    let Some(reason) = primary_failure(s) else {
+        return if s.status.primary_failing_since.is_some() { Decision::Recovered } else { Decision::Nothing };
+    };
+    let since_ms = s
+        .status
+        .primary_failing_since
+        .as_deref()
+        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+        .map(|t| t.as_millisecond());
+    let Some(since_ms) = since_ms else {
+        return Decision::Failing { since_ms: s.now_ms, reason };
+    };
+    let delay_ms = s.spec.failover_delay.max(0).saturating_mul(1000);
+    if s.now_ms < since_ms.saturating_add(delay_ms) {
+        return Decision::Failing { since_ms, reason };
+    }
+    let old_known = s
+        .status
+        .gtid_executed_by_instance
+        .get(current)
+        .and_then(|t| crate::status::parse_history(s.spec.mysql.flavor, t).ok());
+    let old_source = s.status_source_id(current);
+    let candidate = match choose_candidate(s, current, old_known.as_ref(), &old_source) {
+        Ok(c) => c,
+        Err(reason) => return Decision::Blocked { reason: format!("failover of {current} blocked: {reason}") },
+    };
+    if s.spec.enable_primary_lease
+        && !old_gone
+        && let Some(l) = lease
+        && l.held_by(current, s.now_ms)
+    {
+        return Decision::WaitForLease { until_ms: l.expires_at_ms() };
+    }
+    Decision::Promote { old: current.to_string(), candidate }
+}
+
+/// The phase to show while a primary change is under way.
+pub fn changing_phase(s: &Snapshot) -> Option<Phase> {
+    match (s.status.current_primary.as_deref(), s.status.target_primary.as_deref()) {
+        (Some(c), Some(t)) if c != t => Some(if s.status.phase == Some(Phase::FailingOver) { Phase::FailingOver } else { Phase::Switchover }),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::{InstanceStatus, ReplicationStatus};
+    use cnmysql_api::{ClusterSpec, ClusterStatus};
+
+    fn replica(name: &str, gtid: &str) -> Observed {
+        Observed {
+            name: name.into(),
+            ordinal: name.rsplit('-').next().unwrap().parse().unwrap(),
+            status: Some(InstanceStatus {
+                instance: name.into(),
+                phase: InstancePhase::Running,
+                role: Role::Replica,
+                mysqld_running: true,
+                read_only: true,
+                gtid_executed: gtid.into(),
+                source_id: name.rsplit('-').next().unwrap().into(),
+                replication: Some(ReplicationStatus { io_state: "Connecting".into(), sql_running: true, ..Default::default() }),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn snap(instances: Vec<Observed>, failing_since: Option<&str>, now_ms: i64, delay: i64) -> Snapshot {
+        let mut spec: ClusterSpec = serde_json::from_str("{}").unwrap();
+        spec.failover_delay = delay;
+        let mut gtids = std::collections::BTreeMap::new();
+        gtids.insert("db-1".to_string(), "0-1-100".to_string());
+        Snapshot {
+            cluster: "db".into(),
+            spec,
+            status: ClusterStatus {
+                current_primary: Some("db-1".into()),
+                target_primary: Some("db-1".into()),
+                primary_failing_since: failing_since.map(str::to_string),
+                gtid_executed_by_instance: gtids,
+                ..Default::default()
+            },
+            instances,
+            now_ms,
+        }
+    }
+
+    fn dead_primary() -> Observed {
+        Observed { name: "db-1".into(), ordinal: 1, status: None }
+    }
+
+    const T0: &str = "2026-01-01T00:00:00Z";
+    fn t0_ms() -> i64 {
+        T0.parse::<k8s_openapi::jiff::Timestamp>().unwrap().as_millisecond()
+    }
+
+    #[test]
+    fn failure_is_recorded_then_delay_respected() {
+        let s = snap(vec![dead_primary(), replica("db-2", "0-1-100")], None, t0_ms(), 10);
+        assert!(matches!(decide(&s, None, true), Decision::Failing { .. }));
+        let s = snap(vec![dead_primary(), replica("db-2", "0-1-100")], Some(T0), t0_ms() + 9_999, 10);
+        assert!(matches!(decide(&s, None, true), Decision::Failing { .. }));
+        let s = snap(vec![dead_primary(), replica("db-2", "0-1-100")], Some(T0), t0_ms() + 10_000, 10);
+        assert_eq!(decide(&s, None, true), Decision::Promote { old: "db-1".into(), candidate: "db-2".into() });
+    }
+
+    #[test]
+    fn the_most_advanced_candidate_wins() {
+        let s = snap(vec![dead_primary(), replica("db-2", "0-1-90"), replica("db-3", "0-1-100")], Some(T0), t0_ms(), 0);
+        assert_eq!(decide(&s, None, true), Decision::Promote { old: "db-1".into(), candidate: "db-3".into() });
+    }
+
+    #[test]
+    fn an_errant_transaction_blocks() {
+        let s = snap(vec![dead_primary(), replica("db-2", "0-1-100,0-2-101")], Some(T0), t0_ms(), 0);
+        match decide(&s, None, true) {
+            Decision::Blocked { reason } => assert!(reason.contains("errant"), "{reason}"),
+            d => panic!("{d:?}"),
+        }
+        // Newer writes of the old primary itself are not errant.
+        let s = snap(vec![dead_primary(), replica("db-2", "0-1-105")], Some(T0), t0_ms(), 0);
+        assert!(matches!(decide(&s, None, true), Decision::Promote { .. }));
+    }
+
+    #[test]
+    fn divergent_candidates_block() {
+        let s = snap(vec![dead_primary(), replica("db-2", "0-1-100,7-2-1"), replica("db-3", "0-1-100,0-3-101")], Some(T0), t0_ms(), 0);
+        match decide(&s, None, true) {
+            Decision::Blocked { reason } => assert!(reason.contains("diverged"), "{reason}"),
+            d => panic!("{d:?}"),
+        }
+    }
+
+    #[test]
+    fn unhealthy_fenced_or_broken_replicas_are_not_candidates() {
+        let mut broken = replica("db-2", "0-1-100");
+        broken.status.as_mut().unwrap().replication.as_mut().unwrap().last_sql_errno = 1062;
+        let s = snap(vec![dead_primary(), broken], Some(T0), t0_ms(), 0);
+        assert!(matches!(decide(&s, None, true), Decision::Blocked { .. }));
+        let mut s = snap(vec![dead_primary(), replica("db-2", "0-1-100")], Some(T0), t0_ms(), 0);
+        s.status.fenced_instances = vec!["db-2".into()];
+        assert!(matches!(decide(&s, None, true), Decision::Blocked { .. }));
+    }
+
+    #[test]
+    fn a_held_lease_is_waited_out_unless_the_holder_is_gone() {
+        let s = snap(vec![dead_primary(), replica("db-2", "0-1-100")], Some(T0), t0_ms(), 0);
+        let lease = Lease::default().acquire("db-1", t0_ms() - 1_000).unwrap();
+        assert_eq!(decide(&s, Some(&lease), false), Decision::WaitForLease { until_ms: lease.expires_at_ms() });
+        assert!(matches!(decide(&s, Some(&lease), true), Decision::Promote { .. }));
+        let mut later = s.clone();
+        later.now_ms = lease.expires_at_ms();
+        assert!(matches!(decide(&later, Some(&lease), false), Decision::Promote { .. }));
+    }
+
+    #[test]
+    fn a_healthy_primary_needs_nothing() {
+        let mut p = replica("db-1", "0-1-100");
+        p.status.as_mut().unwrap().role = Role::Primary;
+        let s = snap(vec![p.clone(), replica("db-2", "0-1-100")], None, t0_ms(), 0);
+        assert_eq!(decide(&s, None, false), Decision::Nothing);
+        let s = snap(vec![p, replica("db-2", "0-1-100")], Some(T0), t0_ms(), 0);
+        assert_eq!(decide(&s, None, false), Decision::Recovered);
+    }
+}
