@@ -160,6 +160,12 @@ pub fn decide(s: &Snapshot, lease: Option<&Lease>, old_gone: bool) -> Decision {
         .gtid_executed_by_instance
         .get(current)
         .and_then(|t| crate::status::parse_history(s.spec.mysql.flavor, t).ok());
+    let Some(old_known) = old_known else {
+        return Decision::Blocked {
+            reason: format!("failover of {current} blocked: its last GTID state was never observed, so errant transactions cannot be ruled out"),
+        };
+    };
+    let old_known = Some(old_known);
     let old_source = s.status_source_id(current);
     let candidate = match choose_candidate(s, current, old_known.as_ref(), &old_source) {
         Ok(c) => c,

@@ -390,7 +390,7 @@ impl ControlPlane {
             let changed = status.phase != Some(summary.phase)
                 || status.phase_reason.as_deref() != Some(summary.reason.as_str())
                 || status.ready_instances != summary.ready_instances
-                || status.gtid_executed_by_instance != gtids
+                || gtids.iter().any(|(k, v)| status.gtid_executed_by_instance.get(k) != Some(v))
                 || hashes
                     .iter()
                     .any(|(k, v)| status.executable_hash_by_instance.get(k) != Some(v))
@@ -407,7 +407,8 @@ impl ControlPlane {
                     s.phase_reason = Some(summary.reason.clone());
                     s.ready_instances = summary.ready_instances;
                     s.instances = self.cluster.spec.instances;
-                    s.gtid_executed_by_instance = gtids.clone();
+                    // Last observed: unreachable instances keep their last entry.
+                    s.gtid_executed_by_instance.extend(gtids.clone());
                     s.executable_hash_by_instance.extend(hashes.clone());
                     for (t, st, reason, msg) in &summary.conditions {
                         set_condition(&mut s.conditions, t, *st, reason, msg, now, None);

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod writer;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -177,6 +179,82 @@ impl LocalCluster {
             String::from_utf8_lossy(&out.stderr)
         );
         serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// The cluster status as the control plane last wrote it.
+    pub fn status(&self) -> Value {
+        serde_json::from_str(&std::fs::read_to_string(Path::new(&self.state_arg()).join("status.json")).unwrap()).unwrap()
+    }
+
+    pub fn current_primary(&self) -> String {
+        self.status()["currentPrimary"].as_str().unwrap_or("").to_string()
+    }
+
+    /// Backends of each endpoint, as the control plane routes them now.
+    pub fn routes(&self) -> BTreeMap<String, Vec<String>> {
+        std::fs::read_to_string(Path::new(&self.state_arg()).join("routes.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default()
+    }
+
+    pub fn events(&self) -> Vec<Value> {
+        std::fs::read_to_string(Path::new(&self.state_arg()).join("events.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    pub fn has_event(&self, reason: &str) -> Option<Value> {
+        self.events().into_iter().find(|e| e["reason"] == reason)
+    }
+
+    fn pid(&self, path: PathBuf) -> Option<i32> {
+        std::fs::read_to_string(path).ok()?.trim().parse().ok()
+    }
+
+    /// PIDs of an instance's manager and mysqld.
+    pub fn instance_pids(&self, instance: &str) -> (i32, i32) {
+        let d = self.instance_dir(instance);
+        (self.pid(d.join("manager.pid")).expect("manager pid"), self.pid(d.join("run/mysqld.pid")).expect("mysqld pid"))
+    }
+
+    /// Send a signal to an instance's manager and mysqld.
+    pub fn signal_instance(&self, instance: &str, sig: nix::sys::signal::Signal) {
+        let (m, d) = self.instance_pids(instance);
+        for pid in [m, d] {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+        }
+    }
+
+    /// Run a `local` subcommand against this cluster.
+    pub fn local(&self, args: &[&str]) -> Output {
+        let state = self.state_arg();
+        let mut all = vec!["local"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--state-dir", &state]);
+        cnmysql(&all)
+    }
+
+    /// `@@read_only` of each running instance, by name.
+    pub async fn writable_instances(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for n in self.ports()["instances"].as_object().unwrap().keys() {
+            let sock = self.instance_dir(n).join("run/mysqld.sock");
+            let opts = OptsBuilder::default()
+                .socket(Some(sock.display().to_string()))
+                .user(Some("root"))
+                .pass(Some(self.admin_password()))
+                .prefer_socket(true);
+            if let Ok(Ok(mut c)) = tokio::time::timeout(Duration::from_secs(2), Conn::new(opts)).await {
+                let ro: Option<i64> = c.query_first("SELECT @@read_only").await.ok().flatten();
+                if ro == Some(0) {
+                    out.push(n.clone());
+                }
+            }
+        }
+        out
     }
 
     pub fn instance_name(&self, ordinal: u32) -> String {
