@@ -203,13 +203,22 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
                 Ok(())
             }
-            LocalCommand::Promote { instance, state_dir: d, name } => {
-                cnmysql_local::promote(&state_dir(d, name)?, &instance).await
-            }
-            LocalCommand::Fence { mode, instance, state_dir: d, name } => {
-                cnmysql_local::fence(&state_dir(d, name)?, &instance, mode == "on")
-            }
-            LocalCommand::Events { state_dir: d, name, output } => {
+            LocalCommand::Promote {
+                instance,
+                state_dir: d,
+                name,
+            } => cnmysql_local::promote(&state_dir(d, name)?, &instance).await,
+            LocalCommand::Fence {
+                mode,
+                instance,
+                state_dir: d,
+                name,
+            } => cnmysql_local::fence(&state_dir(d, name)?, &instance, mode == "on"),
+            LocalCommand::Events {
+                state_dir: d,
+                name,
+                output,
+            } => {
                 let dir = state_dir(d, name)?;
                 for e in dir.events(200) {
                     match output {

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::writer::{verify_on, WriteChecker};
+use common::writer::{WriteChecker, verify_on};
 use common::*;
 use mysql_async::prelude::*;
 use nix::sys::signal::Signal;
@@ -27,14 +27,25 @@ fn durable(name: &str, instances: u32) -> String {
 }
 
 async fn wait_primary(c: &LocalCluster, name: &str, timeout: Duration) {
-    wait_for(&format!("{name} to be the primary with rw routed to it"), timeout, || async {
-        (c.current_primary() == name && c.routes().get("rw").is_some_and(|b| b == &vec![name.to_string()])).then_some(())
-    })
+    wait_for(
+        &format!("{name} to be the primary with rw routed to it"),
+        timeout,
+        || async {
+            (c.current_primary() == name
+                && c.routes()
+                    .get("rw")
+                    .is_some_and(|b| b == &vec![name.to_string()]))
+            .then_some(())
+        },
+    )
     .await;
 }
 
 async fn wait_ready(c: &LocalCluster, n: u64, timeout: Duration) {
-    wait_for(&format!("{n} ready instances"), timeout, || async { (c.status()["readyInstances"].as_u64() == Some(n)).then_some(()) }).await;
+    wait_for(&format!("{n} ready instances"), timeout, || async {
+        (c.status()["readyInstances"].as_u64() == Some(n)).then_some(())
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -43,7 +54,11 @@ async fn switchover_under_continuous_writes_loses_nothing() {
     let w = WriteChecker::start(&c).await;
     w.wait_for_more(50, Duration::from_secs(10)).await;
     let out = c.local(&["promote", "swo-2"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     w.wait_for_more(50, Duration::from_secs(10)).await;
     let o = w.stop().await;
     assert_eq!(c.current_primary(), "swo-2");
@@ -53,7 +68,12 @@ async fn switchover_under_continuous_writes_loses_nothing() {
     for i in ["swo-1", "swo-2", "swo-3"] {
         verify_on(&c, i, &o.acked).await;
     }
-    eprintln!("switchover: {} acknowledged, {} errors, longest gap {:?}", o.acked.len(), o.errors, o.longest_gap);
+    eprintln!(
+        "switchover: {} acknowledged, {} errors, longest gap {:?}",
+        o.acked.len(),
+        o.errors,
+        o.longest_gap
+    );
 
     // Refusals name the reason: not an instance, already primary.
     let out = c.local(&["promote", "swo-9"]);
@@ -67,11 +87,15 @@ async fn switchover_under_continuous_writes_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failover_after_kill9_with_required_durability_loses_nothing() {
     let c = LocalCluster::start("fo", &durable("fo", 3));
-    wait_for("semi-sync on the primary", Duration::from_secs(20), || async {
-        let st = c.status_json();
-        let p = instances_by_name(&st)["fo-1"].clone();
-        (p["semiSync"]["sourceEnabled"] == true).then_some(())
-    })
+    wait_for(
+        "semi-sync on the primary",
+        Duration::from_secs(20),
+        || async {
+            let st = c.status_json();
+            let p = instances_by_name(&st)["fo-1"].clone();
+            (p["semiSync"]["sourceEnabled"] == true).then_some(())
+        },
+    )
     .await;
     let w = WriteChecker::start(&c).await;
     w.wait_for_more(100, Duration::from_secs(10)).await;
@@ -86,7 +110,11 @@ async fn failover_after_kill9_with_required_durability_loses_nothing() {
     let o = w.stop().await;
     let new = c.current_primary();
     let first = o.first_ack_after(killed).expect("writes resumed");
-    eprintln!("failover: {} acknowledged, first write {:?} after kill -9, new primary {new}", o.acked.len(), first - killed);
+    eprintln!(
+        "failover: {} acknowledged, first write {:?} after kill -9, new primary {new}",
+        o.acked.len(),
+        first - killed
+    );
     assert!(c.has_event("FailingOver").is_some());
     assert_eq!(c.writable_instances().await, vec![new.clone()]);
     // The former primary comes back, read-only, and rejoins as a replica.
@@ -108,16 +136,24 @@ async fn failover_is_blocked_when_the_only_candidate_has_an_errant_transaction()
     drop(rw);
     // Let the control plane record the primary's history, then write on the
     // replica behind the cluster's back.
-    wait_for("the replica to catch up", Duration::from_secs(10), || async {
-        let g = c.status()["gtidExecutedByInstance"].clone();
-        (g["errant-2"] == g["errant-1"] && g["errant-1"] != serde_json::Value::Null).then_some(())
-    })
+    wait_for(
+        "the replica to catch up",
+        Duration::from_secs(10),
+        || async {
+            let g = c.status()["gtidExecutedByInstance"].clone();
+            (g["errant-2"] == g["errant-1"] && g["errant-1"] != serde_json::Value::Null)
+                .then_some(())
+        },
+    )
     .await;
     let mut a = c.admin("errant-2").await;
     a.query_drop("CREATE DATABASE sneaky").await.unwrap();
     drop(a);
     c.signal_instance("errant-1", Signal::SIGKILL);
-    let e = wait_for("FailoverBlocked", Duration::from_secs(20), || async { c.has_event("FailoverBlocked") }).await;
+    let e = wait_for("FailoverBlocked", Duration::from_secs(20), || async {
+        c.has_event("FailoverBlocked")
+    })
+    .await;
     assert!(e["message"].as_str().unwrap().contains("errant"), "{e}");
     // Nothing was promoted; the old primary is restarted in place instead.
     assert_eq!(c.current_primary(), "errant-1");
@@ -131,7 +167,9 @@ async fn a_diverged_former_primary_is_kept_out_with_its_data() {
     let c = LocalCluster::start("div", &manifest("div", 3));
     let mut rw = c.app(c.service_port("rw")).await.unwrap();
     rw.query_drop("CREATE DATABASE d").await.unwrap();
-    rw.query_drop("CREATE TABLE d.t (id INT PRIMARY KEY)").await.unwrap();
+    rw.query_drop("CREATE TABLE d.t (id INT PRIMARY KEY)")
+        .await
+        .unwrap();
     wait_for("replicas to catch up", Duration::from_secs(10), || async {
         let g = c.status()["gtidExecutedByInstance"].clone();
         (g["div-2"] == g["div-1"] && g["div-3"] == g["div-1"]).then_some(())
@@ -141,7 +179,10 @@ async fn a_diverged_former_primary_is_kept_out_with_its_data() {
     // replication) and stop their IO threads. Writes on the primary are then
     // acknowledged (asynchronous replication) but exist only there, until the
     // primary is killed.
-    let managers: Vec<i32> = ["div-2", "div-3"].iter().map(|n| c.instance_pids(n).0).collect();
+    let managers: Vec<i32> = ["div-2", "div-3"]
+        .iter()
+        .map(|n| c.instance_pids(n).0)
+        .collect();
     for pid in &managers {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), Signal::SIGSTOP).unwrap();
     }
@@ -149,7 +190,9 @@ async fn a_diverged_former_primary_is_kept_out_with_its_data() {
         let mut a = c.admin(n).await;
         a.query_drop("STOP SLAVE IO_THREAD").await.unwrap();
     }
-    rw.query_drop("INSERT INTO d.t VALUES (1), (2)").await.unwrap();
+    rw.query_drop("INSERT INTO d.t VALUES (1), (2)")
+        .await
+        .unwrap();
     drop(rw);
     c.signal_instance("div-1", Signal::SIGKILL);
     for pid in &managers {
@@ -160,7 +203,10 @@ async fn a_diverged_former_primary_is_kept_out_with_its_data() {
         (p != "div-1").then_some(())
     })
     .await;
-    let e = wait_for("div-1 found diverged", Duration::from_secs(60), || async { c.has_event("Diverged") }).await;
+    let e = wait_for("div-1 found diverged", Duration::from_secs(60), || async {
+        c.has_event("Diverged")
+    })
+    .await;
     assert_eq!(e["instance"], "div-1");
     let st = c.status();
     assert_eq!(st["divergedInstances"], serde_json::json!(["div-1"]));
@@ -171,10 +217,17 @@ async fn a_diverged_former_primary_is_kept_out_with_its_data() {
     })
     .await;
     for (svc, backends) in c.routes() {
-        assert!(!backends.contains(&"div-1".to_string()), "div-1 is routed by {svc}");
+        assert!(
+            !backends.contains(&"div-1".to_string()),
+            "div-1 is routed by {svc}"
+        );
     }
     let mut a = c.admin("div-1").await;
-    let n: i64 = a.query_first("SELECT COUNT(*) FROM d.t").await.unwrap().unwrap();
+    let n: i64 = a
+        .query_first("SELECT COUNT(*) FROM d.t")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(n, 2, "the diverged instance keeps its data for a human");
     drop(a);
     c.destroy();
@@ -184,23 +237,45 @@ async fn a_diverged_former_primary_is_kept_out_with_its_data() {
 async fn fencing_a_replica_and_the_primary_then_unfencing() {
     let c = LocalCluster::start("fence", &manifest("fence", 3));
     assert!(c.local(&["fence", "on", "fence-2"]).status.success());
-    wait_for("fence-2 out of every route", Duration::from_secs(10), || async {
-        let r = c.routes();
-        (!r.values().any(|b| b.contains(&"fence-2".to_string())) && r.get("ro").is_some_and(|b| b == &vec!["fence-3".to_string()])).then_some(())
-    })
+    wait_for(
+        "fence-2 out of every route",
+        Duration::from_secs(10),
+        || async {
+            let r = c.routes();
+            (!r.values().any(|b| b.contains(&"fence-2".to_string()))
+                && r.get("ro")
+                    .is_some_and(|b| b == &vec!["fence-3".to_string()]))
+            .then_some(())
+        },
+    )
     .await;
-    assert_eq!(c.status()["fencedInstances"], serde_json::json!(["fence-2"]));
+    assert_eq!(
+        c.status()["fencedInstances"],
+        serde_json::json!(["fence-2"])
+    );
 
     // Fencing the primary stops writes for the whole cluster, without failover.
     assert!(c.local(&["fence", "on", "fence-1"]).status.success());
-    wait_for("no rw backend and a read-only primary", Duration::from_secs(10), || async {
-        let r = c.routes();
-        (r.get("rw").is_some_and(|b| b.is_empty()) && c.writable_instances().await.is_empty()).then_some(())
-    })
+    wait_for(
+        "no rw backend and a read-only primary",
+        Duration::from_secs(10),
+        || async {
+            let r = c.routes();
+            (r.get("rw").is_some_and(|b| b.is_empty()) && c.writable_instances().await.is_empty())
+                .then_some(())
+        },
+    )
     .await;
-    assert!(c.app(c.service_port("rw")).await.is_err(), "rw still accepts connections");
+    assert!(
+        c.app(c.service_port("rw")).await.is_err(),
+        "rw still accepts connections"
+    );
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(c.current_primary(), "fence-1", "fencing the primary must not trigger failover");
+    assert_eq!(
+        c.current_primary(),
+        "fence-1",
+        "fencing the primary must not trigger failover"
+    );
 
     for i in ["fence-1", "fence-2"] {
         assert!(c.local(&["fence", "off", i]).status.success());
@@ -208,7 +283,9 @@ async fn fencing_a_replica_and_the_primary_then_unfencing() {
     wait_primary(&c, "fence-1", Duration::from_secs(10)).await;
     wait_ready(&c, 3, Duration::from_secs(20)).await;
     let mut rw = c.app(c.service_port("rw")).await.unwrap();
-    rw.query_drop("CREATE DATABASE after_unfence").await.unwrap();
+    rw.query_drop("CREATE DATABASE after_unfence")
+        .await
+        .unwrap();
     drop(rw);
     assert!(c.has_event("Fenced").is_some() && c.has_event("Unfenced").is_some());
     c.destroy();
@@ -217,21 +294,35 @@ async fn fencing_a_replica_and_the_primary_then_unfencing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn promotion_waits_while_the_old_primary_holds_its_lease() {
     let c = LocalCluster::start("lease", &manifest("lease", 2));
-    let lease: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(std::path::Path::new(&c.state_arg()).join("lease.json")).unwrap()).unwrap();
+    let lease: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(std::path::Path::new(&c.state_arg()).join("lease.json")).unwrap(),
+    )
+    .unwrap();
     assert_eq!(lease["holderIdentity"], "lease-1");
     // A hung primary: its processes exist, so nobody can prove it stopped
     // writing; failover must wait for its lease to expire.
     c.signal_instance("lease-1", Signal::SIGSTOP);
     let hung = Instant::now();
-    let e = wait_for("FailoverWaitingForLease", Duration::from_secs(20), || async { c.has_event("FailoverWaitingForLease") }).await;
+    let e = wait_for(
+        "FailoverWaitingForLease",
+        Duration::from_secs(20),
+        || async { c.has_event("FailoverWaitingForLease") },
+    )
+    .await;
     assert_eq!(e["instance"], "lease-1");
     wait_primary(&c, "lease-2", Duration::from_secs(40)).await;
     let renewed = c.events(); // keep the log readable in failures
     let promoted = hung.elapsed();
-    let lease: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(std::path::Path::new(&c.state_arg()).join("lease.json")).unwrap()).unwrap();
+    let lease: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(std::path::Path::new(&c.state_arg()).join("lease.json")).unwrap(),
+    )
+    .unwrap();
     assert_eq!(lease["holderIdentity"], "lease-2");
     // The lease was at most 5 s old when the primary hung and lasts 15 s.
-    assert!(promoted >= Duration::from_secs(9), "promoted after {promoted:?}, before the lease could expire ({renewed:?})");
+    assert!(
+        promoted >= Duration::from_secs(9),
+        "promoted after {promoted:?}, before the lease could expire ({renewed:?})"
+    );
     c.signal_instance("lease-1", Signal::SIGCONT);
     c.destroy();
 }
@@ -244,17 +335,24 @@ async fn a_primary_that_cannot_renew_its_lease_turns_read_only() {
     std::fs::remove_file(&lease).unwrap();
     std::fs::create_dir(&lease).unwrap();
     let broken = Instant::now();
-    wait_for("the primary to make itself read-only", Duration::from_secs(20), || async {
-        c.writable_instances().await.is_empty().then_some(())
-    })
+    wait_for(
+        "the primary to make itself read-only",
+        Duration::from_secs(20),
+        || async { c.writable_instances().await.is_empty().then_some(()) },
+    )
     .await;
     let after = broken.elapsed();
-    assert!(after <= Duration::from_secs(15), "read-only only after {after:?}: later than the lease TTL");
+    assert!(
+        after <= Duration::from_secs(15),
+        "read-only only after {after:?}: later than the lease TTL"
+    );
     // The store is back: the primary takes its lease again and reopens writes.
     std::fs::remove_dir(&lease).unwrap();
     wait_for("writes again", Duration::from_secs(20), || async {
         let mut rw = c.app(c.service_port("rw")).await.ok()?;
-        rw.query_drop("CREATE DATABASE IF NOT EXISTS back").await.ok()
+        rw.query_drop("CREATE DATABASE IF NOT EXISTS back")
+            .await
+            .ok()
     })
     .await;
     c.destroy();
@@ -266,13 +364,28 @@ async fn failover_delay_is_respected() {
     let c = LocalCluster::start("delay", &manifest_with("delay", 2, extra));
     c.signal_instance("delay-1", Signal::SIGSTOP);
     let hung = Instant::now();
-    let failing = wait_for("PrimaryFailing", Duration::from_secs(10), || async { c.has_event("PrimaryFailing") }).await;
+    let failing = wait_for("PrimaryFailing", Duration::from_secs(10), || async {
+        c.has_event("PrimaryFailing")
+    })
+    .await;
     assert!(c.status()["primaryFailingSince"].is_string());
-    wait_for("FailingOver", Duration::from_secs(20), || async { c.has_event("FailingOver") }).await;
+    wait_for("FailingOver", Duration::from_secs(20), || async {
+        c.has_event("FailingOver")
+    })
+    .await;
     let elapsed = hung.elapsed();
-    let t = |e: &serde_json::Value| e["time"].as_str().unwrap().parse::<jiff::Timestamp>().unwrap();
+    let t = |e: &serde_json::Value| {
+        e["time"]
+            .as_str()
+            .unwrap()
+            .parse::<jiff::Timestamp>()
+            .unwrap()
+    };
     let waited = t(&c.has_event("FailingOver").unwrap()) - t(&failing);
-    assert!(waited.get_seconds() >= 4, "failover began {waited:?} after the failure was noticed");
+    assert!(
+        waited.get_seconds() >= 4,
+        "failover began {waited:?} after the failure was noticed"
+    );
     assert!(elapsed < Duration::from_secs(15));
     wait_primary(&c, "delay-2", Duration::from_secs(20)).await;
     c.destroy();

@@ -36,7 +36,9 @@ pub fn primary_failure(s: &Snapshot) -> Option<String> {
     match &o.status {
         None => Some(format!("{primary} is unreachable")),
         Some(st) if !st.mysqld_running => Some(format!("mysqld of {primary} is not running")),
-        Some(st) if st.phase == InstancePhase::Failed => Some(format!("{primary} failed: {}", st.message)),
+        Some(st) if st.phase == InstancePhase::Failed => {
+            Some(format!("{primary} failed: {}", st.message))
+        }
         _ => None,
     }
 }
@@ -52,19 +54,26 @@ fn eligible(s: &Snapshot, o: &Observed, old: &str) -> Result<(), String> {
     if s.is_diverged(&o.name) {
         return Err("diverged".into());
     }
-    let Some(st) = &o.status else { return Err("unreachable".into()) };
+    let Some(st) = &o.status else {
+        return Err("unreachable".into());
+    };
     if !st.mysqld_running || st.phase != InstancePhase::Running {
         return Err(format!("not running ({:?})", st.phase));
     }
     if st.role != Role::Replica {
         return Err("not a replica".into());
     }
-    let Some(r) = &st.replication else { return Err("no replication configured".into()) };
+    let Some(r) = &st.replication else {
+        return Err("no replication configured".into());
+    };
     if !r.sql_running {
         return Err("replication SQL thread stopped".into());
     }
     if r.last_sql_errno != 0 {
-        return Err(format!("replication SQL error {}: {}", r.last_sql_errno, r.last_sql_error));
+        return Err(format!(
+            "replication SQL error {}: {}",
+            r.last_sql_errno, r.last_sql_error
+        ));
     }
     Ok(())
 }
@@ -74,7 +83,12 @@ fn eligible(s: &Snapshot, o: &Observed, old: &str) -> Result<(), String> {
 /// `old_known` is the failed primary's last observed history and `old_source`
 /// its GTID source id: a candidate holding transactions from any other source
 /// that the old primary never had is an errant transaction, and blocks.
-pub fn choose_candidate(s: &Snapshot, old: &str, old_known: Option<&History>, old_source: &str) -> Result<String, String> {
+pub fn choose_candidate(
+    s: &Snapshot,
+    old: &str,
+    old_known: Option<&History>,
+    old_source: &str,
+) -> Result<String, String> {
     let flavor = s.spec.mysql.flavor;
     let mut candidates: Vec<(&Observed, History)> = Vec::new();
     let mut excluded = Vec::new();
@@ -97,7 +111,10 @@ pub fn choose_candidate(s: &Snapshot, old: &str, old_known: Option<&History>, ol
     for (i, (a, ha)) in candidates.iter().enumerate() {
         for (b, hb) in &candidates[i + 1..] {
             if ha.relation(hb) == Relation::Diverged {
-                return Err(format!("the GTID histories of {} and {} have diverged", a.name, b.name));
+                return Err(format!(
+                    "the GTID histories of {} and {} have diverged",
+                    a.name, b.name
+                ));
             }
         }
     }
@@ -109,6 +126,14 @@ pub fn choose_candidate(s: &Snapshot, old: &str, old_known: Option<&History>, ol
     let Some((best, history)) = best else {
         return Err("no candidate holds every transaction the others hold".into());
     };
+    for (name, h) in required_histories(s, old) {
+        if !history.contains(&h) {
+            return Err(format!(
+                "{} lacks transactions that {name} holds (dataDurability: required)",
+                best.name
+            ));
+        }
+    }
     if let Some(known) = old_known {
         let errant: Vec<String> = history
             .sources_missing_from(known)
@@ -126,13 +151,65 @@ pub fn choose_candidate(s: &Snapshot, old: &str, old_known: Option<&History>, ol
     Ok(best.name.clone())
 }
 
+/// Under `dataDurability: required`, every acknowledged write is on at
+/// least `minSyncReplicas` replicas. Unless fewer replicas than that are out
+/// of sight, the acknowledging ones may all be unseen, so no choice could be
+/// proven to hold every acknowledged write; and the chosen candidate must
+/// hold everything every observed replica holds (fenced ones included).
+fn durability_allows(s: &Snapshot, old: &str) -> Result<(), String> {
+    let semi = &s.spec.mysql.semi_sync;
+    if !semi.enabled || semi.data_durability != cnmysql_api::DataDurability::Required {
+        return Ok(());
+    }
+    let unseen: Vec<&str> = s
+        .instances
+        .iter()
+        .filter(|o| o.name != old && !s.is_diverged(&o.name))
+        .filter(|o| o.status.as_ref().is_none_or(|st| !st.mysqld_running))
+        .map(|o| o.name.as_str())
+        .collect();
+    let min = s.spec.min_sync_replicas.max(1) as usize;
+    if unseen.len() >= min {
+        return Err(format!(
+            "dataDurability is required and {} replica(s) that may hold acknowledged writes cannot be seen ({})",
+            unseen.len(),
+            unseen.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// Histories of every observed instance but the old primary (candidates or
+/// not: fenced, restarting, lagging), which the chosen candidate must also
+/// contain under `required` durability: any of them may hold the only copy
+/// of an acknowledged write.
+fn required_histories(s: &Snapshot, old: &str) -> Vec<(String, History)> {
+    let semi = &s.spec.mysql.semi_sync;
+    if !semi.enabled || semi.data_durability != cnmysql_api::DataDurability::Required {
+        return Vec::new();
+    }
+    s.instances
+        .iter()
+        .filter(|o| o.name != old && !s.is_diverged(&o.name))
+        .filter_map(|o| {
+            let st = o.status.as_ref()?;
+            crate::status::parse_history(s.spec.mysql.flavor, &st.gtid_executed)
+                .ok()
+                .map(|h| (o.name.clone(), h))
+        })
+        .collect()
+}
+
 /// The failover decision for one snapshot.
 ///
 /// `lease`: the primary lease as last read (None when leases are disabled).
 /// `old_gone`: the platform has confirmed no process of the old primary can
 /// still write (its processes are gone), which releases its lease.
 pub fn decide(s: &Snapshot, lease: Option<&Lease>, old_gone: bool) -> Decision {
-    let (Some(current), Some(target)) = (s.status.current_primary.as_deref(), s.status.target_primary.as_deref()) else {
+    let (Some(current), Some(target)) = (
+        s.status.current_primary.as_deref(),
+        s.status.target_primary.as_deref(),
+    ) else {
         return Decision::Nothing;
     };
     if current != target {
@@ -140,7 +217,11 @@ pub fn decide(s: &Snapshot, lease: Option<&Lease>, old_gone: bool) -> Decision {
         return Decision::Nothing;
     }
     let Some(reason) = primary_failure(s) else {
-        return if s.status.primary_failing_since.is_some() { Decision::Recovered } else { Decision::Nothing };
+        return if s.status.primary_failing_since.is_some() {
+            Decision::Recovered
+        } else {
+            Decision::Nothing
+        };
     };
     let since_ms = s
         .status
@@ -149,7 +230,10 @@ pub fn decide(s: &Snapshot, lease: Option<&Lease>, old_gone: bool) -> Decision {
         .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
         .map(|t| t.as_millisecond());
     let Some(since_ms) = since_ms else {
-        return Decision::Failing { since_ms: s.now_ms, reason };
+        return Decision::Failing {
+            since_ms: s.now_ms,
+            reason,
+        };
     };
     let delay_ms = s.spec.failover_delay.max(0).saturating_mul(1000);
     if s.now_ms < since_ms.saturating_add(delay_ms) {
@@ -162,29 +246,52 @@ pub fn decide(s: &Snapshot, lease: Option<&Lease>, old_gone: bool) -> Decision {
         .and_then(|t| crate::status::parse_history(s.spec.mysql.flavor, t).ok());
     let Some(old_known) = old_known else {
         return Decision::Blocked {
-            reason: format!("failover of {current} blocked: its last GTID state was never observed, so errant transactions cannot be ruled out"),
+            reason: format!(
+                "failover of {current} blocked: its last GTID state was never observed, so errant transactions cannot be ruled out"
+            ),
         };
     };
     let old_known = Some(old_known);
     let old_source = s.status_source_id(current);
+    if let Err(reason) = durability_allows(s, current) {
+        return Decision::Blocked {
+            reason: format!("failover of {current} blocked: {reason}"),
+        };
+    }
     let candidate = match choose_candidate(s, current, old_known.as_ref(), &old_source) {
         Ok(c) => c,
-        Err(reason) => return Decision::Blocked { reason: format!("failover of {current} blocked: {reason}") },
+        Err(reason) => {
+            return Decision::Blocked {
+                reason: format!("failover of {current} blocked: {reason}"),
+            };
+        }
     };
     if s.spec.enable_primary_lease
         && !old_gone
         && let Some(l) = lease
         && l.held_by(current, s.now_ms)
     {
-        return Decision::WaitForLease { until_ms: l.expires_at_ms() };
+        return Decision::WaitForLease {
+            until_ms: l.expires_at_ms(),
+        };
     }
-    Decision::Promote { old: current.to_string(), candidate }
+    Decision::Promote {
+        old: current.to_string(),
+        candidate,
+    }
 }
 
 /// The phase to show while a primary change is under way.
 pub fn changing_phase(s: &Snapshot) -> Option<Phase> {
-    match (s.status.current_primary.as_deref(), s.status.target_primary.as_deref()) {
-        (Some(c), Some(t)) if c != t => Some(if s.status.phase == Some(Phase::FailingOver) { Phase::FailingOver } else { Phase::Switchover }),
+    match (
+        s.status.current_primary.as_deref(),
+        s.status.target_primary.as_deref(),
+    ) {
+        (Some(c), Some(t)) if c != t => Some(if s.status.phase == Some(Phase::FailingOver) {
+            Phase::FailingOver
+        } else {
+            Phase::Switchover
+        }),
         _ => None,
     }
 }
@@ -207,13 +314,22 @@ mod tests {
                 read_only: true,
                 gtid_executed: gtid.into(),
                 source_id: name.rsplit('-').next().unwrap().into(),
-                replication: Some(ReplicationStatus { io_state: "Connecting".into(), sql_running: true, ..Default::default() }),
+                replication: Some(ReplicationStatus {
+                    io_state: "Connecting".into(),
+                    sql_running: true,
+                    ..Default::default()
+                }),
                 ..Default::default()
             }),
         }
     }
 
-    fn snap(instances: Vec<Observed>, failing_since: Option<&str>, now_ms: i64, delay: i64) -> Snapshot {
+    fn snap(
+        instances: Vec<Observed>,
+        failing_since: Option<&str>,
+        now_ms: i64,
+        delay: i64,
+    ) -> Snapshot {
         let mut spec: ClusterSpec = serde_json::from_str("{}").unwrap();
         spec.failover_delay = delay;
         let mut gtids = std::collections::BTreeMap::new();
@@ -234,45 +350,106 @@ mod tests {
     }
 
     fn dead_primary() -> Observed {
-        Observed { name: "db-1".into(), ordinal: 1, status: None }
+        Observed {
+            name: "db-1".into(),
+            ordinal: 1,
+            status: None,
+        }
     }
 
     const T0: &str = "2026-01-01T00:00:00Z";
     fn t0_ms() -> i64 {
-        T0.parse::<k8s_openapi::jiff::Timestamp>().unwrap().as_millisecond()
+        T0.parse::<k8s_openapi::jiff::Timestamp>()
+            .unwrap()
+            .as_millisecond()
     }
 
     #[test]
     fn failure_is_recorded_then_delay_respected() {
-        let s = snap(vec![dead_primary(), replica("db-2", "0-1-100")], None, t0_ms(), 10);
+        let s = snap(
+            vec![dead_primary(), replica("db-2", "0-1-100")],
+            None,
+            t0_ms(),
+            10,
+        );
         assert!(matches!(decide(&s, None, true), Decision::Failing { .. }));
-        let s = snap(vec![dead_primary(), replica("db-2", "0-1-100")], Some(T0), t0_ms() + 9_999, 10);
+        let s = snap(
+            vec![dead_primary(), replica("db-2", "0-1-100")],
+            Some(T0),
+            t0_ms() + 9_999,
+            10,
+        );
         assert!(matches!(decide(&s, None, true), Decision::Failing { .. }));
-        let s = snap(vec![dead_primary(), replica("db-2", "0-1-100")], Some(T0), t0_ms() + 10_000, 10);
-        assert_eq!(decide(&s, None, true), Decision::Promote { old: "db-1".into(), candidate: "db-2".into() });
+        let s = snap(
+            vec![dead_primary(), replica("db-2", "0-1-100")],
+            Some(T0),
+            t0_ms() + 10_000,
+            10,
+        );
+        assert_eq!(
+            decide(&s, None, true),
+            Decision::Promote {
+                old: "db-1".into(),
+                candidate: "db-2".into()
+            }
+        );
     }
 
     #[test]
     fn the_most_advanced_candidate_wins() {
-        let s = snap(vec![dead_primary(), replica("db-2", "0-1-90"), replica("db-3", "0-1-100")], Some(T0), t0_ms(), 0);
-        assert_eq!(decide(&s, None, true), Decision::Promote { old: "db-1".into(), candidate: "db-3".into() });
+        let s = snap(
+            vec![
+                dead_primary(),
+                replica("db-2", "0-1-90"),
+                replica("db-3", "0-1-100"),
+            ],
+            Some(T0),
+            t0_ms(),
+            0,
+        );
+        assert_eq!(
+            decide(&s, None, true),
+            Decision::Promote {
+                old: "db-1".into(),
+                candidate: "db-3".into()
+            }
+        );
     }
 
     #[test]
     fn an_errant_transaction_blocks() {
-        let s = snap(vec![dead_primary(), replica("db-2", "0-1-100,0-2-101")], Some(T0), t0_ms(), 0);
+        let s = snap(
+            vec![dead_primary(), replica("db-2", "0-1-100,0-2-101")],
+            Some(T0),
+            t0_ms(),
+            0,
+        );
         match decide(&s, None, true) {
             Decision::Blocked { reason } => assert!(reason.contains("errant"), "{reason}"),
             d => panic!("{d:?}"),
         }
         // Newer writes of the old primary itself are not errant.
-        let s = snap(vec![dead_primary(), replica("db-2", "0-1-105")], Some(T0), t0_ms(), 0);
+        let s = snap(
+            vec![dead_primary(), replica("db-2", "0-1-105")],
+            Some(T0),
+            t0_ms(),
+            0,
+        );
         assert!(matches!(decide(&s, None, true), Decision::Promote { .. }));
     }
 
     #[test]
     fn divergent_candidates_block() {
-        let s = snap(vec![dead_primary(), replica("db-2", "0-1-100,7-2-1"), replica("db-3", "0-1-100,0-3-101")], Some(T0), t0_ms(), 0);
+        let s = snap(
+            vec![
+                dead_primary(),
+                replica("db-2", "0-1-100,7-2-1"),
+                replica("db-3", "0-1-100,0-3-101"),
+            ],
+            Some(T0),
+            t0_ms(),
+            0,
+        );
         match decide(&s, None, true) {
             Decision::Blocked { reason } => assert!(reason.contains("diverged"), "{reason}"),
             d => panic!("{d:?}"),
@@ -282,30 +459,91 @@ mod tests {
     #[test]
     fn unhealthy_fenced_or_broken_replicas_are_not_candidates() {
         let mut broken = replica("db-2", "0-1-100");
-        broken.status.as_mut().unwrap().replication.as_mut().unwrap().last_sql_errno = 1062;
+        broken
+            .status
+            .as_mut()
+            .unwrap()
+            .replication
+            .as_mut()
+            .unwrap()
+            .last_sql_errno = 1062;
         let s = snap(vec![dead_primary(), broken], Some(T0), t0_ms(), 0);
         assert!(matches!(decide(&s, None, true), Decision::Blocked { .. }));
-        let mut s = snap(vec![dead_primary(), replica("db-2", "0-1-100")], Some(T0), t0_ms(), 0);
+        let mut s = snap(
+            vec![dead_primary(), replica("db-2", "0-1-100")],
+            Some(T0),
+            t0_ms(),
+            0,
+        );
         s.status.fenced_instances = vec!["db-2".into()];
         assert!(matches!(decide(&s, None, true), Decision::Blocked { .. }));
     }
 
     #[test]
     fn a_held_lease_is_waited_out_unless_the_holder_is_gone() {
-        let s = snap(vec![dead_primary(), replica("db-2", "0-1-100")], Some(T0), t0_ms(), 0);
+        let s = snap(
+            vec![dead_primary(), replica("db-2", "0-1-100")],
+            Some(T0),
+            t0_ms(),
+            0,
+        );
         let lease = Lease::default().acquire("db-1", t0_ms() - 1_000).unwrap();
-        assert_eq!(decide(&s, Some(&lease), false), Decision::WaitForLease { until_ms: lease.expires_at_ms() });
-        assert!(matches!(decide(&s, Some(&lease), true), Decision::Promote { .. }));
+        assert_eq!(
+            decide(&s, Some(&lease), false),
+            Decision::WaitForLease {
+                until_ms: lease.expires_at_ms()
+            }
+        );
+        assert!(matches!(
+            decide(&s, Some(&lease), true),
+            Decision::Promote { .. }
+        ));
         let mut later = s.clone();
         later.now_ms = lease.expires_at_ms();
-        assert!(matches!(decide(&later, Some(&lease), false), Decision::Promote { .. }));
+        assert!(matches!(
+            decide(&later, Some(&lease), false),
+            Decision::Promote { .. }
+        ));
+    }
+
+    #[test]
+    fn required_durability_blocks_while_a_replica_is_out_of_sight() {
+        let mut s = snap(
+            vec![
+                dead_primary(),
+                replica("db-2", "0-1-100"),
+                Observed {
+                    name: "db-3".into(),
+                    ordinal: 3,
+                    status: None,
+                },
+            ],
+            Some(T0),
+            t0_ms(),
+            0,
+        );
+        s.spec.min_sync_replicas = 1;
+        s.spec.max_sync_replicas = 1;
+        s.spec.mysql.semi_sync.enabled = true;
+        s.spec.mysql.semi_sync.data_durability = cnmysql_api::DataDurability::Required;
+        match decide(&s, None, true) {
+            Decision::Blocked { reason } => assert!(reason.contains("db-3"), "{reason}"),
+            d => panic!("{d:?}"),
+        }
+        s.instances[2] = replica("db-3", "0-1-100");
+        assert!(matches!(decide(&s, None, true), Decision::Promote { .. }));
     }
 
     #[test]
     fn a_healthy_primary_needs_nothing() {
         let mut p = replica("db-1", "0-1-100");
         p.status.as_mut().unwrap().role = Role::Primary;
-        let s = snap(vec![p.clone(), replica("db-2", "0-1-100")], None, t0_ms(), 0);
+        let s = snap(
+            vec![p.clone(), replica("db-2", "0-1-100")],
+            None,
+            t0_ms(),
+            0,
+        );
         assert_eq!(decide(&s, None, false), Decision::Nothing);
         let s = snap(vec![p, replica("db-2", "0-1-100")], Some(T0), t0_ms(), 0);
         assert_eq!(decide(&s, None, false), Decision::Recovered);

@@ -31,7 +31,9 @@ impl Lease {
     /// Held by someone other than `me`, and not expired at `now`.
     pub fn held_by_other(&self, me: &str, now_ms: i64) -> bool {
         match &self.holder_identity {
-            Some(h) if h != me => now_ms < self.renew_time_ms.saturating_add(self.lease_duration_ms),
+            Some(h) if h != me => {
+                now_ms < self.renew_time_ms.saturating_add(self.lease_duration_ms)
+            }
             _ => false,
         }
     }
@@ -62,7 +64,8 @@ impl Lease {
             acquire_time_ms: if same { self.acquire_time_ms } else { now_ms },
             renew_time_ms: now_ms,
             lease_duration_ms: TTL_MS,
-            lease_transitions: self.lease_transitions + u32::from(!same && self.holder_identity.is_some()),
+            lease_transitions: self.lease_transitions
+                + u32::from(!same && self.holder_identity.is_some()),
         })
     }
 
@@ -77,7 +80,10 @@ impl Lease {
     /// Release if `me` holds it; anyone else's lease is left alone.
     pub fn release(&self, me: &str) -> Lease {
         if self.holder_identity.as_deref() == Some(me) {
-            Lease { holder_identity: None, ..self.clone() }
+            Lease {
+                holder_identity: None,
+                ..self.clone()
+            }
         } else {
             self.clone()
         }
@@ -109,7 +115,15 @@ mod tests {
     fn release_frees_it_at_once() {
         let l = Lease::default().acquire("a", 0).unwrap().release("a");
         assert!(!l.held_by_other("b", 1));
-        assert_eq!(Lease::default().acquire("a", 0).unwrap().release("b").holder_identity.as_deref(), Some("a"));
+        assert_eq!(
+            Lease::default()
+                .acquire("a", 0)
+                .unwrap()
+                .release("b")
+                .holder_identity
+                .as_deref(),
+            Some("a")
+        );
     }
 
     #[test]

@@ -43,7 +43,14 @@ pub fn summarize(s: &Snapshot) -> Summary {
         .collect();
 
     let (phase, reason) = if let Some(p) = crate::failover::changing_phase(s) {
-        (p, format!("moving the primary from {} to {}", s.status.current_primary.as_deref().unwrap_or("?"), s.status.target_primary.as_deref().unwrap_or("?")))
+        (
+            p,
+            format!(
+                "moving the primary from {} to {}",
+                s.status.current_primary.as_deref().unwrap_or("?"),
+                s.status.target_primary.as_deref().unwrap_or("?")
+            ),
+        )
     } else if s.status.current_primary.is_none()
         || (!primary_ready && s.status.current_primary_timestamp.is_none())
     {

@@ -73,22 +73,51 @@ pub fn desired(me: &str, status: &ClusterStatus) -> Desired {
         return Desired::HoldReadOnly("fenced".into());
     }
     if status.diverged_instances.iter().any(|n| n == me) {
-        return Desired::HoldReadOnly("diverged: its GTID history is not contained in the primary's".into());
+        return Desired::HoldReadOnly(
+            "diverged: its GTID history is not contained in the primary's".into(),
+        );
     }
     let target = status.target_primary.as_deref();
     let current = status.current_primary.as_deref();
     match (target, current) {
         (Some(t), Some(c)) if t == me && c == me => Desired::Primary,
         (Some(t), _) if t == me => Desired::Promote,
-        (Some(t), Some(c)) if c == me => Desired::HoldReadOnly(format!("handing the primary role over to {t}")),
-        (_, Some(c)) => Desired::Replica { source: c.to_string() },
+        (Some(t), Some(c)) if c == me => {
+            Desired::HoldReadOnly(format!("handing the primary role over to {t}"))
+        }
+        (_, Some(c)) => Desired::Replica {
+            source: c.to_string(),
+        },
         _ => Desired::HoldReadOnly("waiting for a primary".into()),
+    }
+}
+
+/// What a promoting instance must have applied before it opens writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drain {
+    /// Planned switchover: everything the old primary wrote, read from the
+    /// old primary itself once it is read-only. If it cannot be reached,
+    /// wait: the control plane aborts the switchover after
+    /// maxSwitchoverDelay, and failover (with its own checks) takes over.
+    CatchUpWithOldPrimary,
+    /// Failover (the old primary is fenced): everything already received.
+    OwnRelayLog,
+}
+
+pub fn drain_rule(status: &ClusterStatus) -> Drain {
+    if status.phase == Some(cnmysql_api::Phase::FailingOver) || status.current_primary.is_none() {
+        Drain::OwnRelayLog
+    } else {
+        Drain::CatchUpWithOldPrimary
     }
 }
 
 /// May a server with history `mine` follow a source with history `source`?
 /// Only when the source holds everything it has: anything else is divergence.
-pub fn may_follow(mine: &cnmysql_gtid::History, source: &cnmysql_gtid::History) -> Result<(), String> {
+pub fn may_follow(
+    mine: &cnmysql_gtid::History,
+    source: &cnmysql_gtid::History,
+) -> Result<(), String> {
     if source.contains(mine) {
         Ok(())
     } else {

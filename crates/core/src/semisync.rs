@@ -20,7 +20,11 @@ pub const NEVER_FALL_BACK_MS: u64 = 4_294_967_295;
 pub fn desired(spec: &ClusterSpec, healthy_replicas: u32) -> Settings {
     let semi = &spec.mysql.semi_sync;
     if !semi.enabled {
-        return Settings { enabled: false, wait_for_count: 1, timeout_millis: semi.timeout_millis.max(1) as u64 };
+        return Settings {
+            enabled: false,
+            wait_for_count: 1,
+            timeout_millis: semi.timeout_millis.max(1) as u64,
+        };
     }
     let min = spec.min_sync_replicas.max(1) as u32;
     match (spec.mysql.flavor, semi.data_durability) {
@@ -29,7 +33,11 @@ pub fn desired(spec: &ClusterSpec, healthy_replicas: u32) -> Settings {
             wait_for_count: healthy_replicas.clamp(1, min),
             timeout_millis: semi.timeout_millis.max(1) as u64,
         },
-        (Flavor::Mysql, DataDurability::Required) => Settings { enabled: true, wait_for_count: min, timeout_millis: semi.timeout_millis.max(1) as u64 },
+        (Flavor::Mysql, DataDurability::Required) => Settings {
+            enabled: true,
+            wait_for_count: min,
+            timeout_millis: semi.timeout_millis.max(1) as u64,
+        },
         // MariaDB waits for one acknowledgement and has no count. Preferred:
         // wait while a healthy replica can acknowledge, else replicate
         // asynchronously. Required: always wait, never fall back.
@@ -38,7 +46,11 @@ pub fn desired(spec: &ClusterSpec, healthy_replicas: u32) -> Settings {
             wait_for_count: 1,
             timeout_millis: semi.timeout_millis.max(1) as u64,
         },
-        (Flavor::Mariadb, DataDurability::Required) => Settings { enabled: true, wait_for_count: 1, timeout_millis: NEVER_FALL_BACK_MS },
+        (Flavor::Mariadb, DataDurability::Required) => Settings {
+            enabled: true,
+            wait_for_count: 1,
+            timeout_millis: NEVER_FALL_BACK_MS,
+        },
     }
 }
 
@@ -48,7 +60,11 @@ pub fn healthy_replicas(s: &Snapshot) -> u32 {
         .iter()
         .filter(|o| Some(o.name.as_str()) != s.status.current_primary.as_deref())
         .filter(|o| !s.is_fenced(&o.name) && !s.is_diverged(&o.name))
-        .filter(|o| o.status.as_ref().is_some_and(|st| st.replication.as_ref().is_some_and(|r| r.healthy())))
+        .filter(|o| {
+            o.status
+                .as_ref()
+                .is_some_and(|st| st.replication.as_ref().is_some_and(|r| r.healthy()))
+        })
         .count() as u32
 }
 

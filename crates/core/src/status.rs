@@ -172,11 +172,17 @@ pub fn parse_history(flavor: Flavor, text: &str) -> Result<History, ParseError> 
 /// anything unreadable.
 pub fn history_reaches(flavor: Flavor, history: &str, position: &str) -> bool {
     match flavor {
-        Flavor::Mariadb => match (history.parse::<mariadb::BinlogState>(), position.parse::<mariadb::GtidPos>()) {
+        Flavor::Mariadb => match (
+            history.parse::<mariadb::BinlogState>(),
+            position.parse::<mariadb::GtidPos>(),
+        ) {
             (Ok(h), Ok(p)) => h.contains_pos(&p),
             _ => false,
         },
-        Flavor::Mysql => match (history.parse::<mysql::GtidSet>(), position.parse::<mysql::GtidSet>()) {
+        Flavor::Mysql => match (
+            history.parse::<mysql::GtidSet>(),
+            position.parse::<mysql::GtidSet>(),
+        ) {
             (Ok(h), Ok(p)) => p.is_subset(&h),
             _ => false,
         },
@@ -229,11 +235,18 @@ impl Snapshot {
     /// The GTID source id of an instance: as observed, or for MariaDB the
     /// server id the manager derives from the ordinal.
     pub fn status_source_id(&self, name: &str) -> String {
-        if let Some(id) = self.get(name).and_then(|o| o.status.as_ref()).map(|s| s.source_id.clone()).filter(|s| !s.is_empty()) {
+        if let Some(id) = self
+            .get(name)
+            .and_then(|o| o.status.as_ref())
+            .map(|s| s.source_id.clone())
+            .filter(|s| !s.is_empty())
+        {
             return id;
         }
         match self.spec.mysql.flavor {
-            Flavor::Mariadb => cnmysql_api::names::ordinal_of(&self.cluster, name).map(|o| o.to_string()).unwrap_or_default(),
+            Flavor::Mariadb => cnmysql_api::names::ordinal_of(&self.cluster, name)
+                .map(|o| o.to_string())
+                .unwrap_or_default(),
             Flavor::Mysql => String::new(),
         }
     }

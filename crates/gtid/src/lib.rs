@@ -115,9 +115,11 @@ impl History {
                 v.dedup();
                 v
             }
-            (History::Mariadb(a), History::Mariadb(b)) => {
-                a.sources_missing_from(b).into_iter().map(|s| s.to_string()).collect()
-            }
+            (History::Mariadb(a), History::Mariadb(b)) => a
+                .sources_missing_from(b)
+                .into_iter()
+                .map(|s| s.to_string())
+                .collect(),
             _ => vec!["(another flavour)".to_string()],
         }
     }

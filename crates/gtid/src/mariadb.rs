@@ -212,7 +212,13 @@ impl BinlogState {
     pub fn sources_missing_from(&self, other: &BinlogState) -> std::collections::BTreeSet<u32> {
         self.last
             .iter()
-            .filter(|&(&(domain, server), &seq)| !other.holds(&Gtid { domain, server, seq }))
+            .filter(|&(&(domain, server), &seq)| {
+                !other.holds(&Gtid {
+                    domain,
+                    server,
+                    seq,
+                })
+            })
             .map(|(&(_, server), _)| server)
             .collect()
     }
@@ -353,8 +359,20 @@ mod tests {
     #[test]
     fn sources_of_missing_transactions() {
         let replica = st("0-1-100,0-3-101");
-        assert_eq!(replica.sources_missing_from(&st("0-1-100")).into_iter().collect::<Vec<_>>(), vec![3]);
-        assert_eq!(st("0-1-105").sources_missing_from(&st("0-1-100")).into_iter().collect::<Vec<_>>(), vec![1]);
+        assert_eq!(
+            replica
+                .sources_missing_from(&st("0-1-100"))
+                .into_iter()
+                .collect::<Vec<_>>(),
+            vec![3]
+        );
+        assert_eq!(
+            st("0-1-105")
+                .sources_missing_from(&st("0-1-100"))
+                .into_iter()
+                .collect::<Vec<_>>(),
+            vec![1]
+        );
         assert!(st("0-1-90").sources_missing_from(&st("0-1-100")).is_empty());
     }
 

@@ -413,7 +413,10 @@ mod tests {
         let a = set(&format!("{A}:1-10,{B}:1-2"));
         let b = set(&format!("{A}:1-5"));
         let h = |s: &GtidSet| crate::History::Mysql(s.clone());
-        assert_eq!(h(&a).sources_missing_from(&h(&b)), vec![A.to_string(), B.to_string()]);
+        assert_eq!(
+            h(&a).sources_missing_from(&h(&b)),
+            vec![A.to_string(), B.to_string()]
+        );
         assert!(h(&b).sources_missing_from(&h(&a)).is_empty());
     }
 

@@ -32,7 +32,10 @@ pub trait Backend: Send + Sync + 'static {
     fn status(&self) -> impl Future<Output = InstanceStatus> + Send;
     fn cluster(&self) -> &str;
     fn config(&self) -> &crate::config::InstanceConfig;
-    fn apply_semi_sync(&self, s: &cnmysql_core::semisync::Settings) -> impl Future<Output = anyhow::Result<()>> + Send;
+    fn apply_semi_sync(
+        &self,
+        s: &cnmysql_core::semisync::Settings,
+    ) -> impl Future<Output = anyhow::Result<()>> + Send;
 }
 
 pub fn router<B: Backend>(backend: Arc<B>) -> Router {
@@ -71,14 +74,31 @@ struct SemiSyncRequest {
 }
 
 /// The operator's steady-state semi-sync adjustment of the primary.
-async fn semi_sync<B: Backend>(State(b): State<Arc<B>>, Extension(peer): Extension<Peer>, Json(req): Json<SemiSyncRequest>) -> Response {
+async fn semi_sync<B: Backend>(
+    State(b): State<Arc<B>>,
+    Extension(peer): Extension<Peer>,
+    Json(req): Json<SemiSyncRequest>,
+) -> Response {
     if peer.0 != OPERATOR_IDENTITY {
-        return (StatusCode::FORBIDDEN, "only the operator may change semi-sync settings").into_response();
+        return (
+            StatusCode::FORBIDDEN,
+            "only the operator may change semi-sync settings",
+        )
+            .into_response();
     }
-    let s = cnmysql_core::semisync::Settings { enabled: req.enabled, wait_for_count: req.wait_for_count, timeout_millis: req.timeout_millis };
+    let s = cnmysql_core::semisync::Settings {
+        enabled: req.enabled,
+        wait_for_count: req.wait_for_count,
+        timeout_millis: req.timeout_millis,
+    };
     match b.apply_semi_sync(&s).await {
         Ok(()) => {
-            tracing::info!(enabled = s.enabled, wait_for_count = s.wait_for_count, timeout_millis = s.timeout_millis, "semi-sync adjusted");
+            tracing::info!(
+                enabled = s.enabled,
+                wait_for_count = s.wait_for_count,
+                timeout_millis = s.timeout_millis,
+                "semi-sync adjusted"
+            );
             (StatusCode::OK, "applied").into_response()
         }
         Err(e) => (StatusCode::CONFLICT, e.to_string()).into_response(),

@@ -16,7 +16,11 @@ pub trait ClusterState: Send + Sync + 'static {
     fn claim_primary(&self, instance: &str) -> impl Future<Output = anyhow::Result<bool>> + Send;
 
     /// List `instance` in `divergedInstances`, with the reason as an event.
-    fn mark_diverged(&self, instance: &str, reason: &str) -> impl Future<Output = anyhow::Result<()>> + Send;
+    fn mark_diverged(
+        &self,
+        instance: &str,
+        reason: &str,
+    ) -> impl Future<Output = anyhow::Result<()>> + Send;
 
     /// Take or renew the primary lease; an error when another holder has it.
     fn acquire_lease(&self, instance: &str) -> impl Future<Output = anyhow::Result<()>> + Send;

@@ -9,10 +9,10 @@ use cnmysql_api::Flavor;
 use cnmysql_api::names::REPLICATION_USER;
 use cnmysql_core::flavor::{self, SourceSpec};
 use cnmysql_core::role::{self, Action, Bootstrap, Desired, Local};
-use cnmysql_core::status::{history_reaches, parse_history, InstancePhase, InstanceStatus, Role};
+use cnmysql_core::status::{InstancePhase, InstanceStatus, Role, history_reaches, parse_history};
 use cnmysql_core::{lease, semisync};
-use mysql_async::prelude::*;
 use mysql_async::Pool;
+use mysql_async::prelude::*;
 use sha2::Digest;
 use tokio::sync::watch;
 
@@ -43,7 +43,9 @@ pub struct Manager<C: ClusterState> {
     phase: Mutex<(InstancePhase, String)>,
     progress: ProgressCell,
     desired: Mutex<Option<Desired>>,
-    last_renew: Mutex<Option<i64>>,
+    /// When the lease was last taken or renewed (monotonic: a wall-clock
+    /// step must not postpone self-fencing).
+    last_renew: Mutex<Option<Instant>>,
     exe_hash: String,
     peers: ControlClient,
     shutdown: watch::Sender<bool>,
@@ -340,16 +342,13 @@ impl<C: ClusterState> Manager<C> {
             .or_else(|| Some(format!("{host}:{port}")))
     }
 
-    fn now_ms() -> i64 {
-        jiff::Timestamp::now().as_millisecond()
-    }
-
     /// Status of a peer instance over the control API, if it answers quickly.
     async fn peer_status(&self, name: &str) -> Option<InstanceStatus> {
         let peer = self.cfg.peers.get(name)?;
         tokio::time::timeout(
             Duration::from_millis(1500),
-            self.peers.get_json::<InstanceStatus>(&peer.host, peer.control_port, "/status"),
+            self.peers
+                .get_json::<InstanceStatus>(&peer.host, peer.control_port, "/status"),
         )
         .await
         .ok()?
@@ -374,16 +373,18 @@ impl<C: ClusterState> Manager<C> {
         if !self.cfg.spec.enable_primary_lease {
             return true;
         }
-        let now = Self::now_ms();
         let last = *self.last_renew.lock().unwrap();
-        if last.is_none_or(|t| now - t >= lease::RENEW_EVERY_MS) {
+        if last.is_none_or(|t| t.elapsed().as_millis() as i64 >= lease::RENEW_EVERY_MS) {
+            let attempt = Instant::now();
             match self.cluster.acquire_lease(&self.cfg.instance).await {
-                Ok(()) => *self.last_renew.lock().unwrap() = Some(now),
+                Ok(()) => *self.last_renew.lock().unwrap() = Some(attempt),
                 Err(e) => tracing::warn!(error = %e, "cannot renew the primary lease"),
             }
         }
-        let last = self.last_renew.lock().unwrap().unwrap_or(i64::MIN / 2);
-        !lease::must_self_fence(last, Self::now_ms())
+        match *self.last_renew.lock().unwrap() {
+            Some(t) => !lease::must_self_fence(0, t.elapsed().as_millis() as i64),
+            None => false,
+        }
     }
 
     async fn make_read_only(&self, conn: &mut mysql_async::Conn, why: &str) -> anyhow::Result<()> {
@@ -395,17 +396,37 @@ impl<C: ClusterState> Manager<C> {
 
     /// Drain replication before promotion. True once everything the old
     /// primary wrote (or, if it is gone, everything received) is applied.
-    async fn drained(&self, conn: &mut mysql_async::Conn, status: &cnmysql_api::ClusterStatus, view: &sql::ServerView) -> anyhow::Result<bool> {
+    async fn drained(
+        &self,
+        conn: &mut mysql_async::Conn,
+        status: &cnmysql_api::ClusterStatus,
+        view: &sql::ServerView,
+    ) -> anyhow::Result<bool> {
         let f = self.cfg.flavor();
-        let Some(repl) = &view.replication else { return Ok(true) };
-        let old = status.current_primary.clone().filter(|c| c != &self.cfg.instance);
+        let Some(repl) = &view.replication else {
+            return Ok(true);
+        };
+        let old = status
+            .current_primary
+            .clone()
+            .filter(|c| c != &self.cfg.instance);
         let wait_for = match old {
             Some(old) => match self.peer_status(&old).await {
                 Some(st) if st.mysqld_running && !st.read_only => {
-                    self.set_phase(InstancePhase::Running, format!("waiting for {old} to become read-only"));
+                    self.set_phase(
+                        InstancePhase::Running,
+                        format!("waiting for {old} to become read-only"),
+                    );
                     return Ok(false);
                 }
                 Some(st) if st.mysqld_running => st.gtid_position,
+                _ if role::drain_rule(status) == role::Drain::CatchUpWithOldPrimary => {
+                    self.set_phase(
+                        InstancePhase::Running,
+                        format!("waiting for {old} to hand over (switchover)"),
+                    );
+                    return Ok(false);
+                }
                 _ => repl.received_gtid.clone(),
             },
             None => repl.received_gtid.clone(),
@@ -413,15 +434,25 @@ impl<C: ClusterState> Manager<C> {
         if wait_for.is_empty() || history_reaches(f, &view.gtid_executed, &wait_for) {
             return Ok(true);
         }
-        self.set_phase(InstancePhase::Running, format!("catching up to {wait_for} before promotion"));
+        self.set_phase(
+            InstancePhase::Running,
+            format!("catching up to {wait_for} before promotion"),
+        );
         // Wait briefly for the applier, then judge by the executed history
         // (the replication position alone misses a former primary's own writes).
-        let _: Option<i64> = conn.query_first(flavor::wait_for_position(f, &wait_for, 0.2).text).await?;
+        let _: Option<i64> = conn
+            .query_first(flavor::wait_for_position(f, &wait_for, 0.2).text)
+            .await?;
         let now = sql::observe(conn, f).await?;
         Ok(history_reaches(f, &now.gtid_executed, &wait_for))
     }
 
-    async fn promote(&self, conn: &mut mysql_async::Conn, status: &cnmysql_api::ClusterStatus, view: &sql::ServerView) -> anyhow::Result<()> {
+    async fn promote(
+        &self,
+        conn: &mut mysql_async::Conn,
+        status: &cnmysql_api::ClusterStatus,
+        view: &sql::ServerView,
+    ) -> anyhow::Result<()> {
         let f = self.cfg.flavor();
         if !self.drained(conn, status, view).await? {
             return Ok(());
@@ -430,8 +461,9 @@ impl<C: ClusterState> Manager<C> {
             sql::exec_all(conn, &[flavor::stop_replica(f), flavor::reset_replica(f)]).await?;
         }
         if self.cfg.spec.enable_primary_lease {
+            let attempt = Instant::now();
             self.cluster.acquire_lease(&self.cfg.instance).await?;
-            *self.last_renew.lock().unwrap() = Some(Self::now_ms());
+            *self.last_renew.lock().unwrap() = Some(attempt);
         }
         if !self.cluster.claim_primary(&self.cfg.instance).await? {
             tracing::warn!("the target primary changed while promoting; staying read-only");
@@ -439,7 +471,11 @@ impl<C: ClusterState> Manager<C> {
             return Ok(());
         }
         let healthy = self.cfg.spec.instances.saturating_sub(1).max(0) as u32;
-        sql::exec_all(conn, &sql::semi_sync_source(f, &semisync::desired(&self.cfg.spec, healthy))).await?;
+        sql::exec_all(
+            conn,
+            &sql::semi_sync_source(f, &semisync::desired(&self.cfg.spec, healthy)),
+        )
+        .await?;
         sql::exec_all(conn, &flavor::read_only(f, false)).await?;
         tracing::info!("promoted: writable primary");
         Ok(())
@@ -449,7 +485,9 @@ impl<C: ClusterState> Manager<C> {
         let status = self.cluster.get().await?;
         let desired = role::desired(&self.cfg.instance, &status);
         *self.desired.lock().unwrap() = Some(desired.clone());
-        let Some(pool) = self.pool() else { return Ok(()) };
+        let Some(pool) = self.pool() else {
+            return Ok(());
+        };
         if !matches!(self.supervisor.state(), ServerState::Running { .. }) {
             self.set_phase(InstancePhase::Restarting, "waiting for mysqld");
             return Ok(());
@@ -463,17 +501,27 @@ impl<C: ClusterState> Manager<C> {
         match &desired {
             Desired::Promote => {
                 if !view.read_only {
-                    self.make_read_only(&mut conn, "not yet the accepted primary").await?;
+                    self.make_read_only(&mut conn, "not yet the accepted primary")
+                        .await?;
                 }
                 return self.promote(&mut conn, &status, &view).await;
             }
             Desired::Primary => {
                 if !self.keep_lease().await {
                     if !view.read_only {
-                        tracing::error!("cannot renew the primary lease in time: making this primary read-only");
-                        self.make_read_only(&mut conn, "self-fenced: the primary lease could not be renewed").await?;
+                        tracing::error!(
+                            "cannot renew the primary lease in time: making this primary read-only"
+                        );
+                        self.make_read_only(
+                            &mut conn,
+                            "self-fenced: the primary lease could not be renewed",
+                        )
+                        .await?;
                     }
-                    self.set_phase(InstancePhase::Running, "self-fenced: cannot renew the primary lease");
+                    self.set_phase(
+                        InstancePhase::Running,
+                        "self-fenced: cannot renew the primary lease",
+                    );
                     return Ok(());
                 }
             }
@@ -493,16 +541,25 @@ impl<C: ClusterState> Manager<C> {
                 .as_ref()
                 .filter(|r| !r.source_host.is_empty())
                 .and_then(|r| self.local_source_name(&r.source_host, r.source_port)),
-            io_running: view.replication.as_ref().is_some_and(|r| r.io_state == "Yes" || r.io_state == "Connecting"),
+            io_running: view
+                .replication
+                .as_ref()
+                .is_some_and(|r| r.io_state == "Yes" || r.io_state == "Connecting"),
             sql_running: view.replication.as_ref().is_some_and(|r| r.sql_running),
         };
         for action in role::reconcile(&desired, &local) {
             tracing::info!(action = ?action, "role change");
             match action {
                 Action::SetReadOnly(true) => self.make_read_only(&mut conn, "replica").await?,
-                Action::SetReadOnly(false) => sql::exec_all(&mut conn, &flavor::read_only(f, false)).await?,
+                Action::SetReadOnly(false) => {
+                    sql::exec_all(&mut conn, &flavor::read_only(f, false)).await?
+                }
                 Action::ResetReplication => {
-                    sql::exec_all(&mut conn, &[flavor::stop_replica(f), flavor::reset_replica(f)]).await?;
+                    sql::exec_all(
+                        &mut conn,
+                        &[flavor::stop_replica(f), flavor::reset_replica(f)],
+                    )
+                    .await?;
                 }
                 Action::StartReplication => {
                     sql::exec_all(&mut conn, &[flavor::start_replica(f)]).await?;
@@ -510,13 +567,20 @@ impl<C: ClusterState> Manager<C> {
                 Action::Follow(source) => {
                     // Never follow a source whose history lacks ours.
                     let Some(src) = self.peer_status(&source).await else {
-                        self.set_phase(InstancePhase::Running, format!("waiting for {source} to answer"));
+                        self.set_phase(
+                            InstancePhase::Running,
+                            format!("waiting for {source} to answer"),
+                        );
                         return Ok(());
                     };
                     let mine = parse_history(f, &view.gtid_executed)?;
                     let theirs = parse_history(f, &src.gtid_executed)?;
                     if let Err(why) = role::may_follow(&mine, &theirs) {
-                        tracing::error!(source, why, "diverged from the primary; staying read-only and out of service");
+                        tracing::error!(
+                            source,
+                            why,
+                            "diverged from the primary; staying read-only and out of service"
+                        );
                         self.cluster.mark_diverged(&self.cfg.instance, &why).await?;
                         return Ok(());
                     }
@@ -535,11 +599,21 @@ impl<C: ClusterState> Manager<C> {
                         ssl_key: self.cfg.tls.key.display().to_string(),
                         use_current_pos: true,
                     };
-                    sql::exec_all(&mut conn, &[flavor::stop_replica(f), flavor::change_source(f, &spec), flavor::start_replica(f)]).await?;
+                    sql::exec_all(
+                        &mut conn,
+                        &[
+                            flavor::stop_replica(f),
+                            flavor::change_source(f, &spec),
+                            flavor::start_replica(f),
+                        ],
+                    )
+                    .await?;
                 }
             }
         }
-        if desired == Desired::Primary && status.current_primary.as_deref() != Some(self.cfg.instance.as_str()) {
+        if desired == Desired::Primary
+            && status.current_primary.as_deref() != Some(self.cfg.instance.as_str())
+        {
             self.cluster.claim_primary(&self.cfg.instance).await?;
         }
         self.set_phase(InstancePhase::Running, "");
@@ -548,9 +622,15 @@ impl<C: ClusterState> Manager<C> {
 
     /// Apply semi-sync settings on this primary (the operator's steady-state adjustment).
     pub async fn apply_semi_sync(&self, settings: &semisync::Settings) -> anyhow::Result<()> {
-        let pool = self.pool().ok_or_else(|| anyhow::anyhow!("mysqld is not connected"))?;
+        let pool = self
+            .pool()
+            .ok_or_else(|| anyhow::anyhow!("mysqld is not connected"))?;
         let mut conn = pool.get_conn().await?;
-        sql::exec_all(&mut conn, &sql::semi_sync_source(self.cfg.flavor(), settings)).await
+        sql::exec_all(
+            &mut conn,
+            &sql::semi_sync_source(self.cfg.flavor(), settings),
+        )
+        .await
     }
 
     /// A fresh look at the server for `/status`.
@@ -595,7 +675,11 @@ impl<C: ClusterState> Manager<C> {
         st.mysqld_running = true;
         st.read_only = view.read_only;
         st.source_id = view.source_id.clone();
-        st.holds_lease = self.last_renew.lock().unwrap().is_some_and(|t| jiff::Timestamp::now().as_millisecond() - t < lease::TTL_MS);
+        st.holds_lease = self
+            .last_renew
+            .lock()
+            .unwrap()
+            .is_some_and(|t| (t.elapsed().as_millis() as i64) < lease::TTL_MS);
         st.gtid_executed = view.gtid_executed;
         st.gtid_position = view.gtid_position;
         st.uptime_seconds = Some(view.uptime_seconds);

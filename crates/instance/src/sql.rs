@@ -244,12 +244,21 @@ pub fn semi_sync_source(f: Flavor, s: &cnmysql_core::semisync::Settings) -> Vec<
     let on = if s.enabled { "ON" } else { "OFF" };
     match f {
         Flavor::Mariadb => vec![
-            Sql::new(format!("SET GLOBAL rpl_semi_sync_master_timeout = {}", s.timeout_millis)),
+            Sql::new(format!(
+                "SET GLOBAL rpl_semi_sync_master_timeout = {}",
+                s.timeout_millis
+            )),
             Sql::new(format!("SET GLOBAL rpl_semi_sync_master_enabled = {on}")),
         ],
         Flavor::Mysql => vec![
-            Sql::new(format!("SET GLOBAL rpl_semi_sync_source_timeout = {}", s.timeout_millis)),
-            Sql::new(format!("SET GLOBAL rpl_semi_sync_source_wait_for_replica_count = {}", s.wait_for_count.max(1))),
+            Sql::new(format!(
+                "SET GLOBAL rpl_semi_sync_source_timeout = {}",
+                s.timeout_millis
+            )),
+            Sql::new(format!(
+                "SET GLOBAL rpl_semi_sync_source_wait_for_replica_count = {}",
+                s.wait_for_count.max(1)
+            )),
             Sql::new(format!("SET GLOBAL rpl_semi_sync_source_enabled = {on}")),
         ],
     }

@@ -41,7 +41,12 @@ impl ClusterState for FileClusterState {
             }
         })?;
         if changed {
-            self.dir.event(false, "Promoted", Some(instance), &format!("{instance} is now the primary"));
+            self.dir.event(
+                false,
+                "Promoted",
+                Some(instance),
+                &format!("{instance} is now the primary"),
+            );
         }
         Ok(claimed)
     }

@@ -310,14 +310,28 @@ impl ControlPlane {
                     let status = self.dir.read_status().unwrap_or_default();
                     let is_primary = status.current_primary.as_deref() == Some(p.name.as_str())
                         && status.target_primary == status.current_primary;
-                    if is_primary && self.cluster.spec.failover_delay == 0 && self.cluster.spec.instances > 1 {
+                    if is_primary
+                        && self.cluster.spec.failover_delay == 0
+                        && self.cluster.spec.instances > 1
+                    {
                         // A dead primary is failed over, not restarted in
                         // place: it comes back as a replica afterwards.
                         p.held_down = true;
-                        self.reporter.say(Some(&p.name), &format!("the primary's instance manager exited ({st}); failing over"));
-                        self.dir.event(true, "PrimaryDown", Some(&p.name), &format!("the primary's instance manager exited ({st})"));
+                        self.reporter.say(
+                            Some(&p.name),
+                            &format!("the primary's instance manager exited ({st}); failing over"),
+                        );
+                        self.dir.event(
+                            true,
+                            "PrimaryDown",
+                            Some(&p.name),
+                            &format!("the primary's instance manager exited ({st})"),
+                        );
                     } else {
-                        self.reporter.say(Some(&p.name), &format!("instance manager exited ({st}); restarting it"));
+                        self.reporter.say(
+                            Some(&p.name),
+                            &format!("instance manager exited ({st}); restarting it"),
+                        );
                     }
                     p.next_start =
                         Instant::now() + Duration::from_millis(500 * u64::from(p.restarts.min(10)));
@@ -340,7 +354,8 @@ impl ControlPlane {
                     p.answered = true;
                 }
             }
-            let booting = started.elapsed() < Duration::from_secs(15) && procs.iter().any(|p| !p.answered && !p.held_down);
+            let booting = started.elapsed() < Duration::from_secs(15)
+                && procs.iter().any(|p| !p.answered && !p.held_down);
             if !booting {
                 let snapshot = Snapshot {
                     cluster: name.clone(),
@@ -366,7 +381,11 @@ impl ControlPlane {
             if *routes_tx.borrow() != table {
                 tracing::info!(routes = ?table, "routing changed");
                 routes_tx.send_replace(table.clone());
-                let _ = cnmysql_tls::write_private(&self.dir.routes_file(), &serde_json::to_string_pretty(&table).unwrap_or_default(), false);
+                let _ = cnmysql_tls::write_private(
+                    &self.dir.routes_file(),
+                    &serde_json::to_string_pretty(&table).unwrap_or_default(),
+                    false,
+                );
             }
             let mut summary = summarize(&snapshot);
             if !memory.last_block.is_empty() {
@@ -390,7 +409,9 @@ impl ControlPlane {
             let changed = status.phase != Some(summary.phase)
                 || status.phase_reason.as_deref() != Some(summary.reason.as_str())
                 || status.ready_instances != summary.ready_instances
-                || gtids.iter().any(|(k, v)| status.gtid_executed_by_instance.get(k) != Some(v))
+                || gtids
+                    .iter()
+                    .any(|(k, v)| status.gtid_executed_by_instance.get(k) != Some(v))
                 || hashes
                     .iter()
                     .any(|(k, v)| status.executable_hash_by_instance.get(k) != Some(v))
@@ -484,7 +505,12 @@ impl ControlPlane {
     }
 
     /// Failover, switchover supervision, semi-sync adjustment.
-    async fn topology(&self, s: &Snapshot, procs: &mut [ManagedProcess], memory: &mut Memory) -> anyhow::Result<()> {
+    async fn topology(
+        &self,
+        s: &Snapshot,
+        procs: &mut [ManagedProcess],
+        memory: &mut Memory,
+    ) -> anyhow::Result<()> {
         use cnmysql_core::failover::{self, Decision};
         use cnmysql_core::switchover::{self, Progress};
         let now = jiff::Timestamp::now();
@@ -493,36 +519,62 @@ impl ControlPlane {
         if s.status.current_primary != memory.last_current {
             if let (Some(prev), Some(cur)) = (&memory.last_current, &s.status.current_primary) {
                 let failover = s.status.phase == Some(cnmysql_api::Phase::FailingOver);
-                let what = if failover { "FailoverCompleted" } else { "SwitchoverCompleted" };
-                self.dir.event(false, what, Some(cur), &format!("{cur} replaced {prev} as primary"));
-                self.reporter.say(None, &format!("{what}: {cur} replaced {prev} as primary"));
+                let what = if failover {
+                    "FailoverCompleted"
+                } else {
+                    "SwitchoverCompleted"
+                };
+                self.dir.event(
+                    false,
+                    what,
+                    Some(cur),
+                    &format!("{cur} replaced {prev} as primary"),
+                );
+                self.reporter
+                    .say(None, &format!("{what}: {cur} replaced {prev} as primary"));
             }
             memory.last_current = s.status.current_primary.clone();
         }
         if s.status.current_primary == s.status.target_primary {
-            for p in procs.iter_mut().filter(|p| p.held_down && Some(&p.name) != s.status.current_primary.as_ref()) {
+            for p in procs
+                .iter_mut()
+                .filter(|p| p.held_down && Some(&p.name) != s.status.current_primary.as_ref())
+            {
                 p.held_down = false;
                 p.next_start = Instant::now();
-                self.reporter.say(Some(&p.name), "restarting the former primary to rejoin as a replica");
+                self.reporter.say(
+                    Some(&p.name),
+                    "restarting the former primary to rejoin as a replica",
+                );
             }
         }
         if let Progress::Abort { reason } = switchover::progress(s) {
             let mut aborted = false;
             self.dir.update_status(|st| {
-                if st.current_primary != st.target_primary && st.current_primary == s.status.current_primary {
+                if st.current_primary != st.target_primary
+                    && st.current_primary == s.status.current_primary
+                {
                     st.target_primary = st.current_primary.clone();
                     st.target_primary_timestamp = Some(now.to_string());
                     aborted = true;
                 }
             })?;
             if aborted {
-                self.dir.event(true, "SwitchoverBlocked", s.status.target_primary.as_deref(), &reason);
+                self.dir.event(
+                    true,
+                    "SwitchoverBlocked",
+                    s.status.target_primary.as_deref(),
+                    &reason,
+                );
                 self.reporter.say(None, &reason);
             }
         }
         let primary = s.status.current_primary.clone().unwrap_or_default();
         let lease = self.dir.read_lease().ok();
-        let old_gone = procs.iter().find(|p| p.name == primary).is_some_and(|p| p.held_down && p.gone(&self.dir));
+        let old_gone = procs
+            .iter()
+            .find(|p| p.name == primary)
+            .is_some_and(|p| p.held_down && p.gone(&self.dir));
         let decision = failover::decide(s, lease.as_ref(), old_gone);
         if !matches!(decision, Decision::Blocked { .. }) {
             memory.last_block.clear();
@@ -533,33 +585,50 @@ impl ControlPlane {
         match decision {
             Decision::Nothing => {}
             Decision::Recovered => {
-                self.dir.update_status(|st| st.primary_failing_since = None)?;
-                self.dir.event(false, "PrimaryRecovered", Some(&primary), "the primary is healthy again");
+                self.dir
+                    .update_status(|st| st.primary_failing_since = None)?;
+                self.dir.event(
+                    false,
+                    "PrimaryRecovered",
+                    Some(&primary),
+                    "the primary is healthy again",
+                );
             }
             Decision::Failing { since_ms, reason } => {
                 if s.status.primary_failing_since.is_none() {
                     let since = k8s_openapi_ts(since_ms);
-                    self.dir.update_status(|st| st.primary_failing_since = Some(since.clone()))?;
-                    self.dir.event(true, "PrimaryFailing", Some(&primary), &reason);
-                    self.reporter.say(Some(&primary), &format!("primary failing: {reason}"));
+                    self.dir
+                        .update_status(|st| st.primary_failing_since = Some(since.clone()))?;
+                    self.dir
+                        .event(true, "PrimaryFailing", Some(&primary), &reason);
+                    self.reporter
+                        .say(Some(&primary), &format!("primary failing: {reason}"));
                 }
             }
             Decision::WaitForLease { until_ms } => {
                 if !memory.last_wait {
                     memory.last_wait = true;
-                    let msg = format!("waiting until the primary lease of {primary} expires ({} ms)", until_ms - s.now_ms);
-                    self.dir.event(true, "FailoverWaitingForLease", Some(&primary), &msg);
+                    let msg = format!(
+                        "waiting until the primary lease of {primary} expires ({} ms)",
+                        until_ms - s.now_ms
+                    );
+                    self.dir
+                        .event(true, "FailoverWaitingForLease", Some(&primary), &msg);
                     self.reporter.say(None, &msg);
                 }
             }
             Decision::Blocked { reason } => {
                 if memory.last_block != reason {
-                    self.dir.event(true, "FailoverBlocked", Some(&primary), &reason);
+                    self.dir
+                        .event(true, "FailoverBlocked", Some(&primary), &reason);
                     self.reporter.say(None, &reason);
                     memory.last_block = reason;
                 }
                 // Nothing can take over: let the old primary come back in place.
-                for p in procs.iter_mut().filter(|p| p.held_down && p.name == primary) {
+                for p in procs
+                    .iter_mut()
+                    .filter(|p| p.held_down && p.name == primary)
+                {
                     p.held_down = false;
                     p.next_start = Instant::now();
                 }
@@ -570,10 +639,18 @@ impl ControlPlane {
                     p.held_down = true;
                     self.kill_instance(p).await;
                 }
-                self.dir.update_lease(|l| Ok(if l.holder_identity.as_deref() == Some(&old) { l.release(&old) } else { l.clone() }))?;
+                self.dir.update_lease(|l| {
+                    Ok(if l.holder_identity.as_deref() == Some(&old) {
+                        l.release(&old)
+                    } else {
+                        l.clone()
+                    })
+                })?;
                 let mut started = false;
                 self.dir.update_status(|st| {
-                    if st.current_primary.as_deref() == Some(&old) && st.target_primary.as_deref() == Some(&old) {
+                    if st.current_primary.as_deref() == Some(&old)
+                        && st.target_primary.as_deref() == Some(&old)
+                    {
                         st.target_primary = Some(candidate.clone());
                         st.target_primary_timestamp = Some(now.to_string());
                         st.phase = Some(cnmysql_api::Phase::FailingOver);
@@ -582,7 +659,9 @@ impl ControlPlane {
                     }
                 })?;
                 if started {
-                    let msg = format!("failing over from {old} to {candidate}; {old} is fenced (processes stopped, data kept)");
+                    let msg = format!(
+                        "failing over from {old} to {candidate}; {old} is fenced (processes stopped, data kept)"
+                    );
                     self.dir.event(true, "FailingOver", Some(&candidate), &msg);
                     self.reporter.say(None, &msg);
                 }
@@ -594,19 +673,43 @@ impl ControlPlane {
             && let Some(p) = s.get(&primary).and_then(|o| o.status.as_ref())
             && p.ready
         {
-            let want = cnmysql_core::semisync::desired(&self.cluster.spec, cnmysql_core::semisync::healthy_replicas(s));
+            let want = cnmysql_core::semisync::desired(
+                &self.cluster.spec,
+                cnmysql_core::semisync::healthy_replicas(s),
+            );
             let have = p.semi_sync.clone().unwrap_or_default();
             let differs = have.source_enabled != want.enabled
                 || have.timeout_millis != want.timeout_millis
-                || (self.cluster.spec.mysql.flavor == cnmysql_api::Flavor::Mysql && have.wait_for_count != want.wait_for_count);
-            let recently = memory.last_semi_sync.as_ref().is_some_and(|(w, t)| *w == want && t.elapsed() < Duration::from_secs(2));
+                || (self.cluster.spec.mysql.flavor == cnmysql_api::Flavor::Mysql
+                    && have.wait_for_count != want.wait_for_count);
+            let recently = memory
+                .last_semi_sync
+                .as_ref()
+                .is_some_and(|(w, t)| *w == want && t.elapsed() < Duration::from_secs(2));
             if differs && !recently {
                 let body = serde_json::json!({"enabled": want.enabled, "waitForCount": want.wait_for_count, "timeoutMillis": want.timeout_millis});
                 let port = self.ports.instances[&primary].control;
-                let (code, text) = self.client.post(&self.ports.host, port, "/semisync", &[("content-type", "application/json".into())], body.to_string().into()).await?;
+                let (code, text) = self
+                    .client
+                    .post(
+                        &self.ports.host,
+                        port,
+                        "/semisync",
+                        &[("content-type", "application/json".into())],
+                        body.to_string().into(),
+                    )
+                    .await?;
                 memory.last_semi_sync = Some((want, Instant::now()));
                 if code == 200 {
-                    self.dir.event(false, "SemiSyncAdjusted", Some(&primary), &format!("semi-sync enabled={} waitForCount={} timeoutMillis={}", want.enabled, want.wait_for_count, want.timeout_millis));
+                    self.dir.event(
+                        false,
+                        "SemiSyncAdjusted",
+                        Some(&primary),
+                        &format!(
+                            "semi-sync enabled={} waitForCount={} timeoutMillis={}",
+                            want.enabled, want.wait_for_count, want.timeout_millis
+                        ),
+                    );
                 } else {
                     tracing::warn!(code, text, "semi-sync adjustment refused");
                 }
@@ -617,13 +720,15 @@ impl ControlPlane {
 
     /// Stop an instance's manager and mysqld at once (fencing a failed primary).
     async fn kill_instance(&self, p: &mut ManagedProcess) {
-        use nix::sys::signal::{kill, Signal};
+        use nix::sys::signal::{Signal, kill};
         use nix::unistd::Pid;
         if let Some(c) = p.child.as_mut() {
             let _ = c.kill().await;
         }
         p.child = None;
-        if let Ok(pid) = std::fs::read_to_string(self.dir.instance_dir(&p.name).join("run/mysqld.pid")) {
+        if let Ok(pid) =
+            std::fs::read_to_string(self.dir.instance_dir(&p.name).join("run/mysqld.pid"))
+        {
             if let Ok(pid) = pid.trim().parse::<i32>() {
                 let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
                 let deadline = Instant::now() + Duration::from_secs(10);
@@ -698,5 +803,7 @@ impl ControlPlane {
 }
 
 fn k8s_openapi_ts(ms: i64) -> String {
-    jiff::Timestamp::from_millisecond(ms).unwrap_or(jiff::Timestamp::UNIX_EPOCH).to_string()
+    jiff::Timestamp::from_millisecond(ms)
+        .unwrap_or(jiff::Timestamp::UNIX_EPOCH)
+        .to_string()
 }

@@ -471,7 +471,9 @@ pub async fn promote(dir: &StateDir, target: &str) -> anyhow::Result<()> {
     let old = s.status.current_primary.clone().unwrap_or_default();
     let mut requested = false;
     dir.update_status(|st| {
-        if st.current_primary.as_deref() == Some(old.as_str()) && st.target_primary.as_deref() == Some(old.as_str()) {
+        if st.current_primary.as_deref() == Some(old.as_str())
+            && st.target_primary.as_deref() == Some(old.as_str())
+        {
             st.target_primary = Some(target.to_string());
             st.target_primary_timestamp = Some(jiff::Timestamp::now().to_string());
             st.phase = Some(cnmysql_api::Phase::Switchover);
@@ -482,16 +484,27 @@ pub async fn promote(dir: &StateDir, target: &str) -> anyhow::Result<()> {
     if !requested {
         anyhow::bail!("the primary changed while the switchover was being requested; try again");
     }
-    dir.event(false, "SwitchoverRequested", Some(target), &format!("switchover from {old} to {target} requested"));
+    dir.event(
+        false,
+        "SwitchoverRequested",
+        Some(target),
+        &format!("switchover from {old} to {target} requested"),
+    );
     eprintln!("Switching over from {old} to {target}…");
     let began = Instant::now();
     let limit = Duration::from_secs(s.spec.max_switchover_delay.max(0) as u64 + 30);
     loop {
         let st = dir.read_status()?;
         // Done once the rw endpoint routes to the new primary.
-        let routed = dir.routes().get("rw").is_some_and(|b| b.iter().any(|n| n == target));
+        let routed = dir
+            .routes()
+            .get("rw")
+            .is_some_and(|b| b.iter().any(|n| n == target));
         if st.current_primary.as_deref() == Some(target) && routed {
-            eprintln!("{target} is the primary ({:.2}s)", began.elapsed().as_secs_f64());
+            eprintln!(
+                "{target} is the primary ({:.2}s)",
+                began.elapsed().as_secs_f64()
+            );
             return Ok(());
         }
         if st.target_primary.as_deref() != Some(target) {
@@ -505,7 +518,9 @@ pub async fn promote(dir: &StateDir, target: &str) -> anyhow::Result<()> {
             anyhow::bail!("{why}");
         }
         if began.elapsed() > limit {
-            anyhow::bail!("{target} did not become primary within {limit:?}; see `cnmysql local status`");
+            anyhow::bail!(
+                "{target} did not become primary within {limit:?}; see `cnmysql local status`"
+            );
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -522,7 +537,12 @@ pub fn fence(dir: &StateDir, instance: &str, on: bool) -> anyhow::Result<()> {
     dir.update_status(|st| changed = cnmysql_core::fencing::set_fenced(st, instance, on))?;
     let what = if on { "fenced" } else { "unfenced" };
     if changed {
-        dir.event(on, if on { "Fenced" } else { "Unfenced" }, Some(instance), &format!("{instance} {what}"));
+        dir.event(
+            on,
+            if on { "Fenced" } else { "Unfenced" },
+            Some(instance),
+            &format!("{instance} {what}"),
+        );
         eprintln!("{instance} {what}");
     } else {
         eprintln!("{instance} was already {what}");

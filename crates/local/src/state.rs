@@ -95,7 +95,10 @@ impl StateDir {
         self.root.join("routes.json")
     }
     pub fn routes(&self) -> std::collections::BTreeMap<String, Vec<String>> {
-        std::fs::read_to_string(self.routes_file()).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_default()
+        std::fs::read_to_string(self.routes_file())
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default()
     }
     pub fn events_file(&self) -> PathBuf {
         self.root.join("events.jsonl")
@@ -401,18 +404,32 @@ impl StateDir {
         match std::fs::read_to_string(self.lease_file()) {
             Ok(text) => Ok(serde_json::from_str(&text)?),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Lease::default()),
-            Err(e) => Err(anyhow::anyhow!("cannot read the primary lease {}: {e}", self.lease_file().display())),
+            Err(e) => Err(anyhow::anyhow!(
+                "cannot read the primary lease {}: {e}",
+                self.lease_file().display()
+            )),
         }
     }
 
     /// Change the lease under its own lock; `f` may refuse with an error.
-    pub fn update_lease(&self, f: impl FnOnce(&Lease) -> Result<Lease, String>) -> anyhow::Result<Lease> {
-        let lock = File::options().create(true).truncate(false).write(true).open(self.root.join("lease.lock"))?;
+    pub fn update_lease(
+        &self,
+        f: impl FnOnce(&Lease) -> Result<Lease, String>,
+    ) -> anyhow::Result<Lease> {
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(self.root.join("lease.lock"))?;
         let _guard = Flock::lock(lock, FlockArg::LockExclusive).map_err(|(_, e)| e)?;
         let cur = self.read_lease()?;
         let new = f(&cur).map_err(|e| anyhow::anyhow!(e))?;
         if new != cur {
-            cnmysql_tls::write_private(&self.lease_file(), &serde_json::to_string_pretty(&new)?, false)?;
+            cnmysql_tls::write_private(
+                &self.lease_file(),
+                &serde_json::to_string_pretty(&new)?,
+                false,
+            )?;
         }
         Ok(new)
     }
@@ -427,7 +444,11 @@ impl StateDir {
             "instance": instance,
             "message": message,
         });
-        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(self.events_file()) {
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.events_file())
+        {
             let _ = writeln!(f, "{line}");
         }
     }
@@ -435,7 +456,10 @@ impl StateDir {
     /// The last `n` events, oldest first.
     pub fn events(&self, n: usize) -> Vec<serde_json::Value> {
         let text = std::fs::read_to_string(self.events_file()).unwrap_or_default();
-        let all: Vec<serde_json::Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        let all: Vec<serde_json::Value> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
         all[all.len().saturating_sub(n)..].to_vec()
     }
 }
@@ -450,6 +474,12 @@ pub fn live_pid(path: &Path) -> Option<i32> {
 pub fn pid_alive(pid: i32) -> bool {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
         && std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+            .map(|s| {
+                !s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
             .unwrap_or(false)
 }

@@ -183,11 +183,17 @@ impl LocalCluster {
 
     /// The cluster status as the control plane last wrote it.
     pub fn status(&self) -> Value {
-        serde_json::from_str(&std::fs::read_to_string(Path::new(&self.state_arg()).join("status.json")).unwrap()).unwrap()
+        serde_json::from_str(
+            &std::fs::read_to_string(Path::new(&self.state_arg()).join("status.json")).unwrap(),
+        )
+        .unwrap()
     }
 
     pub fn current_primary(&self) -> String {
-        self.status()["currentPrimary"].as_str().unwrap_or("").to_string()
+        self.status()["currentPrimary"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
     }
 
     /// Backends of each endpoint, as the control plane routes them now.
@@ -217,7 +223,10 @@ impl LocalCluster {
     /// PIDs of an instance's manager and mysqld.
     pub fn instance_pids(&self, instance: &str) -> (i32, i32) {
         let d = self.instance_dir(instance);
-        (self.pid(d.join("manager.pid")).expect("manager pid"), self.pid(d.join("run/mysqld.pid")).expect("mysqld pid"))
+        (
+            self.pid(d.join("manager.pid")).expect("manager pid"),
+            self.pid(d.join("run/mysqld.pid")).expect("mysqld pid"),
+        )
     }
 
     /// Send a signal to an instance's manager and mysqld.
@@ -247,7 +256,9 @@ impl LocalCluster {
                 .user(Some("root"))
                 .pass(Some(self.admin_password()))
                 .prefer_socket(true);
-            if let Ok(Ok(mut c)) = tokio::time::timeout(Duration::from_secs(2), Conn::new(opts)).await {
+            if let Ok(Ok(mut c)) =
+                tokio::time::timeout(Duration::from_secs(2), Conn::new(opts)).await
+            {
                 let ro: Option<i64> = c.query_first("SELECT @@read_only").await.ok().flatten();
                 if ro == Some(0) {
                     out.push(n.clone());

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use mysql_async::prelude::*;
 use mysql_async::{Conn, OptsBuilder};
 
-use super::{wait_for, LocalCluster};
+use super::{LocalCluster, wait_for};
 
 #[derive(Default)]
 struct Log {
@@ -45,7 +45,9 @@ impl WriteChecker {
         let port = c.service_port("rw");
         let password = c.app_password();
         let mut conn = c.app(port).await.unwrap();
-        conn.query_drop("CREATE DATABASE IF NOT EXISTS chk").await.unwrap();
+        conn.query_drop("CREATE DATABASE IF NOT EXISTS chk")
+            .await
+            .unwrap();
         conn.query_drop("CREATE TABLE IF NOT EXISTS chk.w (id BIGINT PRIMARY KEY, at TIMESTAMP(6) DEFAULT CURRENT_TIMESTAMP(6))")
             .await
             .unwrap();
@@ -65,7 +67,9 @@ impl WriteChecker {
             let mut conn: Option<Conn> = None;
             while !s.load(Ordering::Relaxed) {
                 if conn.is_none() {
-                    match tokio::time::timeout(Duration::from_secs(2), Conn::new(opts.clone())).await {
+                    match tokio::time::timeout(Duration::from_secs(2), Conn::new(opts.clone()))
+                        .await
+                    {
                         Ok(Ok(c)) => conn = Some(c),
                         _ => {
                             l.lock().unwrap().errors += 1;
@@ -75,7 +79,11 @@ impl WriteChecker {
                     }
                 }
                 let c = conn.as_mut().unwrap();
-                let r = tokio::time::timeout(Duration::from_secs(5), c.query_drop(format!("INSERT INTO chk.w (id) VALUES ({next})"))).await;
+                let r = tokio::time::timeout(
+                    Duration::from_secs(5),
+                    c.query_drop(format!("INSERT INTO chk.w (id) VALUES ({next})")),
+                )
+                .await;
                 match r {
                     Ok(Ok(())) => {
                         let mut g = l.lock().unwrap();
@@ -93,7 +101,11 @@ impl WriteChecker {
                 }
             }
         });
-        WriteChecker { stop, log, task: Some(task) }
+        WriteChecker {
+            stop,
+            log,
+            task: Some(task),
+        }
     }
 
     /// Acknowledged writes so far.
@@ -104,7 +116,10 @@ impl WriteChecker {
     /// Wait until at least `n` more writes are acknowledged.
     pub async fn wait_for_more(&self, n: usize, timeout: Duration) {
         let start = self.acked();
-        wait_for("more acknowledged writes", timeout, || async { (self.acked() >= start + n).then_some(()) }).await;
+        wait_for("more acknowledged writes", timeout, || async {
+            (self.acked() >= start + n).then_some(())
+        })
+        .await;
     }
 
     pub async fn stop(mut self) -> Outcome {
@@ -113,20 +128,34 @@ impl WriteChecker {
             let _ = t.await;
         }
         let g = self.log.lock().unwrap();
-        let longest_gap = g.ack_times.windows(2).map(|w| w[1] - w[0]).max().unwrap_or_default();
-        Outcome { acked: g.acked.clone(), errors: g.errors, longest_gap, ack_times: g.ack_times.clone() }
+        let longest_gap = g
+            .ack_times
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .max()
+            .unwrap_or_default();
+        Outcome {
+            acked: g.acked.clone(),
+            errors: g.errors,
+            longest_gap,
+            ack_times: g.ack_times.clone(),
+        }
     }
 }
 
 /// Every acknowledged row is on `instance` (waiting for it to catch up).
 pub async fn verify_on(c: &LocalCluster, instance: &str, acked: &[u64]) {
     let want = acked.len();
-    let have: Vec<u64> = wait_for(&format!("all {want} acknowledged rows on {instance}"), Duration::from_secs(30), || async {
-        let mut a = c.admin(instance).await;
-        let ids: Vec<u64> = a.query("SELECT id FROM chk.w").await.ok()?;
-        let set: std::collections::BTreeSet<u64> = ids.iter().copied().collect();
-        acked.iter().all(|id| set.contains(id)).then_some(ids)
-    })
+    let have: Vec<u64> = wait_for(
+        &format!("all {want} acknowledged rows on {instance}"),
+        Duration::from_secs(30),
+        || async {
+            let mut a = c.admin(instance).await;
+            let ids: Vec<u64> = a.query("SELECT id FROM chk.w").await.ok()?;
+            let set: std::collections::BTreeSet<u64> = ids.iter().copied().collect();
+            acked.iter().all(|id| set.contains(id)).then_some(ids)
+        },
+    )
     .await;
     assert!(have.len() >= want);
 }
