@@ -19,7 +19,7 @@ async fn three_instances_replicate_from_rw_to_ro() {
     for r in ["trio-2", "trio-3"] {
         assert_eq!(by_name[r]["role"], "replica");
         assert_eq!(by_name[r]["readOnly"], true);
-        assert_eq!(by_name[r]["replication"]["usingGtid"], "Slave_Pos");
+        assert_eq!(by_name[r]["replication"]["usingGtid"], "Current_Pos");
     }
     // Every manager reports the operator's own executable hash.
     let op = status["status"]["operatorExecutableHash"]
