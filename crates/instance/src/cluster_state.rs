@@ -25,6 +25,11 @@ pub trait ClusterState: Send + Sync + 'static {
     /// Take or renew the primary lease; an error when another holder has it.
     fn acquire_lease(&self, instance: &str) -> impl Future<Output = anyhow::Result<()>> + Send;
 
+    /// Resolves when the cluster status may have changed since the last call
+    /// (a watch on Kubernetes; a cheap file check locally), so role changes
+    /// are acted on at once rather than at the next periodic reconcile.
+    fn changed(&self) -> impl Future<Output = ()> + Send;
+
     /// Give the lease up if `instance` holds it.
     fn release_lease(&self, instance: &str) -> impl Future<Output = anyhow::Result<()>> + Send;
 }

@@ -327,7 +327,17 @@ impl<C: ClusterState> Manager<C> {
                     }
                 }
             }
-            if self.sleep_or_stop(Duration::from_millis(250)).await {
+            // Periodic, but at once when the cluster status changes, and
+            // quickly while a primary change is in flight.
+            let busy = matches!(*self.desired.lock().unwrap(), Some(Desired::Promote) | Some(Desired::HoldReadOnly(_)));
+            let period = Duration::from_millis(if busy { 50 } else { 250 });
+            let mut stop = self.shutdown.subscribe();
+            tokio::select! {
+                _ = tokio::time::sleep(period) => {}
+                _ = self.cluster.changed() => {}
+                _ = crate::stopped(&mut stop) => return,
+            }
+            if *self.shutdown.borrow() {
                 return;
             }
         }

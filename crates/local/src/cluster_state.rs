@@ -9,12 +9,18 @@ use crate::state::StateDir;
 
 pub struct FileClusterState {
     dir: StateDir,
+    seen: std::sync::Mutex<Option<std::time::SystemTime>>,
 }
 
 impl FileClusterState {
     pub fn new(dir: StateDir) -> Self {
-        FileClusterState { dir }
+        FileClusterState { dir, seen: std::sync::Mutex::new(None) }
     }
+}
+
+/// Modification time of a file, if it exists.
+pub fn mtime(path: &std::path::Path) -> Option<std::time::SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
 fn now_ms() -> i64 {
@@ -70,6 +76,21 @@ impl ClusterState for FileClusterState {
         let now = now_ms();
         self.dir.update_lease(|l| l.acquire(instance, now))?;
         Ok(())
+    }
+
+    async fn changed(&self) {
+        let path = self.dir.status_file();
+        loop {
+            let now = mtime(&path);
+            {
+                let mut seen = self.seen.lock().unwrap();
+                if *seen != now {
+                    *seen = now;
+                    return;
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(15)).await;
+        }
     }
 
     async fn release_lease(&self, instance: &str) -> anyhow::Result<()> {

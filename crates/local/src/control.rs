@@ -292,13 +292,14 @@ impl ControlPlane {
         let mut cluster_phase = String::new();
         let mut announced = false;
         let mut memory = Memory::default();
-        let mut tick = tokio::time::interval(Duration::from_millis(200));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let status_seen = crate::cluster_state::FileClusterState::new(self.dir.clone());
+        let mut period = Duration::from_millis(200);
         loop {
             tokio::select! {
                 _ = sigterm.recv() => break,
                 _ = sigint.recv() => break,
-                _ = tick.tick() => {}
+                _ = tokio::time::sleep(period) => {}
+                _ = cnmysql_instance::ClusterState::changed(&status_seen) => {}
             }
             // Keep one manager per instance running, like a kubelet.
             for p in procs.iter_mut() {
@@ -369,6 +370,10 @@ impl ControlPlane {
                 }
             }
             let status = self.dir.read_status().unwrap_or_default();
+            // Poll fast while the primary is moving or failing.
+            period = Duration::from_millis(
+                if status.current_primary != status.target_primary || status.primary_failing_since.is_some() { 50 } else { 200 },
+            );
             let snapshot = Snapshot {
                 cluster: name.clone(),
                 spec: self.cluster.spec.clone(),
