@@ -37,6 +37,12 @@ enum What {
     },
     /// Idle resident memory of the instance managers (mysqld excluded).
     Memory,
+    /// kill -9 of the primary's manager and mysqld under continuous writes,
+    /// until the first acknowledged write through rw; rows lost.
+    Failover,
+    /// Planned switchover under continuous writes: longest interval without
+    /// an acknowledged write through rw; rows lost.
+    Switchover,
     /// All of the above.
     All,
 }
@@ -283,6 +289,180 @@ fn clone(runs: usize, megabytes: u64) -> anyhow::Result<Value> {
     }))
 }
 
+const DURABLE: &str = "    semiSync:\n      enabled: true\n      timeoutMillis: 1000\n      dataDurability: required\n  minSyncReplicas: 1\n  maxSyncReplicas: 1\n  failoverDelay: 0\n";
+
+impl Bench {
+    fn up_durable(&self, name: &str) -> anyhow::Result<()> {
+        let m = self.dir.path().join("c.yaml");
+        std::fs::write(&m, format!("{}{DURABLE}", manifest(name, 3)))?;
+        run(Command::new(cnmysql_bin())
+            .args([
+                "local",
+                "up",
+                "--detach",
+                "--port-base",
+                "0",
+                "--wait-timeout",
+                "600",
+                "-f",
+            ])
+            .arg(&m)
+            .arg("--state-dir")
+            .arg(self.state()))?;
+        Ok(())
+    }
+    fn status(&self) -> Value {
+        serde_json::from_str(
+            &std::fs::read_to_string(self.state().join("status.json")).unwrap_or_default(),
+        )
+        .unwrap_or(Value::Null)
+    }
+    fn wait(
+        &self,
+        what: &str,
+        timeout: Duration,
+        f: impl Fn(&Value) -> bool,
+    ) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        while !f(&self.status()) {
+            anyhow::ensure!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+    /// Acknowledged ids missing from an instance (queried over its socket).
+    async fn lost_on(&self, instance: &str, acked: &[u64]) -> anyhow::Result<usize> {
+        let sock = self
+            .state()
+            .join("instances")
+            .join(instance)
+            .join("run/mysqld.sock");
+        let opts = mysql_async::OptsBuilder::default()
+            .socket(Some(sock.display().to_string()))
+            .user(Some("root"))
+            .pass(Some(self.secret("admin-password")))
+            .prefer_socket(true);
+        let mut c = mysql_async::Conn::new(opts).await?;
+        let ids: Vec<u64> = c.query("SELECT id FROM chk.w").await?;
+        let have: std::collections::BTreeSet<u64> = ids.into_iter().collect();
+        Ok(acked.iter().filter(|a| !have.contains(a)).count())
+    }
+}
+
+fn failover(runs: usize) -> anyhow::Result<Value> {
+    let rt = tokio::runtime::Runtime::new()?;
+    let (mut times, mut lost_all) = (Vec::new(), Vec::new());
+    for i in 0..runs {
+        let b = Bench::new();
+        b.up_durable("fo")?;
+        let port = b.ports()["services"]["rw"].as_u64().unwrap() as u16;
+        let (secs, lost) = rt.block_on(async {
+            let w =
+                cnmysql_bench::writer::WriteChecker::start(port, b.secret("app-password")).await;
+            w.wait_for_more(200, Duration::from_secs(20)).await;
+            let old = b.status()["currentPrimary"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let dir = b.state().join("instances").join(&old);
+            let pids: Vec<i32> = ["manager.pid", "run/mysqld.pid"]
+                .iter()
+                .filter_map(|f| {
+                    std::fs::read_to_string(dir.join(f))
+                        .ok()?
+                        .trim()
+                        .parse()
+                        .ok()
+                })
+                .collect();
+            for p in &pids {
+                unsafe_kill(*p);
+            }
+            // Measure from the moment both processes are gone, so no write the
+            // old primary acknowledged counts as a write after the failover.
+            while pids.iter().any(|p| {
+                std::path::Path::new(&format!("/proc/{p}/stat")).exists()
+                    && !std::fs::read_to_string(format!("/proc/{p}/stat"))
+                        .unwrap_or_default()
+                        .contains(") Z")
+            }) {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            let killed = Instant::now();
+            b.wait("a new primary", Duration::from_secs(60), |s| {
+                s["currentPrimary"].as_str().is_some_and(|p| p != old)
+            })?;
+            w.wait_for_more(100, Duration::from_secs(30)).await;
+            let o = w.stop().await;
+            let first = o
+                .first_ack_after(killed)
+                .ok_or_else(|| anyhow::anyhow!("no write after the kill"))?;
+            let new = b.status()["currentPrimary"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let lost = b.lost_on(&new, &o.acked).await?;
+            anyhow::Ok(((first - killed).as_secs_f64(), lost))
+        })?;
+        eprintln!(
+            "failover run {}: first write {secs:.3}s after kill -9, {lost} acknowledged rows lost",
+            i + 1
+        );
+        times.push(secs);
+        lost_all.push(lost as f64);
+    }
+    Ok(
+        json!({"kill9_to_first_write_seconds": stats(times), "acknowledged_rows_lost": stats(lost_all)}),
+    )
+}
+
+fn unsafe_kill(pid: i32) {
+    let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+}
+
+fn switchover(runs: usize) -> anyhow::Result<Value> {
+    let rt = tokio::runtime::Runtime::new()?;
+    let b = Bench::new();
+    b.up_durable("so")?;
+    let port = b.ports()["services"]["rw"].as_u64().unwrap() as u16;
+    let (mut gaps, mut lost_all) = (Vec::new(), Vec::new());
+    for i in 0..runs {
+        b.wait("all instances ready", Duration::from_secs(60), |s| {
+            s["readyInstances"] == 3
+        })?;
+        let old = b.status()["currentPrimary"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let target = if old == "so-2" { "so-3" } else { "so-2" };
+        let (gap, lost) = rt.block_on(async {
+            let w =
+                cnmysql_bench::writer::WriteChecker::start(port, b.secret("app-password")).await;
+            w.wait_for_more(200, Duration::from_secs(20)).await;
+            let out = Command::new(cnmysql_bin())
+                .args(["local", "promote", target, "--state-dir"])
+                .arg(b.state())
+                .output()?;
+            anyhow::ensure!(
+                out.status.success(),
+                "promote failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            w.wait_for_more(200, Duration::from_secs(20)).await;
+            let o = w.stop().await;
+            let lost = b.lost_on(target, &o.acked).await?;
+            anyhow::Ok((o.longest_gap.as_secs_f64(), lost))
+        })?;
+        eprintln!(
+            "switchover run {} ({old} -> {target}): longest write gap {gap:.3}s, {lost} acknowledged rows lost",
+            i + 1
+        );
+        gaps.push(gap);
+        lost_all.push(lost as f64);
+    }
+    Ok(json!({"longest_write_gap_seconds": stats(gaps), "acknowledged_rows_lost": stats(lost_all)}))
+}
+
 fn rss_kib(pid: u32) -> Option<f64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     s.lines()
@@ -371,6 +551,12 @@ fn main() -> anyhow::Result<()> {
     }
     if all || matches!(cli.what, What::Memory) {
         results.insert("memory".into(), memory(cli.runs)?);
+    }
+    if all || matches!(cli.what, What::Failover) {
+        results.insert("failover".into(), failover(cli.runs)?);
+    }
+    if all || matches!(cli.what, What::Switchover) {
+        results.insert("switchover".into(), switchover(cli.runs)?);
     }
     let results = Value::Object(results);
     print_table(&results);

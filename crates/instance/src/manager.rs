@@ -329,7 +329,10 @@ impl<C: ClusterState> Manager<C> {
             }
             // Periodic, but at once when the cluster status changes, and
             // quickly while a primary change is in flight.
-            let busy = matches!(*self.desired.lock().unwrap(), Some(Desired::Promote) | Some(Desired::HoldReadOnly(_)));
+            let busy = matches!(
+                *self.desired.lock().unwrap(),
+                Some(Desired::Promote) | Some(Desired::HoldReadOnly(_))
+            );
             let period = Duration::from_millis(if busy { 50 } else { 250 });
             let mut stop = self.shutdown.subscribe();
             tokio::select! {
@@ -507,6 +510,17 @@ impl<C: ClusterState> Manager<C> {
         let view = sql::observe(&mut conn, f).await?;
         if desired.releases_lease() {
             self.release_lease_if_held().await;
+            if view.semi_sync.source_enabled {
+                // A former primary must not wait for acknowledgements of the
+                // transactions it now only applies: its applier would stall.
+                let off = semisync::Settings {
+                    enabled: false,
+                    wait_for_count: 1,
+                    timeout_millis: view.semi_sync.timeout_millis.max(1),
+                };
+                sql::exec_all(&mut conn, &sql::semi_sync_source(f, &off)).await?;
+                tracing::info!("semi-sync source side switched off on a non-primary");
+            }
         }
         match &desired {
             Desired::Promote => {

@@ -14,7 +14,10 @@ pub struct FileClusterState {
 
 impl FileClusterState {
     pub fn new(dir: StateDir) -> Self {
-        FileClusterState { dir, seen: std::sync::Mutex::new(None) }
+        FileClusterState {
+            dir,
+            seen: std::sync::Mutex::new(None),
+        }
     }
 }
 

@@ -372,7 +372,13 @@ impl ControlPlane {
             let status = self.dir.read_status().unwrap_or_default();
             // Poll fast while the primary is moving or failing.
             period = Duration::from_millis(
-                if status.current_primary != status.target_primary || status.primary_failing_since.is_some() { 50 } else { 200 },
+                if status.current_primary != status.target_primary
+                    || status.primary_failing_since.is_some()
+                {
+                    50
+                } else {
+                    200
+                },
             );
             let snapshot = Snapshot {
                 cluster: name.clone(),

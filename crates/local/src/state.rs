@@ -67,7 +67,22 @@ pub fn port_free(host: &str, port: u16) -> bool {
     std::net::TcpListener::bind((host, port)).is_ok()
 }
 
+/// A free port below the kernel's ephemeral range: a port the kernel may
+/// hand to an outgoing connection could be taken again before the server
+/// that was given it binds it.
 fn free_port(host: &str) -> anyhow::Result<u16> {
+    let low_ephemeral: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768);
+    let (lo, hi) = (10_000u16, low_ephemeral.max(10_200));
+    let mut rng = rand::rng();
+    for _ in 0..200 {
+        let p = rng.random_range(lo..hi);
+        if port_free(host, p) {
+            return Ok(p);
+        }
+    }
     Ok(std::net::TcpListener::bind((host, 0))?.local_addr()?.port())
 }
 
@@ -286,9 +301,21 @@ impl StateDir {
         // A fixed base gives predictable ports: services from the base, then
         // two per instance. Base 0 picks free ports.
         let base = port_base.unwrap_or(13306);
-        let pick = |offset: u32| -> anyhow::Result<u16> {
+        let mut used: std::collections::BTreeSet<u16> = ports
+            .services
+            .values()
+            .copied()
+            .chain(ports.instances.values().flat_map(|p| [p.mysql, p.control]))
+            .collect();
+        let mut pick = |offset: u32| -> anyhow::Result<u16> {
             if base == 0 {
-                free_port(&host)
+                // Distinct within the cluster.
+                loop {
+                    let p = free_port(&host)?;
+                    if used.insert(p) {
+                        return Ok(p);
+                    }
+                }
             } else {
                 let p = base as u32 + offset;
                 u16::try_from(p).map_err(|_| {

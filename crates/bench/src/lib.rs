@@ -1,0 +1,3 @@
+//! Shared pieces of the benchmarks and end-to-end tests.
+
+pub mod writer;

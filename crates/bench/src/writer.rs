@@ -1,0 +1,152 @@
+//! The write checker (shared by the end-to-end tests and the benchmarks): writes numbered rows through the rw endpoint as fast
+//! as it can, remembers every acknowledged one, and afterwards proves they
+//! are all on the primary and on every healthy replica.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::*;
+use mysql_async::{Conn, OptsBuilder};
+
+#[derive(Default)]
+struct Log {
+    acked: Vec<u64>,
+    ack_times: Vec<Instant>,
+    errors: u64,
+}
+
+pub struct WriteChecker {
+    stop: Arc<AtomicBool>,
+    log: Arc<Mutex<Log>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+pub struct Outcome {
+    pub acked: Vec<u64>,
+    pub errors: u64,
+    /// Longest interval without an acknowledged write.
+    pub longest_gap: Duration,
+    pub ack_times: Vec<Instant>,
+}
+
+impl Outcome {
+    /// First acknowledgement after `t`.
+    pub fn first_ack_after(&self, t: Instant) -> Option<Instant> {
+        self.ack_times.iter().copied().find(|a| *a > t)
+    }
+}
+
+impl WriteChecker {
+    /// Create the table and start writing through the endpoint at `port`
+    /// (the `rw` Service) as the application user.
+    pub async fn start(port: u16, password: String) -> WriteChecker {
+        let opts: mysql_async::Opts = OptsBuilder::default()
+            .ip_or_hostname("127.0.0.1")
+            .tcp_port(port)
+            .user(Some("app"))
+            .pass(Some(password.clone()))
+            .prefer_socket(false)
+            .into();
+        let mut conn = Conn::new(opts).await.unwrap();
+        conn.query_drop("CREATE DATABASE IF NOT EXISTS chk")
+            .await
+            .unwrap();
+        conn.query_drop("CREATE TABLE IF NOT EXISTS chk.w (id BIGINT PRIMARY KEY, at TIMESTAMP(6) DEFAULT CURRENT_TIMESTAMP(6))")
+            .await
+            .unwrap();
+        drop(conn);
+        let stop = Arc::new(AtomicBool::new(false));
+        let log = Arc::new(Mutex::new(Log::default()));
+        let (s, l) = (stop.clone(), log.clone());
+        let task = tokio::spawn(async move {
+            let opts: mysql_async::Opts = OptsBuilder::default()
+                .ip_or_hostname("127.0.0.1")
+                .tcp_port(port)
+                .user(Some("app"))
+                .pass(Some(password))
+                .prefer_socket(false)
+                .into();
+            let mut next = 1u64;
+            let mut conn: Option<Conn> = None;
+            while !s.load(Ordering::Relaxed) {
+                if conn.is_none() {
+                    match tokio::time::timeout(Duration::from_secs(2), Conn::new(opts.clone()))
+                        .await
+                    {
+                        Ok(Ok(c)) => conn = Some(c),
+                        _ => {
+                            l.lock().unwrap().errors += 1;
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                            continue;
+                        }
+                    }
+                }
+                let c = conn.as_mut().unwrap();
+                let r = tokio::time::timeout(
+                    Duration::from_secs(5),
+                    c.query_drop(format!("INSERT INTO chk.w (id) VALUES ({next})")),
+                )
+                .await;
+                match r {
+                    Ok(Ok(())) => {
+                        let mut g = l.lock().unwrap();
+                        g.acked.push(next);
+                        g.ack_times.push(Instant::now());
+                        next += 1;
+                    }
+                    _ => {
+                        // Unknown outcome: never reuse the number.
+                        next += 1;
+                        l.lock().unwrap().errors += 1;
+                        conn = None;
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                    }
+                }
+            }
+        });
+        WriteChecker {
+            stop,
+            log,
+            task: Some(task),
+        }
+    }
+
+    /// Acknowledged writes so far.
+    pub fn acked(&self) -> usize {
+        self.log.lock().unwrap().acked.len()
+    }
+
+    /// Wait until at least `n` more writes are acknowledged.
+    pub async fn wait_for_more(&self, n: usize, timeout: Duration) {
+        let start = self.acked();
+        let deadline = Instant::now() + timeout;
+        while self.acked() < start + n {
+            assert!(
+                Instant::now() < deadline,
+                "fewer than {n} writes acknowledged within {timeout:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    pub async fn stop(mut self) -> Outcome {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.task.take() {
+            let _ = t.await;
+        }
+        let g = self.log.lock().unwrap();
+        let longest_gap = g
+            .ack_times
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .max()
+            .unwrap_or_default();
+        Outcome {
+            acked: g.acked.clone(),
+            errors: g.errors,
+            longest_gap,
+            ack_times: g.ack_times.clone(),
+        }
+    }
+}
