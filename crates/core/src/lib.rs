@@ -12,3 +12,4 @@ pub mod semisync;
 pub mod services;
 pub mod status;
 pub mod switchover;
+pub mod isolation;

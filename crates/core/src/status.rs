@@ -142,6 +142,9 @@ pub struct InstanceStatus {
     /// Identity of this server in GTIDs: MariaDB `@@server_id`, MySQL `@@server_uuid`.
     #[serde(default)]
     pub source_id: String,
+    /// The liveness isolation check failed (see `isolation.rs`).
+    #[serde(default)]
+    pub isolated: bool,
     /// The instance holds the primary lease and renewed it recently.
     #[serde(default)]
     pub holds_lease: bool,

@@ -41,7 +41,7 @@ pub trait Backend: Send + Sync + 'static {
 pub fn router<B: Backend>(backend: Arc<B>) -> Router {
     Router::new()
         .route("/status", get(status::<B>))
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(healthz::<B>))
         .route("/readyz", get(ready::<B>))
         .route("/backup", get(backup::<B>))
         .route("/semisync", axum::routing::post(semi_sync::<B>))
@@ -50,6 +50,16 @@ pub fn router<B: Backend>(backend: Arc<B>) -> Router {
 
 async fn status<B: Backend>(State(b): State<Arc<B>>) -> Json<InstanceStatus> {
     Json(b.status().await)
+}
+
+/// Liveness: fails only when the instance is isolated (cluster state
+/// unreachable for 30 s and no peer reachable).
+async fn healthz<B: Backend>(State(b): State<Arc<B>>) -> Response {
+    if b.status().await.isolated {
+        (StatusCode::SERVICE_UNAVAILABLE, "isolated: the cluster state and every peer have been unreachable for 30s").into_response()
+    } else {
+        (StatusCode::OK, "ok").into_response()
+    }
 }
 
 async fn ready<B: Backend>(State(b): State<Arc<B>>) -> Response {

@@ -10,7 +10,7 @@ use cnmysql_api::names::REPLICATION_USER;
 use cnmysql_core::flavor::{self, SourceSpec};
 use cnmysql_core::role::{self, Action, Bootstrap, Desired, Local};
 use cnmysql_core::status::{InstancePhase, InstanceStatus, Role, history_reaches, parse_history};
-use cnmysql_core::{lease, semisync};
+use cnmysql_core::{isolation, lease, semisync};
 use mysql_async::Pool;
 use mysql_async::prelude::*;
 use sha2::Digest;
@@ -46,6 +46,8 @@ pub struct Manager<C: ClusterState> {
     /// When the lease was last taken or renewed (monotonic: a wall-clock
     /// step must not postpone self-fencing).
     last_renew: Mutex<Option<Instant>>,
+    /// Last successful read of the cluster state.
+    last_cluster_ok: Mutex<Instant>,
     exe_hash: String,
     peers: ControlClient,
     shutdown: watch::Sender<bool>,
@@ -81,6 +83,7 @@ impl<C: ClusterState> Manager<C> {
             progress: Arc::new(Mutex::new(None)),
             desired: Mutex::new(None),
             last_renew: Mutex::new(None),
+            last_cluster_ok: Mutex::new(Instant::now()),
             exe_hash: executable_hash(),
             peers: ControlClient::new(material.client_config()?),
             shutdown: watch::channel(false).0,
@@ -496,6 +499,7 @@ impl<C: ClusterState> Manager<C> {
 
     async fn reconcile_once(&self) -> anyhow::Result<()> {
         let status = self.cluster.get().await?;
+        *self.last_cluster_ok.lock().unwrap() = Instant::now();
         let desired = role::desired(&self.cfg.instance, &status);
         *self.desired.lock().unwrap() = Some(desired.clone());
         let Some(pool) = self.pool() else {
@@ -657,6 +661,27 @@ impl<C: ClusterState> Manager<C> {
         .await
     }
 
+    /// The liveness isolation check: cluster state unreachable for long and
+    /// no peer answering.
+    pub async fn isolated(&self) -> bool {
+        let unreachable_for = self.last_cluster_ok.lock().unwrap().elapsed();
+        if unreachable_for < isolation::UNREACHABLE_FOR {
+            return false;
+        }
+        let mut any_peer = false;
+        for (name, peer) in &self.cfg.peers {
+            if name == &self.cfg.instance {
+                continue;
+            }
+            let probe = tokio::net::TcpStream::connect((peer.host.as_str(), peer.control_port));
+            if matches!(tokio::time::timeout(Duration::from_millis(500), probe).await, Ok(Ok(_))) {
+                any_peer = true;
+                break;
+            }
+        }
+        isolation::isolated(unreachable_for, any_peer)
+    }
+
     /// A fresh look at the server for `/status`.
     pub async fn observe(&self) -> InstanceStatus {
         let (phase, message) = self.phase.lock().unwrap().clone();
@@ -679,6 +704,7 @@ impl<C: ClusterState> Manager<C> {
         if let ServerState::Running { pid } = self.supervisor.state() {
             st.mysqld_pid = Some(pid);
         }
+        st.isolated = self.isolated().await;
         let Some(pool) = self.pool() else { return st };
         let observed = tokio::time::timeout(Duration::from_secs(2), async {
             let mut conn = pool.get_conn().await?;

@@ -349,10 +349,16 @@ impl ControlPlane {
             }
             let observed = self.poll().await;
             for o in &observed {
-                if o.status.is_some()
-                    && let Some(p) = procs.iter_mut().find(|p| p.name == o.name)
+                if let Some(p) = procs.iter_mut().find(|p| p.name == o.name)
+                    && let Some(st) = &o.status
                 {
                     p.answered = true;
+                    // Liveness: an isolated instance is restarted, as a
+                    // kubelet would restart the container.
+                    if st.isolated {
+                        self.dir.event(true, "IsolationRestart", Some(&p.name), "liveness failed: isolated from the cluster state and every peer; restarting the instance");
+                        self.kill_instance(p).await;
+                    }
                 }
             }
             let booting = started.elapsed() < Duration::from_secs(15)
