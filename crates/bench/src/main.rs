@@ -440,7 +440,7 @@ fn switchover(runs: usize) -> anyhow::Result<Value> {
                 cnmysql_bench::writer::WriteChecker::start(port, b.secret("app-password")).await;
             w.wait_for_more(200, Duration::from_secs(20)).await;
             let out = Command::new(cnmysql_bin())
-                .args(["local", "promote", target, "--state-dir"])
+                .args(["local", "promote", "so", target, "--state-dir"])
                 .arg(b.state())
                 .output()?;
             anyhow::ensure!(

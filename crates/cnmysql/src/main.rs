@@ -72,23 +72,24 @@ enum LocalCommand {
     },
     /// Planned switchover: make a healthy replica the primary.
     Promote {
+        /// The cluster, e.g. cluster-example.
+        cluster: String,
         /// The instance to promote, e.g. cluster-example-2.
         instance: String,
         #[arg(long)]
         state_dir: Option<PathBuf>,
-        #[arg(long)]
-        name: Option<String>,
     },
     /// Fence an instance (out of every route, read-only, never a failover
     /// candidate) or unfence it.
     Fence {
         #[arg(value_parser = ["on", "off"])]
         mode: String,
+        /// The cluster, e.g. cluster-example.
+        cluster: String,
+        /// The instance, e.g. cluster-example-2.
         instance: String,
         #[arg(long)]
         state_dir: Option<PathBuf>,
-        #[arg(long)]
-        name: Option<String>,
     },
     /// Recent events: switchovers, failovers, fencing, blocked operations.
     Events {
@@ -204,16 +205,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Ok(())
             }
             LocalCommand::Promote {
+                cluster,
                 instance,
                 state_dir: d,
-                name,
-            } => cnmysql_local::promote(&state_dir(d, name)?, &instance).await,
+            } => cnmysql_local::promote(&state_dir(d, Some(cluster))?, &instance).await,
             LocalCommand::Fence {
                 mode,
+                cluster,
                 instance,
                 state_dir: d,
-                name,
-            } => cnmysql_local::fence(&state_dir(d, name)?, &instance, mode == "on"),
+            } => cnmysql_local::fence(&state_dir(d, Some(cluster))?, &instance, mode == "on"),
             LocalCommand::Events {
                 state_dir: d,
                 name,

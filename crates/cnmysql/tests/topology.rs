@@ -57,7 +57,7 @@ async fn switchover_under_continuous_writes_loses_nothing() {
     let w = start_writer(&c).await;
     w.wait_for_more(50, Duration::from_secs(10)).await;
     for target in ["swo-2", "swo-1"] {
-        let out = c.local(&["promote", target]);
+        let out = c.local(&["promote", "swo", target]);
         assert!(
             out.status.success(),
             "{}",
@@ -81,10 +81,10 @@ async fn switchover_under_continuous_writes_loses_nothing() {
     );
 
     // Refusals name the reason: not an instance, already primary.
-    let out = c.local(&["promote", "swo-9"]);
+    let out = c.local(&["promote", "swo", "swo-9"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not an instance"));
-    let out = c.local(&["promote", "swo-1"]);
+    let out = c.local(&["promote", "swo", "swo-1"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("already the primary"));
     c.destroy();
 }
@@ -267,7 +267,11 @@ async fn a_diverged_former_primary_is_kept_out_with_its_data() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_a_replica_and_the_primary_then_unfencing() {
     let c = LocalCluster::start("fence", &manifest("fence", 3));
-    assert!(c.local(&["fence", "on", "fence-2"]).status.success());
+    assert!(
+        c.local(&["fence", "on", "fence", "fence-2"])
+            .status
+            .success()
+    );
     wait_for(
         "fence-2 out of every route",
         Duration::from_secs(10),
@@ -286,7 +290,11 @@ async fn fencing_a_replica_and_the_primary_then_unfencing() {
     );
 
     // Fencing the primary stops writes for the whole cluster, without failover.
-    assert!(c.local(&["fence", "on", "fence-1"]).status.success());
+    assert!(
+        c.local(&["fence", "on", "fence", "fence-1"])
+            .status
+            .success()
+    );
     wait_for(
         "no rw backend and a read-only primary",
         Duration::from_secs(10),
@@ -309,7 +317,7 @@ async fn fencing_a_replica_and_the_primary_then_unfencing() {
     );
 
     for i in ["fence-1", "fence-2"] {
-        assert!(c.local(&["fence", "off", i]).status.success());
+        assert!(c.local(&["fence", "off", "fence", i]).status.success());
     }
     wait_primary(&c, "fence-1", Duration::from_secs(10)).await;
     wait_ready(&c, 3, Duration::from_secs(20)).await;

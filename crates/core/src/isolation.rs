@@ -21,6 +21,9 @@ mod tests {
     fn only_a_long_outage_with_no_peer_is_isolation() {
         assert!(!isolated(Duration::from_secs(29), false));
         assert!(isolated(Duration::from_secs(30), false));
-        assert!(!isolated(Duration::from_secs(300), true), "a control-plane outage alone restarts nothing");
+        assert!(
+            !isolated(Duration::from_secs(300), true),
+            "a control-plane outage alone restarts nothing"
+        );
     }
 }

@@ -5,6 +5,7 @@
 pub mod failover;
 pub mod fencing;
 pub mod flavor;
+pub mod isolation;
 pub mod lease;
 pub mod phase;
 pub mod role;
@@ -12,4 +13,3 @@ pub mod semisync;
 pub mod services;
 pub mod status;
 pub mod switchover;
-pub mod isolation;

@@ -56,7 +56,11 @@ async fn status<B: Backend>(State(b): State<Arc<B>>) -> Json<InstanceStatus> {
 /// unreachable for 30 s and no peer reachable).
 async fn healthz<B: Backend>(State(b): State<Arc<B>>) -> Response {
     if b.status().await.isolated {
-        (StatusCode::SERVICE_UNAVAILABLE, "isolated: the cluster state and every peer have been unreachable for 30s").into_response()
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "isolated: the cluster state and every peer have been unreachable for 30s",
+        )
+            .into_response()
     } else {
         (StatusCode::OK, "ok").into_response()
     }

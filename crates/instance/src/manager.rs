@@ -167,8 +167,19 @@ impl<C: ClusterState> Manager<C> {
         if let Some(pool) = self.pool()
             && let Ok(mut conn) = pool.get_conn().await
         {
-            // Stop accepting writes before giving the lease up.
-            let _ = sql::exec_all(&mut conn, &flavor::read_only(self.cfg.flavor(), true)).await;
+            // Stop accepting writes before giving the lease up; clients
+            // waiting for a semi-sync acknowledgement get an error (never a
+            // false acknowledgement), then the source side is switched off so
+            // the server can shut down without replicas.
+            let f = self.cfg.flavor();
+            let _ = sql::exec_all(&mut conn, &flavor::read_only(f, true)).await;
+            let _ = sql::kill_writers(&mut conn).await;
+            let off = semisync::Settings {
+                enabled: false,
+                wait_for_count: 1,
+                timeout_millis: 1,
+            };
+            let _ = sql::exec_all(&mut conn, &sql::semi_sync_source(f, &off)).await;
         }
         self.release_lease_if_held().await;
         self.supervisor.shutdown().await;
@@ -674,7 +685,10 @@ impl<C: ClusterState> Manager<C> {
                 continue;
             }
             let probe = tokio::net::TcpStream::connect((peer.host.as_str(), peer.control_port));
-            if matches!(tokio::time::timeout(Duration::from_millis(500), probe).await, Ok(Ok(_))) {
+            if matches!(
+                tokio::time::timeout(Duration::from_millis(500), probe).await,
+                Ok(Ok(_))
+            ) {
                 any_peer = true;
                 break;
             }

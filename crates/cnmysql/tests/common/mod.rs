@@ -29,6 +29,7 @@ pub fn manifest(name: &str, instances: u32) -> String {
 }
 
 pub struct LocalCluster {
+    pub started: Instant,
     pub name: String,
     pub dir: tempfile::TempDir,
     destroyed: bool,
@@ -64,6 +65,7 @@ impl LocalCluster {
             name: name.to_string(),
             dir,
             destroyed: false,
+            started: Instant::now(),
         };
         c.up(manifest_text);
         c
@@ -280,7 +282,14 @@ impl LocalCluster {
 
     /// Destroy the cluster and assert nothing it started is still running.
     pub fn destroy(mut self) {
+        let t = Instant::now();
         let out = cnmysql(&["local", "destroy", "--state-dir", &self.state_arg()]);
+        eprintln!(
+            "[{}] destroy took {:?}; {:?} since start",
+            self.name,
+            t.elapsed(),
+            self.started.elapsed()
+        );
         self.destroyed = true;
         assert!(
             out.status.success(),
