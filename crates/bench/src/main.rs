@@ -83,8 +83,11 @@ impl Bench {
         self.dir.path().join("state")
     }
     fn up(&self, name: &str, instances: u32) -> anyhow::Result<Duration> {
+        self.up_with(&manifest(name, instances))
+    }
+    fn up_with(&self, manifest_text: &str) -> anyhow::Result<Duration> {
         let m = self.dir.path().join("c.yaml");
-        std::fs::write(&m, manifest(name, instances))?;
+        std::fs::write(&m, manifest_text)?;
         let t = Instant::now();
         run(Command::new(cnmysql_bin())
             .args([
@@ -293,22 +296,7 @@ const DURABLE: &str = "    semiSync:\n      enabled: true\n      timeoutMillis: 
 
 impl Bench {
     fn up_durable(&self, name: &str) -> anyhow::Result<()> {
-        let m = self.dir.path().join("c.yaml");
-        std::fs::write(&m, format!("{}{DURABLE}", manifest(name, 3)))?;
-        run(Command::new(cnmysql_bin())
-            .args([
-                "local",
-                "up",
-                "--detach",
-                "--port-base",
-                "0",
-                "--wait-timeout",
-                "600",
-                "-f",
-            ])
-            .arg(&m)
-            .arg("--state-dir")
-            .arg(self.state()))?;
+        self.up_with(&format!("{}{DURABLE}", manifest(name, 3)))?;
         Ok(())
     }
     fn status(&self) -> Value {

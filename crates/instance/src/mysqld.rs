@@ -98,7 +98,8 @@ fn forward_line(line: &str) {
     }
 }
 
-fn is_alive(pid: u32) -> bool {
+/// Is this process alive (and not a zombie)?
+pub fn is_alive(pid: u32) -> bool {
     kill(Pid::from_raw(pid as i32), None).is_ok()
         && std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .map(|s| {

@@ -499,14 +499,5 @@ pub fn live_pid(path: &Path) -> Option<i32> {
 
 /// Is this process alive (and not a zombie)?
 pub fn pid_alive(pid: i32) -> bool {
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
-        && std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| {
-                !s.rsplit(')')
-                    .next()
-                    .unwrap_or("")
-                    .trim_start()
-                    .starts_with('Z')
-            })
-            .unwrap_or(false)
+    u32::try_from(pid).is_ok_and(cnmysql_instance::mysqld::is_alive)
 }
