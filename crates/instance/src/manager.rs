@@ -27,6 +27,10 @@ use crate::sql;
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
+/// A starting mysqld that neither accepts connections nor writes a log line
+/// for this long is hung. (Long crash recovery keeps logging progress.)
+const STARTUP_SILENCE: Duration = Duration::from_secs(30);
+
 /// SHA-256 of the running executable, hex encoded.
 pub fn executable_hash() -> String {
     match std::fs::read("/proc/self/exe") {
@@ -46,6 +50,8 @@ pub struct Manager<C: ClusterState> {
     /// When the lease was last taken or renewed (monotonic: a wall-clock
     /// step must not postpone self-fencing).
     last_renew: Mutex<Option<Instant>>,
+    /// When mysqld last wrote a log line.
+    mysqld_output: Mutex<Option<Arc<Mutex<Instant>>>>,
     /// Last successful read of the cluster state.
     last_cluster_ok: Mutex<Instant>,
     exe_hash: String,
@@ -83,6 +89,7 @@ impl<C: ClusterState> Manager<C> {
             progress: Arc::new(Mutex::new(None)),
             desired: Mutex::new(None),
             last_renew: Mutex::new(None),
+            mysqld_output: Mutex::new(None),
             last_cluster_ok: Mutex::new(Instant::now()),
             exe_hash: executable_hash(),
             peers: ControlClient::new(material.client_config()?),
@@ -119,6 +126,7 @@ impl<C: ClusterState> Manager<C> {
         )?;
         std::fs::write(cfg.mycnf(), render_mycnf(&cfg))?;
         let logs = mysqld::start_log_forwarder(&cfg.log_fifo())?;
+        *self.mysqld_output.lock().unwrap() = Some(logs.last_output());
         mysqld::stop_leftover(&cfg).await;
 
         let listener = tokio::net::TcpListener::bind((cfg.control_bind.as_str(), cfg.control_port))
@@ -214,7 +222,40 @@ impl<C: ClusterState> Manager<C> {
             cnmysql_api::names::ADMIN_USER,
             Some(&admin),
         );
-        let conn = sql::wait_connectable(&opts, Duration::from_secs(300)).await?;
+        // A server that neither accepts connections nor logs anything for
+        // STARTUP_SILENCE is hung (seen: MariaDB stuck in init_slave under
+        // load): kill it and let supervision start it again.
+        let began = Instant::now();
+        let conn = loop {
+            if let Ok(c) = sql::wait_connectable(&opts, Duration::from_secs(1)).await {
+                break c;
+            }
+            let quiet = self
+                .mysqld_output
+                .lock()
+                .unwrap()
+                .as_ref()
+                .map(|l| l.lock().unwrap().elapsed())
+                .unwrap_or_default();
+            if quiet >= STARTUP_SILENCE
+                && matches!(self.supervisor.state(), ServerState::Running { .. })
+            {
+                tracing::warn!(
+                    quiet_secs = quiet.as_secs(),
+                    "mysqld is silent and not accepting connections"
+                );
+                self.supervisor.kill_hung();
+                if let Some(l) = self.mysqld_output.lock().unwrap().as_ref() {
+                    *l.lock().unwrap() = Instant::now();
+                }
+            }
+            if *self.shutdown.borrow() {
+                anyhow::bail!("shutting down");
+            }
+            if began.elapsed() > Duration::from_secs(3600) {
+                anyhow::bail!("mysqld did not accept connections within an hour");
+            }
+        };
         conn.disconnect().await.ok();
         *self.pool.lock().unwrap() = Some(sql::admin_pool(&self.cfg.socket(), &admin));
         Ok(())

@@ -40,9 +40,16 @@ pub struct Supervisor {
 /// Forwards mysqld's output from the FIFO to the structured log.
 pub struct LogForwarder {
     drain: tokio::sync::mpsc::Sender<tokio::sync::oneshot::Sender<()>>,
+    last_line: Arc<std::sync::Mutex<Instant>>,
 }
 
 impl LogForwarder {
+    /// When mysqld last wrote a line: a starting server that is silent and
+    /// not accepting connections is making no progress.
+    pub fn last_output(&self) -> Arc<std::sync::Mutex<Instant>> {
+        self.last_line.clone()
+    }
+
     /// Forward what mysqld already wrote (its last words on shutdown) before
     /// the manager exits: read until the pipe stays quiet for 50 ms.
     pub async fn drain(&self) {
@@ -63,12 +70,17 @@ pub fn start_log_forwarder(path: &Path) -> anyhow::Result<LogForwarder> {
         .open_receiver(path)?;
     let (drain_tx, mut drain_rx) =
         tokio::sync::mpsc::channel::<tokio::sync::oneshot::Sender<()>>(1);
+    let last_line = Arc::new(std::sync::Mutex::new(Instant::now()));
+    let last = last_line.clone();
     tokio::spawn(async move {
         let mut lines = BufReader::new(rx).lines();
         loop {
             tokio::select! {
                 line = lines.next_line() => match line {
-                    Ok(Some(line)) => forward_line(&line),
+                    Ok(Some(line)) => {
+                        *last.lock().unwrap() = Instant::now();
+                        forward_line(&line)
+                    }
                     _ => break,
                 },
                 Some(done) = drain_rx.recv() => {
@@ -80,7 +92,10 @@ pub fn start_log_forwarder(path: &Path) -> anyhow::Result<LogForwarder> {
             }
         }
     });
-    Ok(LogForwarder { drain: drain_tx })
+    Ok(LogForwarder {
+        drain: drain_tx,
+        last_line,
+    })
 }
 
 /// One mysqld log line as a structured record, at the level mysqld gave it.
@@ -276,6 +291,18 @@ impl Supervisor {
             millis = begun.elapsed().as_millis() as u64,
             "mysqld stopped"
         );
+    }
+
+    /// Kill a mysqld that is hung (for example stuck in start-up); the
+    /// supervision loop starts a new one.
+    pub fn kill_hung(&self) {
+        if let ServerState::Running { pid } = self.state() {
+            tracing::error!(
+                pid,
+                "mysqld is hung; killing it so that it is started again"
+            );
+            let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+        }
     }
 
     /// Stop mysqld cleanly (bounded by the shutdown timeout) and do not restart it.
