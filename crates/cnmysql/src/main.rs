@@ -62,11 +62,8 @@ enum LocalCommand {
     },
     /// Show instances, roles, GTIDs and endpoints.
     Status {
-        #[arg(long)]
-        state_dir: Option<PathBuf>,
-        /// Cluster name, to find its default state directory.
-        #[arg(long)]
-        name: Option<String>,
+        #[command(flatten)]
+        target: Target,
         #[arg(short = 'o', long, value_enum, default_value = "table")]
         output: Output,
     },
@@ -93,27 +90,38 @@ enum LocalCommand {
     },
     /// Recent events: switchovers, failovers, fencing, blocked operations.
     Events {
-        #[arg(long)]
-        state_dir: Option<PathBuf>,
-        #[arg(long)]
-        name: Option<String>,
+        #[command(flatten)]
+        target: Target,
         #[arg(short = 'o', long, value_enum, default_value = "table")]
         output: Output,
     },
     /// Stop the cluster cleanly; its data is kept.
     Down {
-        #[arg(long)]
-        state_dir: Option<PathBuf>,
-        #[arg(long)]
-        name: Option<String>,
+        #[command(flatten)]
+        target: Target,
     },
     /// Stop the cluster and delete its state directory, data included.
     Destroy {
-        #[arg(long)]
-        state_dir: Option<PathBuf>,
-        #[arg(long)]
-        name: Option<String>,
+        #[command(flatten)]
+        target: Target,
     },
+}
+
+/// Which local cluster: its state directory, or its name (default directory).
+#[derive(clap::Args)]
+struct Target {
+    /// The cluster's state directory.
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+    /// Cluster name, to find its default state directory.
+    #[arg(long)]
+    name: Option<String>,
+}
+
+impl Target {
+    fn dir(self) -> anyhow::Result<cnmysql_local::state::StateDir> {
+        cnmysql_local::resolve_state_dir(self.state_dir.as_deref(), self.name.as_deref())
+    }
 }
 
 #[derive(Subcommand)]
@@ -191,12 +199,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 })
                 .await
             }
-            LocalCommand::Status {
-                state_dir: d,
-                name,
-                output,
-            } => {
-                let dir = state_dir(d, name)?;
+            LocalCommand::Status { target, output } => {
+                let dir = target.dir()?;
                 let report = cnmysql_local::status_report(&dir).await?;
                 match output {
                     Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
@@ -215,12 +219,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 instance,
                 state_dir: d,
             } => cnmysql_local::fence(&state_dir(d, Some(cluster))?, &instance, mode == "on"),
-            LocalCommand::Events {
-                state_dir: d,
-                name,
-                output,
-            } => {
-                let dir = state_dir(d, name)?;
+            LocalCommand::Events { target, output } => {
+                let dir = target.dir()?;
                 for e in dir.events(200) {
                     match output {
                         Output::Json => println!("{e}"),
@@ -236,10 +236,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
                 Ok(())
             }
-            LocalCommand::Down { state_dir: d, name } => cnmysql_local::down(&state_dir(d, name)?),
-            LocalCommand::Destroy { state_dir: d, name } => {
-                cnmysql_local::destroy(&state_dir(d, name)?)
-            }
+            LocalCommand::Down { target } => cnmysql_local::down(&target.dir()?),
+            LocalCommand::Destroy { target } => cnmysql_local::destroy(&target.dir()?),
         },
         Command::Instance {
             command: InstanceCommand::Run { config, state_file },

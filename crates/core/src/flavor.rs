@@ -128,50 +128,39 @@ pub fn replica_status(flavor: Flavor) -> Sql {
 
 /// Point replication at a source over TLS with GTID auto-positioning.
 pub fn change_source(flavor: Flavor, s: &SourceSpec) -> Sql {
-    let (text, shown) = match flavor {
-        Flavor::Mariadb => {
-            let f = |pw: &str| {
-                format!(
-                    "CHANGE MASTER TO MASTER_HOST={}, MASTER_PORT={}, MASTER_USER={}, MASTER_PASSWORD={}, \
-                     MASTER_SSL=1, MASTER_SSL_CA={}, MASTER_SSL_CERT={}, MASTER_SSL_KEY={}, \
-                     MASTER_SSL_VERIFY_SERVER_CERT=1, MASTER_CONNECT_RETRY=1, MASTER_HEARTBEAT_PERIOD=1, \
-                     MASTER_USE_GTID={}",
-                    quote(&s.host),
-                    s.port,
-                    quote(&s.user),
-                    pw,
-                    quote(&s.ssl_ca),
-                    quote(&s.ssl_cert),
-                    quote(&s.ssl_key),
-                    if s.use_current_pos {
-                        "current_pos"
-                    } else {
-                        "slave_pos"
-                    }
-                )
-            };
-            (f(&quote(&s.password)), f("'<redacted>'"))
-        }
-        Flavor::Mysql => {
-            let f = |pw: &str| {
-                format!(
-                    "CHANGE REPLICATION SOURCE TO SOURCE_HOST={}, SOURCE_PORT={}, SOURCE_USER={}, SOURCE_PASSWORD={}, \
-                     SOURCE_SSL=1, SOURCE_SSL_CA={}, SOURCE_SSL_CERT={}, SOURCE_SSL_KEY={}, \
-                     SOURCE_SSL_VERIFY_SERVER_CERT=1, SOURCE_CONNECT_RETRY=1, SOURCE_HEARTBEAT_PERIOD=1, \
-                     SOURCE_AUTO_POSITION=1",
-                    quote(&s.host),
-                    s.port,
-                    quote(&s.user),
-                    pw,
-                    quote(&s.ssl_ca),
-                    quote(&s.ssl_cert),
-                    quote(&s.ssl_key),
-                )
-            };
-            (f(&quote(&s.password)), f("'<redacted>'"))
-        }
+    let (statement, k, gtid) = match flavor {
+        Flavor::Mariadb => (
+            "CHANGE MASTER TO",
+            "MASTER",
+            format!(
+                "MASTER_USE_GTID={}",
+                if s.use_current_pos {
+                    "current_pos"
+                } else {
+                    "slave_pos"
+                }
+            ),
+        ),
+        Flavor::Mysql => (
+            "CHANGE REPLICATION SOURCE TO",
+            "SOURCE",
+            "SOURCE_AUTO_POSITION=1".to_string(),
+        ),
     };
-    Sql::secret(text, shown)
+    let render = |pw: &str| {
+        format!(
+            "{statement} {k}_HOST={}, {k}_PORT={}, {k}_USER={}, {k}_PASSWORD={pw}, \
+             {k}_SSL=1, {k}_SSL_CA={}, {k}_SSL_CERT={}, {k}_SSL_KEY={}, \
+             {k}_SSL_VERIFY_SERVER_CERT=1, {k}_CONNECT_RETRY=1, {k}_HEARTBEAT_PERIOD=1, {gtid}",
+            quote(&s.host),
+            s.port,
+            quote(&s.user),
+            quote(&s.ssl_ca),
+            quote(&s.ssl_cert),
+            quote(&s.ssl_key),
+        )
+    };
+    Sql::secret(render(&quote(&s.password)), render("'<redacted>'"))
 }
 
 /// Start a freshly cloned replica from the GTID position its backup was taken at.
