@@ -17,8 +17,20 @@ pub struct Summary {
 }
 
 pub fn summarize(s: &Snapshot) -> Summary {
-    let want = s.spec.instances.max(0) as usize;
-    let ready = s.instances.iter().filter(|i| i.ready()).count();
+    let declared = s.spec.instances.max(0) as usize;
+    // Fenced instances are out of service on purpose: not waited for.
+    let fenced: Vec<&str> = s
+        .status
+        .fenced_instances
+        .iter()
+        .map(String::as_str)
+        .collect();
+    let want = declared.saturating_sub(fenced.len());
+    let ready = s
+        .instances
+        .iter()
+        .filter(|i| i.ready() && !s.is_fenced(&i.name))
+        .count();
     let cloning: Vec<&str> = s
         .instances
         .iter()
@@ -83,7 +95,7 @@ pub fn summarize(s: &Snapshot) -> Summary {
         let not_ready: Vec<&str> = s
             .instances
             .iter()
-            .filter(|i| !i.ready())
+            .filter(|i| !i.ready() && !s.is_fenced(&i.name))
             .map(|i| i.name.as_str())
             .collect();
         (
@@ -91,7 +103,15 @@ pub fn summarize(s: &Snapshot) -> Summary {
             format!("waiting for {}", not_ready.join(", ")),
         )
     } else {
-        (Phase::Healthy, format!("{ready} of {want} instances ready"))
+        let fenced_note = if fenced.is_empty() {
+            String::new()
+        } else {
+            format!("; fenced: {}", fenced.join(", "))
+        };
+        (
+            Phase::Healthy,
+            format!("{ready} of {declared} instances ready{fenced_note}"),
+        )
     };
     let all_ready = ready >= want && primary_ready;
     let degraded = !s.status.diverged_instances.is_empty()
@@ -196,6 +216,40 @@ pub fn set_condition(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fenced_instance_is_not_waited_for() {
+        use crate::status::{InstanceStatus, Observed, Role, Snapshot};
+        let obs = |name: &str, ready: bool, role: Role| Observed {
+            name: name.into(),
+            ordinal: 1,
+            status: Some(InstanceStatus {
+                ready,
+                role,
+                ..Default::default()
+            }),
+        };
+        let mut s = Snapshot {
+            cluster: "db".into(),
+            spec: serde_json::from_value(serde_json::json!({"instances": 2})).unwrap(),
+            status: cnmysql_api::ClusterStatus {
+                current_primary: Some("db-1".into()),
+                target_primary: Some("db-1".into()),
+                current_primary_timestamp: Some("2026-01-01T00:00:00Z".into()),
+                ..Default::default()
+            },
+            instances: vec![
+                obs("db-1", true, Role::Primary),
+                obs("db-2", false, Role::Replica),
+            ],
+            now_ms: 0,
+        };
+        assert_eq!(summarize(&s).phase, Phase::CreatingReplica);
+        s.status.fenced_instances = vec!["db-2".into()];
+        let sum = summarize(&s);
+        assert_eq!(sum.phase, Phase::Healthy);
+        assert!(sum.reason.contains("fenced: db-2"), "{}", sum.reason);
+    }
 
     #[test]
     fn transition_time_moves_only_on_change() {

@@ -374,12 +374,31 @@ pub fn render_status(r: &StatusReport) -> String {
             ],
             Some(s) => [
                 i.name.clone(),
-                match s.role {
-                    Role::Primary => "primary",
-                    Role::Replica => "replica",
-                    Role::Unknown => "-",
-                }
-                .into(),
+                {
+                    let role = match s.role {
+                        Role::Primary => "primary",
+                        Role::Replica => "replica",
+                        Role::Unknown => "-",
+                    };
+                    // Markers a reader must not miss.
+                    let mut marks = Vec::new();
+                    if r.status.fenced_instances.contains(&i.name) {
+                        marks.push("fenced");
+                    }
+                    if r.status.diverged_instances.contains(&i.name) {
+                        marks.push("diverged");
+                    }
+                    if r.status.target_primary.as_deref() == Some(i.name.as_str())
+                        && r.status.current_primary != r.status.target_primary
+                    {
+                        marks.push("target");
+                    }
+                    if marks.is_empty() {
+                        role.to_string()
+                    } else {
+                        format!("{role} ({})", marks.join(", "))
+                    }
+                },
                 if s.ready { "yes" } else { "no" }.into(),
                 if s.read_only { "yes" } else { "no" }.into(),
                 short(
