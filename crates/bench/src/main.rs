@@ -3,7 +3,7 @@
 //! first: `cargo build --release -p cnmysql -p cnmysql-bench`, then run
 //! `target/release/cnmysql-bench all`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -162,22 +162,7 @@ fn startup(runs: usize) -> anyhow::Result<Value> {
     )
 }
 
-fn dir_size(p: &Path) -> u64 {
-    std::fs::read_dir(p)
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| {
-                    let m = e.metadata().unwrap();
-                    if m.is_dir() {
-                        dir_size(&e.path())
-                    } else {
-                        m.len()
-                    }
-                })
-                .sum()
-        })
-        .unwrap_or(0)
-}
+use cnmysql_instance::clone::dir_size;
 
 fn clone(runs: usize, megabytes: u64) -> anyhow::Result<Value> {
     let b = Bench::new();

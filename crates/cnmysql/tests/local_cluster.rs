@@ -212,7 +212,7 @@ async fn a_replica_cloned_from_200mb_has_identical_checksums() {
         .await
         .unwrap();
     drop(rw);
-    let data_bytes = dir_size(&c.instance_dir("big-1").join("data"));
+    let data_bytes = cnmysql_instance::clone::dir_size(&c.instance_dir("big-1").join("data"));
     assert!(data_bytes >= 200_000_000, "only {data_bytes} bytes of data");
 
     // Scale to two instances: the new replica is cloned from the primary.
@@ -253,19 +253,6 @@ async fn a_replica_cloned_from_200mb_has_identical_checksums() {
     assert_eq!(gp, gr, "the clone starts exactly where the primary is");
     drop((p, r));
     c.destroy();
-}
-
-fn dir_size(p: &std::path::Path) -> u64 {
-    let mut total = 0;
-    for e in std::fs::read_dir(p).unwrap().flatten() {
-        let m = e.metadata().unwrap();
-        total += if m.is_dir() {
-            dir_size(&e.path())
-        } else {
-            m.len()
-        };
-    }
-    total
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -350,7 +350,6 @@ async fn promotion_waits_while_the_old_primary_holds_its_lease() {
     .await;
     assert_eq!(e["instance"], "lease-1");
     wait_primary(&c, "lease-2", Duration::from_secs(40)).await;
-    let renewed = c.events(); // keep the log readable in failures
     let promoted = hung.elapsed();
     let lease: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(std::path::Path::new(&c.state_arg()).join("lease.json")).unwrap(),
@@ -360,9 +359,11 @@ async fn promotion_waits_while_the_old_primary_holds_its_lease() {
     // The lease was at most 5 s old when the primary hung and lasts 15 s.
     assert!(
         promoted >= Duration::from_secs(9),
-        "promoted after {promoted:?}, before the lease could expire ({renewed:?})"
+        "promoted after {promoted:?}, before the lease could expire ({:?})",
+        c.events()
     );
-    c.signal_instance("lease-1", Signal::SIGCONT);
+    // The hung processes were fenced (killed) by the failover; the former
+    // primary was restarted to rejoin, so there is nothing to resume.
     c.destroy();
 }
 

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use cnmysql_api::validation::fold_parameter_name;
-use cnmysql_api::{ClusterSpec, DataDurability, Flavor};
+use cnmysql_api::{ClusterSpec, Flavor};
 use cnmysql_tls::TlsPaths;
 use serde::{Deserialize, Serialize};
 
@@ -215,11 +215,10 @@ pub fn render_mycnf(c: &InstanceConfig) -> String {
                 ("rpl_semi_sync_master_wait_point", "AFTER_SYNC".to_string()),
                 (
                     "rpl_semi_sync_master_timeout",
-                    semi_sync_timeout_millis(
-                        c.spec.mysql.semi_sync.data_durability,
-                        semi.timeout_millis,
-                    )
-                    .to_string(),
+                    // The start-up floor; the operator adjusts it at run time.
+                    cnmysql_core::semisync::desired(&c.spec, 0)
+                        .timeout_millis
+                        .to_string(),
                 ),
             ]);
         }
@@ -245,15 +244,6 @@ pub fn render_mycnf(c: &InstanceConfig) -> String {
     out
 }
 
-/// `required` never falls back to asynchronous replication: the timeout is
-/// effectively infinite (DESIGN §3).
-pub fn semi_sync_timeout_millis(durability: DataDurability, timeout: i64) -> u64 {
-    match durability {
-        DataDurability::Required => 4_294_967_295,
-        DataDurability::Preferred => timeout.max(1) as u64,
-    }
-}
-
 /// The option file mariadb-backup reads: the server's file plus admin
 /// credentials (so no password appears on a command line).
 pub fn render_backup_cnf(c: &InstanceConfig, admin_password: &str) -> String {
@@ -268,6 +258,7 @@ pub fn render_backup_cnf(c: &InstanceConfig, admin_password: &str) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use cnmysql_api::DataDurability;
 
     pub fn sample(dir: &Path) -> InstanceConfig {
         InstanceConfig {
@@ -331,10 +322,12 @@ pub(crate) mod tests {
 
     #[test]
     fn required_durability_never_falls_back() {
-        assert_eq!(
-            semi_sync_timeout_millis(DataDurability::Preferred, 1000),
-            1000
-        );
-        assert!(semi_sync_timeout_millis(DataDurability::Required, 1000) > 1_000_000_000);
+        let mut c = sample(Path::new("/x"));
+        c.spec.mysql.semi_sync.enabled = true;
+        c.spec.mysql.semi_sync.timeout_millis = 1000;
+        assert!(render_mycnf(&c).contains("rpl_semi_sync_master_timeout = 1000\n"));
+        c.spec.mysql.semi_sync.data_durability = DataDurability::Required;
+        let never = cnmysql_core::semisync::NEVER_FALL_BACK_MS;
+        assert!(render_mycnf(&c).contains(&format!("rpl_semi_sync_master_timeout = {never}\n")));
     }
 }
