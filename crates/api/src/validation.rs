@@ -132,25 +132,17 @@ fn check_against_schema(v: &Value, schema: &Value, path: &str, errors: &mut Vec<
         errors.push(err(path, format!("must be {want}, not {v}")));
     };
     match ty {
-        Some("integer") => {
-            if !(v.is_i64() || v.is_u64()) {
-                wrong("a whole number", errors);
-            }
+        Some("integer") if !(v.is_i64() || v.is_u64()) => {
+            wrong("a whole number", errors);
         }
-        Some("number") => {
-            if !v.is_number() {
-                wrong("a number", errors);
-            }
+        Some("number") if !v.is_number() => {
+            wrong("a number", errors);
         }
-        Some("boolean") => {
-            if !v.is_boolean() {
-                wrong("true or false", errors);
-            }
+        Some("boolean") if !v.is_boolean() => {
+            wrong("true or false", errors);
         }
-        Some("string") => {
-            if !v.is_string() {
-                wrong("a string (quote it)", errors);
-            }
+        Some("string") if !v.is_string() => {
+            wrong("a string (quote it)", errors);
         }
         Some("array") => match v.as_array() {
             None => wrong("a list", errors),

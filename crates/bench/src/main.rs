@@ -219,8 +219,7 @@ fn clone(runs: usize, megabytes: u64) -> anyhow::Result<Value> {
         let copied = log
             .lines()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|v| v["message"] == "backup copied; preparing")
-            .last()
+            .rfind(|v| v["message"] == "backup copied; preparing")
             .ok_or_else(|| anyhow::anyhow!("no clone in the log"))?;
         let mbps = data_bytes as f64 / 1e6 / copied["seconds"].as_f64().unwrap_or(f64::INFINITY);
         ours.push(mbps);

@@ -27,7 +27,7 @@ async fn three_instances_replicate_from_rw_to_ro() {
         .unwrap()
         .to_string();
     assert_eq!(op.len(), 64);
-    for (_, i) in &by_name {
+    for i in by_name.values() {
         assert_eq!(i["executableHash"], op.as_str());
     }
 

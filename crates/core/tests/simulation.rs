@@ -296,12 +296,12 @@ impl World {
                     r != p && n.alive && !n.partitioned && n.source == Some(p)
                 })
                 .collect();
-            if let Some(&r) = ackers.get(self.rng.below(ackers.len().max(1) as u64) as usize) {
-                if self.nodes[p].log.starts_with(&self.nodes[r].log) {
-                    let log = self.nodes[p].log.clone();
-                    self.nodes[r].log = log;
-                    self.acked.insert(g);
-                }
+            if let Some(&r) = ackers.get(self.rng.below(ackers.len().max(1) as u64) as usize)
+                && self.nodes[p].log.starts_with(&self.nodes[r].log)
+            {
+                let log = self.nodes[p].log.clone();
+                self.nodes[r].log = log;
+                self.acked.insert(g);
             }
         }
     }
@@ -418,22 +418,18 @@ impl World {
     fn chaos(&mut self) {
         let k = self.rng.below(self.nodes.len() as u64) as usize;
         match self.rng.below(100) {
-            0..=5 => {
-                if self.nodes[k].alive {
-                    self.nodes[k].alive = false;
-                    self.trace.push(format!("crash {}", self.nodes[k].name));
-                }
+            0..=5 if self.nodes[k].alive => {
+                self.nodes[k].alive = false;
+                self.trace.push(format!("crash {}", self.nodes[k].name));
             }
-            6..=17 => {
-                if !self.nodes[k].alive && !self.nodes[k].held_down {
-                    // A restarted instance boots read-only with no lease.
-                    let n = &mut self.nodes[k];
-                    n.alive = true;
-                    n.read_only = true;
-                    n.source = None;
-                    n.last_renew = None;
-                    self.trace.push(format!("restart {}", n.name));
-                }
+            6..=17 if !self.nodes[k].alive && !self.nodes[k].held_down => {
+                // A restarted instance boots read-only with no lease.
+                let n = &mut self.nodes[k];
+                n.alive = true;
+                n.read_only = true;
+                n.source = None;
+                n.last_renew = None;
+                self.trace.push(format!("restart {}", n.name));
             }
             18..=22 => {
                 self.nodes[k].partitioned = !self.nodes[k].partitioned;

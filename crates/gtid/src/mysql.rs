@@ -391,7 +391,7 @@ mod tests {
         for bad in [
             "x",
             "3e11fa47-71ca-11e1-9e33:1",
-            &format!("{A}"),
+            A,
             &format!("{A}:"),
             &format!("{A}:0"),
             &format!("{A}:5-3"),

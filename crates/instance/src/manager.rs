@@ -192,7 +192,8 @@ impl<C: ClusterState> Manager<C> {
         self.release_lease_if_held().await;
         self.supervisor.shutdown().await;
         logs.drain().await;
-        if let Some(p) = self.pool.lock().unwrap().take() {
+        let pool = self.pool.lock().unwrap().take();
+        if let Some(p) = pool {
             let _ = tokio::time::timeout(Duration::from_secs(1), p.disconnect()).await;
         }
         self.shutdown.send_replace(true);

@@ -106,7 +106,7 @@ impl ManagedProcess {
         let mysqld = std::fs::read_to_string(dir.instance_dir(&self.name).join("run/mysqld.pid"))
             .ok()
             .and_then(|p| p.trim().parse::<i32>().ok())
-            .is_some_and(|pid| crate::state::pid_alive(pid));
+            .is_some_and(crate::state::pid_alive);
         self.child.is_none() && !mysqld
     }
 }
@@ -745,13 +745,12 @@ impl ControlPlane {
         p.child = None;
         if let Ok(pid) =
             std::fs::read_to_string(self.dir.instance_dir(&p.name).join("run/mysqld.pid"))
+            && let Ok(pid) = pid.trim().parse::<i32>()
         {
-            if let Ok(pid) = pid.trim().parse::<i32>() {
-                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-                let deadline = Instant::now() + Duration::from_secs(10);
-                while crate::state::pid_alive(pid) && Instant::now() < deadline {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while crate::state::pid_alive(pid) && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
         let _ = std::fs::remove_file(self.dir.manager_pid(&p.name));
