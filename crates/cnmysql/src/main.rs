@@ -1,11 +1,13 @@
 //! `cnmysql`: one binary for the instance manager, the local platform and
 //! the day-2 commands.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
+
+mod plugin;
 
 #[derive(Parser)]
 #[command(
@@ -32,6 +34,28 @@ enum Command {
     },
     /// Print the Cluster CustomResourceDefinition (YAML).
     Crd,
+    /// The kubectl plugin (`kubectl cnmsql`): install it, or run its commands.
+    Plugin {
+        #[command(subcommand)]
+        command: PluginEntry,
+    },
+}
+
+#[derive(Subcommand)]
+enum PluginEntry {
+    /// Link `kubectl-cnmsql` and `kubectl-cloudnative-mysql` to this
+    /// executable in a directory on your PATH.
+    Install {
+        /// Where to put the links [default: the directory of this executable].
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+    /// Run a plugin command without installing it, e.g.
+    /// `cnmysql plugin run -- promote cluster-example cluster-example-2`.
+    Run {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 1..)]
+        args: Vec<String>,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -151,13 +175,18 @@ fn init_json_logs() {
 
 fn main() -> ExitCode {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let cli = Cli::parse();
+    let argv0 = std::env::args().next().unwrap_or_default();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    match rt.block_on(run(cli)) {
+    let result = if plugin::invoked_as_plugin(&argv0) {
+        rt.block_on(plugin::run(plugin::PluginCli::parse()))
+    } else {
+        rt.block_on(run(Cli::parse()))
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -178,6 +207,29 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Crd => {
             print!("{}", cnmysql_api::crd_yaml());
             Ok(())
+        }
+        Command::Plugin {
+            command: PluginEntry::Install { dir },
+        } => {
+            let dir = match dir {
+                Some(d) => d,
+                None => std::env::current_exe()?
+                    .parent()
+                    .map(Path::to_path_buf)
+                    .ok_or_else(|| {
+                        anyhow::anyhow!("this executable has no directory; pass --dir")
+                    })?,
+            };
+            plugin::install(&dir)
+        }
+        Command::Plugin {
+            command: PluginEntry::Run { args },
+        } => {
+            let cli = plugin::PluginCli::try_parse_from(
+                std::iter::once("kubectl cnmsql".to_string()).chain(args),
+            )
+            .unwrap_or_else(|e| e.exit());
+            plugin::run(cli).await
         }
         Command::Local { command } => match command {
             LocalCommand::Up {
@@ -212,7 +264,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 cluster,
                 instance,
                 state_dir: d,
-            } => cnmysql_local::promote(&state_dir(d, Some(cluster))?, &instance).await,
+            } => cnmysql_local::promote(&state_dir(d, Some(cluster))?, &instance, true).await,
             LocalCommand::Fence {
                 mode,
                 cluster,

@@ -56,8 +56,13 @@ async fn switchover_under_continuous_writes_loses_nothing() {
     let c = LocalCluster::start("swo", &durable("swo", 3));
     let w = start_writer(&c).await;
     w.wait_for_more(50, Duration::from_secs(10)).await;
+    // The second switchover goes through the kubectl plugin's local mode.
     for target in ["swo-2", "swo-1"] {
-        let out = c.local(&["promote", "swo", target]);
+        let out = if target == "swo-2" {
+            c.local(&["promote", "swo", target])
+        } else {
+            c.plugin("kubectl-cnmsql", &["promote", "swo", target])
+        };
         assert!(
             out.status.success(),
             "{}",
@@ -267,10 +272,15 @@ async fn a_diverged_former_primary_is_kept_out_with_its_data() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_a_replica_and_the_primary_then_unfencing() {
     let c = LocalCluster::start("fence", &manifest("fence", 3));
+    // As the spec shows it: the plugin, here on the local platform.
+    let out = c.plugin(
+        "kubectl-cloudnative-mysql",
+        &["fence", "on", "fence", "fence-2"],
+    );
     assert!(
-        c.local(&["fence", "on", "fence", "fence-2"])
-            .status
-            .success()
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
     wait_for(
         "fence-2 out of every route",

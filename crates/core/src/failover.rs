@@ -299,30 +299,8 @@ pub fn changing_phase(s: &Snapshot) -> Option<Phase> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::{InstanceStatus, ReplicationStatus};
+    use crate::testutil::replica;
     use cnmysql_api::{ClusterSpec, ClusterStatus};
-
-    fn replica(name: &str, gtid: &str) -> Observed {
-        Observed {
-            name: name.into(),
-            ordinal: name.rsplit('-').next().unwrap().parse().unwrap(),
-            status: Some(InstanceStatus {
-                instance: name.into(),
-                phase: InstancePhase::Running,
-                role: Role::Replica,
-                mysqld_running: true,
-                read_only: true,
-                gtid_executed: gtid.into(),
-                source_id: name.rsplit('-').next().unwrap().into(),
-                replication: Some(ReplicationStatus {
-                    io_state: "Connecting".into(),
-                    sql_running: true,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-        }
-    }
 
     fn snap(
         instances: Vec<Observed>,

@@ -13,3 +13,5 @@ pub mod semisync;
 pub mod services;
 pub mod status;
 pub mod switchover;
+#[cfg(test)]
+mod testutil;

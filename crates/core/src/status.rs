@@ -192,6 +192,20 @@ pub fn history_reaches(flavor: Flavor, history: &str, position: &str) -> bool {
     }
 }
 
+/// Whether `name` is one of the instances `spec` declares for `cluster`.
+pub fn check_member(cluster: &str, spec: &ClusterSpec, name: &str) -> Result<(), String> {
+    let member = cnmysql_api::names::ordinal_of(cluster, name)
+        .is_some_and(|n| i64::from(n) <= i64::from(spec.instances));
+    if member {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name} is not an instance of cluster {cluster} (instances are {cluster}-1 to {cluster}-{})",
+            spec.instances
+        ))
+    }
+}
+
 /// One instance as the control plane sees it.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct Observed {

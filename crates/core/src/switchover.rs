@@ -4,33 +4,49 @@
 
 use cnmysql_gtid::Relation;
 
+use cnmysql_api::{ClusterSpec, ClusterStatus};
+
 use crate::status::{Role, Snapshot};
 
-/// Check that `target` may become primary now.
-pub fn validate(s: &Snapshot, target: &str) -> Result<(), String> {
-    let current = s
-        .status
+/// Check what can be checked of a switchover request from the Cluster alone
+/// (its spec and status), before any instance is asked: the plugin runs this
+/// on the client side, and [`validate`] starts with it.
+pub fn validate_request(
+    cluster: &str,
+    spec: &ClusterSpec,
+    status: &ClusterStatus,
+    target: &str,
+) -> Result<(), String> {
+    crate::status::check_member(cluster, spec, target)?;
+    let current = status
         .current_primary
         .as_deref()
         .ok_or("the cluster has no primary yet")?;
-    if s.status.target_primary.as_deref() != Some(current) {
+    if status.target_primary.as_deref() != Some(current) {
         return Err(format!(
             "a primary change to {} is already in progress",
-            s.status.target_primary.as_deref().unwrap_or("?")
+            status.target_primary.as_deref().unwrap_or("?")
         ));
     }
     if target == current {
         return Err(format!("{target} is already the primary"));
     }
+    if status.fenced_instances.iter().any(|n| n == target) {
+        return Err(format!("{target} is fenced; unfence it first"));
+    }
+    if status.diverged_instances.iter().any(|n| n == target) {
+        return Err(format!("{target} has diverged from the primary"));
+    }
+    Ok(())
+}
+
+/// Check that `target` may become primary now.
+pub fn validate(s: &Snapshot, target: &str) -> Result<(), String> {
+    validate_request(&s.cluster, &s.spec, &s.status, target)?;
+    let current = s.status.current_primary.as_deref().unwrap_or_default();
     let o = s
         .get(target)
         .ok_or_else(|| format!("{target} is not an instance of cluster {}", s.cluster))?;
-    if s.is_fenced(target) {
-        return Err(format!("{target} is fenced; unfence it first"));
-    }
-    if s.is_diverged(target) {
-        return Err(format!("{target} has diverged from the primary"));
-    }
     let st = o
         .status
         .as_ref()
@@ -119,5 +135,120 @@ pub fn progress(s: &Snapshot) -> Progress {
         }
     } else {
         Progress::Waiting
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::{primary, replica};
+
+    fn snap(instances: Vec<crate::status::Observed>) -> Snapshot {
+        let spec: ClusterSpec = serde_json::from_str(r#"{"instances": 3}"#).unwrap();
+        Snapshot {
+            cluster: "db".into(),
+            spec,
+            status: ClusterStatus {
+                current_primary: Some("db-1".into()),
+                target_primary: Some("db-1".into()),
+                ..Default::default()
+            },
+            instances,
+            now_ms: 0,
+        }
+    }
+
+    fn healthy() -> Snapshot {
+        let mut s = snap(vec![
+            primary("db-1", "0-1-100"),
+            replica("db-2", "0-1-100"),
+            replica("db-3", "0-1-90"),
+        ]);
+        for o in &mut s.instances[1..] {
+            let r = o.status.as_mut().unwrap().replication.as_mut().unwrap();
+            r.io_state = "Yes".into();
+        }
+        s
+    }
+
+    #[test]
+    fn a_healthy_caught_up_replica_may_take_over() {
+        assert_eq!(validate(&healthy(), "db-2"), Ok(()));
+        // Lagging is fine: the target catches up within maxSwitchoverDelay.
+        assert_eq!(validate(&healthy(), "db-3"), Ok(()));
+    }
+
+    #[test]
+    fn requests_are_checked_against_the_cluster_alone() {
+        let s = healthy();
+        let check = |t: &str, st: &ClusterStatus| validate_request("db", &s.spec, st, t);
+        assert!(
+            check("db-4", &s.status)
+                .unwrap_err()
+                .contains("not an instance")
+        );
+        assert!(
+            check("other-2", &s.status)
+                .unwrap_err()
+                .contains("db-1 to db-3")
+        );
+        assert!(
+            check("db-1", &s.status)
+                .unwrap_err()
+                .contains("already the primary")
+        );
+        let mut st = s.status.clone();
+        st.fenced_instances = vec!["db-2".into()];
+        assert!(check("db-2", &st).unwrap_err().contains("unfence it first"));
+        let mut st = s.status.clone();
+        st.diverged_instances = vec!["db-2".into()];
+        assert!(check("db-2", &st).unwrap_err().contains("diverged"));
+        let mut st = s.status.clone();
+        st.target_primary = Some("db-3".into());
+        assert!(
+            check("db-2", &st)
+                .unwrap_err()
+                .contains("already in progress")
+        );
+        let mut st = s.status.clone();
+        st.current_primary = None;
+        assert!(check("db-2", &st).unwrap_err().contains("no primary yet"));
+        assert_eq!(check("db-2", &s.status), Ok(()));
+    }
+
+    #[test]
+    fn the_target_must_be_a_ready_healthy_replica() {
+        let mut s = healthy();
+        s.instances[1].status = None;
+        assert!(validate(&s, "db-2").unwrap_err().contains("unreachable"));
+
+        let mut s = healthy();
+        s.instances[1].status.as_mut().unwrap().ready = false;
+        assert!(validate(&s, "db-2").unwrap_err().contains("not ready"));
+
+        let mut s = healthy();
+        s.instances[1].status.as_mut().unwrap().role = Role::Primary;
+        assert!(validate(&s, "db-2").unwrap_err().contains("not a replica"));
+
+        let mut s = healthy();
+        let r = s.instances[1].status.as_mut().unwrap();
+        r.replication.as_mut().unwrap().sql_running = false;
+        assert!(validate(&s, "db-2").unwrap_err().contains("not healthy"));
+
+        let mut s = healthy();
+        s.instances[1].status.as_mut().unwrap().replication = None;
+        assert!(validate(&s, "db-2").unwrap_err().contains("no replication"));
+    }
+
+    #[test]
+    fn a_diverged_history_or_missing_primary_refuses() {
+        let mut s = healthy();
+        s.instances[0].status.as_mut().unwrap().gtid_executed = "0-1-102".into();
+        s.instances[1].status.as_mut().unwrap().gtid_executed = "0-2-101".into();
+        assert!(validate(&s, "db-2").unwrap_err().contains("diverged"));
+
+        let mut s = healthy();
+        s.instances[0].status = None;
+        assert!(validate(&s, "db-2").unwrap_err().contains("not reachable"));
     }
 }

@@ -477,8 +477,9 @@ pub async fn snapshot(dir: &StateDir) -> anyhow::Result<cnmysql_core::status::Sn
     })
 }
 
-/// Planned switchover: validate, set targetPrimary, and wait for the result.
-pub async fn promote(dir: &StateDir, target: &str) -> anyhow::Result<()> {
+/// Planned switchover: validate, set targetPrimary, and (with `wait`) wait
+/// until the rw endpoint routes to the new primary.
+pub async fn promote(dir: &StateDir, target: &str, wait: bool) -> anyhow::Result<()> {
     if live_pid(&dir.control_pid()).is_none() {
         anyhow::bail!("the cluster is not running; start it with `cnmysql local up`");
     }
@@ -509,6 +510,10 @@ pub async fn promote(dir: &StateDir, target: &str) -> anyhow::Result<()> {
         Some(target),
         &format!("switchover from {old} to {target} requested"),
     );
+    if !wait {
+        eprintln!("Switchover from {old} to {target} requested");
+        return Ok(());
+    }
     eprintln!("Switching over from {old} to {target}…");
     let began = Instant::now();
     let limit = Duration::from_secs(s.spec.max_switchover_delay.max(0) as u64 + 30);
@@ -547,11 +552,10 @@ pub async fn promote(dir: &StateDir, target: &str) -> anyhow::Result<()> {
 
 /// Fence or unfence an instance.
 pub fn fence(dir: &StateDir, instance: &str, on: bool) -> anyhow::Result<()> {
-    let ports = dir.load_ports()?;
-    if !ports.instances.contains_key(instance) {
-        let known: Vec<&String> = ports.instances.keys().collect();
-        anyhow::bail!("{instance} is not an instance of this cluster (instances: {known:?})");
-    }
+    let cluster = dir.load_cluster()?;
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    cnmysql_core::status::check_member(&name, &cluster.spec, instance)
+        .map_err(anyhow::Error::msg)?;
     let mut changed = false;
     dir.update_status(|st| changed = cnmysql_core::fencing::set_fenced(st, instance, on))?;
     let what = if on { "fenced" } else { "unfenced" };

@@ -248,6 +248,26 @@ impl LocalCluster {
         cnmysql(&all)
     }
 
+    /// The kubectl plugin, started under one of its names (`kubectl-cnmsql`,
+    /// `kubectl-cloudnative-mysql`), on this local cluster.
+    pub fn plugin(&self, name: &str, args: &[&str]) -> Output {
+        let bin = self.state().join("bin");
+        if !bin.join(name).exists() {
+            let out = cnmysql(&["plugin", "install", "--dir", bin.to_str().unwrap()]);
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let state = self.state_arg();
+        Command::new(bin.join(name))
+            .args(["--local", "--state-dir", &state])
+            .args(args)
+            .output()
+            .expect("run the plugin")
+    }
+
     /// `@@read_only` of each running instance, by name.
     pub async fn writable_instances(&self) -> Vec<String> {
         let mut out = Vec::new();

@@ -1,0 +1,11 @@
+//! The Kubernetes platform's edge: a client built the way kubectl finds its
+//! cluster, the Cluster status requests behind the `kubectl cnmsql` plugin,
+//! and Events. Decisions stay in `cnmysql-core`; this crate only reads and
+//! writes API objects.
+
+pub mod client;
+pub mod events;
+pub mod plugin;
+
+#[cfg(feature = "fake-api")]
+pub mod fake;
