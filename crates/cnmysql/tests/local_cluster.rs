@@ -2,7 +2,7 @@
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 use mysql_async::prelude::*;
@@ -290,5 +290,50 @@ async fn a_crashed_mysqld_is_restarted_by_its_manager() {
         },
     )
     .await;
+
+    // Stopping while the restarted server is still starting: MariaDB hangs
+    // for good if SIGTERM lands in its start-up, so the manager lets it
+    // finish starting, then stops it cleanly.
+    let (manager, current) = c.instance_pids("crash-1");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(current),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let starting = loop {
+        if let Some(p) = child_mariadbd(manager).filter(|p| *p != current) {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "no new mysqld");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    };
+    let log = c.instance_dir("crash-1").join("manager.log");
+    let before = std::fs::read_to_string(&log).unwrap().len();
+    let t = Instant::now();
+    c.down();
+    let took = t.elapsed();
+    let after = std::fs::read_to_string(&log).unwrap()[before..].to_string();
+    assert!(
+        after.contains("mysqld is still starting"),
+        "the stop should have found mysqld {starting} starting:\n{after}"
+    );
+    assert!(
+        after.contains("Shutdown complete") && !after.contains("killing it"),
+        "mysqld should stop cleanly:\n{after}"
+    );
+    // The hang held `down` for the whole 60 s shutdown timeout.
+    assert!(took < Duration::from_secs(30), "down took {took:?}");
     c.destroy();
+}
+
+/// The pid of a `mariadbd` whose parent is `parent`, if one runs.
+fn child_mariadbd(parent: i32) -> Option<i32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let (comm, rest) = stat.split_once(") ")?;
+        let ppid: i32 = rest.split_whitespace().nth(1)?.parse().ok()?;
+        (comm.ends_with("(mariadbd") && ppid == parent).then_some(pid)
+    })
 }

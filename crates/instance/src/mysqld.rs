@@ -274,9 +274,43 @@ impl Supervisor {
         >,
     ) {
         let begun = Instant::now();
-        tracing::info!(pid, "stopping mysqld");
-        let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
         let timeout = Duration::from_secs(self.cfg.shutdown_timeout_secs);
+        // MariaDB 10.11 hangs for good in init_slave() when SIGTERM arrives
+        // during start-up (seen: the signal thread exits, the slave
+        // background thread never reports in). So a server still starting
+        // is allowed to finish first: it is stopped once it greets clients
+        // on its socket, or killed if it neither greets nor exits in time
+        // (InnoDB recovers from that like from any crash).
+        if !greets(&self.cfg.socket()).await {
+            tracing::info!(
+                pid,
+                "mysqld is still starting; stopping it once it accepts connections"
+            );
+            let ready = async {
+                while !greets(&self.cfg.socket()).await {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            };
+            tokio::select! {
+                _ = tokio::time::timeout(timeout, ready) => {}
+                _ = &mut *waiter => {
+                    tracing::info!(pid, "mysqld exited while starting");
+                    return;
+                }
+            }
+        }
+        tracing::info!(pid, "stopping mysqld");
+        let sig = if greets(&self.cfg.socket()).await {
+            Signal::SIGTERM
+        } else {
+            tracing::error!(
+                pid,
+                threads = %thread_waits(pid),
+                "mysqld did not finish starting in time; killing it"
+            );
+            Signal::SIGKILL
+        };
+        let _ = kill(Pid::from_raw(pid as i32), sig);
         if tokio::time::timeout(timeout, &mut *waiter).await.is_err() {
             tracing::error!(
                 pid,
@@ -299,6 +333,7 @@ impl Supervisor {
         if let ServerState::Running { pid } = self.state() {
             tracing::error!(
                 pid,
+                threads = %thread_waits(pid),
                 "mysqld is hung; killing it so that it is started again"
             );
             let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
@@ -312,4 +347,52 @@ impl Supervisor {
         let mut rx = self.subscribe();
         let _ = rx.wait_for(|s| *s == ServerState::Stopped).await;
     }
+}
+
+/// Whether the server at `socket` sends its handshake greeting: it does so
+/// only from its accept loop, once start-up is complete (a bare connect
+/// succeeds earlier, as soon as the socket listens).
+async fn greets(socket: &Path) -> bool {
+    use tokio::io::AsyncReadExt;
+    let Ok(Ok(mut s)) = tokio::time::timeout(
+        Duration::from_millis(200),
+        tokio::net::UnixStream::connect(socket),
+    )
+    .await
+    else {
+        return false;
+    };
+    let mut b = [0u8; 1];
+    matches!(
+        tokio::time::timeout(Duration::from_millis(300), s.read(&mut b)).await,
+        Ok(Ok(1))
+    )
+}
+
+/// What each thread of a process waits on, from /proc: `name:state:wchan`
+/// per thread, for the log line of a hung server (a full pipe shows as
+/// `pipe_write`, a lock or condition variable as `futex_wait_queue`).
+fn thread_waits(pid: u32) -> String {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return String::new();
+    };
+    let mut out = Vec::new();
+    for t in tasks.flatten() {
+        let base = t.path();
+        let read = |f: &str| std::fs::read_to_string(base.join(f)).unwrap_or_default();
+        let stat = read("stat");
+        let state = stat
+            .rsplit(')')
+            .next()
+            .and_then(|r| r.split_whitespace().next())
+            .unwrap_or("?")
+            .to_string();
+        out.push(format!(
+            "{}:{}:{}",
+            read("comm").trim(),
+            state,
+            read("wchan").trim()
+        ));
+    }
+    out.join(" ")
 }
