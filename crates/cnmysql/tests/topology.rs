@@ -440,3 +440,67 @@ async fn failover_delay_is_respected() {
     wait_primary(&c, "delay-2", Duration::from_secs(20)).await;
     c.destroy();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolated_instance_restarts_but_one_with_a_peer_does_not() {
+    // DESIGN §4: liveness fails only when the cluster state has been
+    // unreachable for 30 s and no peer answers either.
+    let alone = LocalCluster::start("iso", &manifest("iso", 1));
+    let paired = LocalCluster::start("pair", &manifest("pair", 2));
+    // The same outage of the cluster state for both: the status file turns
+    // into a directory, so every read and write of it fails.
+    let saved: Vec<(std::path::PathBuf, String)> = [&alone, &paired]
+        .iter()
+        .map(|c| {
+            let p = std::path::Path::new(&c.state_arg()).join("status.json");
+            let text = std::fs::read_to_string(&p).unwrap();
+            std::fs::remove_file(&p).unwrap();
+            std::fs::create_dir(&p).unwrap();
+            (p, text)
+        })
+        .collect();
+    let broken = Instant::now();
+    wait_for(
+        "the lone instance to be restarted as isolated",
+        Duration::from_secs(60),
+        || async { alone.has_event("IsolationRestart") },
+    )
+    .await;
+    let after = broken.elapsed();
+    // Counted from the instance's last good read, up to one 250 ms
+    // reconcile before the break.
+    assert!(
+        after >= Duration::from_millis(29_500),
+        "restarted {after:?} into the outage, before the 30 s threshold"
+    );
+    assert!(alone.has_event("StatusUnreadable").is_some());
+
+    // Same outage, but each instance can reach its peer: no restart, and
+    // nobody reports itself isolated.
+    assert!(paired.has_event("IsolationRestart").is_none());
+    let report = paired.status_json();
+    assert!(
+        report["statusError"].is_string(),
+        "status shows the outage: {report}"
+    );
+    for i in report["instances"].as_array().unwrap() {
+        assert_eq!(i["reachable"], true, "{i}");
+        assert_eq!(i["isolated"], false, "{i}");
+    }
+
+    // The outage ends: the lone instance serves writes again.
+    for (p, text) in &saved {
+        std::fs::remove_dir(p).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    wait_for("writes on iso again", Duration::from_secs(60), || async {
+        let mut rw = alone.app(alone.service_port("rw")).await.ok()?;
+        rw.query_drop("CREATE DATABASE IF NOT EXISTS after_isolation")
+            .await
+            .ok()
+    })
+    .await;
+    assert_eq!(paired.current_primary(), "pair-1");
+    alone.destroy();
+    paired.destroy();
+}

@@ -294,6 +294,7 @@ impl ControlPlane {
         let mut memory = Memory::default();
         let status_seen = crate::cluster_state::FileClusterState::new(self.dir.clone());
         let mut period = Duration::from_millis(200);
+        let mut status_unreadable = false;
         loop {
             tokio::select! {
                 _ = sigterm.recv() => break,
@@ -363,11 +364,23 @@ impl ControlPlane {
             }
             let booting = started.elapsed() < Duration::from_secs(15)
                 && procs.iter().any(|p| !p.answered && !p.held_down);
-            if !booting {
+            let current = self.dir.read_status();
+            match (&current, status_unreadable) {
+                // Decisions need the recorded primary, fencing and
+                // divergence: none are taken without them.
+                (Err(e), false) => {
+                    tracing::error!(error = %e, "the cluster status cannot be read; no topology decisions until it can");
+                    self.dir.event(true, "StatusUnreadable", None, &format!("the cluster status cannot be read ({e}); failover, switchover and fencing wait until it can"));
+                }
+                (Ok(_), true) => tracing::info!("the cluster status can be read again"),
+                _ => {}
+            }
+            status_unreadable = current.is_err();
+            if let (false, Ok(status)) = (booting, current) {
                 let snapshot = Snapshot {
                     cluster: name.clone(),
                     spec: self.cluster.spec.clone(),
-                    status: self.dir.read_status().unwrap_or_default(),
+                    status,
                     instances: observed.clone(),
                     now_ms: jiff::Timestamp::now().as_millisecond(),
                 };

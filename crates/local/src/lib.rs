@@ -255,6 +255,10 @@ pub struct StatusReport {
     pub running: bool,
     pub endpoints: std::collections::BTreeMap<String, String>,
     pub status: cnmysql_api::ClusterStatus,
+    /// Why the recorded status could not be read (the instances are still
+    /// shown as they answer).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status_error: Option<String>,
     pub instances: Vec<InstanceReport>,
 }
 
@@ -269,7 +273,10 @@ pub struct InstanceReport {
 
 pub async fn status_report(dir: &StateDir) -> anyhow::Result<StatusReport> {
     let cluster = dir.load_cluster()?;
-    let status = dir.read_status()?;
+    let (status, status_error) = match dir.read_status() {
+        Ok(s) => (s, None),
+        Err(e) => (Default::default(), Some(format!("{e:#}"))),
+    };
     let ports = dir.load_ports()?;
     let client = ControlClient::new(dir.operator_material()?.client_config()?)
         .with_connect_timeout(Duration::from_millis(800));
@@ -301,6 +308,7 @@ pub async fn status_report(dir: &StateDir) -> anyhow::Result<StatusReport> {
             .map(|(k, v)| (k.clone(), format!("{}:{v}", ports.host)))
             .collect(),
         status,
+        status_error,
         instances,
     })
 }
@@ -338,6 +346,13 @@ pub fn render_status(r: &StatusReport) -> String {
             .map(|x| format!(" — {x}"))
             .unwrap_or_default()
     ));
+    if let Some(e) = &r.status_error {
+        out.push_str(&paint(
+            "31",
+            format!("Status:   cannot be read ({e}); no topology changes until it can"),
+        ));
+        out.push('\n');
+    }
     out.push_str(&format!(
         "Primary:  current {}  target {}\n",
         r.status.current_primary.as_deref().unwrap_or("-"),
@@ -458,6 +473,9 @@ pub fn render_status(r: &StatusReport) -> String {
 pub async fn snapshot(dir: &StateDir) -> anyhow::Result<cnmysql_core::status::Snapshot> {
     let cluster = dir.load_cluster()?;
     let report = status_report(dir).await?;
+    if let Some(e) = report.status_error {
+        anyhow::bail!("the cluster status cannot be read: {e}");
+    }
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let instances = report
         .instances

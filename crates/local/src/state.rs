@@ -419,7 +419,18 @@ impl StateDir {
             .write(true)
             .open(self.status_lock())?;
         let _guard = Flock::lock(lock, FlockArg::LockExclusive).map_err(|(_, e)| e)?;
-        let mut s = self.read_status().unwrap_or_default();
+        // Only a status that does not exist yet starts from empty: one that
+        // cannot be read is never overwritten (that would forget the
+        // primary, fencing and divergence).
+        let mut s = match std::fs::metadata(self.status_file()) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => ClusterStatus::default(),
+            _ => self.read_status().map_err(|e| {
+                anyhow::anyhow!(
+                    "the cluster status {} cannot be read ({e}); nothing was changed",
+                    self.status_file().display()
+                )
+            })?,
+        };
         f(&mut s);
         self.write_status(&s)?;
         Ok(s)
@@ -500,4 +511,31 @@ pub fn live_pid(path: &Path) -> Option<i32> {
 /// Is this process alive (and not a zombie)?
 pub fn pid_alive(pid: i32) -> bool {
     u32::try_from(pid).is_ok_and(cnmysql_instance::mysqld::is_alive)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unreadable_status_is_never_overwritten() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = StateDir::new(tmp.path().to_path_buf());
+        // No status yet: the first update starts from empty.
+        dir.update_status(|s| s.current_primary = Some("db-1".into()))
+            .unwrap();
+        // A corrupt status (a torn copy, a full disk) must not be replaced
+        // by an empty one: that would forget the primary.
+        std::fs::write(dir.status_file(), "{\"currentPrimary\": \"db-").unwrap();
+        let err = dir
+            .update_status(|s| s.target_primary = Some("db-2".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cannot be read"), "{err}");
+        assert!(err.contains("nothing was changed"), "{err}");
+        assert_eq!(
+            std::fs::read_to_string(dir.status_file()).unwrap(),
+            "{\"currentPrimary\": \"db-"
+        );
+    }
 }
