@@ -127,36 +127,22 @@ async fn failover_after_kill9_with_required_durability_loses_nothing() {
     );
     assert!(c.has_event("FailingOver").is_some());
     assert_eq!(c.writable_instances().await, vec![new.clone()]);
-    // The former primary comes back read-only. It rejoins as a replica, or,
-    // when it was killed with a transaction in its binary log that no replica
-    // acknowledged (so no client was told it committed), it is kept out as
-    // diverged. Both are safe; nothing else is.
-    let rejoined = wait_for(
-        "fo-1 to rejoin or be found diverged",
-        Duration::from_secs(60),
-        || async {
-            if c.status()["divergedInstances"] == serde_json::json!(["fo-1"]) {
-                return Some(false);
-            }
-            let st = c.status_json();
-            let i = instances_by_name(&st)["fo-1"].clone();
-            (i["ready"] == true && i["role"] == "replica").then_some(true)
-        },
-    )
+    // The former primary comes back read-only and rejoins as a replica: a
+    // transaction it was killed with before any replica acknowledged it (so
+    // no client was told it committed) is rolled back by its recovery as a
+    // replica, so it is never kept out as diverged here.
+    wait_for("fo-1 to rejoin", Duration::from_secs(60), || async {
+        assert_eq!(
+            c.status()["divergedInstances"],
+            serde_json::Value::Null,
+            "fo-1 was found diverged"
+        );
+        let st = c.status_json();
+        let i = instances_by_name(&st)["fo-1"].clone();
+        (i["ready"] == true && i["role"] == "replica").then_some(())
+    })
     .await;
-    eprintln!(
-        "former primary {}",
-        if rejoined {
-            "rejoined"
-        } else {
-            "kept out as diverged"
-        }
-    );
-    let survivors: Vec<&str> = if rejoined {
-        vec!["fo-1", "fo-2", "fo-3"]
-    } else {
-        vec!["fo-2", "fo-3"]
-    };
+    let survivors = ["fo-1", "fo-2", "fo-3"];
     for i in survivors {
         verify_on(&c, i, &o.acked).await;
     }
@@ -503,4 +489,112 @@ async fn an_isolated_instance_restarts_but_one_with_a_peer_does_not() {
     assert_eq!(paired.current_primary(), "pair-1");
     alone.destroy();
     paired.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_killed_mid_commit_rolls_back_the_unacknowledged_write_and_rejoins() {
+    let c = LocalCluster::start("mid", &durable("mid", 3));
+    let mut rw = c.app(c.service_port("rw")).await.unwrap();
+    rw.query_drop("CREATE DATABASE mid").await.unwrap();
+    rw.query_drop("CREATE TABLE mid.t (id INT PRIMARY KEY)")
+        .await
+        .unwrap();
+    rw.query_drop("INSERT INTO mid.t VALUES (1)").await.unwrap();
+    // No replica may acknowledge the next commit: their managers are
+    // frozen (so they do not restart replication) and their IO threads
+    // stopped.
+    for r in ["mid-2", "mid-3"] {
+        wait_for(
+            "the first row on the replica",
+            Duration::from_secs(20),
+            || async {
+                let mut a = c.admin(r).await;
+                let n: Option<i64> = a.query_first("SELECT COUNT(*) FROM mid.t").await.ok()?;
+                (n == Some(1)).then_some(())
+            },
+        )
+        .await;
+        let (manager, _) = c.instance_pids(r);
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(manager), Signal::SIGSTOP).unwrap();
+        c.admin(r)
+            .await
+            .query_drop("STOP SLAVE IO_THREAD")
+            .await
+            .unwrap();
+    }
+    let before: String = c
+        .admin("mid-1")
+        .await
+        .query_first("SELECT @@gtid_binlog_pos")
+        .await
+        .unwrap()
+        .unwrap();
+    // This commit is written to the primary's binary log, then waits for an
+    // acknowledgement that never comes: its client never hears back.
+    let pending = tokio::spawn(async move { rw.query_drop("INSERT INTO mid.t VALUES (2)").await });
+    wait_for(
+        "the write in the primary's binary log",
+        Duration::from_secs(10),
+        || async {
+            let mut p = c.admin("mid-1").await;
+            let now: String = p.query_first("SELECT @@gtid_binlog_pos").await.ok()??;
+            (now != before).then_some(())
+        },
+    )
+    .await;
+    c.signal_instance("mid-1", Signal::SIGKILL);
+    for r in ["mid-2", "mid-3"] {
+        let (manager, _) = c.instance_pids(r);
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(manager), Signal::SIGCONT).unwrap();
+    }
+    let pending = pending.await.unwrap();
+    assert!(
+        pending.is_err(),
+        "the unacknowledged write was answered: {pending:?}"
+    );
+    wait_for("a new primary", Duration::from_secs(30), || async {
+        let p = c.current_primary();
+        (p != "mid-1" && !p.is_empty()).then_some(())
+    })
+    .await;
+    // The former primary recovers as a replica: the write nobody
+    // acknowledged is rolled back and cut from its binary log, so it follows
+    // the new primary instead of being kept out as diverged.
+    wait_for(
+        "mid-1 to rejoin as a replica",
+        Duration::from_secs(60),
+        || async {
+            assert_eq!(
+                c.status()["divergedInstances"],
+                serde_json::Value::Null,
+                "mid-1 was found diverged"
+            );
+            let st = c.status_json();
+            let i = instances_by_name(&st)["mid-1"].clone();
+            (i["ready"] == true && i["role"] == "replica").then_some(())
+        },
+    )
+    .await;
+    let log = std::fs::read_to_string(c.instance_dir("mid-1").join("manager.log")).unwrap();
+    assert!(
+        log.contains("--init-rpl-role=SLAVE"),
+        "recovered as a replica"
+    );
+    let mut rw = c.app(c.service_port("rw")).await.unwrap();
+    rw.query_drop("INSERT INTO mid.t VALUES (3)").await.unwrap();
+    for i in ["mid-1", "mid-2", "mid-3"] {
+        let rows = wait_for(
+            &format!("row 3 on {i}"),
+            Duration::from_secs(20),
+            || async {
+                let mut a = c.admin(i).await;
+                let rows: Vec<i64> = a.query("SELECT id FROM mid.t ORDER BY id").await.ok()?;
+                rows.contains(&3).then_some(rows)
+            },
+        )
+        .await;
+        assert_eq!(rows, [1, 3], "{i}: the unacknowledged row must be nowhere");
+    }
+    assert_eq!(c.writable_instances().await, vec![c.current_primary()]);
+    c.destroy();
 }

@@ -97,6 +97,26 @@ pub fn read_only(flavor: Flavor, on: bool) -> Vec<Sql> {
     }
 }
 
+/// Start-up options for a crash recovery as decided by
+/// [`crate::role::recovery`]. MariaDB rolls back and truncates unacknowledged
+/// binary-logged transactions with `--init-rpl-role=SLAVE`; it accepts its
+/// own re-fetched events afterwards only as a semi-sync replica, so the
+/// option is used only when semi-sync is on (replica side enabled at start).
+/// MySQL has no such recovery: a former primary with such a transaction is
+/// kept out as diverged.
+pub fn recovery_options(
+    flavor: Flavor,
+    recovery: crate::role::Recovery,
+    semi_sync: bool,
+) -> Vec<String> {
+    match (flavor, recovery, semi_sync) {
+        (Flavor::Mariadb, crate::role::Recovery::AsReplica, true) => {
+            vec!["--init-rpl-role=SLAVE".into()]
+        }
+        _ => Vec::new(),
+    }
+}
+
 pub fn stop_replica(flavor: Flavor) -> Sql {
     Sql::new(match flavor {
         Flavor::Mariadb => "STOP SLAVE",
@@ -336,5 +356,17 @@ mod tests {
                 .text
                 .starts_with("SELECT MASTER_GTID_WAIT")
         );
+    }
+
+    #[test]
+    fn only_a_mariadb_semi_sync_replica_truncates_on_recovery() {
+        use crate::role::Recovery::*;
+        assert_eq!(
+            recovery_options(Flavor::Mariadb, AsReplica, true),
+            ["--init-rpl-role=SLAVE"]
+        );
+        assert!(recovery_options(Flavor::Mariadb, AsPrimary, true).is_empty());
+        assert!(recovery_options(Flavor::Mariadb, AsReplica, false).is_empty());
+        assert!(recovery_options(Flavor::Mysql, AsReplica, true).is_empty());
     }
 }

@@ -46,6 +46,30 @@ pub fn bootstrap(me: &str, status: &ClusterStatus, has_data: bool) -> Bootstrap 
     }
 }
 
+/// How a server recovers its binary log after a crash, decided when it is
+/// (re)started. A server that is no longer the primary rolls back the
+/// transactions it had written to its binary log but not committed (their
+/// clients never got an answer: the commit was waiting for a semi-sync
+/// acknowledgement) instead of committing them, so a former primary killed
+/// mid-commit can follow the new primary rather than being diverged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recovery {
+    /// Keep (commit) every transaction found in the binary log.
+    AsPrimary,
+    /// Roll back and truncate what was not committed.
+    AsReplica,
+}
+
+/// The recovery for `me`: as a replica only when another instance is the
+/// recorded primary. Without a recorded primary (a new cluster), or while
+/// `me` still is it, nothing is thrown away.
+pub fn recovery(me: &str, status: &ClusterStatus) -> Recovery {
+    match status.current_primary.as_deref() {
+        Some(p) if p != me => Recovery::AsReplica,
+        _ => Recovery::AsPrimary,
+    }
+}
+
 /// The role this instance should play.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Desired {
@@ -294,5 +318,18 @@ mod tests {
             reconcile(&Desired::Primary, &following),
             vec![Action::ResetReplication, Action::SetReadOnly(false)]
         );
+    }
+
+    #[test]
+    fn only_a_server_that_is_no_longer_primary_recovers_as_a_replica() {
+        let mut st = ClusterStatus::default();
+        assert_eq!(recovery("db-1", &st), Recovery::AsPrimary);
+        st.current_primary = Some("db-1".into());
+        st.target_primary = Some("db-2".into());
+        assert_eq!(recovery("db-1", &st), Recovery::AsPrimary);
+        assert_eq!(recovery("db-2", &st), Recovery::AsReplica);
+        st.current_primary = Some("db-2".into());
+        assert_eq!(recovery("db-1", &st), Recovery::AsReplica);
+        assert_eq!(recovery("db-2", &st), Recovery::AsPrimary);
     }
 }

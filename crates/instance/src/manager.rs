@@ -210,6 +210,17 @@ impl<C: ClusterState> Manager<C> {
         }
     }
 
+    /// How the next start of mysqld recovers from a crash, from the
+    /// latest cluster status (see [`role::recovery`]).
+    fn set_recovery(&self, status: &cnmysql_api::ClusterStatus) {
+        let options = cnmysql_core::flavor::recovery_options(
+            self.cfg.flavor(),
+            role::recovery(&self.cfg.instance, status),
+            self.cfg.spec.mysql.semi_sync.enabled,
+        );
+        self.supervisor.set_start_options(options);
+    }
+
     fn start_server(&self) {
         if self.supervisor.state() == ServerState::Stopped {
             tokio::spawn(self.supervisor.clone().run());
@@ -280,6 +291,7 @@ impl<C: ClusterState> Manager<C> {
                 }
             };
             let has_data = bootstrap::is_initialized(&self.cfg);
+            self.set_recovery(&status);
             match role::bootstrap(&self.cfg.instance, &status, has_data) {
                 Bootstrap::UseExisting => {
                     self.set_phase(InstancePhase::Starting, "starting on existing data");
@@ -534,6 +546,9 @@ impl<C: ClusterState> Manager<C> {
             self.cluster.acquire_lease(&self.cfg.instance).await?;
             *self.last_renew.lock().unwrap() = Some(attempt);
         }
+        // From the claim on, a crash restart must keep every transaction
+        // (a replica may already hold them): recover as the primary.
+        self.supervisor.set_start_options(Vec::new());
         if !self.cluster.claim_primary(&self.cfg.instance).await? {
             tracing::warn!("the target primary changed while promoting; staying read-only");
             self.release_lease_if_held().await;
@@ -553,6 +568,7 @@ impl<C: ClusterState> Manager<C> {
     async fn reconcile_once(&self) -> anyhow::Result<()> {
         let status = self.cluster.get().await?;
         *self.last_cluster_ok.lock().unwrap() = Instant::now();
+        self.set_recovery(&status);
         let desired = role::desired(&self.cfg.instance, &status);
         *self.desired.lock().unwrap() = Some(desired.clone());
         let Some(pool) = self.pool() else {
@@ -695,6 +711,7 @@ impl<C: ClusterState> Manager<C> {
         if desired == Desired::Primary
             && status.current_primary.as_deref() != Some(self.cfg.instance.as_str())
         {
+            self.supervisor.set_start_options(Vec::new());
             self.cluster.claim_primary(&self.cfg.instance).await?;
         }
         self.set_phase(InstancePhase::Running, "");

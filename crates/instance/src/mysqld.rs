@@ -32,6 +32,8 @@ pub enum ServerState {
 
 pub struct Supervisor {
     cfg: Arc<InstanceConfig>,
+    /// Options for the next start, beyond the rendered my.cnf.
+    start_options: std::sync::Mutex<Vec<String>>,
     state_tx: watch::Sender<ServerState>,
     stop: Arc<Notify>,
     stopping: watch::Sender<bool>,
@@ -163,6 +165,7 @@ impl Supervisor {
     pub fn new(cfg: Arc<InstanceConfig>) -> Arc<Supervisor> {
         Arc::new(Supervisor {
             cfg,
+            start_options: Default::default(),
             state_tx: watch::channel(ServerState::Stopped).0,
             stop: Arc::new(Notify::new()),
             stopping: watch::channel(false).0,
@@ -171,6 +174,15 @@ impl Supervisor {
 
     pub fn state(&self) -> ServerState {
         *self.state_tx.borrow()
+    }
+
+    /// Options for every later start of mysqld (until changed).
+    pub fn set_start_options(&self, options: Vec<String>) {
+        let mut cur = self.start_options.lock().unwrap();
+        if *cur != options {
+            tracing::info!(options = ?options, "mysqld start options changed");
+            *cur = options;
+        }
     }
 
     pub fn subscribe(&self) -> watch::Receiver<ServerState> {
@@ -186,6 +198,11 @@ impl Supervisor {
         if nix::unistd::geteuid().is_root() {
             cmd.arg("--user=root");
         }
+        let options = self.start_options.lock().unwrap().clone();
+        if !options.is_empty() {
+            tracing::info!(options = ?options, "starting mysqld with recovery options");
+        }
+        cmd.args(options);
         cmd.stdin(Stdio::null())
             .stdout(fifo.try_clone()?)
             .stderr(fifo)
