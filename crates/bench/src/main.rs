@@ -72,12 +72,16 @@ struct Bench {
 
 impl Bench {
     fn new() -> Bench {
-        Bench {
-            dir: tempfile::Builder::new()
-                .prefix("cnmysql-bench-")
-                .tempdir()
-                .expect("temp dir"),
+        let mut dir = tempfile::Builder::new()
+            .prefix("cnmysql-bench-")
+            .tempdir()
+            .expect("temp dir");
+        // For a look at the logs afterwards.
+        if std::env::var_os("CNMYSQL_BENCH_KEEP").is_some() {
+            dir.disable_cleanup(true);
+            eprintln!("keeping {}", dir.path().display());
         }
+        Bench { dir }
     }
     fn state(&self) -> PathBuf {
         self.dir.path().join("state")
@@ -122,8 +126,14 @@ impl Bench {
 
 impl Drop for Bench {
     fn drop(&mut self) {
+        // With CNMYSQL_BENCH_KEEP the cluster is stopped but its state kept.
+        let how = if std::env::var_os("CNMYSQL_BENCH_KEEP").is_some() {
+            "down"
+        } else {
+            "destroy"
+        };
         let _ = Command::new(cnmysql_bin())
-            .args(["local", "destroy", "--state-dir"])
+            .args(["local", how, "--state-dir"])
             .arg(self.state())
             .stderr(Stdio::null())
             .output();
@@ -422,6 +432,16 @@ fn switchover(runs: usize) -> anyhow::Result<Value> {
             );
             w.wait_for_more(200, Duration::from_secs(20)).await;
             let o = w.stop().await;
+            if let Some(end) = o
+                .ack_times
+                .windows(2)
+                .max_by_key(|w| w[1] - w[0])
+                .map(|w| w[1])
+            {
+                let ago = end.elapsed();
+                let wall = jiff::Timestamp::now() - jiff::SignedDuration::try_from(ago)?;
+                eprintln!("  longest gap ended at {wall}");
+            }
             let lost = b.lost_on(target, &o.acked).await?;
             anyhow::Ok((o.longest_gap.as_secs_f64(), lost))
         })?;

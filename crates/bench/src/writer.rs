@@ -55,6 +55,13 @@ impl WriteChecker {
         conn.query_drop("CREATE TABLE IF NOT EXISTS chk.w (id BIGINT PRIMARY KEY, at TIMESTAMP(6) DEFAULT CURRENT_TIMESTAMP(6))")
             .await
             .unwrap();
+        // Continue after the rows of earlier checkers: a number already
+        // taken would fail as a duplicate, not measure the endpoint.
+        let first: u64 = conn
+            .query_first("SELECT COALESCE(MAX(id), 0) + 1 FROM chk.w")
+            .await
+            .unwrap()
+            .unwrap_or(1);
         drop(conn);
         let stop = Arc::new(AtomicBool::new(false));
         let log = Arc::new(Mutex::new(Log::default()));
@@ -67,7 +74,7 @@ impl WriteChecker {
                 .pass(Some(password))
                 .prefer_socket(false)
                 .into();
-            let mut next = 1u64;
+            let mut next = first;
             let mut conn: Option<Conn> = None;
             while !s.load(Ordering::Relaxed) {
                 if conn.is_none() {
