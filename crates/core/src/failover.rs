@@ -300,7 +300,6 @@ pub fn changing_phase(s: &Snapshot) -> Option<Phase> {
 mod tests {
     use super::*;
     use crate::testutil::replica;
-    use cnmysql_api::{ClusterSpec, ClusterStatus};
 
     fn snap(
         instances: Vec<Observed>,
@@ -308,23 +307,14 @@ mod tests {
         now_ms: i64,
         delay: i64,
     ) -> Snapshot {
-        let mut spec: ClusterSpec = serde_json::from_str("{}").unwrap();
-        spec.failover_delay = delay;
-        let mut gtids = std::collections::BTreeMap::new();
-        gtids.insert("db-1".to_string(), "0-1-100".to_string());
-        Snapshot {
-            cluster: "db".into(),
-            spec,
-            status: ClusterStatus {
-                current_primary: Some("db-1".into()),
-                target_primary: Some("db-1".into()),
-                primary_failing_since: failing_since.map(str::to_string),
-                gtid_executed_by_instance: gtids,
-                ..Default::default()
-            },
-            instances,
-            now_ms,
-        }
+        let mut s = crate::testutil::snapshot(instances);
+        s.spec.failover_delay = delay;
+        s.status.primary_failing_since = failing_since.map(str::to_string);
+        s.status
+            .gtid_executed_by_instance
+            .insert("db-1".to_string(), "0-1-100".to_string());
+        s.now_ms = now_ms;
+        s
     }
 
     fn dead_primary() -> Observed {

@@ -141,22 +141,7 @@ pub fn progress(s: &Snapshot) -> Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::{primary, replica};
-
-    fn snap(instances: Vec<crate::status::Observed>) -> Snapshot {
-        let spec: ClusterSpec = serde_json::from_str(r#"{"instances": 3}"#).unwrap();
-        Snapshot {
-            cluster: "db".into(),
-            spec,
-            status: ClusterStatus {
-                current_primary: Some("db-1".into()),
-                target_primary: Some("db-1".into()),
-                ..Default::default()
-            },
-            instances,
-            now_ms: 0,
-        }
-    }
+    use crate::testutil::{primary, replica, snapshot as snap};
 
     fn healthy() -> Snapshot {
         let mut s = snap(vec![

@@ -1,6 +1,23 @@
 //! Builders shared by the unit tests of the core.
 
-use crate::status::{InstancePhase, InstanceStatus, Observed, ReplicationStatus, Role};
+use cnmysql_api::ClusterStatus;
+
+use crate::status::{InstancePhase, InstanceStatus, Observed, ReplicationStatus, Role, Snapshot};
+
+/// Cluster `db` of three instances whose primary is `db-1`, at time 0.
+pub fn snapshot(instances: Vec<Observed>) -> Snapshot {
+    Snapshot {
+        cluster: "db".into(),
+        spec: serde_json::from_str(r#"{"instances": 3}"#).unwrap(),
+        status: ClusterStatus {
+            current_primary: Some("db-1".into()),
+            target_primary: Some("db-1".into()),
+            ..Default::default()
+        },
+        instances,
+        now_ms: 0,
+    }
+}
 
 /// A ready, healthy replica `<cluster>-<n>` that has executed `gtid`.
 pub fn replica(name: &str, gtid: &str) -> Observed {

@@ -215,31 +215,37 @@ impl FakeApi {
         (StatusCode::OK, obj.clone())
     }
 
+    /// Answer an HTTP request, whatever carried it.
+    async fn answer<B>(&self, req: Request<B>) -> Response<Full<Bytes>>
+    where
+        B: http_body::Body<Data = Bytes>,
+    {
+        let (parts, body) = req.into_parts();
+        let bytes = body
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let ct = parts
+            .headers
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let path = parts
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str())
+            .unwrap_or("/");
+        let (code, v) = self.handle(parts.method.clone(), path, ct, &bytes);
+        json_response(code, &v)
+    }
+
     /// An in-process client talking to this fake.
     pub fn client(&self, default_namespace: &str) -> kube::Client {
         let api = self.clone();
         let svc = tower::service_fn(move |req: Request<kube::client::Body>| {
             let api = api.clone();
-            async move {
-                let (parts, body) = req.into_parts();
-                let bytes = body
-                    .collect()
-                    .await
-                    .map(|b| b.to_bytes())
-                    .unwrap_or_default();
-                let ct = parts
-                    .headers
-                    .get(http::header::CONTENT_TYPE)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_string);
-                let path = parts
-                    .uri
-                    .path_and_query()
-                    .map(|p| p.as_str())
-                    .unwrap_or("/");
-                let (code, v) = api.handle(parts.method.clone(), path, ct, &bytes);
-                Ok::<_, Infallible>(json_response(code, &v))
-            }
+            async move { Ok::<_, Infallible>(api.answer(req).await) }
         });
         kube::Client::new(svc, default_namespace)
     }
@@ -251,25 +257,7 @@ impl FakeApi {
         let app = axum::Router::new().fallback(move |req: Request<axum::body::Body>| {
             let api = api.clone();
             async move {
-                let (parts, body) = req.into_parts();
-                let bytes = body
-                    .collect()
-                    .await
-                    .map(|b| b.to_bytes())
-                    .unwrap_or_default();
-                let ct = parts
-                    .headers
-                    .get(http::header::CONTENT_TYPE)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_string);
-                let path = parts
-                    .uri
-                    .path_and_query()
-                    .map(|p| p.as_str())
-                    .unwrap_or("/");
-                let (code, v) = api.handle(parts.method.clone(), path, ct, &bytes);
-                let r = json_response(code, &v);
-                let (p, b) = r.into_parts();
+                let (p, b) = api.answer(req).await.into_parts();
                 Response::from_parts(p, axum::body::Body::new(b))
             }
         });
