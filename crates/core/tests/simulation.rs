@@ -9,7 +9,15 @@
 //!
 //! 1. at most one instance is writable;
 //! 2. under `dataDurability: required`, every writable instance holds every
-//!    acknowledged transaction (no promoted instance lacks one).
+//!    acknowledged transaction (no promoted instance lacks one);
+//! 3. no replica of the current primary holds a transaction the primary
+//!    lacks (which a wrong crash recovery, rolling back transactions a
+//!    replica already received, would cause).
+//!
+//! A restarted former primary recovers as MariaDB does with
+//! `--init-rpl-role=SLAVE` when `role::recovery` says so: its own trailing
+//! transactions whose acknowledgement it never got are rolled back, whether
+//! or not a replica received them.
 //!
 //! `CNMYSQL_SIM_SEEDS` raises the number of schedules (default 2000).
 
@@ -55,6 +63,9 @@ struct Node {
     read_only: bool,
     source: Option<usize>,
     last_renew: Option<i64>,
+    /// It was writable when it crashed: its last commits may be prepared
+    /// but unacknowledged.
+    crashed_writable: bool,
 }
 
 impl Node {
@@ -105,6 +116,7 @@ impl World {
                 read_only: i != 1,
                 source: (i != 1).then_some(0),
                 last_renew: (i == 1).then_some(0),
+                crashed_writable: false,
             })
             .collect();
         let status = ClusterStatus {
@@ -142,6 +154,22 @@ impl World {
             "seed {seed} step {step} after {what}: two writable instances {writable:?}\n{}",
             self.trace.join("\n")
         );
+        if let Some(p) = self
+            .status
+            .current_primary
+            .as_deref()
+            .and_then(|c| self.idx(c))
+        {
+            for n in self.nodes.iter().filter(|n| n.source == Some(p)) {
+                assert!(
+                    self.nodes[p].log.starts_with(&n.log),
+                    "seed {seed} step {step} after {what}: replica {} holds transactions its primary {} lacks\n{}",
+                    n.name,
+                    self.nodes[p].name,
+                    self.trace.join("\n")
+                );
+            }
+        }
         for n in self.nodes.iter().filter(|n| n.writable()) {
             let have: BTreeSet<Gtid> = n.log.iter().copied().collect();
             let missing: Vec<&Gtid> = self.acked.iter().filter(|g| !have.contains(g)).collect();
@@ -419,12 +447,30 @@ impl World {
         let k = self.rng.below(self.nodes.len() as u64) as usize;
         match self.rng.below(100) {
             0..=5 if self.nodes[k].alive => {
+                self.nodes[k].crashed_writable = self.nodes[k].writable();
                 self.nodes[k].alive = false;
                 self.trace.push(format!("crash {}", self.nodes[k].name));
             }
             6..=17 if !self.nodes[k].alive && !self.nodes[k].held_down => {
                 // A restarted instance boots read-only with no lease.
+                let recovery = role::recovery(&self.nodes[k].name, &self.status);
                 let n = &mut self.nodes[k];
+                if n.crashed_writable && recovery == role::Recovery::AsReplica {
+                    let mut cut = 0;
+                    while n
+                        .log
+                        .last()
+                        .is_some_and(|g| g.server == n.server && !self.acked.contains(g))
+                    {
+                        n.log.pop();
+                        cut += 1;
+                    }
+                    self.trace.push(format!(
+                        "{} recovers as a replica, rolls back {cut}",
+                        n.name
+                    ));
+                }
+                n.crashed_writable = false;
                 n.alive = true;
                 n.read_only = true;
                 n.source = None;
