@@ -107,6 +107,28 @@ async fn failover_after_kill9_with_required_durability_loses_nothing() {
         },
     )
     .await;
+    // Visible in the status table: the primary waits for one
+    // acknowledgement from its two replicas, which acknowledge.
+    wait_for(
+        "semi-sync in the status table",
+        Duration::from_secs(20),
+        || async {
+            let out = c.local(&["status"]);
+            let table = String::from_utf8_lossy(&out.stdout).to_string();
+            let row = |i: &str| {
+                table
+                    .lines()
+                    .find(|l| l.starts_with(i))
+                    .unwrap_or("")
+                    .to_string()
+            };
+            (row("fo-1").contains("waits 1 of 2")
+                && row("fo-2").contains("acks")
+                && row("fo-3").contains("acks"))
+            .then_some(())
+        },
+    )
+    .await;
     let w = start_writer(&c).await;
     w.wait_for_more(100, Duration::from_secs(10)).await;
     let killed = Instant::now();

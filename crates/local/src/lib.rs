@@ -321,6 +321,24 @@ fn short(s: &str, n: usize) -> String {
     }
 }
 
+/// Semi-sync as a reader wants it: on a primary, how many acknowledgements
+/// each commit waits for out of the replicas connected, or that it fell
+/// back to asynchronous; on a replica, whether it acknowledges.
+fn semi_sync_cell(s: &InstanceStatus) -> String {
+    let Some(semi) = &s.semi_sync else {
+        return "-".into();
+    };
+    match s.role {
+        Role::Primary if semi.source_active => {
+            format!("waits {} of {}", semi.wait_for_count.max(1), semi.clients)
+        }
+        Role::Primary if semi.source_enabled => "fell back to async".into(),
+        Role::Replica if semi.replica_active => "acks".into(),
+        Role::Replica if semi.replica_enabled => "enabled".into(),
+        _ => "off".into(),
+    }
+}
+
 /// A table for people; colours only on a terminal.
 pub fn render_status(r: &StatusReport) -> String {
     let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
@@ -371,16 +389,18 @@ pub fn render_status(r: &StatusReport) -> String {
         "READ-ONLY",
         "GTID",
         "LAG",
+        "SEMI-SYNC",
         "PHASE",
         "MANAGER",
     ];
-    let mut rows: Vec<[String; 8]> = Vec::new();
+    let mut rows: Vec<[String; 9]> = Vec::new();
     for i in &r.instances {
         let row = match &i.status {
             None => [
                 i.name.clone(),
                 "-".into(),
                 "no".into(),
+                "-".into(),
                 "-".into(),
                 "-".into(),
                 "-".into(),
@@ -427,13 +447,14 @@ pub fn render_status(r: &StatusReport) -> String {
                 s.lag_seconds
                     .map(|l| format!("{l}s"))
                     .unwrap_or_else(|| "-".into()),
+                semi_sync_cell(s),
                 format!("{:?}", s.phase).to_lowercase(),
                 short(&s.executable_hash, 12),
             ],
         };
         rows.push(row);
     }
-    let widths: Vec<usize> = (0..8)
+    let widths: Vec<usize> = (0..9)
         .map(|c| {
             rows.iter()
                 .map(|r| r[c].chars().count())
