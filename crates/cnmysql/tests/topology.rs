@@ -75,6 +75,29 @@ async fn switchover_under_continuous_writes_loses_nothing() {
     let o = w.stop().await;
     assert!(c.has_event("SwitchoverCompleted").is_some());
     assert_eq!(c.writable_instances().await, vec!["swo-1".to_string()]);
+    // What a dashboard sees: the primary, and two completed switchovers.
+    let page = wait_for(
+        "metrics after the switchovers",
+        Duration::from_secs(10),
+        || async {
+            let page = c.metrics().await;
+            page.contains("cnmysql_instance_primary{instance=\"swo-1\"} 1.0")
+                .then_some(page)
+        },
+    )
+    .await;
+    assert!(
+        page.contains("cnmysql_instance_primary{instance=\"swo-2\"} 0.0"),
+        "{page}"
+    );
+    assert!(
+        page.contains("cnmysql_events_total{reason=\"SwitchoverCompleted\",type=\"Normal\"} 2"),
+        "{page}"
+    );
+    assert!(
+        page.contains("cnmysql_instance_semi_sync_waiting{instance=\"swo-1\"} 1.0"),
+        "{page}"
+    );
     for i in ["swo-1", "swo-2", "swo-3"] {
         verify_on(&c, i, &o.acked).await;
     }

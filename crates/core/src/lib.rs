@@ -7,6 +7,7 @@ pub mod fencing;
 pub mod flavor;
 pub mod isolation;
 pub mod lease;
+pub mod metrics;
 pub mod phase;
 pub mod role;
 pub mod semisync;

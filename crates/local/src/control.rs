@@ -257,6 +257,10 @@ impl ControlPlane {
             let proxy = Proxy::bind(service, &self.ports.host, port).await?;
             tokio::spawn(proxy.run(routes_rx.clone(), addrs.clone()));
         }
+        let (metrics_tx, metrics_rx) = watch::channel(None);
+        if let Some(port) = self.ports.metrics {
+            crate::metrics::serve(&self.ports.host, port, metrics_rx, self.dir.clone()).await?;
+        }
         let operator_hash = executable_hash();
         self.dir.update_status(|s| {
             s.operator_executable_hash = Some(operator_hash.clone());
@@ -365,6 +369,13 @@ impl ControlPlane {
             let booting = started.elapsed() < Duration::from_secs(15)
                 && procs.iter().any(|p| !p.answered && !p.held_down);
             let current = self.dir.read_status();
+            metrics_tx.send_replace(Some(Snapshot {
+                cluster: name.clone(),
+                spec: self.cluster.spec.clone(),
+                status: current.as_ref().cloned().unwrap_or_default(),
+                instances: observed.clone(),
+                now_ms: jiff::Timestamp::now().as_millisecond(),
+            }));
             match (&current, status_unreadable) {
                 // Decisions need the recorded primary, fencing and
                 // divergence: none are taken without them.
@@ -794,6 +805,9 @@ impl ControlPlane {
             self.ports.services["rw"],
             self.dir.secret_files().app_password.display()
         ));
+        if let Some(port) = self.ports.metrics {
+            text.push_str(&format!("Metrics:  http://{host}:{port}/metrics\n"));
+        }
         text.push_str(&format!(
             "Status:   cnmysql local status --state-dir {}\n",
             self.dir.root.display()

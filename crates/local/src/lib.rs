@@ -2,6 +2,7 @@
 
 pub mod cluster_state;
 pub mod control;
+pub mod metrics;
 pub mod proxy;
 pub mod state;
 pub mod template;
@@ -184,6 +185,9 @@ fn detach(opts: &UpOptions, dir: &StateDir) -> anyhow::Result<()> {
         ports.services["rw"],
         dir.secret_files().app_password.display()
     );
+    if let Some(port) = ports.metrics {
+        println!("Metrics:  http://{}:{port}/metrics", ports.host);
+    }
     println!(
         "Stop:     cnmysql local down --state-dir {}",
         dir.root.display()
@@ -254,6 +258,9 @@ pub struct StatusReport {
     pub state_dir: PathBuf,
     pub running: bool,
     pub endpoints: std::collections::BTreeMap<String, String>,
+    /// The Prometheus endpoint.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<String>,
     pub status: cnmysql_api::ClusterStatus,
     /// Why the recorded status could not be read (the instances are still
     /// shown as they answer).
@@ -307,6 +314,9 @@ pub async fn status_report(dir: &StateDir) -> anyhow::Result<StatusReport> {
             .iter()
             .map(|(k, v)| (k.clone(), format!("{}:{v}", ports.host)))
             .collect(),
+        metrics: ports
+            .metrics
+            .map(|p| format!("http://{}:{p}/metrics", ports.host)),
         status,
         status_error,
         instances,
@@ -381,7 +391,11 @@ pub fn render_status(r: &StatusReport) -> String {
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
-    out.push_str(&format!("Services: {}\n\n", eps.join("  ")));
+    out.push_str(&format!("Services: {}\n", eps.join("  ")));
+    if let Some(m) = &r.metrics {
+        out.push_str(&format!("Metrics:  {m}\n"));
+    }
+    out.push('\n');
     let header = [
         "INSTANCE",
         "ROLE",

@@ -39,6 +39,9 @@ pub struct Ports {
     /// Service name (`rw`, `ro`, `r`, additional names) → port.
     pub services: BTreeMap<String, u16>,
     pub instances: BTreeMap<String, InstancePorts>,
+    /// Prometheus metrics of the cluster (`/metrics`, plain HTTP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<u16>,
 }
 
 #[derive(Clone, Debug)]
@@ -289,6 +292,7 @@ impl StateDir {
                 host: host.clone(),
                 services: BTreeMap::new(),
                 instances: BTreeMap::new(),
+                metrics: None,
             }
         };
         let svc = &cluster.spec.managed.services;
@@ -306,6 +310,7 @@ impl StateDir {
             .values()
             .copied()
             .chain(ports.instances.values().flat_map(|p| [p.mysql, p.control]))
+            .chain(ports.metrics)
             .collect();
         let mut pick = |offset: u32| -> anyhow::Result<u16> {
             if base == 0 {
@@ -329,6 +334,10 @@ impl StateDir {
             }
         }
         ports.services.retain(|k, _| services.contains(k));
+        if ports.metrics.is_none() {
+            // Just below the instances' ports.
+            ports.metrics = Some(pick(9)?);
+        }
         for (i, n) in instances.iter().enumerate() {
             if !ports.instances.contains_key(n) {
                 let off = 10 + 2 * i as u32;
@@ -473,6 +482,25 @@ impl StateDir {
     }
 
     /// Record an event (the local stand-in for Kubernetes Events).
+    /// How many events of each (reason, type) were recorded so far.
+    pub fn event_counts(&self) -> cnmysql_core::metrics::EventCounts {
+        let mut counts = cnmysql_core::metrics::EventCounts::new();
+        let Ok(text) = std::fs::read_to_string(self.events_file()) else {
+            return counts;
+        };
+        for line in text.lines() {
+            let Ok(e) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            if let (Some(reason), Some(kind)) = (e["reason"].as_str(), e["type"].as_str()) {
+                *counts
+                    .entry((reason.to_string(), kind.to_string()))
+                    .or_default() += 1;
+            }
+        }
+        counts
+    }
+
     pub fn event(&self, warning: bool, reason: &str, instance: Option<&str>, message: &str) {
         use std::io::Write;
         let line = serde_json::json!({

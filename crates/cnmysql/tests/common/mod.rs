@@ -248,6 +248,23 @@ impl LocalCluster {
         cnmysql(&all)
     }
 
+    /// The cluster's Prometheus page (`GET /metrics` on its metrics port).
+    pub async fn metrics(&self) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let port = self.ports()["metrics"].as_u64().expect("a metrics port") as u16;
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("connect to the metrics endpoint");
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+        assert!(out.contains("application/openmetrics-text"), "{out}");
+        out
+    }
+
     /// The kubectl plugin, started under one of its names (`kubectl-cnmsql`,
     /// `kubectl-cloudnative-mysql`), on this local cluster.
     pub fn plugin(&self, name: &str, args: &[&str]) -> Output {

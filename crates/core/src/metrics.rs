@@ -1,0 +1,239 @@
+//! Prometheus metrics of a cluster, from what the control plane observes:
+//! one snapshot plus the events recorded so far. Rendering is pure (no
+//! clock, no I/O), so every platform serves the same series.
+//!
+//! Series (OpenMetrics text):
+//! - per instance (`instance` label): `cnmysql_instance_up`, `_ready`,
+//!   `_primary`, `_read_only`, `_fenced`, `_diverged`,
+//!   `_replication_lag_seconds`, `_semi_sync_waiting` (a primary waiting for
+//!   acknowledgements), `_semi_sync_clients`;
+//! - per cluster: `cnmysql_cluster_instances`, `_ready_instances`,
+//!   `_primary_failing` (1 while a failing primary is being timed),
+//!   `_primary_changing` (1 while targetPrimary differs from currentPrimary),
+//!   `_phase` (1 for the current phase, label `phase`);
+//! - `cnmysql_events_total` by `reason` and `type`: switchovers,
+//!   failovers, blocked operations, fencing, restarts since the cluster was
+//!   created.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crate::status::{Role, Snapshot};
+
+type Labels = Vec<(String, String)>;
+type Values = Family<Labels, Gauge<f64, AtomicU64>>;
+
+/// Events counted so far, by (reason, type).
+pub type EventCounts = BTreeMap<(String, String), u64>;
+
+fn gauge(registry: &mut Registry, name: &str, help: &str) -> Values {
+    let f = Values::default();
+    registry.register(name, help, f.clone());
+    f
+}
+
+fn label(k: &str, v: &str) -> Labels {
+    vec![(k.to_string(), v.to_string())]
+}
+
+fn flag(b: bool) -> f64 {
+    if b { 1.0 } else { 0.0 }
+}
+
+/// The metrics page of a cluster.
+pub fn encode_cluster(s: &Snapshot, events: &EventCounts) -> String {
+    let mut r = Registry::with_prefix("cnmysql");
+    let up = gauge(
+        &mut r,
+        "instance_up",
+        "The instance manager answered the last poll",
+    );
+    let ready = gauge(
+        &mut r,
+        "instance_ready",
+        "The instance is ready to serve its role",
+    );
+    let primary = gauge(
+        &mut r,
+        "instance_primary",
+        "The instance runs as the primary",
+    );
+    let read_only = gauge(&mut r, "instance_read_only", "The server refuses writes");
+    let fenced = gauge(&mut r, "instance_fenced", "The instance is fenced");
+    let diverged = gauge(
+        &mut r,
+        "instance_diverged",
+        "The instance is kept out: its GTID history diverged",
+    );
+    let lag = gauge(
+        &mut r,
+        "instance_replication_lag_seconds",
+        "Seconds the replica's applier is behind its source",
+    );
+    let semi_waiting = gauge(
+        &mut r,
+        "instance_semi_sync_waiting",
+        "The primary waits for semi-sync acknowledgements (not fallen back)",
+    );
+    let semi_clients = gauge(
+        &mut r,
+        "instance_semi_sync_clients",
+        "Replicas connected to the primary as semi-sync acknowledgers",
+    );
+    for o in &s.instances {
+        let l = label("instance", &o.name);
+        up.get_or_create(&l).set(flag(o.reachable()));
+        ready.get_or_create(&l).set(flag(o.ready()));
+        fenced.get_or_create(&l).set(flag(s.is_fenced(&o.name)));
+        diverged.get_or_create(&l).set(flag(s.is_diverged(&o.name)));
+        let Some(st) = &o.status else { continue };
+        primary
+            .get_or_create(&l)
+            .set(flag(st.role == Role::Primary));
+        read_only.get_or_create(&l).set(flag(st.read_only));
+        if let Some(secs) = st.lag_seconds {
+            lag.get_or_create(&l).set(secs as f64);
+        }
+        if let Some(semi) = &st.semi_sync
+            && st.role == Role::Primary
+        {
+            semi_waiting.get_or_create(&l).set(flag(semi.source_active));
+            semi_clients.get_or_create(&l).set(f64::from(semi.clients));
+        }
+    }
+
+    let cluster = label("cluster", &s.cluster);
+    let instances = gauge(
+        &mut r,
+        "cluster_instances",
+        "Instances the Cluster declares",
+    );
+    instances
+        .get_or_create(&cluster)
+        .set(f64::from(s.spec.instances));
+    let ready_n = gauge(&mut r, "cluster_ready_instances", "Instances ready");
+    ready_n
+        .get_or_create(&cluster)
+        .set(s.instances.iter().filter(|o| o.ready()).count() as f64);
+    let failing = gauge(
+        &mut r,
+        "cluster_primary_failing",
+        "A failing primary is being timed for failover",
+    );
+    failing
+        .get_or_create(&cluster)
+        .set(flag(s.status.primary_failing_since.is_some()));
+    let changing = gauge(
+        &mut r,
+        "cluster_primary_changing",
+        "A switchover or failover is in progress",
+    );
+    changing
+        .get_or_create(&cluster)
+        .set(flag(s.status.target_primary != s.status.current_primary));
+    let phase = gauge(
+        &mut r,
+        "cluster_phase",
+        "The cluster's phase (1 for the current one)",
+    );
+    if let Some(p) = s.status.phase {
+        let mut l = cluster.clone();
+        l.push(("phase".into(), p.as_str().into()));
+        phase.get_or_create(&l).set(1.0);
+    }
+
+    let counted = Family::<Labels, Counter>::default();
+    r.register(
+        "events",
+        "Events recorded since the cluster was created, by reason",
+        counted.clone(),
+    );
+    for ((reason, kind), n) in events {
+        let l = vec![
+            ("reason".to_string(), reason.clone()),
+            ("type".to_string(), kind.clone()),
+        ];
+        counted.get_or_create(&l).inc_by(*n);
+    }
+
+    let mut out = String::new();
+    encode(&mut out, &r).expect("writing to a String cannot fail");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::SemiSyncStatus;
+    use crate::testutil::{primary, replica, snapshot};
+
+    fn line<'a>(page: &'a str, prefix: &str) -> &'a str {
+        page.lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in\n{page}"))
+    }
+
+    #[test]
+    fn roles_health_and_events_are_series() {
+        let mut p = primary("db-1", "0-1-10");
+        p.status.as_mut().unwrap().semi_sync = Some(SemiSyncStatus {
+            source_enabled: true,
+            source_active: true,
+            clients: 1,
+            ..Default::default()
+        });
+        let mut r = replica("db-2", "0-1-10");
+        r.status.as_mut().unwrap().lag_seconds = Some(3);
+        let dead = crate::status::Observed {
+            name: "db-3".into(),
+            ordinal: 3,
+            status: None,
+        };
+        let mut s = snapshot(vec![p, r, dead]);
+        s.status.fenced_instances = vec!["db-2".into()];
+        s.status.phase = Some(cnmysql_api::Phase::Degraded);
+        let mut events = EventCounts::new();
+        events.insert(("SwitchoverCompleted".into(), "Normal".into()), 2);
+        let page = encode_cluster(&s, &events);
+
+        assert_eq!(
+            line(&page, "cnmysql_instance_primary{instance=\"db-1\"}"),
+            "cnmysql_instance_primary{instance=\"db-1\"} 1.0"
+        );
+        assert_eq!(
+            line(&page, "cnmysql_instance_primary{instance=\"db-2\"}"),
+            "cnmysql_instance_primary{instance=\"db-2\"} 0.0"
+        );
+        assert!(line(&page, "cnmysql_instance_up{instance=\"db-3\"}").ends_with(" 0.0"));
+        assert!(line(&page, "cnmysql_instance_fenced{instance=\"db-2\"}").ends_with(" 1.0"));
+        assert!(
+            line(
+                &page,
+                "cnmysql_instance_replication_lag_seconds{instance=\"db-2\"}"
+            )
+            .ends_with(" 3.0")
+        );
+        assert!(
+            line(
+                &page,
+                "cnmysql_instance_semi_sync_waiting{instance=\"db-1\"}"
+            )
+            .ends_with(" 1.0")
+        );
+        assert!(line(&page, "cnmysql_cluster_ready_instances{cluster=\"db\"}").ends_with(" 2.0"));
+        assert!(line(&page, "cnmysql_cluster_phase{").contains("phase=\"Degraded\""));
+        assert_eq!(
+            line(&page, "cnmysql_events_total{"),
+            "cnmysql_events_total{reason=\"SwitchoverCompleted\",type=\"Normal\"} 2"
+        );
+        // An unreachable instance has no role to report.
+        assert!(!page.contains("cnmysql_instance_primary{instance=\"db-3\"}"));
+        assert!(page.ends_with("# EOF\n"));
+    }
+}
