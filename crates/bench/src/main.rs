@@ -360,8 +360,9 @@ fn failover(runs: usize) -> anyhow::Result<Value> {
             for p in &pids {
                 unsafe_kill(*p);
             }
-            // Measure from the moment both processes are gone, so no write the
-            // old primary acknowledged counts as a write after the failover.
+            // Measure from the moment both processes are gone to the first
+            // acknowledged write sent after it, so no answer of the old
+            // primary counts as a write after the failover.
             while pids.iter().any(|p| {
                 std::path::Path::new(&format!("/proc/{p}/stat")).exists()
                     && !std::fs::read_to_string(format!("/proc/{p}/stat"))

@@ -13,6 +13,7 @@ use mysql_async::{Conn, OptsBuilder};
 struct Log {
     acked: Vec<u64>,
     ack_times: Vec<Instant>,
+    sent_times: Vec<Instant>,
     errors: u64,
 }
 
@@ -28,12 +29,20 @@ pub struct Outcome {
     /// Longest interval without an acknowledged write.
     pub longest_gap: Duration,
     pub ack_times: Vec<Instant>,
+    /// When each acknowledged write was sent.
+    pub sent_times: Vec<Instant>,
 }
 
 impl Outcome {
-    /// First acknowledgement after `t`.
+    /// First acknowledgement of a write sent after `t`.
     pub fn first_ack_after(&self, t: Instant) -> Option<Instant> {
-        self.ack_times.iter().copied().find(|a| *a > t)
+        // A write sent after `t`: an answer to an earlier write that was
+        // still on its way back must not count.
+        self.sent_times
+            .iter()
+            .zip(&self.ack_times)
+            .find(|(sent, _)| **sent > t)
+            .map(|(_, ack)| *ack)
     }
 }
 
@@ -90,6 +99,7 @@ impl WriteChecker {
                     }
                 }
                 let c = conn.as_mut().unwrap();
+                let sent = Instant::now();
                 let r = tokio::time::timeout(
                     Duration::from_secs(5),
                     c.query_drop(format!("INSERT INTO chk.w (id) VALUES ({next})")),
@@ -100,6 +110,7 @@ impl WriteChecker {
                         let mut g = l.lock().unwrap();
                         g.acked.push(next);
                         g.ack_times.push(Instant::now());
+                        g.sent_times.push(sent);
                         next += 1;
                     }
                     _ => {
@@ -154,6 +165,7 @@ impl WriteChecker {
             errors: g.errors,
             longest_gap,
             ack_times: g.ack_times.clone(),
+            sent_times: g.sent_times.clone(),
         }
     }
 }
