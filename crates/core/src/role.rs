@@ -61,12 +61,16 @@ pub enum Recovery {
 }
 
 /// The recovery for `me`: as a replica only when another instance is the
-/// recorded primary. Without a recorded primary (a new cluster), or while
-/// `me` still is it, nothing is thrown away.
+/// recorded primary and `me` is not the target. Without a recorded primary
+/// (a new cluster), while `me` still is it, or once `me` is to become it
+/// (from before it claims the role: a replica may already hold its
+/// transactions), nothing is thrown away.
 pub fn recovery(me: &str, status: &ClusterStatus) -> Recovery {
-    match status.current_primary.as_deref() {
-        Some(p) if p != me => Recovery::AsReplica,
-        _ => Recovery::AsPrimary,
+    let other_primary = status.current_primary.as_deref().is_some_and(|p| p != me);
+    if other_primary && status.target_primary.as_deref() != Some(me) {
+        Recovery::AsReplica
+    } else {
+        Recovery::AsPrimary
     }
 }
 
@@ -327,7 +331,9 @@ mod tests {
         st.current_primary = Some("db-1".into());
         st.target_primary = Some("db-2".into());
         assert_eq!(recovery("db-1", &st), Recovery::AsPrimary);
-        assert_eq!(recovery("db-2", &st), Recovery::AsReplica);
+        // The target of a switchover or failover is about to claim the role.
+        assert_eq!(recovery("db-2", &st), Recovery::AsPrimary);
+        assert_eq!(recovery("db-3", &st), Recovery::AsReplica);
         st.current_primary = Some("db-2".into());
         assert_eq!(recovery("db-1", &st), Recovery::AsReplica);
         assert_eq!(recovery("db-2", &st), Recovery::AsPrimary);

@@ -546,9 +546,6 @@ impl<C: ClusterState> Manager<C> {
             self.cluster.acquire_lease(&self.cfg.instance).await?;
             *self.last_renew.lock().unwrap() = Some(attempt);
         }
-        // From the claim on, a crash restart must keep every transaction
-        // (a replica may already hold them): recover as the primary.
-        self.supervisor.set_start_options(Vec::new());
         if !self.cluster.claim_primary(&self.cfg.instance).await? {
             tracing::warn!("the target primary changed while promoting; staying read-only");
             self.release_lease_if_held().await;
@@ -711,7 +708,6 @@ impl<C: ClusterState> Manager<C> {
         if desired == Desired::Primary
             && status.current_primary.as_deref() != Some(self.cfg.instance.as_str())
         {
-            self.supervisor.set_start_options(Vec::new());
             self.cluster.claim_primary(&self.cfg.instance).await?;
         }
         self.set_phase(InstancePhase::Running, "");

@@ -369,13 +369,6 @@ impl ControlPlane {
             let booting = started.elapsed() < Duration::from_secs(15)
                 && procs.iter().any(|p| !p.answered && !p.held_down);
             let current = self.dir.read_status();
-            metrics_tx.send_replace(Some(Snapshot {
-                cluster: name.clone(),
-                spec: self.cluster.spec.clone(),
-                status: current.as_ref().cloned().unwrap_or_default(),
-                instances: observed.clone(),
-                now_ms: jiff::Timestamp::now().as_millisecond(),
-            }));
             match (&current, status_unreadable) {
                 // Decisions need the recorded primary, fencing and
                 // divergence: none are taken without them.
@@ -387,18 +380,20 @@ impl ControlPlane {
                 _ => {}
             }
             status_unreadable = current.is_err();
-            if let (false, Ok(status)) = (booting, current) {
-                let snapshot = Snapshot {
-                    cluster: name.clone(),
-                    spec: self.cluster.spec.clone(),
-                    status,
-                    instances: observed.clone(),
-                    now_ms: jiff::Timestamp::now().as_millisecond(),
-                };
-                if let Err(e) = self.topology(&snapshot, &mut procs, &mut memory).await {
-                    tracing::warn!(error = %e, "topology step failed");
-                }
+            let snapshot = Snapshot {
+                cluster: name.clone(),
+                spec: self.cluster.spec.clone(),
+                status: current.unwrap_or_default(),
+                instances: observed.clone(),
+                now_ms: jiff::Timestamp::now().as_millisecond(),
+            };
+            if !booting
+                && !status_unreadable
+                && let Err(e) = self.topology(&snapshot, &mut procs, &mut memory).await
+            {
+                tracing::warn!(error = %e, "topology step failed");
             }
+            metrics_tx.send_replace(Some(snapshot));
             let status = self.dir.read_status().unwrap_or_default();
             // Poll fast while the primary is moving or failing.
             period = Duration::from_millis(
