@@ -122,6 +122,109 @@ pub struct ClusterSpec {
     /// Resources the operator manages on behalf of the cluster.
     #[serde(default)]
     pub managed: ManagedSpec,
+
+    /// The volume of each instance's data (Kubernetes): one PersistentVolumeClaim
+    /// `<cluster>-<ordinal>` per instance.
+    #[serde(default)]
+    pub storage: StorageSpec,
+
+    /// CPU and memory of the database container (Kubernetes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<k8s_openapi::api::core::v1::ResourceRequirements>,
+
+    /// Where instances may run (Kubernetes).
+    #[serde(default)]
+    pub affinity: AffinitySpec,
+
+    /// Secrets the user brings instead of letting the operator generate them.
+    #[serde(default)]
+    pub secrets: SecretsSpec,
+}
+
+/// Storage for each instance's data directory.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StorageSpec {
+    /// Requested size, e.g. `10Gi` [default: 1Gi]. Ignored when `pvcTemplate`
+    /// sets a storage request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub size: Option<String>,
+    /// StorageClass of the claims [default: the cluster's default class].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub storage_class: Option<String>,
+    /// A full claim spec, for access modes, selectors or volume modes; `size`
+    /// and `storageClass` fill in what it leaves unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pvc_template: Option<k8s_openapi::api::core::v1::PersistentVolumeClaimSpec>,
+}
+
+/// Scheduling of instances.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AffinitySpec {
+    /// Keep instances of one cluster apart (on different `topologyKey` values).
+    #[serde(default = "default_true")]
+    pub enable_pod_anti_affinity: bool,
+    /// `preferred` (default) lets instances share a node when no other fits;
+    /// `required` leaves them Pending instead.
+    #[serde(default)]
+    pub pod_anti_affinity_type: AntiAffinityType,
+    /// The node label that separates instances [default: kubernetes.io/hostname].
+    #[serde(default = "default_topology_key")]
+    #[schemars(length(max = 316))]
+    pub topology_key: String,
+    /// Only nodes with these labels.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Taints the instances tolerate.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<k8s_openapi::api::core::v1::Toleration>,
+}
+
+impl Default for AffinitySpec {
+    fn default() -> Self {
+        AffinitySpec {
+            enable_pod_anti_affinity: true,
+            pod_anti_affinity_type: AntiAffinityType::default(),
+            topology_key: default_topology_key(),
+            node_selector: BTreeMap::new(),
+            tolerations: Vec::new(),
+        }
+    }
+}
+
+fn default_topology_key() -> String {
+    "kubernetes.io/hostname".into()
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum AntiAffinityType {
+    #[default]
+    Preferred,
+    Required,
+}
+
+/// Names of existing Secrets in the Cluster's namespace to use instead of
+/// generated ones. The operator never changes or deletes a Secret it did
+/// not create.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SecretsSpec {
+    /// Password of the `app` account, under the key `password`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub app_secret: Option<String>,
+    /// Password of the administrative account, under the key `password`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub root_secret: Option<String>,
+    /// The cluster's certificate authority: `ca.crt` and `ca.key` (PEM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub ca_secret: Option<String>,
 }
 
 fn default_instances() -> i32 {
@@ -163,12 +266,14 @@ pub struct MysqlSpec {
     /// Server image (Kubernetes platform). The local platform uses the
     /// server binaries found on this machine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512))]
     pub image: Option<String>,
 
     /// Server settings rendered into the configuration file. Settings the
     /// operator owns (server_id, binlog, GTID, TLS, read-only, semi-sync) are
     /// refused here.
     #[serde(default)]
+    #[schemars(extend("maxProperties" = 256, "additionalProperties" = {"type": "string", "maxLength": 4096}))]
     #[x_kube(validation = Rule::new("self.all(k, k.matches('^[A-Za-z0-9_.-]+$') && !self[k].contains('\\n'))").message("spec.mysql.parameters: names are letters, digits, _ . - and values are single lines"))]
     #[x_kube(validation = Rule::new("self.all(k, !(k.lowerAscii().replace('-', '_') in ['server_id','port','socket','datadir','bind_address','pid_file','log_bin','log_bin_index','log_slave_updates','log_replica_updates','binlog_format','gtid_strict_mode','gtid_domain_id','gtid_mode','enforce_gtid_consistency','read_only','super_read_only','relay_log','ssl_ca','ssl_cert','ssl_key','skip_slave_start','skip_replica_start','rpl_semi_sync_master_enabled','rpl_semi_sync_slave_enabled','rpl_semi_sync_master_timeout','rpl_semi_sync_master_wait_point','rpl_semi_sync_source_enabled','rpl_semi_sync_replica_enabled','rpl_semi_sync_source_timeout','rpl_semi_sync_source_wait_for_replica_count','user']))").message("spec.mysql.parameters sets a setting the operator owns (server_id, binlog, GTID, TLS, read-only, semi-sync, paths): remove it; use spec.mysql.semiSync for semi-sync"))]
     pub parameters: BTreeMap<String, String>,
@@ -275,6 +380,7 @@ impl ServiceRole {
 pub struct ManagedServices {
     /// Default Services not to create (`ro`, `r`; `rw` cannot be disabled).
     #[serde(default)]
+    #[schemars(length(max = 3))]
     #[x_kube(validation = Rule::new("!('rw' in self)").message("spec.managed.services.disabledDefaultServices cannot contain rw: the read-write Service is always created"))]
     #[x_kube(validation = Rule::new("self.all(x, self.exists_one(y, y == x))").message("spec.managed.services.disabledDefaultServices lists a Service twice: remove the duplicate"))]
     pub disabled_default_services: Vec<ServiceRole>,
@@ -285,6 +391,7 @@ pub struct ManagedServices {
 
     /// Extra Services routed to a role, named `<cluster>-<name>`.
     #[serde(default)]
+    #[schemars(length(max = 32))]
     #[x_kube(validation = Rule::new("self.all(x, !(x.name in ['rw', 'ro', 'r']))").message("spec.managed.services.additional[].name must not be rw, ro or r: those are the default Services; pick another name"))]
     #[x_kube(validation = Rule::new("self.all(x, self.exists_one(y, y.name == x.name))").message("spec.managed.services.additional[].name must be unique: rename one of the duplicates"))]
     pub additional: Vec<AdditionalService>,
@@ -294,6 +401,7 @@ pub struct ManagedServices {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AdditionalService {
     /// Rendered as `<cluster>-<name>`: a DNS label.
+    #[schemars(length(max = 40))]
     #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && size(self) <= 40").message("spec.managed.services.additional[].name must be a lower-case DNS label of at most 40 characters"))]
     pub name: String,
     pub selector_type: ServiceRole,
@@ -328,8 +436,10 @@ pub struct ServiceTemplate {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ServiceTemplateMeta {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 64, "additionalProperties" = {"type": "string", "maxLength": 4096}))]
     pub labels: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 64, "additionalProperties" = {"type": "string", "maxLength": 4096}))]
     pub annotations: BTreeMap<String, String>,
 }
 
@@ -345,8 +455,10 @@ pub struct ServiceTemplateSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_affinity: Option<SessionAffinity>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(max = 64)))]
     pub load_balancer_source_ranges: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
     pub external_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health_check_node_port: Option<i32>,

@@ -13,6 +13,10 @@ pub const ADOPT_MYSQLD_PID_ENV: &str = "CNMYSQL_ADOPT_MYSQLD_PID";
 pub const MYSQL_PORT: u16 = 3306;
 /// Port of the instance manager's control API inside a pod.
 pub const CONTROL_PORT: u16 = 8000;
+/// Port of the plain-HTTP probe endpoints (`/healthz`, `/readyz`) inside a
+/// pod: the kubelet presents no client certificate, so probes cannot use the
+/// mutual-TLS control port.
+pub const PROBE_PORT: u16 = 8001;
 /// Account used by replicas; it requires an X509 client certificate.
 pub const REPLICATION_USER: &str = "cnmysql_replication";
 /// Account the instance manager uses on its own server (local socket only).

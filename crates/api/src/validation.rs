@@ -127,6 +127,42 @@ fn check_against_schema(v: &Value, schema: &Value, path: &str, errors: &mut Vec<
             return;
         }
     }
+    // Bounds the API server enforces (they also keep the CEL rules' cost
+    // within its budget).
+    let bound = |key: &str| schema.get(key).and_then(Value::as_u64);
+    if let (Some(max), Some(text)) = (bound("maxLength"), v.as_str())
+        && text.chars().count() as u64 > max
+    {
+        errors.push(err(
+            path,
+            format!(
+                "is {} characters long; at most {max} are allowed: shorten it",
+                text.chars().count()
+            ),
+        ));
+    }
+    if let (Some(max), Some(items)) = (bound("maxItems"), v.as_array())
+        && items.len() as u64 > max
+    {
+        errors.push(err(
+            path,
+            format!(
+                "has {} entries; at most {max} are allowed: remove some",
+                items.len()
+            ),
+        ));
+    }
+    if let (Some(max), Some(map)) = (bound("maxProperties"), v.as_object())
+        && map.len() as u64 > max
+    {
+        errors.push(err(
+            path,
+            format!(
+                "has {} entries; at most {max} are allowed: remove some",
+                map.len()
+            ),
+        ));
+    }
     let ty = schema.get("type").and_then(Value::as_str);
     let wrong = |want: &str, errors: &mut Vec<FieldError>| {
         errors.push(err(path, format!("must be {want}, not {v}")));
@@ -233,6 +269,25 @@ fn is_dns_label(s: &str) -> bool {
         && !s.ends_with('-')
 }
 
+/// A positive Kubernetes quantity with an optional binary or decimal suffix
+/// (`10Gi`, `500M`, `1.5Ti`).
+fn is_storage_quantity(s: &str) -> bool {
+    let suffixes = [
+        "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "k", "M", "G", "T", "P", "E", "",
+    ];
+    suffixes.iter().any(|suf| {
+        s.strip_suffix(suf).is_some_and(|num| {
+            let mut parts = num.splitn(2, '.');
+            let whole = parts.next().unwrap_or("");
+            let frac = parts.next();
+            !whole.is_empty()
+                && whole.bytes().all(|b| b.is_ascii_digit())
+                && frac.is_none_or(|f| !f.is_empty() && f.bytes().all(|b| b.is_ascii_digit()))
+                && num.bytes().any(|b| b != b'0' && b != b'.')
+        })
+    })
+}
+
 /// Longest cluster name: `<name>-<ordinal>` and `<name>-primary` must stay
 /// valid DNS labels with room for ordinals and suffixes.
 pub const MAX_CLUSTER_NAME: usize = 45;
@@ -282,6 +337,14 @@ pub fn validate(c: &Cluster) -> Vec<FieldError> {
                 "({}) must be lower than spec.instances ({}): a primary cannot wait for itself; lower maxSyncReplicas or add instances",
                 s.max_sync_replicas, s.instances
             ),
+        ));
+    }
+    if let Some(size) = &s.storage.size
+        && !is_storage_quantity(size)
+    {
+        errors.push(err(
+            "spec.storage.size",
+            format!("{size:?} is not a storage size; write it like 10Gi, 500Mi or 1Ti"),
         ));
     }
     let semi = &s.mysql.semi_sync;
@@ -388,4 +451,17 @@ pub fn validate(c: &Cluster) -> Vec<FieldError> {
         }
     }
     errors
+}
+
+#[cfg(test)]
+mod quantity_tests {
+    #[test]
+    fn storage_sizes() {
+        for ok in ["10Gi", "500Mi", "1.5Ti", "1G", "1073741824"] {
+            assert!(super::is_storage_quantity(ok), "{ok}");
+        }
+        for bad in ["", "Gi", "ten gigs", "10 Gi", "-1Gi", "0", "1.Gi", "10GB"] {
+            assert!(!super::is_storage_quantity(bad), "{bad}");
+        }
+    }
 }

@@ -5,41 +5,8 @@
 use cnmysql_api::{Cluster, parse_cluster, validation::crd_schema};
 use serde_json::Value;
 
-const BASE: &str = r#"
-apiVersion: mysql.cnmysql.io/v1
-kind: Cluster
-metadata:
-  name: db
-spec:
-  instances: 3
-  minSyncReplicas: 1
-  maxSyncReplicas: 1
-  mysql:
-    semiSync:
-      enabled: true
-"#;
-
-/// Apply a JSON merge patch to the base manifest and return it as YAML text.
-fn manifest(patch: Value) -> String {
-    let mut v: Value = serde_saphyr::from_str(BASE).unwrap();
-    merge(&mut v, patch);
-    serde_json::to_string(&v).unwrap()
-}
-
-fn merge(a: &mut Value, b: Value) {
-    match (a, b) {
-        (Value::Object(a), Value::Object(b)) => {
-            for (k, v) in b {
-                if v.is_null() {
-                    a.remove(&k);
-                } else {
-                    merge(a.entry(k).or_insert(Value::Null), v);
-                }
-            }
-        }
-        (a, b) => *a = b,
-    }
-}
+mod common;
+use common::{BASE, cases, manifest, oversized};
 
 /// Evaluate the CRD's CEL rules (x-kubernetes-validations) on a manifest.
 fn cel_errors(text: &str) -> Vec<String> {
@@ -93,177 +60,6 @@ fn defaults_follow_the_spec() {
     assert!(!s.mysql.semi_sync.enabled);
 }
 
-/// (what is wrong, patch, field the message must name, enforced by CEL)
-fn cases() -> Vec<(&'static str, Value, &'static str, bool)> {
-    use serde_json::json;
-    vec![
-        (
-            "no instances",
-            json!({"spec": {"instances": 0, "minSyncReplicas": 0, "maxSyncReplicas": 0, "mysql": {"semiSync": {"enabled": false}}}}),
-            "spec.instances",
-            true,
-        ),
-        (
-            "negative instances",
-            json!({"spec": {"instances": -2}}),
-            "spec.instances",
-            true,
-        ),
-        (
-            "min above max",
-            json!({"spec": {"minSyncReplicas": 2, "maxSyncReplicas": 1}}),
-            "spec.minSyncReplicas",
-            true,
-        ),
-        (
-            "max reaches instances",
-            json!({"spec": {"maxSyncReplicas": 3, "minSyncReplicas": 1}}),
-            "spec.maxSyncReplicas",
-            true,
-        ),
-        (
-            "negative min",
-            json!({"spec": {"minSyncReplicas": -1}}),
-            "spec.minSyncReplicas",
-            true,
-        ),
-        (
-            "semi-sync without replicas",
-            json!({"spec": {"minSyncReplicas": 0, "maxSyncReplicas": 0}}),
-            "spec.mysql.semiSync.enabled",
-            true,
-        ),
-        (
-            "required without floor",
-            json!({"spec": {"minSyncReplicas": 0, "mysql": {"semiSync": {"dataDurability": "required"}}}}),
-            "spec.minSyncReplicas",
-            true,
-        ),
-        (
-            "negative failover delay",
-            json!({"spec": {"failoverDelay": -5}}),
-            "spec.failoverDelay",
-            true,
-        ),
-        (
-            "negative switchover delay",
-            json!({"spec": {"maxSwitchoverDelay": -1}}),
-            "spec.maxSwitchoverDelay",
-            true,
-        ),
-        (
-            "zero semi-sync timeout",
-            json!({"spec": {"mysql": {"semiSync": {"timeoutMillis": 0}}}}),
-            "spec.mysql.semiSync.timeoutMillis",
-            true,
-        ),
-        (
-            "rw disabled",
-            json!({"spec": {"managed": {"services": {"disabledDefaultServices": ["rw"]}}}}),
-            "spec.managed.services.disabledDefaultServices[0]",
-            true,
-        ),
-        (
-            "ro disabled twice",
-            json!({"spec": {"managed": {"services": {"disabledDefaultServices": ["ro", "ro"]}}}}),
-            "spec.managed.services.disabledDefaultServices[1]",
-            true,
-        ),
-        (
-            "additional named rw",
-            json!({"spec": {"managed": {"services": {"additional": [{"name": "rw", "selectorType": "rw"}]}}}}),
-            "spec.managed.services.additional[0].name",
-            true,
-        ),
-        (
-            "additional named r",
-            json!({"spec": {"managed": {"services": {"additional": [{"name": "r", "selectorType": "ro"}]}}}}),
-            "spec.managed.services.additional[0].name",
-            true,
-        ),
-        (
-            "additional twice",
-            json!({"spec": {"managed": {"services": {"additional": [{"name": "lb", "selectorType": "rw"}, {"name": "lb", "selectorType": "ro"}]}}}}),
-            "spec.managed.services.additional[1].name",
-            true,
-        ),
-        (
-            "additional bad name",
-            json!({"spec": {"managed": {"services": {"additional": [{"name": "Bad_Name", "selectorType": "rw"}]}}}}),
-            "spec.managed.services.additional[0].name",
-            true,
-        ),
-        (
-            "owned parameter",
-            json!({"spec": {"mysql": {"parameters": {"server-id": "7"}}}}),
-            "spec.mysql.parameters.server-id",
-            true,
-        ),
-        (
-            "owned read_only",
-            json!({"spec": {"mysql": {"parameters": {"READ_ONLY": "0"}}}}),
-            "spec.mysql.parameters.READ_ONLY",
-            true,
-        ),
-        (
-            "injected line",
-            json!({"spec": {"mysql": {"parameters": {"max_connections": "10\nserver_id=9"}}}}),
-            "spec.mysql.parameters.max_connections",
-            true,
-        ),
-        // Enforced by the schema (enum / type / unknown field) rather than CEL.
-        (
-            "unknown flavour",
-            json!({"spec": {"mysql": {"flavor": "postgres"}}}),
-            "spec.mysql.flavor",
-            false,
-        ),
-        (
-            "unknown durability",
-            json!({"spec": {"mysql": {"semiSync": {"dataDurability": "maybe"}}}}),
-            "spec.mysql.semiSync.dataDurability",
-            false,
-        ),
-        (
-            "unknown selector type",
-            json!({"spec": {"managed": {"services": {"additional": [{"name": "x", "selectorType": "primary"}]}}}}),
-            "spec.managed.services.additional[0].selectorType",
-            false,
-        ),
-        (
-            "unknown update method",
-            json!({"spec": {"primaryUpdateMethod": "delete"}}),
-            "spec.primaryUpdateMethod",
-            false,
-        ),
-        (
-            "misspelt field",
-            json!({"spec": {"instance": 3}}),
-            "spec.instance",
-            false,
-        ),
-        (
-            "string instances",
-            json!({"spec": {"instances": "three"}}),
-            "spec.instances",
-            false,
-        ),
-        (
-            "selector in template",
-            json!({"spec": {"managed": {"services": {"template": {"spec": {"selector": {"a": "b"}}}}}}}),
-            "spec.managed.services.template.spec.selector",
-            false,
-        ),
-        (
-            "bad name",
-            json!({"metadata": {"name": "Bad_Cluster"}}),
-            "metadata.name",
-            false,
-        ),
-        ("wrong kind", json!({"kind": "Database"}), "kind", false),
-    ]
-}
-
 #[test]
 fn every_invalid_spec_is_refused_naming_the_field() {
     for (what, patch, field, _) in cases() {
@@ -277,6 +73,58 @@ fn every_invalid_spec_is_refused_naming_the_field() {
         // Every message says what to do, not just what is wrong.
         assert!(msg.len() > field.len() + 10, "{what}: terse message {msg}");
     }
+}
+
+#[test]
+fn oversized_specs_are_refused_naming_the_field() {
+    for (what, patch, field) in oversized() {
+        let e = parse_cluster(&manifest(patch)).expect_err(what);
+        assert!(
+            e.0.iter()
+                .any(|fe| fe.field == field && fe.message.contains("at most")),
+            "{what}: no bound error on {field}: {e}"
+        );
+    }
+}
+
+/// Every list, map and string a CEL rule walks declares a bound, so the API
+/// server can estimate the rule's cost (it refuses the CRD otherwise).
+#[test]
+fn every_collection_a_rule_walks_is_bounded() {
+    fn walk(v: &Value, path: &str, out: &mut Vec<String>) {
+        let Some(o) = v.as_object() else { return };
+        if o.contains_key("x-kubernetes-validations") {
+            let bounded = match o.get("type").and_then(Value::as_str) {
+                Some("array") => o.contains_key("maxItems"),
+                Some("string") => o.contains_key("maxLength"),
+                Some("object") if o.contains_key("additionalProperties") => {
+                    o.contains_key("maxProperties")
+                        && o["additionalProperties"].get("maxLength").is_some()
+                }
+                _ => true,
+            };
+            if !bounded {
+                out.push(path.to_string());
+            }
+        }
+        for (k, child) in o {
+            match k.as_str() {
+                "properties" => {
+                    for (name, s) in child.as_object().into_iter().flatten() {
+                        walk(s, &format!("{path}.{name}"), out);
+                    }
+                }
+                "items" => walk(child, &format!("{path}[]"), out),
+                _ => {}
+            }
+        }
+    }
+    let mut unbounded = Vec::new();
+    walk(&crd_schema(), "", &mut unbounded);
+    assert!(
+        unbounded.is_empty(),
+        "rules walk unbounded values: {unbounded:?}"
+    );
 }
 
 #[test]

@@ -34,6 +34,8 @@ enum Command {
     },
     /// Print the Cluster CustomResourceDefinition (YAML).
     Crd,
+    /// The Kubernetes operator: reconcile Clusters on an API server.
+    Operator(OperatorArgs),
     /// The kubectl plugin (`kubectl cnmsql`): install it, or run its commands.
     Plugin {
         #[command(subcommand)]
@@ -148,8 +150,46 @@ impl Target {
     }
 }
 
+#[derive(clap::Args)]
+struct OperatorArgs {
+    /// Kubeconfig to use outside a cluster [default: $KUBECONFIG, ~/.kube/config, else in-cluster].
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// Context of the kubeconfig to use.
+    #[arg(long)]
+    context: Option<String>,
+    /// Namespaces to watch, comma-separated [default: all namespaces].
+    #[arg(long, value_delimiter = ',', env = "CNMYSQL_WATCH_NAMESPACES")]
+    namespaces: Vec<String>,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, default_value = "0.0.0.0:8080", value_name = "ADDR:PORT")]
+    http_bind: std::net::SocketAddr,
+    /// Reconcile only while holding the leader Lease (run several replicas safely).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    leader_elect: bool,
+    /// Namespace of the leader Lease [default: this Pod's namespace].
+    #[arg(long, env = "POD_NAMESPACE", default_value = "cnmysql-system")]
+    leader_election_namespace: String,
+    /// This replica's identity in the leader Lease [default: the host name].
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// The operator's own image: instance Pods copy the manager from it.
+    #[arg(
+        long,
+        env = "CNMYSQL_OPERATOR_IMAGE",
+        default_value = "ghcr.io/cloudnative-mysql/cnmysql:latest"
+    )]
+    operator_image: String,
+}
+
 #[derive(Subcommand)]
 enum InstanceCommand {
+    /// Copy this executable to DEST (the bootstrap-controller init container
+    /// of an instance Pod): the instance manager then runs from it.
+    BootstrapController {
+        /// Where to put the manager, e.g. /controller/manager.
+        dest: PathBuf,
+    },
     /// Supervise mysqld for one instance.
     Run {
         /// The instance configuration written by the platform.
@@ -195,6 +235,24 @@ fn main() -> ExitCode {
     }
 }
 
+/// Copy this executable to `dest` atomically (a temporary file renamed
+/// over it), executable by its owner and group.
+fn bootstrap_controller(dest: &Path) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    use std::os::unix::fs::PermissionsExt as _;
+    let me = std::env::current_exe()?;
+    let dir = dest
+        .parent()
+        .ok_or_else(|| anyhow::anyhow!("{}: no directory", dest.display()))?;
+    let tmp = dir.join(format!(".manager.{}", std::process::id()));
+    std::fs::copy(&me, &tmp)
+        .with_context(|| format!("copying {} to {}", me.display(), tmp.display()))?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
+    std::fs::rename(&tmp, dest).with_context(|| format!("renaming into {}", dest.display()))?;
+    eprintln!("installed the instance manager at {}", dest.display());
+    Ok(())
+}
+
 fn state_dir(
     flag: Option<PathBuf>,
     name: Option<String>,
@@ -208,6 +266,30 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             print!("{}", cnmysql_api::crd_yaml());
             Ok(())
         }
+        Command::Operator(a) => {
+            init_json_logs();
+            let identity = a
+                .identity
+                .or_else(|| std::env::var("HOSTNAME").ok())
+                .unwrap_or_else(|| format!("cnmysql-operator-{}", std::process::id()));
+            cnmysql_operator::run(cnmysql_operator::Options {
+                connect: cnmysql_k8s::client::ConnectOptions {
+                    kubeconfig: a.kubeconfig,
+                    context: a.context,
+                    namespace: None,
+                },
+                namespaces: a.namespaces.into_iter().filter(|n| !n.is_empty()).collect(),
+                http_bind: a.http_bind,
+                leader_elect: a.leader_elect,
+                leader_election_namespace: a.leader_election_namespace,
+                identity,
+                operator_image: a.operator_image,
+            })
+            .await
+        }
+        Command::Instance {
+            command: InstanceCommand::BootstrapController { dest },
+        } => bootstrap_controller(&dest),
         Command::Plugin {
             command: PluginEntry::Install { dir },
         } => {

@@ -153,7 +153,9 @@ pub async fn run(cli: PluginCli) -> anyhow::Result<()> {
             }
             let c = t.kubernetes(&cluster).await?.get().await?;
             match output {
-                StatusOutput::Json => println!("{}", serde_json::to_string_pretty(&c)?),
+                StatusOutput::Json => {
+                    println!("{}", serde_json::to_string_pretty(&k8s::for_display(c))?)
+                }
                 StatusOutput::Table => print!("{}", k8s::render_status(&c, color())),
             }
             Ok(())

@@ -43,7 +43,9 @@ pub async fn publish(
     };
     let event = Event {
         metadata: ObjectMeta {
-            generate_name: Some(format!("{}.", cluster.name_any())),
+            // A generateName must itself be a valid name prefix: the API
+            // server refuses one ending in a dot.
+            generate_name: Some(format!("{}-", cluster.name_any())),
             namespace: Some(namespace),
             ..Default::default()
         },

@@ -151,6 +151,20 @@ impl FakeApi {
             st.resource_version += 1;
             let n = st.events.len();
             if let Some(prefix) = ev["metadata"]["generateName"].as_str() {
+                // As the API server does: the prefix, with any trailing dash
+                // masked, must itself be a valid name.
+                let masked = prefix
+                    .strip_suffix('-')
+                    .map_or(prefix.to_string(), |p| format!("{p}a"));
+                if !is_dns_subdomain(&masked) {
+                    return failure(
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        "Invalid",
+                        &format!(
+                            "Event is invalid: metadata.generateName: Invalid value: {prefix:?}"
+                        ),
+                    );
+                }
                 ev["metadata"]["name"] = json!(format!("{prefix}{n:05}"));
             }
             st.events.push(ev.clone());
@@ -278,6 +292,20 @@ pub fn write_kubeconfig(path: &Path, server: &str, namespace: &str) -> std::io::
             "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {server}\nusers:\n- name: someone\n  user:\n    token: not-a-secret\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: someone\n    namespace: {namespace}\ncurrent-context: fake\n"
         ),
     )
+}
+
+/// RFC 1123 subdomain, as Kubernetes object names must be.
+fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
 }
 
 fn json_response(code: StatusCode, v: &Value) -> Response<Full<Bytes>> {

@@ -396,6 +396,19 @@ pub fn render_status(cluster: &Cluster, color: bool) -> String {
     out
 }
 
+/// The Cluster as a user wants to read it: without the server's bookkeeping
+/// (`managedFields`, the last-applied annotation kubectl leaves behind).
+pub fn for_display(mut c: Cluster) -> Cluster {
+    c.metadata.managed_fields = None;
+    if let Some(a) = c.metadata.annotations.as_mut() {
+        a.remove("kubectl.kubernetes.io/last-applied-configuration");
+        if a.is_empty() {
+            c.metadata.annotations = None;
+        }
+    }
+    c
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

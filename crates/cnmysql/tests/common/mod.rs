@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod kube;
 pub mod writer;
 
 use std::collections::BTreeMap;

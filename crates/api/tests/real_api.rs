@@ -1,0 +1,97 @@
+//! The CRD on a real kube-apiserver: it installs (the CEL rules fit the
+//! API server's cost budget), a valid Cluster is accepted, and every invalid
+//! Cluster of the validation tests is refused by the server itself, with a
+//! message naming the field.
+//!
+//! Ignored unless run by `scripts/test-kube` with `KUBEBUILDER_ASSETS` set.
+
+use std::time::Duration;
+
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+
+mod common;
+use common::{BASE, cases, manifest, oversized};
+
+/// Install `deploy/crd.yaml` as committed, the way `kubectl apply
+/// --server-side` does.
+async fn install_crd(client: &kube::Client) -> anyhow::Result<()> {
+    let path = std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/crd.yaml"
+    ));
+    cnmysql_envtest::install_crd(client, path).await
+}
+
+fn cluster_api(client: &kube::Client) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("mysql.cnmysql.io", "v1", "Cluster");
+    Api::namespaced_with(client.clone(), "default", &ApiResource::from_gvk(&gvk))
+}
+
+async fn try_apply(client: &kube::Client, text: &str) -> Result<(), String> {
+    let obj: serde_json::Value = serde_saphyr::from_str(text).map_err(|e| e.to_string())?;
+    let name = obj["metadata"]["name"].as_str().unwrap_or("db").to_string();
+    cluster_api(client)
+        .patch(
+            &name,
+            &PatchParams::apply("cnmysql-test")
+                .dry_run()
+                .validation_strict(),
+            &Patch::Apply(&obj),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+#[tokio::test]
+#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+async fn the_crd_installs_and_the_api_server_enforces_every_rule() {
+    let cp = cnmysql_envtest::ControlPlane::start(Default::default())
+        .await
+        .unwrap();
+    let client = cp.client().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(60), install_crd(&client))
+        .await
+        .expect("CRD established within 60s")
+        .unwrap_or_else(|e| panic!("the CRD does not install: {e}"));
+
+    try_apply(&client, BASE)
+        .await
+        .expect("the base Cluster is accepted");
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/cluster.yaml"
+    ))
+    .unwrap();
+    try_apply(&client, &example)
+        .await
+        .expect("examples/cluster.yaml is accepted");
+
+    for (what, patch, field, _) in cases() {
+        let text = manifest(patch);
+        let err = try_apply(&client, &text)
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("{what}: the API server accepted it"));
+        // The server names the path of the object the rule is attached
+        // to: the field itself, its list, or its map.
+        let mut path = field.split('[').next().unwrap();
+        if path.starts_with("spec.mysql.parameters.") {
+            path = "spec.mysql.parameters";
+        }
+        assert!(
+            err.contains(path) || (field == "kind" && err.contains("Database")),
+            "{what}: the API server's refusal does not name {field}: {err}"
+        );
+    }
+    for (what, patch, field) in oversized() {
+        let err = try_apply(&client, &manifest(patch))
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("{what}: the API server accepted it"));
+        assert!(
+            err.contains(field),
+            "{what}: refusal does not name {field}: {err}"
+        );
+    }
+}

@@ -1,0 +1,372 @@
+//! `cnmysql operator` against a real kube-apiserver (and
+//! kube-controller-manager for garbage collection): the objects of a
+//! Cluster, server-side apply, owner references, idempotence, corrections,
+//! Pod recreation on its claim, invalid Clusters, the instances' RBAC,
+//! deletion, and leader election between two replicas.
+//!
+//! Ignored unless run by `scripts/test-kube` with `KUBEBUILDER_ASSETS` set.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use cnmysql_api::Cluster;
+use cnmysql_envtest::wait_for;
+use common::kube::*;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use serde_json::json;
+
+fn owned_by(
+    meta_refs: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
+    uid: &str,
+) -> bool {
+    meta_refs
+        .iter()
+        .any(|o| o.uid == uid && o.controller == Some(true) && o.kind == "Cluster")
+}
+
+#[tokio::test]
+#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+async fn the_operator_creates_corrects_and_deletes_a_clusters_objects() {
+    let (cp, client) = control_plane().await;
+    let op = Operator::start(&cp, "op-a").await;
+    wait_for(
+        "the operator to be ready",
+        Duration::from_secs(30),
+        || async { (op.get("/readyz").await.map(|r| r.0) == Some(200)).then_some(()) },
+    )
+    .await;
+    wait_for("the operator to lead", Duration::from_secs(30), || async {
+        (op.metric("cnmysql_operator_leader").await == 1.0).then_some(())
+    })
+    .await;
+
+    // 1. The first reconcile creates exactly the expected objects.
+    let applied = Instant::now();
+    let cluster = apply_cluster(&client, &cluster_manifest("db", "")).await;
+    let uid = cluster.uid().unwrap();
+    wait_for(
+        "every object of the Cluster",
+        Duration::from_secs(60),
+        || async {
+            let ok = names::<Pod>(&client, "db").await.len() == 3
+                && names::<PersistentVolumeClaim>(&client, "db").await.len() == 3
+                && names::<Service>(&client, "db").await.len() == 3
+                && names::<Secret>(&client, "db").await.len() == 8
+                && names::<PodDisruptionBudget>(&client, "db").await.len() == 2
+                && names::<RoleBinding>(&client, "db").await.len() == 1;
+            ok.then_some(())
+        },
+    )
+    .await;
+    eprintln!("kubectl apply -> every object: {:?}", applied.elapsed());
+    assert_eq!(names::<Pod>(&client, "db").await, ["db-1", "db-2", "db-3"]);
+    assert_eq!(
+        names::<PersistentVolumeClaim>(&client, "db").await,
+        ["db-1", "db-2", "db-3"]
+    );
+    assert_eq!(
+        names::<Service>(&client, "db").await,
+        ["db-r", "db-ro", "db-rw"]
+    );
+    assert_eq!(
+        names::<Secret>(&client, "db").await,
+        [
+            "db-1-tls",
+            "db-2-tls",
+            "db-3-tls",
+            "db-app",
+            "db-ca",
+            "db-operator-tls",
+            "db-replication",
+            "db-root"
+        ]
+    );
+    assert_eq!(names::<ServiceAccount>(&client, "db").await, ["db"]);
+    assert_eq!(names::<Role>(&client, "db").await, ["db"]);
+    assert_eq!(
+        names::<PodDisruptionBudget>(&client, "db").await,
+        ["db", "db-primary"]
+    );
+
+    // Owner references and server-side apply under one field manager.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "prod");
+    let p1 = pods.get("db-1").await.unwrap();
+    assert!(owned_by(p1.owner_references(), &uid));
+    let spec = p1.spec.as_ref().unwrap();
+    assert_eq!(
+        spec.init_containers.as_ref().unwrap()[0].image.as_deref(),
+        Some(IMAGE)
+    );
+    assert_eq!(spec.service_account_name.as_deref(), Some("db"));
+    let svcs: Api<Service> = Api::namespaced(client.clone(), "prod");
+    let rw = svcs.get("db-rw").await.unwrap();
+    assert!(owned_by(rw.owner_references(), &uid));
+    let managers: Vec<String> = rw
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .map(|m| {
+            format!(
+                "{}/{}",
+                m.manager.clone().unwrap_or_default(),
+                m.operation.clone().unwrap_or_default()
+            )
+        })
+        .collect();
+    assert!(
+        managers.contains(&"cnmysql-operator/Apply".to_string()),
+        "{managers:?}"
+    );
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "prod");
+    assert!(owned_by(
+        claims.get("db-2").await.unwrap().owner_references(),
+        &uid
+    ));
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "prod");
+    assert!(owned_by(
+        secrets.get("db-ca").await.unwrap().owner_references(),
+        &uid
+    ));
+
+    // The status: first instance targeted, the operator's hash published.
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "prod");
+    let st = wait_for("the status", Duration::from_secs(30), || async {
+        let c = clusters.get("db").await.ok()?;
+        let st = c.status?;
+        (st.target_primary.is_some() && st.operator_executable_hash.is_some()).then_some(st)
+    })
+    .await;
+    assert_eq!(st.target_primary.as_deref(), Some("db-1"));
+    assert_eq!(st.operator_executable_hash.as_ref().unwrap().len(), 64);
+    assert_eq!(st.instances, 3);
+
+    // 2. Reconciling an unchanged Cluster writes nothing.
+    let before = versions(&client, "db").await;
+    let reconciles = op.metric("cnmysql_operator_reconciles_total").await;
+    // A label on the Cluster changes no spec, but triggers a reconcile.
+    clusters
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"touched": "1"}}})),
+        )
+        .await
+        .unwrap();
+    wait_for("another reconcile", Duration::from_secs(30), || async {
+        (op.metric("cnmysql_operator_reconciles_total").await > reconciles).then_some(())
+    })
+    .await;
+    assert_eq!(
+        versions(&client, "db").await,
+        before,
+        "a reconcile of an unchanged Cluster wrote"
+    );
+
+    // 3. A user's edit of an owned Service is corrected.
+    svcs.patch(
+        "db-rw",
+        &PatchParams::apply("someone-else").force(),
+        &Patch::Apply(json!({
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": "db-rw"},
+            "spec": {"selector": {"app": "hijacked"}, "ports": [{"name": "mysql", "port": 3306}]}
+        })),
+    )
+    .await
+    .unwrap();
+    wait_for(
+        "the rw selector to be restored",
+        Duration::from_secs(30),
+        || async {
+            let s = svcs.get("db-rw").await.ok()?;
+            let sel = s.spec?.selector?;
+            (sel.get("cnmysql.io/instanceRole").map(String::as_str) == Some("primary")
+                && !sel.contains_key("app"))
+            .then_some(())
+        },
+    )
+    .await;
+
+    // 4. A deleted Pod is recreated, on the same claim.
+    let old = pods.get("db-2").await.unwrap().uid().unwrap();
+    pods.delete("db-2", &DeleteParams::default()).await.unwrap();
+    let again = wait_for("db-2 to be recreated", Duration::from_secs(30), || async {
+        let p = pods.get("db-2").await.ok()?;
+        (p.uid()? != old).then_some(p)
+    })
+    .await;
+    let claim = again
+        .spec
+        .unwrap()
+        .volumes
+        .unwrap()
+        .into_iter()
+        .find_map(|v| v.persistent_volume_claim)
+        .unwrap();
+    assert_eq!(claim.claim_name, "db-2");
+
+    // 5. The instances' RBAC: what they need, and no more.
+    let sa = "system:serviceaccount:prod:db";
+    for (verb, what, allowed) in [
+        ("get", "clusters.mysql.cnmysql.io/db", true),
+        ("watch", "clusters.mysql.cnmysql.io/db", true),
+        (
+            "patch",
+            "clusters.mysql.cnmysql.io/db --subresource=status",
+            true,
+        ),
+        (
+            "patch",
+            "clusters.mysql.cnmysql.io/other --subresource=status",
+            false,
+        ),
+        ("update", "clusters.mysql.cnmysql.io/db", false),
+        ("delete", "clusters.mysql.cnmysql.io/db", false),
+        ("create", "leases.coordination.k8s.io", true),
+        ("update", "leases.coordination.k8s.io/db-primary", true),
+        ("delete", "leases.coordination.k8s.io/db-primary", true),
+        (
+            "update",
+            "leases.coordination.k8s.io/cnmysql-operator",
+            false,
+        ),
+        ("create", "events.events.k8s.io", true),
+        ("get", "secrets/db-2-tls", true),
+        ("get", "secrets/db-replication", true),
+        ("get", "secrets/db-ca", false),
+        ("get", "secrets/db-operator-tls", false),
+        ("list", "secrets", false),
+        ("delete", "pods/db-1", false),
+        ("create", "pods", false),
+    ] {
+        let mut args = vec!["auth", "can-i", verb];
+        args.extend(what.split(' '));
+        args.extend(["-n", "prod", "--as", sa]);
+        let out = kubectl(&cp, &args);
+        let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert_eq!(
+            said == "yes",
+            allowed,
+            "can-i {verb} {what}: {said} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    // 6. An invalid Cluster: Degraded with the field named, an Event, and
+    // nothing created.
+    apply_cluster(
+        &client,
+        &cluster_manifest("bad", "  storage:\n    size: ten gigs\n"),
+    )
+    .await;
+    let st = wait_for(
+        "the invalid Cluster to be Degraded",
+        Duration::from_secs(30),
+        || async {
+            let st = clusters.get("bad").await.ok()?.status?;
+            st.conditions
+                .iter()
+                .any(|c| {
+                    c.type_ == "Degraded"
+                        && c.status == "True"
+                        && c.message.contains("spec.storage.size")
+                })
+                .then_some(st)
+        },
+    )
+    .await;
+    assert!(st.phase_reason.unwrap().contains("spec.storage.size"));
+    let events: Api<Event> = Api::namespaced(client.clone(), "prod");
+    let ev = wait_for("the InvalidSpec event", Duration::from_secs(30), || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("InvalidSpec"))
+    })
+    .await;
+    assert!(ev.note.unwrap().contains("spec.storage.size"));
+    assert_eq!(ev.regarding.unwrap().name.as_deref(), Some("bad"));
+    assert!(names::<Pod>(&client, "bad").await.is_empty());
+    assert!(names::<Secret>(&client, "bad").await.is_empty());
+    assert!(names::<Service>(&client, "bad").await.is_empty());
+
+    // 7. Deleting the Cluster removes its Pods and owned objects.
+    clusters
+        .delete("db", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("garbage collection", Duration::from_secs(90), || async {
+        let left = versions(&client, "db").await;
+        left.is_empty().then_some(())
+    })
+    .await;
+
+    let log = op.log();
+    assert!(
+        !log.contains("BEGIN RSA PRIVATE KEY") && !log.contains("PRIVATE KEY-----"),
+        "a key reached the log"
+    );
+    op.stop().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+async fn only_the_leader_reconciles_and_a_standby_takes_over() {
+    let (cp, client) = control_plane().await;
+    let a = Operator::start(&cp, "op-a").await;
+    wait_for("op-a to lead", Duration::from_secs(30), || async {
+        (a.metric("cnmysql_operator_leader").await == 1.0).then_some(())
+    })
+    .await;
+    let b = Operator::start(&cp, "op-b").await;
+    wait_for("op-b to be ready", Duration::from_secs(30), || async {
+        (b.get("/readyz").await.map(|r| r.0) == Some(200)).then_some(())
+    })
+    .await;
+    apply_cluster(&client, &cluster_manifest("db", "")).await;
+    wait_for("db's Pods", Duration::from_secs(60), || async {
+        (names::<Pod>(&client, "db").await.len() == 3).then_some(())
+    })
+    .await;
+    assert_eq!(b.metric("cnmysql_operator_leader").await, 0.0);
+    assert_eq!(
+        b.metric("cnmysql_operator_reconciles_total").await,
+        0.0,
+        "the standby reconciled"
+    );
+
+    // The leader stops (a rolling update of the Deployment): it gives the
+    // lease up on the way out, and the standby takes over and acts.
+    let stopped = Instant::now();
+    a.stop().await;
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), "default");
+    let lease = leases.get("cnmysql-operator").await.unwrap();
+    let holder = lease.spec.and_then(|s| s.holder_identity);
+    assert!(
+        holder.as_deref() != Some("op-a"),
+        "op-a kept the lease after stopping: {holder:?}"
+    );
+    wait_for("op-b to lead", Duration::from_secs(30), || async {
+        (b.metric("cnmysql_operator_leader").await == 1.0).then_some(())
+    })
+    .await;
+    eprintln!("leader handover: {:?}", stopped.elapsed());
+    apply_cluster(&client, &cluster_manifest("db2", "")).await;
+    wait_for(
+        "db2's Pods from the new leader",
+        Duration::from_secs(60),
+        || async { (names::<Pod>(&client, "db2").await.len() == 3).then_some(()) },
+    )
+    .await;
+    b.stop().await;
+}

@@ -1,0 +1,418 @@
+//! A real Kubernetes control plane for tests, started the envtest way: the
+//! directory named by `KUBEBUILDER_ASSETS` holds `etcd`, `kube-apiserver`
+//! and `kube-controller-manager`; each test gets its own instance of them on
+//! free loopback ports, with a fresh certificate authority, a data directory
+//! that is removed afterwards, and every process killed when it is dropped.
+//!
+//! Tests that use it are `#[ignore]`d with [`IGNORE_REASON`]-style reasons,
+//! because no package registry ships these binaries; `scripts/test-kube`
+//! runs them when `KUBEBUILDER_ASSETS` is set.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType,
+};
+
+/// What an ignored real-API test says about why it is ignored.
+pub const IGNORE_REASON: &str = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube";
+
+/// The directory of the control-plane binaries, from `KUBEBUILDER_ASSETS`.
+pub fn assets() -> anyhow::Result<PathBuf> {
+    let dir = std::env::var_os("KUBEBUILDER_ASSETS")
+        .map(PathBuf::from)
+        .context("KUBEBUILDER_ASSETS is not set: point it at a directory holding etcd, kube-apiserver and kube-controller-manager")?;
+    for bin in ["etcd", "kube-apiserver"] {
+        if !dir.join(bin).is_file() {
+            bail!(
+                "KUBEBUILDER_ASSETS={}: {bin} is missing there",
+                dir.display()
+            );
+        }
+    }
+    Ok(dir)
+}
+
+/// A free TCP port on 127.0.0.1 (closed again before it is returned).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// Options for [`ControlPlane::start`].
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Also run kube-controller-manager with these controllers (e.g.
+    /// `garbagecollector`, `namespace`, `endpointslice`).
+    pub controllers: Vec<String>,
+}
+
+/// A running etcd + kube-apiserver (+ kube-controller-manager).
+pub struct ControlPlane {
+    dir: tempfile::TempDir,
+    children: Vec<(String, Child)>,
+    /// `https://127.0.0.1:<port>`.
+    pub url: String,
+    /// A kubeconfig for an administrator (group `system:masters`).
+    pub kubeconfig: PathBuf,
+    /// The API server's serving CA (PEM).
+    pub ca_pem: String,
+    /// The administrator's bearer token (tests only; never logged by us).
+    admin_token: String,
+    /// The service-account signing key file (PEM), for tests that mint tokens.
+    pub service_account_key: PathBuf,
+}
+
+fn pem_ca() -> anyhow::Result<(String, Issuer<'static, KeyPair>)> {
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::default();
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, "envtest CA");
+    params.distinguished_name = dn;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let cert = params.self_signed(&key)?;
+    Ok((cert.pem(), Issuer::new(params, key)))
+}
+
+fn serving_cert(issuer: &Issuer<'_, KeyPair>) -> anyhow::Result<(String, String)> {
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::default();
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, "kube-apiserver");
+    params.distinguished_name = dn;
+    params.subject_alt_names = vec![
+        SanType::IpAddress("127.0.0.1".parse()?),
+        SanType::DnsName("localhost".try_into()?),
+        SanType::DnsName("kubernetes.default.svc".try_into()?),
+    ];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let cert = params.signed_by(&key, issuer)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+fn token() -> String {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    (0..32)
+        .map(|_| char::from(b"abcdefghijklmnopqrstuvwxyz0123456789"[rng.random_range(0..36)]))
+        .collect()
+}
+
+/// Write a kubeconfig for `url` with a bearer token.
+pub fn write_kubeconfig(
+    path: &Path,
+    url: &str,
+    ca_pem: &str,
+    token: &str,
+    namespace: &str,
+) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let ca = base64(ca_pem.as_bytes());
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: envtest\n  cluster:\n    server: {url}\n    certificate-authority-data: {ca}\nusers:\n- name: envtest\n  user:\n    token: {token}\ncontexts:\n- name: envtest\n  context:\n    cluster: envtest\n    user: envtest\n    namespace: {namespace}\ncurrent-context: envtest\n"
+    );
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(path)?;
+    f.write_all(text.as_bytes())?;
+    Ok(())
+}
+
+fn base64(data: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(data)
+}
+
+fn spawn(name: &str, program: &Path, args: &[String], log: &Path) -> anyhow::Result<Child> {
+    let out = std::fs::File::create(log)?;
+    Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .spawn()
+        .with_context(|| format!("starting {name} ({})", program.display()))
+}
+
+impl ControlPlane {
+    /// Start etcd and kube-apiserver (and kube-controller-manager when
+    /// controllers are asked for); returns once `/readyz` answers ok.
+    pub async fn start(opts: Options) -> anyhow::Result<ControlPlane> {
+        let assets = assets()?;
+        let dir = tempfile::Builder::new()
+            .prefix("cnmysql-envtest-")
+            .tempdir()?;
+        let d = dir.path();
+        let mut cp = ControlPlane {
+            children: Vec::new(),
+            url: String::new(),
+            kubeconfig: d.join("kubeconfig"),
+            ca_pem: String::new(),
+            admin_token: token(),
+            service_account_key: d.join("sa.key"),
+            dir,
+        };
+        let d = cp.dir.path().to_path_buf();
+
+        // etcd
+        let (client, peer) = (free_port(), free_port());
+        let etcd_args: Vec<String> = vec![
+            format!("--data-dir={}", d.join("etcd").display()),
+            format!("--listen-client-urls=http://127.0.0.1:{client}"),
+            format!("--advertise-client-urls=http://127.0.0.1:{client}"),
+            format!("--listen-peer-urls=http://127.0.0.1:{peer}"),
+            format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"),
+            format!("--initial-cluster=default=http://127.0.0.1:{peer}"),
+            "--log-level=warn".into(),
+        ];
+        let etcd = spawn(
+            "etcd",
+            &assets.join("etcd"),
+            &etcd_args,
+            &d.join("etcd.log"),
+        )?;
+        cp.children.push(("etcd".into(), etcd));
+
+        // Certificates, tokens, service-account key.
+        let (ca_pem, issuer) = pem_ca()?;
+        let (cert, key) = serving_cert(&issuer)?;
+        std::fs::write(d.join("ca.crt"), &ca_pem)?;
+        std::fs::write(d.join("apiserver.crt"), cert)?;
+        std::fs::write(d.join("apiserver.key"), key)?;
+        let sa = KeyPair::generate()?;
+        std::fs::write(&cp.service_account_key, sa.serialize_pem())?;
+        std::fs::write(d.join("sa.pub"), sa.public_key_pem())?;
+        std::fs::write(
+            d.join("tokens.csv"),
+            format!("{},admin,admin-uid,\"system:masters\"\n", cp.admin_token),
+        )?;
+        cp.ca_pem = ca_pem;
+
+        let port = free_port();
+        cp.url = format!("https://127.0.0.1:{port}");
+        let api_args: Vec<String> = vec![
+            format!("--etcd-servers=http://127.0.0.1:{client}"),
+            format!("--etcd-prefix=/registry-{port}"),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            format!("--secure-port={port}"),
+            format!("--tls-cert-file={}", d.join("apiserver.crt").display()),
+            format!(
+                "--tls-private-key-file={}",
+                d.join("apiserver.key").display()
+            ),
+            format!("--token-auth-file={}", d.join("tokens.csv").display()),
+            "--authorization-mode=RBAC".into(),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+            format!("--service-account-key-file={}", d.join("sa.pub").display()),
+            format!(
+                "--service-account-signing-key-file={}",
+                cp.service_account_key.display()
+            ),
+            "--service-cluster-ip-range=10.96.0.0/16".into(),
+            "--allow-privileged=true".into(),
+            "--enable-priority-and-fairness=false".into(),
+            format!("--cert-dir={}", d.join("certs").display()),
+            "--v=1".into(),
+        ];
+        let api = spawn(
+            "kube-apiserver",
+            &assets.join("kube-apiserver"),
+            &api_args,
+            &d.join("kube-apiserver.log"),
+        )?;
+        cp.children.push(("kube-apiserver".into(), api));
+        write_kubeconfig(
+            &cp.kubeconfig,
+            &cp.url,
+            &cp.ca_pem,
+            &cp.admin_token,
+            "default",
+        )?;
+        cp.wait_ready(Duration::from_secs(90)).await?;
+
+        if !opts.controllers.is_empty() {
+            let kcm = assets.join("kube-controller-manager");
+            if !kcm.is_file() {
+                bail!(
+                    "KUBEBUILDER_ASSETS={}: kube-controller-manager is missing there",
+                    assets.display()
+                );
+            }
+            let args: Vec<String> = vec![
+                format!("--kubeconfig={}", cp.kubeconfig.display()),
+                format!("--controllers={}", opts.controllers.join(",")),
+                "--leader-elect=false".into(),
+                "--secure-port=0".into(),
+                "--use-service-account-credentials=false".into(),
+                "--concurrent-gc-syncs=5".into(),
+                "--v=1".into(),
+            ];
+            let child = spawn(
+                "kube-controller-manager",
+                &kcm,
+                &args,
+                &d.join("kube-controller-manager.log"),
+            )?;
+            cp.children.push(("kube-controller-manager".into(), child));
+        }
+        Ok(cp)
+    }
+
+    /// The data directory (logs of each process are `<name>.log` there).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    async fn wait_ready(&mut self, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        let client = self.client().await?;
+        loop {
+            for (name, child) in self.children.iter_mut() {
+                if let Some(st) = child.try_wait()? {
+                    let log = std::fs::read_to_string(self.dir.path().join(format!("{name}.log")))
+                        .unwrap_or_default();
+                    let tail: String = log
+                        .lines()
+                        .filter(|l| !l.contains("FLAG:"))
+                        .rev()
+                        .take(20)
+                        .collect::<Vec<_>>()
+                        .into_iter()
+                        .rev()
+                        .collect::<Vec<_>>()
+                        .join("\n");
+                    bail!("{name} exited ({st}) before the API server was ready:\n{tail}");
+                }
+            }
+            let req = http::Request::get("/readyz").body(Vec::new())?;
+            if let Ok(text) = client.request_text(req).await
+                && text.trim() == "ok"
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "the API server was not ready within {timeout:?}; logs in {}",
+                    self.dir.path().display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// A client with administrator rights.
+    pub async fn client(&self) -> anyhow::Result<kube::Client> {
+        self.client_for(&self.kubeconfig).await
+    }
+
+    /// A client from a kubeconfig file.
+    pub async fn client_for(&self, kubeconfig: &Path) -> anyhow::Result<kube::Client> {
+        let kc = kube::config::Kubeconfig::read_from(kubeconfig)?;
+        let config =
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await?;
+        Ok(kube::Client::try_from(config)?)
+    }
+
+    /// A kubeconfig that authenticates with `token` (e.g. a ServiceAccount's).
+    pub fn kubeconfig_with_token(&self, name: &str, token: &str) -> anyhow::Result<PathBuf> {
+        let path = self.dir.path().join(format!("kubeconfig-{name}"));
+        write_kubeconfig(&path, &self.url, &self.ca_pem, token, "default")?;
+        Ok(path)
+    }
+
+    /// Lines of a control-plane process's log, for failure messages.
+    pub fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.path().join(format!("{name}.log"))).unwrap_or_default()
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        use nix::sys::signal::{Signal, kill};
+        use nix::unistd::Pid;
+        // Controllers first, etcd last.
+        for (_, child) in self.children.iter_mut().rev() {
+            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(5);
+            loop {
+                match child.try_wait() {
+                    Ok(Some(_)) => break,
+                    _ if Instant::now() > deadline => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        break;
+                    }
+                    _ => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        }
+        if std::env::var_os("CNMYSQL_ENVTEST_KEEP").is_some() {
+            let kept = self.dir.path().to_path_buf();
+            eprintln!("envtest: keeping {}", kept.display());
+            let _ = std::mem::replace(
+                &mut self.dir,
+                tempfile::Builder::new().tempdir().expect("tempdir"),
+            )
+            .keep();
+        }
+    }
+}
+
+/// Install a CRD file the way `kubectl apply --server-side` does, and wait
+/// until it is established.
+pub async fn install_crd(client: &kube::Client, path: &Path) -> anyhow::Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{Api, Patch, PatchParams};
+    use kube::runtime::wait::{await_condition, conditions};
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let crd: CustomResourceDefinition = serde_saphyr::from_str(&text)?;
+    let name = crd.metadata.name.clone().context("the CRD has no name")?;
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    api.patch(
+        &name,
+        &PatchParams::apply("cnmysql-test").force(),
+        &Patch::Apply(&crd),
+    )
+    .await?;
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        await_condition(api, &name, conditions::is_crd_established()),
+    )
+    .await
+    .context("the CRD was not established within 60s")??;
+    Ok(())
+}
+
+/// Wait until `f` returns Some, or fail after `timeout` naming `what`.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -1,0 +1,233 @@
+//! `cnmysql operator`: a kube-rs controller on `Cluster`
+//! (`mysql.cnmysql.io/v1`) that owns each Cluster's Pods, claims, Services,
+//! Secrets, RBAC and disruption budgets. Decisions stay in `cnmysql-core`;
+//! the objects are built by pure functions in [`objects`]; [`reconcile`]
+//! reads, validates, builds, applies and reports.
+//!
+//! Several replicas may run: only the holder of the Lease
+//! `cnmysql-operator` (in the operator's namespace) reconciles. `/metrics`,
+//! `/healthz` and `/readyz` are served on one plain-HTTP port.
+
+pub mod context;
+pub mod http;
+pub mod labels;
+pub mod metrics;
+pub mod objects;
+pub mod reconcile;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use futures::StreamExt;
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::runtime::controller::Controller;
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource};
+
+use cnmysql_api::Cluster;
+
+use crate::context::Context;
+use crate::metrics::Metrics;
+use crate::objects::Environment;
+
+/// Name of the operator's leader-election Lease.
+pub const LEADER_LEASE: &str = "cnmysql-operator";
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub connect: cnmysql_k8s::client::ConnectOptions,
+    /// Namespaces to watch; empty for all.
+    pub namespaces: Vec<String>,
+    /// Address of `/metrics`, `/healthz` and `/readyz`.
+    pub http_bind: SocketAddr,
+    /// Run only while holding the leader Lease.
+    pub leader_elect: bool,
+    /// Namespace of the leader Lease.
+    pub leader_election_namespace: String,
+    /// This replica's identity in the Lease (its Pod name).
+    pub identity: String,
+    /// The operator's image, for the bootstrap-controller init containers.
+    pub operator_image: String,
+}
+
+fn api<K>(client: &Client, ns: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = NamespaceResourceScope>,
+    <K as Resource>::DynamicType: Default,
+{
+    match ns {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// One controller over the Clusters of one namespace (or all). Owned
+/// objects are watched only when they carry the cluster label.
+async fn control(
+    client: Client,
+    ns: Option<String>,
+    ctx: Arc<Context>,
+    stop: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let ns = ns.as_deref();
+    let owned = watcher::Config::default().labels(labels::CLUSTER);
+    Controller::new(api::<Cluster>(&client, ns), watcher::Config::default())
+        .owns(api::<Pod>(&client, ns), owned.clone())
+        .owns(api::<PersistentVolumeClaim>(&client, ns), owned.clone())
+        .owns(api::<Service>(&client, ns), owned.clone())
+        .owns(api::<Secret>(&client, ns), owned.clone())
+        .owns(api::<ServiceAccount>(&client, ns), owned.clone())
+        .owns(api::<Role>(&client, ns), owned.clone())
+        .owns(api::<RoleBinding>(&client, ns), owned.clone())
+        .owns(api::<PodDisruptionBudget>(&client, ns), owned)
+        .graceful_shutdown_on(stop)
+        .run(reconcile::reconcile, reconcile::error_policy, ctx)
+        .for_each(|r| async move {
+            match r {
+                Ok((obj, _)) => {
+                    tracing::debug!(cluster = %obj.name, namespace = ?obj.namespace, "reconciled")
+                }
+                Err(e) => tracing::debug!(error = %e, "reconcile not done"),
+            }
+        })
+        .await;
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+pub async fn run(opts: Options) -> anyhow::Result<()> {
+    let (client, _) = cnmysql_k8s::client::connect(&opts.connect).await?;
+    let metrics = Metrics::default();
+    let ready = Arc::new(AtomicBool::new(false));
+    let listener = tokio::net::TcpListener::bind(opts.http_bind)
+        .await
+        .with_context(|| format!("--http-bind {}: cannot listen", opts.http_bind))?;
+    tracing::info!(addr = %listener.local_addr()?, "serving /metrics, /healthz and /readyz");
+    tokio::spawn(http::serve(listener, metrics.clone(), ready.clone()));
+
+    // Refuse to start without the CRD: say how to install it.
+    let probe: Api<Cluster> = match opts.namespaces.first() {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    probe
+        .list(&kube::api::ListParams::default().limit(1))
+        .await
+        .context("cannot list Clusters: is the CRD installed (kubectl apply --server-side -f deploy/crd.yaml) and may this account list them?")?;
+
+    let operator_hash = cnmysql_instance::manager::executable_hash();
+    tracing::info!(hash = %operator_hash, "operator executable");
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        env: Environment {
+            operator_image: opts.operator_image.clone(),
+        },
+        operator_hash,
+        metrics: metrics.clone(),
+    });
+
+    let shutdown = futures::future::FutureExt::shared(Box::pin(shutdown_signal()));
+    let (leading_tx, leading_rx) = tokio::sync::watch::channel(!opts.leader_elect);
+    let mut lease_task = None;
+    let mut forward = None;
+    if opts.leader_elect {
+        let lm = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), LEADER_LEASE)
+            .with_namespace(&opts.leader_election_namespace)
+            .with_identity(&opts.identity)
+            .with_duration(15)
+            .with_grace(5)
+            .with_field_manager(labels::FIELD_MANAGER)
+            .build()
+            .await
+            .context("leader election")?;
+        let (mut rx, task) = lm.watch().await;
+        lease_task = Some(task);
+        forward = Some(tokio::spawn(async move {
+            loop {
+                let leading = *rx.borrow_and_update();
+                let _ = leading_tx.send(leading);
+                if rx.changed().await.is_err() {
+                    let _ = leading_tx.send(false);
+                    return;
+                }
+            }
+        }));
+        tracing::info!(lease = LEADER_LEASE, namespace = %opts.leader_election_namespace, identity = %opts.identity, "waiting to lead");
+    }
+    ready.store(true, Ordering::SeqCst);
+
+    let mut leading = leading_rx.clone();
+    tokio::select! {
+        _ = shutdown.clone() => { return Ok(()); }
+        r = leading.wait_for(|l| *l) => { r.context("leader election stopped")?; }
+    }
+    metrics.leader.set(1);
+    tracing::info!("leading: reconciling Clusters");
+
+    // Stop when asked, or when the lease is lost: another replica may be
+    // leading already, so this one must stop writing at once.
+    let mut lost = leading_rx.clone();
+    let lost_lead = async move {
+        let _ = lost.wait_for(|l| !*l).await;
+    };
+    let lost_lead = futures::future::FutureExt::shared(Box::pin(lost_lead));
+    let stop = {
+        let shutdown = shutdown.clone();
+        let lost_lead = lost_lead.clone();
+        async move {
+            tokio::select! {
+                _ = shutdown => {}
+                _ = lost_lead => {}
+            }
+        }
+    };
+    let stop = futures::future::FutureExt::shared(Box::pin(stop));
+    let namespaces: Vec<Option<String>> = if opts.namespaces.is_empty() {
+        vec![None]
+    } else {
+        opts.namespaces.iter().cloned().map(Some).collect()
+    };
+    let controllers = namespaces
+        .into_iter()
+        .map(|ns| tokio::spawn(control(client.clone(), ns, ctx.clone(), stop.clone())));
+    futures::future::join_all(controllers).await;
+    metrics.leader.set(0);
+    drop(leading_rx);
+    if let Some(f) = forward {
+        // Dropping the lease channel ends the lease manager's task.
+        f.abort();
+        let _ = f.await;
+    }
+    if let Some(task) = lease_task {
+        // Give the lease up so a standby takes over at once.
+        if let Ok(Ok(lm)) = tokio::time::timeout(Duration::from_secs(5), task).await
+            && let Ok(lm) = lm
+        {
+            let _ = lm.release().await;
+        }
+    }
+    if futures::FutureExt::now_or_never(lost_lead).is_some()
+        && futures::FutureExt::now_or_never(shutdown).is_none()
+    {
+        anyhow::bail!(
+            "lost the leader lease {LEADER_LEASE}; exiting so a fresh start rejoins the election"
+        );
+    }
+    tracing::info!("stopped");
+    Ok(())
+}

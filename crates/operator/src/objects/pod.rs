@@ -1,0 +1,412 @@
+//! The Pod of one instance, `<cluster>-<ordinal>` (no StatefulSet: the
+//! operator decides which instance is recreated when, and on which claim).
+//!
+//! - `bootstrap-controller` (init, operator image) copies the instance
+//!   manager to `/controller/manager`, so the database image needs nothing
+//!   of ours and every instance runs the operator's build of the manager;
+//! - `mysql` (server image) runs `/controller/manager instance run` as PID 1,
+//!   which supervises mysqld;
+//! - the data claim, the instance's certificate and the cluster's passwords
+//!   are mounted; name, namespace and IP come from the downward API;
+//! - probes use the manager's plain-HTTP probe port (the kubelet has no
+//!   client certificate for the mutual-TLS control port).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
+    HTTPGetAction, KeyToPath, ObjectFieldSelector, PersistentVolumeClaimVolumeSource, Pod,
+    PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec, Probe, ProjectedVolumeSource,
+    SeccompProfile, SecretProjection, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+    VolumeProjection, WeightedPodAffinityTerm,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::ResourceExt;
+
+use cnmysql_api::names::{CONTROL_PORT, MYSQL_PORT, PROBE_PORT};
+use cnmysql_api::{AntiAffinityType, Cluster, Flavor};
+
+use super::Environment;
+use crate::labels::{self, CLUSTER, instance_labels};
+
+/// Where the bootstrap-controller puts the manager.
+pub const MANAGER_PATH: &str = "/controller/manager";
+/// The operator binary inside the operator image.
+pub const OPERATOR_BINARY: &str = "/usr/local/bin/cnmysql";
+/// The claim's mount point; the server's data directory is below it.
+pub const DATA_MOUNT: &str = "/var/lib/cnmysql";
+pub const RUN_MOUNT: &str = "/run/cnmysql";
+pub const TLS_MOUNT: &str = "/etc/cnmysql/tls";
+pub const SECRETS_MOUNT: &str = "/etc/cnmysql/secrets";
+/// User and group of the server in the MariaDB and Percona images.
+pub const MYSQL_UID: i64 = 999;
+/// Enough for a clean shutdown (the manager gives mysqld 90 s) and the
+/// lease release before the kubelet kills the Pod.
+pub const TERMINATION_GRACE_SECONDS: i64 = 120;
+
+/// The server image when the Cluster names none.
+pub fn default_image(flavor: Flavor) -> &'static str {
+    match flavor {
+        Flavor::Mariadb => "docker.io/library/mariadb:10.11",
+        Flavor::Mysql => "docker.io/percona/percona-server:8.0",
+    }
+}
+
+fn field_env(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.into(),
+                api_version: None,
+            }),
+            ..Default::default()
+        }),
+        value: None,
+    }
+}
+
+fn env(name: &str, value: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        value_from: None,
+    }
+}
+
+fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: Some(read_only),
+        ..Default::default()
+    }
+}
+
+fn probe(path: &str, period: i32, failures: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::String("probes".into()),
+            scheme: Some("HTTP".into()),
+            ..Default::default()
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(failures),
+        timeout_seconds: Some(5),
+        ..Default::default()
+    }
+}
+
+fn port(name: &str, number: u16) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.into()),
+        container_port: i32::from(number),
+        protocol: Some("TCP".into()),
+        ..Default::default()
+    }
+}
+
+fn secret_items(secret: String, key: &str, path: &str) -> VolumeProjection {
+    VolumeProjection {
+        secret: Some(SecretProjection {
+            name: secret,
+            items: Some(vec![KeyToPath {
+                key: key.into(),
+                path: path.into(),
+                mode: None,
+            }]),
+            optional: Some(false),
+        }),
+        ..Default::default()
+    }
+}
+
+fn affinity(cluster: &Cluster) -> Option<Affinity> {
+    let a = &cluster.spec.affinity;
+    if !a.enable_pod_anti_affinity {
+        return None;
+    }
+    let term = PodAffinityTerm {
+        label_selector: Some(LabelSelector {
+            match_labels: Some(BTreeMap::from([(CLUSTER.to_string(), cluster.name_any())])),
+            match_expressions: None,
+        }),
+        topology_key: a.topology_key.clone(),
+        ..Default::default()
+    };
+    let anti = match a.pod_anti_affinity_type {
+        AntiAffinityType::Required => PodAntiAffinity {
+            required_during_scheduling_ignored_during_execution: Some(vec![term]),
+            ..Default::default()
+        },
+        AntiAffinityType::Preferred => PodAntiAffinity {
+            preferred_during_scheduling_ignored_during_execution: Some(vec![
+                WeightedPodAffinityTerm {
+                    weight: 100,
+                    pod_affinity_term: term,
+                },
+            ]),
+            ..Default::default()
+        },
+    };
+    Some(Affinity {
+        pod_anti_affinity: Some(anti),
+        ..Default::default()
+    })
+}
+
+/// The Pod of `instance`, without the role labels (see [`role_labels`]).
+pub fn pod(cluster: &Cluster, instance: &str, env_: &Environment) -> Pod {
+    let name = cluster.name_any();
+    let image = cluster
+        .spec
+        .mysql
+        .image
+        .clone()
+        .unwrap_or_else(|| default_image(cluster.spec.mysql.flavor).to_string());
+    let secrets = &cluster.spec.secrets;
+    let app = secrets
+        .app_secret
+        .clone()
+        .unwrap_or_else(|| labels::app_secret(&name));
+    let root = secrets
+        .root_secret
+        .clone()
+        .unwrap_or_else(|| labels::root_secret(&name));
+    let volumes = vec![
+        Volume {
+            name: "controller".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        },
+        Volume {
+            name: "data".into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: instance.into(),
+                read_only: Some(false),
+            }),
+            ..Default::default()
+        },
+        Volume {
+            name: "run".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        },
+        Volume {
+            name: "tls".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(labels::instance_tls_secret(instance)),
+                default_mode: Some(0o440),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        Volume {
+            name: "secrets".into(),
+            projected: Some(ProjectedVolumeSource {
+                default_mode: Some(0o440),
+                sources: Some(vec![
+                    secret_items(root, "password", "admin-password"),
+                    secret_items(
+                        labels::replication_secret(&name),
+                        "password",
+                        "replication-password",
+                    ),
+                    secret_items(app, "password", "app-password"),
+                ]),
+            }),
+            ..Default::default()
+        },
+    ];
+    let bootstrap = Container {
+        name: "bootstrap-controller".into(),
+        image: Some(env_.operator_image.clone()),
+        image_pull_policy: Some("IfNotPresent".into()),
+        command: Some(vec![
+            OPERATOR_BINARY.into(),
+            "instance".into(),
+            "bootstrap-controller".into(),
+            MANAGER_PATH.into(),
+        ]),
+        volume_mounts: Some(vec![mount("controller", "/controller", false)]),
+        security_context: Some(container_security()),
+        ..Default::default()
+    };
+    let mysql = Container {
+        name: "mysql".into(),
+        image: Some(image),
+        image_pull_policy: Some("IfNotPresent".into()),
+        command: Some(vec![
+            MANAGER_PATH.into(),
+            "instance".into(),
+            "run".into(),
+            "--kubernetes".into(),
+        ]),
+        env: Some(vec![
+            env("CNMYSQL_CLUSTER", &name),
+            field_env("CNMYSQL_INSTANCE", "metadata.name"),
+            field_env("CNMYSQL_NAMESPACE", "metadata.namespace"),
+            field_env("CNMYSQL_POD_IP", "status.podIP"),
+            env("CNMYSQL_DATA", DATA_MOUNT),
+            env("CNMYSQL_RUN", RUN_MOUNT),
+            env("CNMYSQL_TLS", TLS_MOUNT),
+            env("CNMYSQL_SECRETS", SECRETS_MOUNT),
+        ]),
+        ports: Some(vec![
+            port("mysql", MYSQL_PORT),
+            port("control", CONTROL_PORT),
+            port("probes", PROBE_PORT),
+        ]),
+        // A clone of a large database may take long: the startup probe
+        // allows an hour before liveness applies.
+        startup_probe: Some(probe("/healthz", 5, 720)),
+        liveness_probe: Some(probe("/healthz", 10, 3)),
+        readiness_probe: Some(probe("/readyz", 2, 3)),
+        resources: cluster.spec.resources.clone(),
+        volume_mounts: Some(vec![
+            mount("controller", "/controller", true),
+            mount("data", DATA_MOUNT, false),
+            mount("run", RUN_MOUNT, false),
+            mount("tls", TLS_MOUNT, true),
+            mount("secrets", SECRETS_MOUNT, true),
+        ]),
+        security_context: Some(container_security()),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        ..Default::default()
+    };
+    let a = &cluster.spec.affinity;
+    Pod {
+        metadata: super::meta(
+            cluster,
+            instance.to_string(),
+            instance_labels(&name, instance),
+        ),
+        spec: Some(PodSpec {
+            init_containers: Some(vec![bootstrap]),
+            containers: vec![mysql],
+            volumes: Some(volumes),
+            service_account_name: Some(name.clone()),
+            automount_service_account_token: Some(true),
+            enable_service_links: Some(false),
+            restart_policy: Some("Always".into()),
+            termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
+            affinity: affinity(cluster),
+            node_selector: (!a.node_selector.is_empty()).then(|| a.node_selector.clone()),
+            tolerations: (!a.tolerations.is_empty()).then(|| a.tolerations.clone()),
+            security_context: Some(PodSecurityContext {
+                run_as_non_root: Some(true),
+                run_as_user: Some(MYSQL_UID),
+                run_as_group: Some(MYSQL_UID),
+                fs_group: Some(MYSQL_UID),
+                seccomp_profile: Some(SeccompProfile {
+                    type_: "RuntimeDefault".into(),
+                    localhost_profile: None,
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+fn container_security() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            add: None,
+        }),
+        ..Default::default()
+    }
+}
+
+/// The role and routing labels of an instance's Pod, from the Cluster
+/// status: `primary` only for the settled current primary (so rw never
+/// routes to an instance before its promotion is recorded), and routable
+/// unless fenced or diverged.
+pub fn role_labels(
+    status: &cnmysql_api::ClusterStatus,
+    instance: &str,
+) -> BTreeMap<String, String> {
+    let settled =
+        status.current_primary.is_some() && status.current_primary == status.target_primary;
+    let primary = settled && status.current_primary.as_deref() == Some(instance);
+    let out_of_service = status.fenced_instances.iter().any(|n| n == instance)
+        || status.diverged_instances.iter().any(|n| n == instance);
+    BTreeMap::from([
+        (
+            labels::ROLE.to_string(),
+            if primary {
+                labels::ROLE_PRIMARY
+            } else {
+                labels::ROLE_REPLICA
+            }
+            .to_string(),
+        ),
+        (labels::ROUTABLE.to_string(), (!out_of_service).to_string()),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::objects::testutil::cluster;
+
+    fn env() -> Environment {
+        Environment {
+            operator_image: "ghcr.io/cnmysql/cnmysql:test".into(),
+        }
+    }
+
+    #[test]
+    fn the_pod_runs_the_copied_manager_on_its_own_claim() {
+        let c = cluster("instances: 3\n");
+        let p = pod(&c, "db-2", &env());
+        let spec = p.spec.unwrap();
+        let init = &spec.init_containers.as_ref().unwrap()[0];
+        assert_eq!(init.image.as_deref(), Some("ghcr.io/cnmysql/cnmysql:test"));
+        assert_eq!(
+            spec.containers[0].command.as_ref().unwrap()[0],
+            MANAGER_PATH
+        );
+        let claim = spec
+            .volumes
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find_map(|v| v.persistent_volume_claim.as_ref())
+            .unwrap();
+        assert_eq!(claim.claim_name, "db-2");
+        assert_eq!(spec.service_account_name.as_deref(), Some("db"));
+        let aff = spec.affinity.unwrap().pod_anti_affinity.unwrap();
+        assert!(
+            aff.preferred_during_scheduling_ignored_during_execution
+                .is_some()
+        );
+        assert_eq!(
+            spec.containers[0].image.as_deref(),
+            Some("docker.io/library/mariadb:10.11")
+        );
+    }
+
+    #[test]
+    fn role_labels_follow_the_settled_primary_and_fencing() {
+        let mut st = cnmysql_api::ClusterStatus {
+            current_primary: Some("db-1".into()),
+            target_primary: Some("db-1".into()),
+            ..Default::default()
+        };
+        assert_eq!(role_labels(&st, "db-1")[labels::ROLE], "primary");
+        assert_eq!(role_labels(&st, "db-2")[labels::ROLE], "replica");
+        // During a switchover nobody is labelled primary.
+        st.target_primary = Some("db-2".into());
+        assert_eq!(role_labels(&st, "db-1")[labels::ROLE], "replica");
+        assert_eq!(role_labels(&st, "db-2")[labels::ROLE], "replica");
+        st.fenced_instances = vec!["db-2".into()];
+        assert_eq!(role_labels(&st, "db-2")[labels::ROUTABLE], "false");
+        assert_eq!(role_labels(&st, "db-1")[labels::ROUTABLE], "true");
+    }
+}

@@ -1,0 +1,246 @@
+//! The Secrets of a Cluster, generated once and never rewritten: the
+//! cluster's certificate authority, a certificate per instance (server and
+//! client: replication and the control API use them), the operator's client
+//! certificate, and the replication, `app` and administrative passwords.
+//! A user may bring the CA and the two passwords instead
+//! (`spec.secrets`); the operator never changes a Secret it did not create.
+//! Values never leave these objects: not in logs, events or status.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use rand::Rng;
+
+use cnmysql_api::Cluster;
+use cnmysql_api::names::OPERATOR_IDENTITY;
+use cnmysql_tls::{Ca, Identity};
+
+use crate::labels::{self, cluster_labels, instance_labels};
+
+/// One Secret the Cluster needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Needed {
+    /// The certificate authority (`ca.crt`, `ca.key`).
+    Ca,
+    /// A certificate issued by the CA to `who` (an instance or the operator).
+    Certificate { who: String, names: Vec<String> },
+    /// A random password (`password`, and `username` where one is fixed).
+    Password { username: Option<String> },
+}
+
+/// The Secrets the operator generates for `cluster`, by name (the ones the
+/// user brings are left out).
+pub fn needed(cluster: &Cluster) -> Vec<(String, Needed)> {
+    let name = cluster.name_any();
+    let ns = cluster.namespace().unwrap_or_default();
+    let s = &cluster.spec.secrets;
+    let mut out = Vec::new();
+    if s.ca_secret.is_none() {
+        out.push((labels::ca_secret(&name), Needed::Ca));
+    }
+    for i in super::instances(cluster) {
+        let names = vec![
+            i.clone(),
+            format!("{i}.{ns}"),
+            format!("{i}.{ns}.pod"),
+            "localhost".into(),
+            "127.0.0.1".into(),
+        ];
+        out.push((
+            labels::instance_tls_secret(&i),
+            Needed::Certificate { who: i, names },
+        ));
+    }
+    out.push((
+        labels::operator_tls_secret(&name),
+        Needed::Certificate {
+            who: OPERATOR_IDENTITY.into(),
+            names: vec![OPERATOR_IDENTITY.into()],
+        },
+    ));
+    out.push((
+        labels::replication_secret(&name),
+        Needed::Password {
+            username: Some(cnmysql_api::names::REPLICATION_USER.into()),
+        },
+    ));
+    if s.app_secret.is_none() {
+        out.push((
+            labels::app_secret(&name),
+            Needed::Password {
+                username: Some(cnmysql_api::names::APP_USER.into()),
+            },
+        ));
+    }
+    if s.root_secret.is_none() {
+        out.push((
+            labels::root_secret(&name),
+            Needed::Password {
+                username: Some(cnmysql_api::names::ADMIN_USER.into()),
+            },
+        ));
+    }
+    out
+}
+
+/// The name of the Secret holding the cluster's CA.
+pub fn ca_secret_name(cluster: &Cluster) -> String {
+    cluster
+        .spec
+        .secrets
+        .ca_secret
+        .clone()
+        .unwrap_or_else(|| labels::ca_secret(&cluster.name_any()))
+}
+
+/// 32 characters from a URL- and shell-safe alphabet.
+pub fn password() -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789";
+    let mut rng = rand::rng();
+    (0..32)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+fn data(pairs: &[(&str, &str)]) -> BTreeMap<String, ByteString> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
+        .collect()
+}
+
+/// Read the CA out of its Secret.
+pub fn ca_from(secret: &Secret) -> Result<Ca, String> {
+    let get = |k: &str| {
+        secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(k))
+            .and_then(|b| String::from_utf8(b.0.clone()).ok())
+            .ok_or_else(|| format!("Secret {} has no {k}", secret.name_any()))
+    };
+    Ok(Ca {
+        identity: Identity {
+            cert_pem: get("ca.crt")?,
+            key_pem: get("ca.key")?,
+        },
+    })
+}
+
+/// Generate the Secret `name`. `ca` is needed for certificates.
+pub fn generate(
+    cluster: &Cluster,
+    name: &str,
+    what: &Needed,
+    ca: Option<&Ca>,
+) -> Result<Secret, cnmysql_tls::TlsError> {
+    let c = cluster.name_any();
+    let (labels, data) = match what {
+        Needed::Ca => {
+            let ca = Ca::generate(&c)?;
+            (
+                cluster_labels(&c),
+                data(&[
+                    ("ca.crt", &ca.identity.cert_pem),
+                    ("ca.key", &ca.identity.key_pem),
+                ]),
+            )
+        }
+        Needed::Certificate { who, names } => {
+            let ca = ca.expect("certificates are issued after the CA is loaded");
+            let id = ca.issue(who, names)?;
+            let labels = if who == OPERATOR_IDENTITY {
+                cluster_labels(&c)
+            } else {
+                instance_labels(&c, who)
+            };
+            (
+                labels,
+                data(&[
+                    ("ca.crt", &ca.identity.cert_pem),
+                    ("tls.crt", &id.cert_pem),
+                    ("tls.key", &id.key_pem),
+                ]),
+            )
+        }
+        Needed::Password { username } => {
+            let pw = password();
+            let mut pairs = vec![("password", pw.as_str())];
+            if let Some(u) = username {
+                pairs.push(("username", u.as_str()));
+            }
+            (cluster_labels(&c), data(&pairs))
+        }
+    };
+    Ok(Secret {
+        metadata: super::meta(cluster, name.to_string(), labels),
+        data: Some(data),
+        type_: Some("Opaque".into()),
+        ..Default::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::objects::testutil::cluster;
+
+    #[test]
+    fn user_secrets_are_not_generated() {
+        let c = cluster("instances: 2\n");
+        let names: Vec<String> = needed(&c).into_iter().map(|(n, _)| n).collect();
+        assert_eq!(
+            names,
+            [
+                "db-ca",
+                "db-1-tls",
+                "db-2-tls",
+                "db-operator-tls",
+                "db-replication",
+                "db-app",
+                "db-root"
+            ]
+        );
+        let c = cluster("instances: 1\nsecrets:\n  appSecret: mine\n  caSecret: corp-ca\n");
+        let names: Vec<String> = needed(&c).into_iter().map(|(n, _)| n).collect();
+        assert_eq!(
+            names,
+            ["db-1-tls", "db-operator-tls", "db-replication", "db-root"]
+        );
+        assert_eq!(ca_secret_name(&c), "corp-ca");
+    }
+
+    #[test]
+    fn generated_secrets_are_usable_and_never_printed() {
+        let c = cluster("instances: 1\n");
+        let ca_secret = generate(&c, "db-ca", &Needed::Ca, None).unwrap();
+        let ca = ca_from(&ca_secret).unwrap();
+        let cert = generate(
+            &c,
+            "db-1-tls",
+            &Needed::Certificate {
+                who: "db-1".into(),
+                names: vec!["db-1".into()],
+            },
+            Some(&ca),
+        )
+        .unwrap();
+        let d = cert.data.as_ref().unwrap();
+        assert!(String::from_utf8_lossy(&d["tls.crt"].0).starts_with("-----BEGIN CERTIFICATE"));
+        let pw = generate(
+            &c,
+            "db-app",
+            &Needed::Password {
+                username: Some("app".into()),
+            },
+            None,
+        )
+        .unwrap();
+        let secret = String::from_utf8(pw.data.as_ref().unwrap()["password"].0.clone()).unwrap();
+        assert_eq!(secret.len(), 32);
+        // k8s-openapi's Debug of a Secret does not show the bytes as text.
+        assert!(!format!("{pw:?}").contains(&secret));
+    }
+}
