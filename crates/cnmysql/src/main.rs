@@ -36,6 +36,12 @@ enum Command {
     Crd,
     /// The Kubernetes operator: reconcile Clusters on an API server.
     Operator(OperatorArgs),
+    /// Print deploy/operator.yaml: the CRD, RBAC and the operator's Deployment.
+    DeployManifest {
+        /// The operator image to deploy.
+        #[arg(long, default_value = cnmysql_operator::deploy::DEFAULT_IMAGE)]
+        image: String,
+    },
     /// The kubectl plugin (`kubectl cnmsql`): install it, or run its commands.
     Plugin {
         #[command(subcommand)]
@@ -264,6 +270,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Crd => {
             print!("{}", cnmysql_api::crd_yaml());
+            Ok(())
+        }
+        Command::DeployManifest { image } => {
+            print!("{}", cnmysql_operator::deploy::manifest(&image));
             Ok(())
         }
         Command::Operator(a) => {

@@ -370,3 +370,71 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over() {
     .await;
     b.stop().await;
 }
+
+#[tokio::test]
+#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+async fn the_deployed_rbac_is_enough_for_the_operator_to_run_a_cluster() {
+    let (cp, client) = control_plane().await;
+    let manifest =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/operator.yaml");
+    let out = kubectl(
+        &cp,
+        &["apply", "--server-side", "-f", manifest.to_str().unwrap()],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Run as the operator's ServiceAccount, with exactly its ClusterRole.
+    let out = kubectl(
+        &cp,
+        &[
+            "create",
+            "token",
+            "cnmysql-operator",
+            "-n",
+            "cnmysql-system",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let token = String::from_utf8(out.stdout).unwrap();
+    let kubeconfig = cp.kubeconfig_with_token("operator", token.trim()).unwrap();
+    let out = kubectl(
+        &cp,
+        &[
+            "auth",
+            "can-i",
+            "delete",
+            "secrets",
+            "-n",
+            "prod",
+            "--as",
+            "system:serviceaccount:cnmysql-system:cnmysql-operator",
+        ],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "no",
+        "the operator never deletes Secrets"
+    );
+    let op = Operator::start_with(&cp, "op-sa", &kubeconfig).await;
+    apply_cluster(&client, &cluster_manifest("db", "")).await;
+    wait_for(
+        "the Cluster's objects, created with the deployed RBAC",
+        Duration::from_secs(60),
+        || async {
+            let ok = names::<Pod>(&client, "db").await.len() == 3
+                && names::<RoleBinding>(&client, "db").await.len() == 1
+                && names::<PodDisruptionBudget>(&client, "db").await.len() == 2;
+            ok.then_some(())
+        },
+    )
+    .await;
+    assert!(!op.log().contains("forbidden"), "{}", op.log());
+    op.stop().await;
+}

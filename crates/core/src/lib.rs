@@ -9,6 +9,7 @@ pub mod isolation;
 pub mod lease;
 pub mod metrics;
 pub mod phase;
+pub mod reconcile;
 pub mod role;
 pub mod semisync;
 pub mod services;

@@ -24,8 +24,8 @@
 use std::collections::BTreeSet;
 
 use cnmysql_api::{ClusterSpec, ClusterStatus, Phase};
-use cnmysql_core::failover::{self, Decision};
 use cnmysql_core::lease::{self, Lease};
+use cnmysql_core::reconcile::{self, Action};
 use cnmysql_core::role::{self, Desired};
 use cnmysql_core::status::{
     InstancePhase, InstanceStatus, Observed, ReplicationStatus, Role, Snapshot,
@@ -90,6 +90,8 @@ struct World {
     spec: ClusterSpec,
     acked: BTreeSet<Gtid>,
     trace: Vec<String>,
+    /// The control plane's memory between steps.
+    memory: reconcile::Memory,
 }
 
 fn ts(ms: i64) -> String {
@@ -135,6 +137,10 @@ impl World {
             spec,
             acked: BTreeSet::new(),
             trace: Vec::new(),
+            memory: reconcile::Memory {
+                last_current: Some("db-1".into()),
+                ..Default::default()
+            },
         }
     }
 
@@ -385,56 +391,67 @@ impl World {
                     .insert(o.name.clone(), st.gtid_executed.clone());
             }
         }
-        if self.status.current_primary == self.status.target_primary {
-            for n in self.nodes.iter_mut().filter(|n| n.held_down) {
-                n.held_down = false;
-            }
-        }
-        if let switchover::Progress::Abort { .. } = switchover::progress(&s) {
-            self.status.target_primary = self.status.current_primary.clone();
-            self.trace.push("switchover aborted".into());
-        }
+        // The same reconcile step as the local control plane and the
+        // operator, carried out on the simulated platform.
         let primary = self.status.current_primary.clone().unwrap_or_default();
         let old_gone = self
             .idx(&primary)
             .is_some_and(|p| !self.nodes[p].alive && !self.nodes[p].partitioned);
-        match failover::decide(&s, Some(&self.lease), old_gone) {
-            Decision::Failing { since_ms, .. } => {
-                if self.status.primary_failing_since.is_none() {
-                    self.status.primary_failing_since = Some(ts(since_ms));
+        let held: Vec<String> = self
+            .nodes
+            .iter()
+            .filter(|n| n.held_down)
+            .map(|n| n.name.clone())
+            .collect();
+        let lease = self.lease.clone();
+        let mut memory = std::mem::take(&mut self.memory);
+        let actions = reconcile::step(
+            &reconcile::Observation {
+                snapshot: &s,
+                lease: Some(&lease),
+                primary_gone: old_gone,
+                held_down: &held,
+            },
+            &mut memory,
+        );
+        self.memory = memory;
+        for a in actions {
+            match a {
+                Action::Event(e) => self.trace.push(format!("{}: {}", e.reason, e.message)),
+                Action::Status { change, then } => {
+                    if change.apply(&mut self.status) {
+                        for e in then {
+                            self.trace
+                                .push(format!("{} at {}: {}", e.reason, self.now, e.message));
+                        }
+                    }
                 }
-            }
-            Decision::Recovered => self.status.primary_failing_since = None,
-            Decision::Promote { old, candidate } => {
-                if let Some(o) = self.idx(&old) {
+                Action::FenceOut(old) => {
                     // Fencing stops the old primary's processes when the
                     // platform can reach them.
-                    if !self.nodes[o].partitioned {
+                    if let Some(o) = self.idx(&old)
+                        && !self.nodes[o].partitioned
+                    {
                         self.nodes[o].alive = false;
                         self.nodes[o].held_down = true;
                     }
-                    if self.lease.holder_identity.as_deref() == Some(old.as_str())
+                }
+                Action::ReleaseLease { holder } => {
+                    // Only once the holder is proven gone.
+                    if let Some(o) = self.idx(&holder)
                         && !self.nodes[o].alive
+                        && self.lease.holder_identity.as_deref() == Some(holder.as_str())
                     {
-                        self.lease = self.lease.release(&old);
+                        self.lease = self.lease.release(&holder);
                     }
                 }
-                self.status.target_primary = Some(candidate.clone());
-                self.status.target_primary_timestamp = Some(ts(self.now));
-                self.status.phase = Some(Phase::FailingOver);
-                self.trace
-                    .push(format!("failover {old} -> {candidate} at {}", self.now));
-            }
-            Decision::Blocked { .. } => {
-                for n in self
-                    .nodes
-                    .iter_mut()
-                    .filter(|n| n.held_down && n.name == primary)
-                {
-                    n.held_down = false;
+                Action::Restart(name) => {
+                    if let Some(o) = self.idx(&name) {
+                        self.nodes[o].held_down = false;
+                    }
                 }
+                Action::SemiSync { .. } => {}
             }
-            Decision::Nothing | Decision::WaitForLease { .. } => {}
         }
         if self.status.current_primary == self.status.target_primary
             && self.status.phase == Some(Phase::FailingOver)
@@ -537,7 +554,11 @@ fn at_most_one_writable_and_no_acknowledged_write_lost() {
             w.control_plane();
             w.check(seed, step, "control plane");
         }
-        failovers += w.trace.iter().filter(|t| t.starts_with("failover")).count();
+        failovers += w
+            .trace
+            .iter()
+            .filter(|t| t.starts_with("FailingOver"))
+            .count();
         promotions += w.trace.iter().filter(|t| t.contains("promoted")).count();
     }
     // The schedules exercised what they claim to.

@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 
 use cnmysql_api::names::instance_name;
 use cnmysql_api::{Cluster, ServiceRole};
-use cnmysql_core::phase::{set_condition, summarize};
 use cnmysql_core::services::desired_routes;
 use cnmysql_core::status::{InstancePhase, InstanceStatus, Observed, Snapshot};
 use cnmysql_instance::client::ControlClient;
@@ -109,15 +108,6 @@ impl ManagedProcess {
             .is_some_and(crate::state::pid_alive);
         self.child.is_none() && !mysqld
     }
-}
-
-/// What the control plane remembers between ticks about topology changes.
-#[derive(Default)]
-struct Memory {
-    last_block: String,
-    last_wait: bool,
-    last_current: Option<String>,
-    last_semi_sync: Option<(cnmysql_core::semisync::Settings, Instant)>,
 }
 
 pub struct ControlPlane {
@@ -295,7 +285,7 @@ impl ControlPlane {
         let mut last_clone_report: BTreeMap<String, Instant> = BTreeMap::new();
         let mut cluster_phase = String::new();
         let mut announced = false;
-        let mut memory = Memory::default();
+        let mut memory = cnmysql_core::reconcile::Memory::default();
         let status_seen = crate::cluster_state::FileClusterState::new(self.dir.clone());
         let mut period = Duration::from_millis(200);
         let mut status_unreadable = false;
@@ -423,55 +413,12 @@ impl ControlPlane {
                     false,
                 );
             }
-            let mut summary = summarize(&snapshot);
-            if !memory.last_block.is_empty() {
-                summary.phase = cnmysql_api::Phase::Degraded;
-                summary.reason = memory.last_block.clone();
-                for c in summary.conditions.iter_mut().filter(|c| c.0 == "Degraded") {
-                    c.1 = true;
-                    c.2 = "FailoverBlocked".into();
-                    c.3 = memory.last_block.clone();
-                }
-            }
-            let gtids = snapshot.gtid_by_instance();
-            let hashes: BTreeMap<String, String> = observed
-                .iter()
-                .filter_map(|o| {
-                    o.status
-                        .as_ref()
-                        .map(|s| (o.name.clone(), s.executable_hash.clone()))
-                })
-                .collect();
-            let changed = status.phase != Some(summary.phase)
-                || status.phase_reason.as_deref() != Some(summary.reason.as_str())
-                || status.ready_instances != summary.ready_instances
-                || gtids
-                    .iter()
-                    .any(|(k, v)| status.gtid_executed_by_instance.get(k) != Some(v))
-                || hashes
-                    .iter()
-                    .any(|(k, v)| status.executable_hash_by_instance.get(k) != Some(v))
-                || summary.conditions.iter().any(|(t, st, _, _)| {
-                    !status
-                        .conditions
-                        .iter()
-                        .any(|c| c.type_ == *t && (c.status == "True") == *st)
-                });
-            if changed {
-                let now = snapshot.now_ms;
-                let _ = self.dir.update_status(|s| {
-                    s.phase = Some(summary.phase);
-                    s.phase_reason = Some(summary.reason.clone());
-                    s.ready_instances = summary.ready_instances;
-                    s.instances = self.cluster.spec.instances;
-                    // Last observed: unreachable instances keep their last entry.
-                    s.gtid_executed_by_instance.extend(gtids.clone());
-                    s.executable_hash_by_instance.extend(hashes.clone());
-                    for (t, st, reason, msg) in &summary.conditions {
-                        set_condition(&mut s.conditions, t, *st, reason, msg, now, None);
-                    }
-                });
-            }
+            let report = cnmysql_core::reconcile::report(&snapshot, &memory);
+            let summary = report.summary.clone();
+            let change = cnmysql_core::reconcile::StatusChange::Report(report);
+            let _ = self.dir.update_status(|s| {
+                change.apply(s);
+            });
             // Progress for the human watching.
             for o in &observed {
                 let Some(st) = &o.status else { continue };
@@ -540,191 +487,101 @@ impl ControlPlane {
         Ok(())
     }
 
-    /// Failover, switchover supervision, semi-sync adjustment.
+    /// The topology step of the core, carried out with processes and
+    /// files: see `cnmysql_core::reconcile` for what is done when.
     async fn topology(
         &self,
         s: &Snapshot,
         procs: &mut [ManagedProcess],
-        memory: &mut Memory,
+        memory: &mut cnmysql_core::reconcile::Memory,
     ) -> anyhow::Result<()> {
-        use cnmysql_core::failover::{self, Decision};
-        use cnmysql_core::switchover::{self, Progress};
-        let now = jiff::Timestamp::now();
-        // A primary change completed: restart the fenced-out former primary
-        // so it rejoins (or is found diverged), and say so.
-        if s.status.current_primary != memory.last_current {
-            if let (Some(prev), Some(cur)) = (&memory.last_current, &s.status.current_primary) {
-                let failover = s.status.phase == Some(cnmysql_api::Phase::FailingOver);
-                let what = if failover {
-                    "FailoverCompleted"
-                } else {
-                    "SwitchoverCompleted"
-                };
-                self.dir.event(
-                    false,
-                    what,
-                    Some(cur),
-                    &format!("{cur} replaced {prev} as primary"),
-                );
-                self.reporter
-                    .say(None, &format!("{what}: {cur} replaced {prev} as primary"));
-            }
-            memory.last_current = s.status.current_primary.clone();
-        }
-        if s.status.current_primary == s.status.target_primary {
-            for p in procs
-                .iter_mut()
-                .filter(|p| p.held_down && Some(&p.name) != s.status.current_primary.as_ref())
-            {
-                p.held_down = false;
-                p.next_start = Instant::now();
-                self.reporter.say(
-                    Some(&p.name),
-                    "restarting the former primary to rejoin as a replica",
-                );
-            }
-        }
-        if let Progress::Abort { reason } = switchover::progress(s) {
-            let mut aborted = false;
-            self.dir.update_status(|st| {
-                if st.current_primary != st.target_primary
-                    && st.current_primary == s.status.current_primary
-                {
-                    st.target_primary = st.current_primary.clone();
-                    st.target_primary_timestamp = Some(now.to_string());
-                    aborted = true;
-                }
-            })?;
-            if aborted {
-                self.dir.event(
-                    true,
-                    "SwitchoverBlocked",
-                    s.status.target_primary.as_deref(),
-                    &reason,
-                );
-                self.reporter.say(None, &reason);
-            }
-        }
+        use cnmysql_core::reconcile::{Observation, step};
         let primary = s.status.current_primary.clone().unwrap_or_default();
         let lease = self.dir.read_lease().ok();
-        let old_gone = procs
+        // Locally the platform can prove a killed primary's processes gone.
+        let primary_gone = procs
             .iter()
             .find(|p| p.name == primary)
             .is_some_and(|p| p.held_down && p.gone(&self.dir));
-        let decision = failover::decide(s, lease.as_ref(), old_gone);
-        if !matches!(decision, Decision::Blocked { .. }) {
-            memory.last_block.clear();
+        let held: Vec<String> = procs
+            .iter()
+            .filter(|p| p.held_down)
+            .map(|p| p.name.clone())
+            .collect();
+        let actions = step(
+            &Observation {
+                snapshot: s,
+                lease: lease.as_ref(),
+                primary_gone,
+                held_down: &held,
+            },
+            memory,
+        );
+        for a in actions {
+            self.carry_out(a, procs).await?;
         }
-        if !matches!(decision, Decision::WaitForLease { .. }) {
-            memory.last_wait = false;
-        }
-        match decision {
-            Decision::Nothing => {}
-            Decision::Recovered => {
-                self.dir
-                    .update_status(|st| st.primary_failing_since = None)?;
-                self.dir.event(
-                    false,
-                    "PrimaryRecovered",
-                    Some(&primary),
-                    "the primary is healthy again",
-                );
-            }
-            Decision::Failing { since_ms, reason } => {
-                if s.status.primary_failing_since.is_none() {
-                    let since = k8s_openapi_ts(since_ms);
-                    self.dir
-                        .update_status(|st| st.primary_failing_since = Some(since.clone()))?;
-                    self.dir
-                        .event(true, "PrimaryFailing", Some(&primary), &reason);
-                    self.reporter
-                        .say(Some(&primary), &format!("primary failing: {reason}"));
+        Ok(())
+    }
+
+    async fn carry_out(
+        &self,
+        action: cnmysql_core::reconcile::Action,
+        procs: &mut [ManagedProcess],
+    ) -> anyhow::Result<()> {
+        use cnmysql_core::reconcile::Action;
+        match action {
+            Action::Event(e) => self.record(&e),
+            Action::Status { change, then } => {
+                let mut applied = false;
+                self.dir.update_status(|st| applied = change.apply(st))?;
+                if applied {
+                    for e in &then {
+                        self.record(e);
+                    }
                 }
             }
-            Decision::WaitForLease { until_ms } => {
-                if !memory.last_wait {
-                    memory.last_wait = true;
-                    let msg = format!(
-                        "waiting until the primary lease of {primary} expires ({} ms)",
-                        until_ms - s.now_ms
-                    );
-                    self.dir
-                        .event(true, "FailoverWaitingForLease", Some(&primary), &msg);
-                    self.reporter.say(None, &msg);
-                }
-            }
-            Decision::Blocked { reason } => {
-                if memory.last_block != reason {
-                    self.dir
-                        .event(true, "FailoverBlocked", Some(&primary), &reason);
-                    self.reporter.say(None, &reason);
-                    memory.last_block = reason;
-                }
-                // Nothing can take over: let the old primary come back in place.
-                for p in procs
-                    .iter_mut()
-                    .filter(|p| p.held_down && p.name == primary)
-                {
-                    p.held_down = false;
-                    p.next_start = Instant::now();
-                }
-            }
-            Decision::Promote { old, candidate } => {
-                // Fence the old primary: stop its processes, keep its data.
-                if let Some(p) = procs.iter_mut().find(|p| p.name == old) {
+            Action::FenceOut(name) => {
+                if let Some(p) = procs.iter_mut().find(|p| p.name == name) {
                     p.held_down = true;
                     self.kill_instance(p).await;
                 }
+            }
+            Action::ReleaseLease { holder } => {
+                // Only with proof that none of its processes can still write;
+                // otherwise the lease runs out on its own.
+                let gone = procs
+                    .iter()
+                    .find(|p| p.name == holder)
+                    .is_some_and(|p| p.gone(&self.dir));
+                if !gone {
+                    tracing::warn!(instance = %holder, "not releasing the lease: its processes may still run");
+                    return Ok(());
+                }
                 self.dir.update_lease(|l| {
-                    Ok(if l.holder_identity.as_deref() == Some(&old) {
-                        l.release(&old)
+                    Ok(if l.holder_identity.as_deref() == Some(&holder) {
+                        l.release(&holder)
                     } else {
                         l.clone()
                     })
                 })?;
-                let mut started = false;
-                self.dir.update_status(|st| {
-                    if st.current_primary.as_deref() == Some(&old)
-                        && st.target_primary.as_deref() == Some(&old)
-                    {
-                        st.target_primary = Some(candidate.clone());
-                        st.target_primary_timestamp = Some(now.to_string());
-                        st.phase = Some(cnmysql_api::Phase::FailingOver);
-                        st.phase_reason = Some(format!("promoting {candidate} in place of {old}"));
-                        started = true;
-                    }
-                })?;
-                if started {
-                    let msg = format!(
-                        "failing over from {old} to {candidate}; {old} is fenced (processes stopped, data kept)"
+            }
+            Action::Restart(name) => {
+                if let Some(p) = procs.iter_mut().find(|p| p.name == name && p.held_down) {
+                    p.held_down = false;
+                    p.next_start = Instant::now();
+                    self.reporter.say(
+                        Some(&p.name),
+                        "restarting the former primary to rejoin as a replica",
                     );
-                    self.dir.event(true, "FailingOver", Some(&candidate), &msg);
-                    self.reporter.say(None, &msg);
                 }
             }
-        }
-        // Steady-state semi-sync adjustment on a settled primary.
-        if self.cluster.spec.mysql.semi_sync.enabled
-            && s.status.current_primary == s.status.target_primary
-            && let Some(p) = s.get(&primary).and_then(|o| o.status.as_ref())
-            && p.ready
-        {
-            let want = cnmysql_core::semisync::desired(
-                &self.cluster.spec,
-                cnmysql_core::semisync::healthy_replicas(s),
-            );
-            let have = p.semi_sync.clone().unwrap_or_default();
-            let differs = have.source_enabled != want.enabled
-                || have.timeout_millis != want.timeout_millis
-                || (self.cluster.spec.mysql.flavor == cnmysql_api::Flavor::Mysql
-                    && have.wait_for_count != want.wait_for_count);
-            let recently = memory
-                .last_semi_sync
-                .as_ref()
-                .is_some_and(|(w, t)| *w == want && t.elapsed() < Duration::from_secs(2));
-            if differs && !recently {
-                let body = serde_json::json!({"enabled": want.enabled, "waitForCount": want.wait_for_count, "timeoutMillis": want.timeout_millis});
-                let port = self.ports.instances[&primary].control;
+            Action::SemiSync {
+                instance,
+                settings,
+                then,
+            } => {
+                let body = serde_json::json!({"enabled": settings.enabled, "waitForCount": settings.wait_for_count, "timeoutMillis": settings.timeout_millis});
+                let port = self.ports.instances[&instance].control;
                 let (code, text) = self
                     .client
                     .post(
@@ -735,23 +592,22 @@ impl ControlPlane {
                         body.to_string().into(),
                     )
                     .await?;
-                memory.last_semi_sync = Some((want, Instant::now()));
                 if code == 200 {
-                    self.dir.event(
-                        false,
-                        "SemiSyncAdjusted",
-                        Some(&primary),
-                        &format!(
-                            "semi-sync enabled={} waitForCount={} timeoutMillis={}",
-                            want.enabled, want.wait_for_count, want.timeout_millis
-                        ),
-                    );
+                    self.record(&then);
                 } else {
                     tracing::warn!(code, text, "semi-sync adjustment refused");
                 }
             }
         }
         Ok(())
+    }
+
+    /// An event in `events.jsonl`, and a line for the human watching.
+    fn record(&self, e: &cnmysql_core::reconcile::Event) {
+        self.dir
+            .event(e.warning, e.reason, e.instance.as_deref(), &e.message);
+        self.reporter
+            .say(None, &format!("{}: {}", e.reason, e.message));
     }
 
     /// Stop an instance's manager and mysqld at once (fencing a failed primary).
@@ -838,10 +694,4 @@ impl ControlPlane {
             let _ = std::fs::remove_file(self.dir.manager_pid(&p.name));
         }
     }
-}
-
-fn k8s_openapi_ts(ms: i64) -> String {
-    jiff::Timestamp::from_millisecond(ms)
-        .unwrap_or(jiff::Timestamp::UNIX_EPOCH)
-        .to_string()
 }

@@ -440,8 +440,13 @@ impl StateDir {
                 )
             })?,
         };
+        let before = s.clone();
         f(&mut s);
-        self.write_status(&s)?;
+        // Nothing changed, nothing written: watchers of the file see only
+        // real changes.
+        if s != before {
+            self.write_status(&s)?;
+        }
         Ok(s)
     }
 }

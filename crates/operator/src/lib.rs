@@ -9,6 +9,7 @@
 //! `/healthz` and `/readyz` are served on one plain-HTTP port.
 
 pub mod context;
+pub mod deploy;
 pub mod http;
 pub mod labels;
 pub mod metrics;

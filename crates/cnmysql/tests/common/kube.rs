@@ -28,12 +28,17 @@ pub struct Operator {
 
 impl Operator {
     pub async fn start(cp: &ControlPlane, identity: &str) -> Operator {
+        Operator::start_with(cp, identity, &cp.kubeconfig).await
+    }
+
+    /// Run with the credentials of `kubeconfig` (e.g. a ServiceAccount's).
+    pub async fn start_with(cp: &ControlPlane, identity: &str, kubeconfig: &Path) -> Operator {
         let port = free_port();
         let log = cp.dir().join(format!("operator-{identity}.log"));
         let out = std::fs::File::create(&log).unwrap();
         let child = tokio::process::Command::new(BIN)
             .args(["operator", "--kubeconfig"])
-            .arg(&cp.kubeconfig)
+            .arg(kubeconfig)
             .args([
                 "--http-bind",
                 &format!("127.0.0.1:{port}"),

@@ -1,0 +1,542 @@
+//! One topology reconcile step, for every platform: what the controller
+//! does after it has observed the cluster — when the primary fails, when a
+//! switchover stalls, when a primary change completes, when semi-sync must
+//! follow the healthy replicas, and what the status then says.
+//!
+//! [`step`] is pure: it turns an [`Observation`] and what the controller
+//! remembers ([`Memory`]) into a list of [`Action`]s. The local control
+//! plane carries them out with processes and files, the Kubernetes operator
+//! with Pods, the Cluster status and the Lease. The decisions themselves
+//! live in `failover.rs`, `switchover.rs`, `semisync.rs` and `phase.rs`.
+
+use std::collections::BTreeMap;
+
+use cnmysql_api::{ClusterStatus, Flavor, Phase};
+
+use crate::failover::{self, Decision};
+use crate::lease::Lease;
+use crate::phase::{Summary, set_condition, summarize};
+use crate::semisync::{self, Settings};
+use crate::status::Snapshot;
+use crate::switchover::{self, Progress};
+
+/// A semi-sync adjustment is not repeated within this long.
+pub const SEMI_SYNC_RETRY_MS: i64 = 2_000;
+
+/// What the controller remembers between steps.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Memory {
+    /// The reason failover is blocked, reported once; empty when not blocked.
+    pub last_block: String,
+    /// A wait for the old primary's lease was reported.
+    pub last_wait: bool,
+    /// The current primary at the last step.
+    pub last_current: Option<String>,
+    /// The last semi-sync adjustment sent, and when (Unix ms).
+    pub last_semi_sync: Option<(Settings, i64)>,
+}
+
+/// What the platform observed, beyond the snapshot.
+#[derive(Clone, Copy, Debug)]
+pub struct Observation<'a> {
+    pub snapshot: &'a Snapshot,
+    /// The primary Lease as last read (None when it could not be read).
+    pub lease: Option<&'a Lease>,
+    /// The platform proved that no process of the recorded primary can
+    /// still write (its processes are gone, or its Pod is deleted and gone).
+    pub primary_gone: bool,
+    /// Instances the platform keeps stopped: fenced-out former primaries.
+    pub held_down: &'a [String],
+}
+
+/// An event for `kubectl describe` / `cnmysql local events`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    pub warning: bool,
+    pub reason: &'static str,
+    pub instance: Option<String>,
+    pub message: String,
+}
+
+impl Event {
+    fn new(warning: bool, reason: &'static str, instance: Option<&str>, message: String) -> Event {
+        Event {
+            warning,
+            reason,
+            instance: instance.map(str::to_string),
+            message,
+        }
+    }
+}
+
+/// A change of the cluster status that only applies while the status is
+/// still what the step saw; the platform applies it under its lock or with
+/// a resourceVersion precondition, and retries on conflict.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StatusChange {
+    /// Set (`Some`, RFC 3339) or clear `primaryFailingSince`.
+    PrimaryFailingSince(Option<String>),
+    /// Give up a stalled switchover: point the target back at `current`,
+    /// if the switchover is still pending from that primary.
+    AbortSwitchover { current: Option<String>, at: String },
+    /// Begin a failover: target `candidate`, if `old` is still both the
+    /// current and the target primary.
+    StartFailover {
+        old: String,
+        candidate: String,
+        at: String,
+    },
+    /// The summary: phase, reason, counts, conditions, last observed GTID
+    /// state and manager hash per instance.
+    Report(Report),
+}
+
+/// The reported part of the status.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Report {
+    pub summary: Summary,
+    pub instances: i32,
+    pub gtids: BTreeMap<String, String>,
+    pub hashes: BTreeMap<String, String>,
+    pub now_ms: i64,
+}
+
+impl StatusChange {
+    /// Apply the change to `st`; false when it no longer applies (nothing
+    /// changed).
+    pub fn apply(&self, st: &mut ClusterStatus) -> bool {
+        match self {
+            StatusChange::PrimaryFailingSince(v) => {
+                if st.primary_failing_since == *v {
+                    return false;
+                }
+                st.primary_failing_since = v.clone();
+                true
+            }
+            StatusChange::AbortSwitchover { current, at } => {
+                if st.current_primary != st.target_primary && st.current_primary == *current {
+                    st.target_primary = st.current_primary.clone();
+                    st.target_primary_timestamp = Some(at.clone());
+                    true
+                } else {
+                    false
+                }
+            }
+            StatusChange::StartFailover { old, candidate, at } => {
+                if st.current_primary.as_deref() == Some(old)
+                    && st.target_primary.as_deref() == Some(old)
+                {
+                    st.target_primary = Some(candidate.clone());
+                    st.target_primary_timestamp = Some(at.clone());
+                    st.phase = Some(Phase::FailingOver);
+                    st.phase_reason = Some(format!("promoting {candidate} in place of {old}"));
+                    true
+                } else {
+                    false
+                }
+            }
+            StatusChange::Report(r) => {
+                if !r.differs(st) {
+                    return false;
+                }
+                st.phase = Some(r.summary.phase);
+                st.phase_reason = Some(r.summary.reason.clone());
+                st.ready_instances = r.summary.ready_instances;
+                st.instances = r.instances;
+                // Last observed: unreachable instances keep their last entry.
+                st.gtid_executed_by_instance.extend(r.gtids.clone());
+                st.executable_hash_by_instance.extend(r.hashes.clone());
+                for (t, on, reason, msg) in &r.summary.conditions {
+                    set_condition(&mut st.conditions, t, *on, reason, msg, r.now_ms, None);
+                }
+                true
+            }
+        }
+    }
+}
+
+impl Report {
+    fn differs(&self, st: &ClusterStatus) -> bool {
+        let s = &self.summary;
+        st.phase != Some(s.phase)
+            || st.phase_reason.as_deref() != Some(s.reason.as_str())
+            || st.ready_instances != s.ready_instances
+            || st.instances != self.instances
+            || self
+                .gtids
+                .iter()
+                .any(|(k, v)| st.gtid_executed_by_instance.get(k) != Some(v))
+            || self
+                .hashes
+                .iter()
+                .any(|(k, v)| st.executable_hash_by_instance.get(k) != Some(v))
+            || s.conditions.iter().any(|(t, on, reason, msg)| {
+                !st.conditions.iter().any(|c| {
+                    c.type_ == *t
+                        && (c.status == "True") == *on
+                        && c.reason == *reason
+                        && c.message == *msg
+                })
+            })
+    }
+}
+
+/// What the platform is asked to do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Record an event (and tell the human watching).
+    Event(Event),
+    /// Change the status if it still applies; record `then` only if it did.
+    Status {
+        change: StatusChange,
+        then: Vec<Event>,
+    },
+    /// Stop every process of the instance now and keep it stopped, its data
+    /// kept (locally: kill its manager and mysqld; Kubernetes: delete its
+    /// Pod, keep its claim, do not recreate it until released).
+    FenceOut(String),
+    /// Release the primary Lease on behalf of `holder`, fenced out above —
+    /// only once the platform has proof that none of its processes can
+    /// still write (otherwise the lease simply runs out).
+    ReleaseLease { holder: String },
+    /// Let a held-down instance start again (it rejoins as a replica, or is
+    /// found diverged).
+    Restart(String),
+    /// Set the primary's semi-sync settings over its control API; record
+    /// `then` when it accepted them.
+    SemiSync {
+        instance: String,
+        settings: Settings,
+        then: Event,
+    },
+}
+
+/// One step: everything the controller does about the topology now.
+pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
+    let s = o.snapshot;
+    let at = timestamp(s.now_ms);
+    let mut out = Vec::new();
+
+    // A primary change completed: say so, and let the fenced-out former
+    // primary start again so it rejoins (or is found diverged).
+    if s.status.current_primary != memory.last_current {
+        if let (Some(prev), Some(cur)) = (&memory.last_current, &s.status.current_primary) {
+            let reason = if s.status.phase == Some(Phase::FailingOver) {
+                "FailoverCompleted"
+            } else {
+                "SwitchoverCompleted"
+            };
+            out.push(Action::Event(Event::new(
+                false,
+                reason,
+                Some(cur),
+                format!("{cur} replaced {prev} as primary"),
+            )));
+        }
+        memory.last_current = s.status.current_primary.clone();
+    }
+    if s.status.current_primary == s.status.target_primary {
+        for h in o.held_down {
+            if Some(h) != s.status.current_primary.as_ref() {
+                out.push(Action::Restart(h.clone()));
+            }
+        }
+    }
+
+    if let Progress::Abort { reason } = switchover::progress(s) {
+        out.push(Action::Status {
+            change: StatusChange::AbortSwitchover {
+                current: s.status.current_primary.clone(),
+                at: at.clone(),
+            },
+            then: vec![Event::new(
+                true,
+                "SwitchoverBlocked",
+                s.status.target_primary.as_deref(),
+                reason,
+            )],
+        });
+    }
+
+    let primary = s.status.current_primary.clone().unwrap_or_default();
+    let decision = failover::decide(s, o.lease, o.primary_gone);
+    if !matches!(decision, Decision::Blocked { .. }) {
+        memory.last_block.clear();
+    }
+    if !matches!(decision, Decision::WaitForLease { .. }) {
+        memory.last_wait = false;
+    }
+    match decision {
+        Decision::Nothing => {}
+        Decision::Recovered => out.push(Action::Status {
+            change: StatusChange::PrimaryFailingSince(None),
+            then: vec![Event::new(
+                false,
+                "PrimaryRecovered",
+                Some(&primary),
+                "the primary is healthy again".into(),
+            )],
+        }),
+        Decision::Failing { since_ms, reason } => {
+            if s.status.primary_failing_since.is_none() {
+                out.push(Action::Status {
+                    change: StatusChange::PrimaryFailingSince(Some(timestamp(since_ms))),
+                    then: vec![Event::new(true, "PrimaryFailing", Some(&primary), reason)],
+                });
+            }
+        }
+        Decision::WaitForLease { until_ms } => {
+            if !memory.last_wait {
+                memory.last_wait = true;
+                out.push(Action::Event(Event::new(
+                    true,
+                    "FailoverWaitingForLease",
+                    Some(&primary),
+                    format!(
+                        "waiting until the primary lease of {primary} expires ({} ms)",
+                        until_ms - s.now_ms
+                    ),
+                )));
+            }
+        }
+        Decision::Blocked { reason } => {
+            if memory.last_block != reason {
+                out.push(Action::Event(Event::new(
+                    true,
+                    "FailoverBlocked",
+                    Some(&primary),
+                    reason.clone(),
+                )));
+                memory.last_block = reason;
+            }
+            // Nothing can take over: let the old primary come back in place.
+            if o.held_down.iter().any(|h| *h == primary) {
+                out.push(Action::Restart(primary.clone()));
+            }
+        }
+        Decision::Promote { old, candidate } => {
+            out.push(Action::FenceOut(old.clone()));
+            out.push(Action::ReleaseLease {
+                holder: old.clone(),
+            });
+            out.push(Action::Status {
+                change: StatusChange::StartFailover {
+                    old: old.clone(),
+                    candidate: candidate.clone(),
+                    at: at.clone(),
+                },
+                then: vec![Event::new(
+                    true,
+                    "FailingOver",
+                    Some(&candidate),
+                    format!(
+                        "failing over from {old} to {candidate}; {old} is fenced (processes stopped, data kept)"
+                    ),
+                )],
+            });
+        }
+    }
+
+    if let Some(a) = semi_sync(s, memory) {
+        out.push(a);
+    }
+    out
+}
+
+/// Steady-state semi-sync adjustment on a settled, ready primary.
+fn semi_sync(s: &Snapshot, memory: &mut Memory) -> Option<Action> {
+    let spec = &s.spec;
+    if !spec.mysql.semi_sync.enabled || s.status.current_primary != s.status.target_primary {
+        return None;
+    }
+    let primary = s.status.current_primary.clone()?;
+    let p = s.get(&primary)?.status.as_ref()?;
+    if !p.ready {
+        return None;
+    }
+    let want = semisync::desired(spec, semisync::healthy_replicas(s));
+    let have = p.semi_sync.clone().unwrap_or_default();
+    let differs = have.source_enabled != want.enabled
+        || have.timeout_millis != want.timeout_millis
+        || (spec.mysql.flavor == Flavor::Mysql && have.wait_for_count != want.wait_for_count);
+    let recently = memory
+        .last_semi_sync
+        .as_ref()
+        .is_some_and(|(w, t)| *w == want && s.now_ms - t < SEMI_SYNC_RETRY_MS);
+    if !differs || recently {
+        return None;
+    }
+    memory.last_semi_sync = Some((want, s.now_ms));
+    Some(Action::SemiSync {
+        instance: primary.clone(),
+        settings: want,
+        then: Event::new(
+            false,
+            "SemiSyncAdjusted",
+            Some(&primary),
+            format!(
+                "semi-sync enabled={} waitForCount={} timeoutMillis={}",
+                want.enabled, want.wait_for_count, want.timeout_millis
+            ),
+        ),
+    })
+}
+
+/// The status summary for this snapshot: phase and conditions from
+/// `phase.rs`, overridden while failover is blocked, plus the last observed
+/// GTID state and manager hash of every reachable instance.
+pub fn report(s: &Snapshot, memory: &Memory) -> Report {
+    let mut summary = summarize(s);
+    if !memory.last_block.is_empty() {
+        summary.phase = Phase::Degraded;
+        summary.reason = memory.last_block.clone();
+        for c in summary.conditions.iter_mut().filter(|c| c.0 == "Degraded") {
+            c.1 = true;
+            c.2 = "FailoverBlocked".into();
+            c.3 = memory.last_block.clone();
+        }
+    }
+    let hashes = s
+        .instances
+        .iter()
+        .filter_map(|o| {
+            o.status
+                .as_ref()
+                .map(|st| (o.name.clone(), st.executable_hash.clone()))
+        })
+        .collect();
+    Report {
+        summary,
+        instances: s.spec.instances,
+        gtids: s.gtid_by_instance(),
+        hashes,
+        now_ms: s.now_ms,
+    }
+}
+
+fn timestamp(ms: i64) -> String {
+    k8s_openapi::jiff::Timestamp::from_millisecond(ms)
+        .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::{replica, snapshot};
+
+    fn settled(s: &mut Snapshot, primary: &str) {
+        s.status.current_primary = Some(primary.into());
+        s.status.target_primary = Some(primary.into());
+        s.status
+            .gtid_executed_by_instance
+            .insert(primary.into(), "0-1-100".into());
+    }
+
+    #[test]
+    fn a_dead_primary_is_fenced_then_the_candidate_targeted() {
+        let mut s = snapshot(vec![
+            crate::status::Observed {
+                name: "db-1".into(),
+                ordinal: 1,
+                status: None,
+            },
+            replica("db-2", "0-1-100"),
+            replica("db-3", "0-1-90"),
+        ]);
+        settled(&mut s, "db-1");
+        s.status.primary_failing_since = Some("2026-01-01T00:00:00Z".into());
+        s.now_ms = i64::MAX / 4;
+        let mut m = Memory {
+            last_current: Some("db-1".into()),
+            ..Default::default()
+        };
+        let actions = step(
+            &Observation {
+                snapshot: &s,
+                lease: None,
+                primary_gone: true,
+                held_down: &[],
+            },
+            &mut m,
+        );
+        // Fence first, then the lease, then the target: in that order.
+        assert_eq!(actions[0], Action::FenceOut("db-1".into()));
+        assert_eq!(
+            actions[1],
+            Action::ReleaseLease {
+                holder: "db-1".into()
+            }
+        );
+        let Action::Status {
+            change: StatusChange::StartFailover { old, candidate, .. },
+            then,
+        } = &actions[2]
+        else {
+            panic!("{actions:?}")
+        };
+        assert_eq!((old.as_str(), candidate.as_str()), ("db-1", "db-2"));
+        assert_eq!(then[0].reason, "FailingOver");
+
+        // Applied once; a second writer finds it no longer applies.
+        let mut st = s.status.clone();
+        let Action::Status { change, .. } = &actions[2] else {
+            unreachable!()
+        };
+        assert!(change.apply(&mut st));
+        assert_eq!(st.target_primary.as_deref(), Some("db-2"));
+        assert!(!change.apply(&mut st));
+    }
+
+    #[test]
+    fn a_completed_change_restarts_the_held_down_former_primary_and_says_so() {
+        let mut s = snapshot(vec![replica("db-2", "0-1-100")]);
+        settled(&mut s, "db-2");
+        s.status.phase = Some(Phase::FailingOver);
+        let mut m = Memory {
+            last_current: Some("db-1".into()),
+            ..Default::default()
+        };
+        let held = ["db-1".to_string()];
+        let actions = step(
+            &Observation {
+                snapshot: &s,
+                lease: None,
+                primary_gone: false,
+                held_down: &held,
+            },
+            &mut m,
+        );
+        assert!(matches!(&actions[0], Action::Event(e) if e.reason == "FailoverCompleted"));
+        assert!(actions.contains(&Action::Restart("db-1".into())));
+        assert_eq!(m.last_current.as_deref(), Some("db-2"));
+        // Said once.
+        let again = step(
+            &Observation {
+                snapshot: &s,
+                lease: None,
+                primary_gone: false,
+                held_down: &[],
+            },
+            &mut m,
+        );
+        assert!(!again.iter().any(|a| matches!(a, Action::Event(_))));
+    }
+
+    #[test]
+    fn a_report_applies_only_when_something_changed() {
+        let mut s = snapshot(vec![replica("db-2", "0-1-100")]);
+        settled(&mut s, "db-2");
+        let m = Memory::default();
+        let change = StatusChange::Report(report(&s, &m));
+        let mut st = s.status.clone();
+        assert!(change.apply(&mut st));
+        assert!(!change.apply(&mut st), "an unchanged report writes nothing");
+        let blocked = Memory {
+            last_block: "failover of db-1 blocked: x".into(),
+            ..Default::default()
+        };
+        let r = report(&s, &blocked);
+        assert_eq!(r.summary.phase, Phase::Degraded);
+    }
+}
