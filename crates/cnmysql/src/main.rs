@@ -198,12 +198,18 @@ enum InstanceCommand {
     },
     /// Supervise mysqld for one instance.
     Run {
-        /// The instance configuration written by the platform.
-        #[arg(long)]
-        config: PathBuf,
+        /// Local platform: the instance configuration it wrote.
+        #[arg(long, required_unless_present = "kubernetes")]
+        config: Option<PathBuf>,
         /// Local platform: the cluster status file.
-        #[arg(long)]
-        state_file: PathBuf,
+        #[arg(long, required_unless_present = "kubernetes")]
+        state_file: Option<PathBuf>,
+        /// Kubernetes: PID 1 of an instance Pod, configured from the
+        /// environment the Pod spec sets (CNMYSQL_CLUSTER, CNMYSQL_INSTANCE,
+        /// CNMYSQL_NAMESPACE, CNMYSQL_POD_IP, CNMYSQL_DATA, CNMYSQL_RUN,
+        /// CNMYSQL_TLS, CNMYSQL_SECRETS) and its ServiceAccount.
+        #[arg(long, conflicts_with_all = ["config", "state_file"])]
+        kubernetes: bool,
     },
 }
 
@@ -239,6 +245,116 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Run the instance manager until SIGTERM or SIGINT (and, locally, until
+/// the control plane that started it goes away).
+async fn supervise<C: cnmysql_instance::ClusterState>(
+    cfg: cnmysql_instance::InstanceConfig,
+    state: C,
+) -> anyhow::Result<()> {
+    let exit_with_parent = cfg.exit_with_parent;
+    let manager = cnmysql_instance::Manager::new(cfg, state)?;
+    let m = manager.clone();
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).expect("signal handler");
+        let mut int = signal(SignalKind::interrupt()).expect("signal handler");
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+        }
+        m.request_shutdown();
+    });
+    if exit_with_parent {
+        let m = manager.clone();
+        let parent = nix::unistd::getppid();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                if nix::unistd::getppid() != parent {
+                    tracing::warn!("the local control plane went away; shutting down");
+                    m.request_shutdown();
+                    break;
+                }
+            }
+        });
+    }
+    manager.run().await
+}
+
+/// The instance configuration of a Pod, from the environment its spec sets,
+/// the Cluster it belongs to, and the ServiceAccount's access to both.
+async fn kubernetes_instance() -> anyhow::Result<(
+    cnmysql_instance::InstanceConfig,
+    cnmysql_k8s::cluster_state::KubeClusterState,
+)> {
+    use anyhow::Context as _;
+    use cnmysql_api::names::{CONTROL_PORT, MYSQL_PORT, PROBE_PORT};
+    let var = |k: &str| {
+        std::env::var(k)
+            .ok()
+            .filter(|v| !v.is_empty())
+            .with_context(|| format!("{k} is not set: the instance Pod spec sets it (is this a Pod the operator made?)"))
+    };
+    let port = |k: &str, default: u16| -> anyhow::Result<u16> {
+        match std::env::var(k) {
+            Ok(v) => v
+                .parse()
+                .with_context(|| format!("{k}={v:?} is not a port number")),
+            Err(_) => Ok(default),
+        }
+    };
+    let cluster = var("CNMYSQL_CLUSTER")?;
+    let instance = var("CNMYSQL_INSTANCE")?;
+    let namespace = var("CNMYSQL_NAMESPACE")?;
+    let pod_ip = var("CNMYSQL_POD_IP")?;
+    let data = PathBuf::from(var("CNMYSQL_DATA")?);
+    let run = PathBuf::from(var("CNMYSQL_RUN")?);
+    let tls = PathBuf::from(var("CNMYSQL_TLS")?);
+    let secrets = PathBuf::from(var("CNMYSQL_SECRETS")?);
+    let ordinal = cnmysql_api::names::ordinal_of(&cluster, &instance).with_context(|| {
+        format!("CNMYSQL_INSTANCE={instance} is not an instance of cluster {cluster}")
+    })?;
+    let (client, _) = cnmysql_k8s::client::connect(&Default::default()).await?;
+    let spec = cnmysql_k8s::plugin::ClusterHandle::new(client.clone(), &namespace, &cluster)
+        .get()
+        .await?
+        .spec;
+    let state =
+        cnmysql_k8s::cluster_state::KubeClusterState::start(client, &namespace, &cluster).await?;
+    let programs = cnmysql_instance::config::Programs::discover(spec.mysql.flavor)
+        .map_err(anyhow::Error::msg)?;
+    let bind = std::env::var("CNMYSQL_BIND").unwrap_or_else(|_| pod_ip.clone());
+    let cfg = cnmysql_instance::InstanceConfig {
+        cluster,
+        instance,
+        ordinal,
+        spec,
+        data_dir: data.join("data"),
+        run_dir: run,
+        template_dir: None,
+        tls: cnmysql_tls::TlsPaths {
+            ca: tls.join("ca.crt"),
+            cert: tls.join("tls.crt"),
+            key: tls.join("tls.key"),
+        },
+        secrets: cnmysql_instance::config::SecretFiles {
+            admin_password: secrets.join("admin-password"),
+            replication_password: secrets.join("replication-password"),
+            app_password: secrets.join("app-password"),
+        },
+        programs,
+        mysql_bind: bind.clone(),
+        mysql_port: port("CNMYSQL_MYSQL_PORT", MYSQL_PORT)?,
+        control_bind: bind,
+        control_port: port("CNMYSQL_CONTROL_PORT", CONTROL_PORT)?,
+        peers: Default::default(),
+        shutdown_timeout_secs: 90,
+        exit_with_parent: false,
+        probe_port: Some(port("CNMYSQL_PROBE_PORT", PROBE_PORT)?),
+    };
+    Ok((cfg, state))
 }
 
 /// Copy this executable to `dest` atomically (a temporary file renamed
@@ -384,45 +500,33 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             LocalCommand::Destroy { target } => cnmysql_local::destroy(&target.dir()?),
         },
         Command::Instance {
-            command: InstanceCommand::Run { config, state_file },
+            command: InstanceCommand::Run {
+                kubernetes: true, ..
+            },
         } => {
             init_json_logs();
+            let (cfg, state) = kubernetes_instance().await?;
+            supervise(cfg, state).await
+        }
+        Command::Instance {
+            command: InstanceCommand::Run {
+                config, state_file, ..
+            },
+        } => {
+            init_json_logs();
+            let (Some(config), Some(state_file)) = (config, state_file) else {
+                anyhow::bail!("--config and --state-file are required without --kubernetes");
+            };
             let cfg = cnmysql_instance::InstanceConfig::load(&config)?;
-            let exit_with_parent = cfg.exit_with_parent;
             let dir = state_file
                 .parent()
                 .map(|p| cnmysql_local::state::StateDir::new(p.to_path_buf()))
                 .ok_or_else(|| anyhow::anyhow!("--state-file has no directory"))?;
-            let manager = cnmysql_instance::Manager::new(
+            supervise(
                 cfg,
                 cnmysql_local::cluster_state::FileClusterState::new(dir),
-            )?;
-            let m = manager.clone();
-            tokio::spawn(async move {
-                use tokio::signal::unix::{SignalKind, signal};
-                let mut term = signal(SignalKind::terminate()).expect("signal handler");
-                let mut int = signal(SignalKind::interrupt()).expect("signal handler");
-                tokio::select! {
-                    _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-                    _ = int.recv() => tracing::info!("SIGINT: shutting down"),
-                }
-                m.request_shutdown();
-            });
-            if exit_with_parent {
-                let m = manager.clone();
-                let parent = nix::unistd::getppid();
-                tokio::spawn(async move {
-                    loop {
-                        tokio::time::sleep(Duration::from_millis(500)).await;
-                        if nix::unistd::getppid() != parent {
-                            tracing::warn!("the local control plane went away; shutting down");
-                            m.request_shutdown();
-                            break;
-                        }
-                    }
-                });
-            }
-            manager.run().await
+            )
+            .await
         }
     }
 }

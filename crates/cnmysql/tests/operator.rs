@@ -242,6 +242,7 @@ async fn the_operator_creates_corrects_and_deletes_a_clusters_objects() {
         ("get", "secrets/db-ca", false),
         ("get", "secrets/db-operator-tls", false),
         ("list", "secrets", false),
+        ("list", "pods", true),
         ("delete", "pods/db-1", false),
         ("create", "pods", false),
     ] {

@@ -81,6 +81,10 @@ pub struct SourceSpec {
     /// MariaDB: start from `gtid_slave_pos` (a freshly cloned replica) or
     /// `gtid_current_pos` (a former primary whose own writes count).
     pub use_current_pos: bool,
+    /// Check the source's certificate names `host`. Off when the source is
+    /// reached by a Pod IP its certificate cannot name: the chain is still
+    /// verified against the cluster's own CA (verify-ca).
+    pub verify_host: bool,
 }
 
 pub fn read_only(flavor: Flavor, on: bool) -> Vec<Sql> {
@@ -171,13 +175,14 @@ pub fn change_source(flavor: Flavor, s: &SourceSpec) -> Sql {
         format!(
             "{statement} {k}_HOST={}, {k}_PORT={}, {k}_USER={}, {k}_PASSWORD={pw}, \
              {k}_SSL=1, {k}_SSL_CA={}, {k}_SSL_CERT={}, {k}_SSL_KEY={}, \
-             {k}_SSL_VERIFY_SERVER_CERT=1, {k}_CONNECT_RETRY=1, {k}_HEARTBEAT_PERIOD=1, {gtid}",
+             {k}_SSL_VERIFY_SERVER_CERT={}, {k}_CONNECT_RETRY=1, {k}_HEARTBEAT_PERIOD=1, {gtid}",
             quote(&s.host),
             s.port,
             quote(&s.user),
             quote(&s.ssl_ca),
             quote(&s.ssl_cert),
             quote(&s.ssl_key),
+            u8::from(s.verify_host),
         )
     };
     Sql::secret(render(&quote(&s.password)), render("'<redacted>'"))
@@ -254,6 +259,7 @@ mod tests {
             ssl_cert: "/tls/db-2.crt".into(),
             ssl_key: "/tls/db-2.key".into(),
             use_current_pos: false,
+            verify_host: true,
         }
     }
 

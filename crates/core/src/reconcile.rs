@@ -310,7 +310,7 @@ pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
                 memory.last_block = reason;
             }
             // Nothing can take over: let the old primary come back in place.
-            if o.held_down.iter().any(|h| *h == primary) {
+            if o.held_down.contains(&primary) {
                 out.push(Action::Restart(primary.clone()));
             }
         }

@@ -48,6 +48,15 @@ pub fn router<B: Backend>(backend: Arc<B>) -> Router {
         .with_state(backend)
 }
 
+/// The kubelet's probes on a plain-HTTP port: health and readiness only,
+/// nothing that reveals or changes data.
+pub fn probe_router<B: Backend>(backend: Arc<B>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz::<B>))
+        .route("/readyz", get(ready::<B>))
+        .with_state(backend)
+}
+
 async fn status<B: Backend>(State(b): State<Arc<B>>) -> Json<InstanceStatus> {
     Json(b.status().await)
 }

@@ -18,6 +18,8 @@ use tokio_rustls::TlsConnector;
 pub struct ControlClient {
     tls: Arc<ClientConfig>,
     connect_timeout: Duration,
+    /// The name the server's certificate must carry, when not the host.
+    server_name: Option<String>,
 }
 
 impl ControlClient {
@@ -25,12 +27,30 @@ impl ControlClient {
         ControlClient {
             tls,
             connect_timeout: Duration::from_secs(2),
+            server_name: None,
         }
     }
 
     pub fn with_connect_timeout(mut self, t: Duration) -> ControlClient {
         self.connect_timeout = t;
         self
+    }
+
+    /// A client for `peer`: its certificate must name `peer.tls_name` when
+    /// set (a Pod reached by IP), else the host it is reached at.
+    pub fn for_peer(&self, peer: &crate::config::PeerAddr) -> ControlClient {
+        ControlClient {
+            server_name: peer.tls_name.clone(),
+            ..self.clone()
+        }
+    }
+
+    /// A client whose servers' certificates must name `name`.
+    pub fn expecting(&self, name: &str) -> ControlClient {
+        ControlClient {
+            server_name: Some(name.to_string()),
+            ..self.clone()
+        }
     }
 
     /// Send one request on a fresh connection and return the response head
@@ -48,7 +68,8 @@ impl ControlClient {
             .await
             .map_err(|_| anyhow::anyhow!("connecting to {host}:{port} timed out"))??;
         tcp.set_nodelay(true)?;
-        let name = ServerName::try_from(host.to_string())?;
+        let name =
+            ServerName::try_from(self.server_name.clone().unwrap_or_else(|| host.to_string()))?;
         let tls = tokio::time::timeout(
             self.connect_timeout,
             TlsConnector::from(self.tls.clone()).connect(name, tcp),

@@ -255,6 +255,7 @@ pub async fn clone_from(
     let resp = client
         .clone()
         .with_connect_timeout(Duration::from_secs(10))
+        .for_peer(peer)
         .send(&peer.host, peer.control_port, "GET", "/backup", &[], None)
         .await?;
     if !resp.status().is_success() {

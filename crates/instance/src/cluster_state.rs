@@ -5,7 +5,11 @@
 
 use std::future::Future;
 
+use std::collections::BTreeMap;
+
 use cnmysql_api::ClusterStatus;
+
+use crate::config::PeerAddr;
 
 pub trait ClusterState: Send + Sync + 'static {
     /// The cluster status as last written.
@@ -32,4 +36,10 @@ pub trait ClusterState: Send + Sync + 'static {
 
     /// Give the lease up if `instance` holds it.
     fn release_lease(&self, instance: &str) -> impl Future<Output = anyhow::Result<()>> + Send;
+
+    /// Where the other instances are now, when the platform moves them (Pod
+    /// IPs on Kubernetes); the static configuration's peers otherwise.
+    fn peers(&self) -> BTreeMap<String, PeerAddr> {
+        BTreeMap::new()
+    }
 }

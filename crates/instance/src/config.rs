@@ -17,6 +17,11 @@ pub struct PeerAddr {
     pub host: String,
     pub mysql_port: u16,
     pub control_port: u16,
+    /// The name its certificate carries, when `host` is an address the
+    /// certificate cannot name (a Pod IP): the control API verifies this
+    /// name instead, and replication verifies the chain only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_name: Option<String>,
 }
 
 /// Paths of the server programs on this host.
@@ -116,6 +121,10 @@ pub struct InstanceConfig {
     /// Stop (cleanly) when the parent process goes away: local platform only.
     #[serde(default)]
     pub exit_with_parent: bool,
+    /// Plain-HTTP port of `/healthz` and `/readyz` for the kubelet's probes
+    /// (it has no client certificate for the control port).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_port: Option<u16>,
 }
 
 fn default_shutdown_timeout() -> u64 {
@@ -292,6 +301,7 @@ pub(crate) mod tests {
             peers: BTreeMap::new(),
             shutdown_timeout_secs: 30,
             exit_with_parent: false,
+            probe_port: None,
         }
     }
 

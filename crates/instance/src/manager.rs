@@ -2,6 +2,7 @@
 //! mysqld, converges the server's role towards the cluster's intent, and
 //! answers the control API.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -21,7 +22,7 @@ use crate::bootstrap::{self, read_secret};
 use crate::client::ControlClient;
 use crate::clone::{self, ProgressCell};
 use crate::cluster_state::ClusterState;
-use crate::config::{InstanceConfig, render_mycnf};
+use crate::config::{InstanceConfig, PeerAddr, render_mycnf};
 use crate::mysqld::{self, ServerState, Supervisor};
 use crate::sql;
 
@@ -145,6 +146,20 @@ impl<C: ClusterState> Manager<C> {
             api::router(self.clone()),
             self.shutdown.subscribe(),
         ));
+        if let Some(port) = cfg.probe_port {
+            let probes = tokio::net::TcpListener::bind((cfg.control_bind.as_str(), port))
+                .await
+                .map_err(|e| {
+                    anyhow::anyhow!("cannot listen on {}:{port} (probes): {e}", cfg.control_bind)
+                })?;
+            let app = api::probe_router(self.clone());
+            let mut stop = self.shutdown.subscribe();
+            tokio::spawn(async move {
+                let _ = axum::serve(probes, app)
+                    .with_graceful_shutdown(async move { crate::stopped(&mut stop).await })
+                    .await;
+            });
+        }
         tracing::info!(
             instance = cfg.instance,
             control = format!("{}:{}", cfg.control_bind, cfg.control_port),
@@ -346,13 +361,25 @@ impl<C: ClusterState> Manager<C> {
         }
     }
 
+    /// Every instance's address: the platform's current view (Pod IPs on
+    /// Kubernetes) over the static configuration.
+    fn all_peers(&self) -> BTreeMap<String, PeerAddr> {
+        let mut all = self.cfg.peers.clone();
+        all.extend(self.cluster.peers());
+        all
+    }
+
+    fn peer(&self, name: &str) -> Option<PeerAddr> {
+        self.cluster
+            .peers()
+            .remove(name)
+            .or_else(|| self.cfg.peers.get(name).cloned())
+    }
+
     async fn clone_replica(&self, source: &str) -> anyhow::Result<()> {
         let peer = self
-            .cfg
-            .peers
-            .get(source)
-            .ok_or_else(|| anyhow::anyhow!("no address known for {source}"))?
-            .clone();
+            .peer(source)
+            .ok_or_else(|| anyhow::anyhow!("no address known for {source}"))?;
         self.set_phase(InstancePhase::Cloning, format!("cloning from {source}"));
         let gtid = clone::clone_from(&self.cfg, source, &peer, &self.peers, &self.progress).await?;
         self.set_phase(
@@ -415,21 +442,23 @@ impl<C: ClusterState> Manager<C> {
     }
 
     fn local_source_name(&self, host: &str, port: u16) -> Option<String> {
-        self.cfg
-            .peers
-            .iter()
+        self.all_peers()
+            .into_iter()
             .find(|(_, p)| p.host == host && p.mysql_port == port)
-            .map(|(n, _)| n.clone())
+            .map(|(n, _)| n)
             .or_else(|| Some(format!("{host}:{port}")))
     }
 
     /// Status of a peer instance over the control API, if it answers quickly.
     async fn peer_status(&self, name: &str) -> Option<InstanceStatus> {
-        let peer = self.cfg.peers.get(name)?;
+        let peer = self.peer(name)?;
         tokio::time::timeout(
             Duration::from_millis(1500),
-            self.peers
-                .get_json::<InstanceStatus>(&peer.host, peer.control_port, "/status"),
+            self.peers.for_peer(&peer).get_json::<InstanceStatus>(
+                &peer.host,
+                peer.control_port,
+                "/status",
+            ),
         )
         .await
         .ok()?
@@ -679,9 +708,7 @@ impl<C: ClusterState> Manager<C> {
                         return Ok(());
                     }
                     let peer = self
-                        .cfg
-                        .peers
-                        .get(&source)
+                        .peer(&source)
                         .ok_or_else(|| anyhow::anyhow!("no address known for {source}"))?;
                     let spec = SourceSpec {
                         host: peer.host.clone(),
@@ -692,6 +719,7 @@ impl<C: ClusterState> Manager<C> {
                         ssl_cert: self.cfg.tls.cert.display().to_string(),
                         ssl_key: self.cfg.tls.key.display().to_string(),
                         use_current_pos: true,
+                        verify_host: peer.tls_name.is_none(),
                     };
                     sql::exec_all(
                         &mut conn,
@@ -735,7 +763,7 @@ impl<C: ClusterState> Manager<C> {
             return false;
         }
         let mut any_peer = false;
-        for (name, peer) in &self.cfg.peers {
+        for (name, peer) in &self.all_peers() {
             if name == &self.cfg.instance {
                 continue;
             }

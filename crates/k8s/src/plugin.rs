@@ -41,6 +41,10 @@ impl ClusterHandle {
         }
     }
 
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -69,7 +73,7 @@ impl ClusterHandle {
 
     /// Merge `status` into the Cluster's status, only if it is still at the
     /// resourceVersion of `seen`. `Ok(false)` means someone else wrote first.
-    async fn patch_status_from(
+    pub(crate) async fn patch_status_from(
         &self,
         seen: &Cluster,
         status: serde_json::Value,

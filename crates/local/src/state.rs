@@ -381,6 +381,7 @@ impl StateDir {
                         host: ports.host.clone(),
                         mysql_port: p.mysql,
                         control_port: p.control,
+                        tls_name: None,
                     },
                 )
             })
@@ -403,6 +404,7 @@ impl StateDir {
             peers,
             shutdown_timeout_secs: 60,
             exit_with_parent: true,
+            probe_port: None,
         })
     }
 

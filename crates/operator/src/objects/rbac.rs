@@ -1,8 +1,8 @@
 //! What an instance manager may do on the API server, and nothing more: a
 //! ServiceAccount `<cluster>`, a Role and a RoleBinding. An instance reads
 //! its own Cluster, patches its status (currentPrimary, divergence), manages
-//! the Lease `<cluster>-primary`, records Events, and reads the Secrets it
-//! is given — never the certificate authority's key nor the operator's
+//! the Lease `<cluster>-primary`, records Events, finds its peers' Pods, and
+//! reads the Secrets it is given — never the certificate authority's key nor the operator's
 //! client certificate.
 
 use k8s_openapi::api::core::v1::ServiceAccount;
@@ -75,6 +75,9 @@ pub fn objects(cluster: &Cluster) -> (ServiceAccount, Role, RoleBinding) {
             rule(&["events.k8s.io"], &["events"], &[], &["create", "patch"]),
             rule(&[""], &["events"], &[], &["create", "patch"]),
             rule(&[""], &["secrets"], &readable, &["get"]),
+            // Peers are found at their Pod IPs (list and watch cannot be
+            // limited to names; Pods hold no secrets).
+            rule(&[""], &["pods"], &[], &["get", "list", "watch"]),
         ]),
     };
     let binding = RoleBinding {
