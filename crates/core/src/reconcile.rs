@@ -47,6 +47,11 @@ pub struct Observation<'a> {
     pub primary_gone: bool,
     /// Instances the platform keeps stopped: fenced-out former primaries.
     pub held_down: &'a [String],
+    /// Start fencing the failed primary as soon as failover is decided,
+    /// while its lease runs out: where fencing takes time (a Pod's
+    /// termination), a primary proven gone early needs no lease wait.
+    /// Locally fencing is instant and waits for the lease instead.
+    pub fence_early: bool,
 }
 
 /// An event for `kubectl describe` / `cnmysql local events`.
@@ -286,6 +291,9 @@ pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
             }
         }
         Decision::WaitForLease { until_ms } => {
+            if o.fence_early && !o.held_down.contains(&primary) {
+                out.push(Action::FenceOut(primary.clone()));
+            }
             if !memory.last_wait {
                 memory.last_wait = true;
                 out.push(Action::Event(Event::new(
@@ -457,6 +465,7 @@ mod tests {
                 lease: None,
                 primary_gone: true,
                 held_down: &[],
+                fence_early: false,
             },
             &mut m,
         );
@@ -504,6 +513,7 @@ mod tests {
                 lease: None,
                 primary_gone: false,
                 held_down: &held,
+                fence_early: false,
             },
             &mut m,
         );
@@ -517,6 +527,7 @@ mod tests {
                 lease: None,
                 primary_gone: false,
                 held_down: &[],
+                fence_early: false,
             },
             &mut m,
         );
@@ -538,5 +549,47 @@ mod tests {
         };
         let r = report(&s, &blocked);
         assert_eq!(r.summary.phase, Phase::Degraded);
+    }
+
+    #[test]
+    fn where_fencing_takes_time_it_starts_while_the_lease_runs_out() {
+        let mut s = snapshot(vec![
+            crate::status::Observed {
+                name: "db-1".into(),
+                ordinal: 1,
+                status: None,
+            },
+            replica("db-2", "0-1-100"),
+        ]);
+        settled(&mut s, "db-1");
+        s.status.primary_failing_since = Some("2026-01-01T00:00:00Z".into());
+        s.now_ms = 1_767_225_700_000;
+        let lease = Lease::default().acquire("db-1", s.now_ms - 1_000).unwrap();
+        for (early, fenced) in [(false, false), (true, true)] {
+            let mut m = Memory::default();
+            let actions = step(
+                &Observation {
+                    snapshot: &s,
+                    lease: Some(&lease),
+                    primary_gone: false,
+                    held_down: &[],
+                    fence_early: early,
+                },
+                &mut m,
+            );
+            assert_eq!(
+                actions.contains(&Action::FenceOut("db-1".into())),
+                fenced,
+                "{actions:?}"
+            );
+            // Never a promotion while the lease may still be held.
+            assert!(!actions.iter().any(|a| matches!(
+                a,
+                Action::Status {
+                    change: StatusChange::StartFailover { .. },
+                    ..
+                }
+            )));
+        }
     }
 }

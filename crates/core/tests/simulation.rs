@@ -92,6 +92,9 @@ struct World {
     trace: Vec<String>,
     /// The control plane's memory between steps.
     memory: reconcile::Memory,
+    /// The platform fences as soon as failover is decided (Kubernetes) or
+    /// after the lease wait (local): half the seeds each.
+    fence_early: bool,
 }
 
 fn ts(ms: i64) -> String {
@@ -141,6 +144,7 @@ impl World {
                 last_current: Some("db-1".into()),
                 ..Default::default()
             },
+            fence_early: seed % 2 == 1,
         }
     }
 
@@ -411,6 +415,7 @@ impl World {
                 lease: Some(&lease),
                 primary_gone: old_gone,
                 held_down: &held,
+                fence_early: self.fence_early,
             },
             &mut memory,
         );

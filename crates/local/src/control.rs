@@ -514,6 +514,7 @@ impl ControlPlane {
                 lease: lease.as_ref(),
                 primary_gone,
                 held_down: &held,
+                fence_early: false,
             },
             memory,
         );

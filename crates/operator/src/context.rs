@@ -1,5 +1,14 @@
 //! What every reconcile shares: the client, the platform facts the builders
-//! need, the operator's executable hash and the metrics.
+//! need, the operator's executable hash, the metrics, the watch caches the
+//! topology tasks read, and what those tasks remember.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::reflector::Store;
+
+use cnmysql_api::Cluster;
 
 use crate::metrics::Metrics;
 use crate::objects::Environment;
@@ -10,4 +19,12 @@ pub struct Context {
     /// SHA-256 of the running operator executable (`status.operatorExecutableHash`).
     pub operator_hash: String,
     pub metrics: Metrics,
+    /// What the topology step remembers per Cluster (`namespace/name`).
+    pub topology: Mutex<BTreeMap<String, crate::topology::ClusterMemory>>,
+    /// The controllers' Cluster caches and the Pod caches (one per watched
+    /// namespace, or one for all).
+    pub clusters: Mutex<Vec<Store<Cluster>>>,
+    pub pods: Mutex<Vec<Store<Pod>>>,
+    /// True once the operator stops leading or shuts down: every task ends.
+    pub stop: tokio::sync::watch::Sender<bool>,
 }

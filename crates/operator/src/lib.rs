@@ -15,6 +15,7 @@ pub mod labels;
 pub mod metrics;
 pub mod objects;
 pub mod reconcile;
+pub mod topology;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -28,7 +29,7 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service, Se
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::runtime::controller::Controller;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client, Resource};
 
 use cnmysql_api::Cluster;
@@ -78,7 +79,24 @@ async fn control(
 ) {
     let ns = ns.as_deref();
     let owned = watcher::Config::default().labels(labels::CLUSTER);
-    Controller::new(api::<Cluster>(&client, ns), watcher::Config::default())
+    // The Pods again, in a cache the topology tasks read (the controller
+    // keeps its own watches private).
+    let (pods, writer) = reflector::store();
+    let pod_events = reflector::reflector(writer, watcher(api::<Pod>(&client, ns), owned.clone()))
+        .default_backoff()
+        .touched_objects();
+    tokio::spawn(async move {
+        futures::pin_mut!(pod_events);
+        while let Some(r) = pod_events.next().await {
+            if let Err(e) = r {
+                tracing::warn!(error = %e, "watching Pods");
+            }
+        }
+    });
+    ctx.pods.lock().unwrap().push(pods);
+    let controller = Controller::new(api::<Cluster>(&client, ns), watcher::Config::default());
+    ctx.clusters.lock().unwrap().push(controller.store());
+    controller
         .owns(api::<Pod>(&client, ns), owned.clone())
         .owns(api::<PersistentVolumeClaim>(&client, ns), owned.clone())
         .owns(api::<Service>(&client, ns), owned.clone())
@@ -134,6 +152,10 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     let operator_hash = cnmysql_instance::manager::executable_hash();
     tracing::info!(hash = %operator_hash, "operator executable");
     let ctx = Arc::new(Context {
+        topology: Default::default(),
+        clusters: Default::default(),
+        pods: Default::default(),
+        stop: tokio::sync::watch::channel(false).0,
         client: client.clone(),
         env: Environment {
             operator_image: opts.operator_image.clone(),
@@ -207,6 +229,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         .into_iter()
         .map(|ns| tokio::spawn(control(client.clone(), ns, ctx.clone(), stop.clone())));
     futures::future::join_all(controllers).await;
+    ctx.stop.send_replace(true);
     metrics.leader.set(0);
     drop(leading_rx);
     if let Some(f) = forward {

@@ -17,8 +17,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Pod, Secret, Service};
-use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
@@ -59,12 +59,15 @@ impl Error {
     }
 }
 
-/// How often an unchanged Cluster is reconciled again.
+/// How often an unchanged Cluster's objects are applied again.
 pub const RESYNC: Duration = Duration::from_secs(300);
 
 pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
     let result = reconcile_inner(&cluster, &ctx).await;
+    if result.is_ok() && cluster.meta().deletion_timestamp.is_none() {
+        crate::topology::ensure_running(&ctx, &cluster);
+    }
     ctx.metrics.observe(
         started.elapsed(),
         result.as_ref().err().map(Error::metric_label),
@@ -93,6 +96,7 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Action, Err
     let ns = cluster.namespace().unwrap_or_else(|| "default".into());
     if cluster.meta().deletion_timestamp.is_some() {
         // No finalizer: the garbage collector removes what the Cluster owns.
+        crate::topology::forget(ctx, cluster);
         return Ok(Action::await_change());
     }
 
@@ -125,10 +129,36 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Action, Err
     }
     remove_stale_services(cluster, ctx, &ns, &desired.services).await?;
 
-    let status = cluster.status.clone().unwrap_or_default();
-    for claim in &desired.claims {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let have: Vec<String> = claims
+        .list(&ListParams::default().labels(&format!("{CLUSTER}={name}")))
+        .await?
+        .items
+        .iter()
+        .map(|c| c.name_any())
+        .collect();
+    for claim in desired
+        .claims
+        .iter()
+        .filter(|c| !have.contains(&c.name_any()))
+    {
         create_missing(ctx, &ns, claim).await?;
     }
+    ensure_pods(cluster, ctx, &desired.pods).await?;
+
+    // 5. report the operator's part of the status; the topology task
+    // (`topology.rs`) polls the instances and reports the rest.
+    report_status(cluster, ctx).await?;
+    Ok(Action::requeue(RESYNC))
+}
+
+/// Create each instance's Pod when missing (not a held-down former
+/// primary's), and apply the role labels of the existing ones.
+pub async fn ensure_pods(cluster: &Cluster, ctx: &Context, want: &[Pod]) -> Result<(), Error> {
+    let name = cluster.name_any();
+    let ns = cluster.namespace().unwrap_or_default();
+    let status = cluster.status.clone().unwrap_or_default();
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let live: BTreeMap<String, Pod> = pods
         .list(&ListParams::default().labels(&format!("{CLUSTER}={name}")))
@@ -137,10 +167,14 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Action, Err
         .into_iter()
         .map(|p| (p.name_any(), p))
         .collect();
-    for mut p in desired.pods.clone() {
+    let held_down = crate::topology::held_down(ctx, cluster);
+    for p in want {
+        let mut p = p.clone();
         let instance = p.name_any();
         let roles = pod::role_labels(&status, &instance);
         match live.get(&instance) {
+            // A fenced-out former primary stays down until failover is done.
+            None if held_down.contains(&instance) => {}
             None => {
                 p.metadata.labels.get_or_insert_default().extend(roles);
                 create_missing(ctx, &ns, &p).await?;
@@ -158,10 +192,7 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Action, Err
             }
         }
     }
-
-    // 5. report
-    report_status(cluster, ctx, &live).await?;
-    Ok(Action::requeue(RESYNC))
+    Ok(())
 }
 
 /// Server-side apply of an object the operator fully owns. An apply that
@@ -243,13 +274,20 @@ async fn remove_stale_services(
 /// certificates are issued from it.
 async fn ensure_secrets(cluster: &Cluster, ctx: &Context, ns: &str) -> Result<(), Error> {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-    let needed = secrets::needed(cluster);
+    let have: Vec<String> = api
+        .list(&ListParams::default().labels(&format!("{CLUSTER}={}", cluster.name_any())))
+        .await?
+        .items
+        .iter()
+        .map(|s| s.name_any())
+        .collect();
+    let missing: Vec<_> = secrets::needed(cluster)
+        .into_iter()
+        .filter(|(n, _)| !have.contains(n))
+        .collect();
     let mut ca = None;
     let ca_name = secrets::ca_secret_name(cluster);
-    for (name, what) in &needed {
-        if api.get_opt(name).await?.is_some() {
-            continue;
-        }
+    for (name, what) in &missing {
         if matches!(what, secrets::Needed::Certificate { .. }) && ca.is_none() {
             let s = api.get_opt(&ca_name).await?.ok_or_else(|| {
                 Error::Secret(format!(
@@ -346,117 +384,44 @@ async fn patch_status(
     Ok(())
 }
 
-/// The operator's part of the status. The first reconcile names the first
-/// instance the target primary (guarded by the resourceVersion, so a
-/// concurrent writer is never overwritten); after that, phase and
-/// conditions follow the Pods until the instances report for themselves.
-async fn report_status(
-    cluster: &Cluster,
-    ctx: &Context,
-    pods: &BTreeMap<String, Pod>,
-) -> Result<(), Error> {
+/// The operator's own part of the status: the first reconcile names the
+/// first instance the target primary (guarded by the resourceVersion, so a
+/// concurrent writer is never overwritten), and the operator's executable
+/// hash is published. Phase and conditions come from the topology step.
+async fn report_status(cluster: &Cluster, ctx: &Context) -> Result<(), Error> {
     let name = cluster.name_any();
     let st = cluster.status.clone().unwrap_or_default();
-    let now = jiff::Timestamp::now();
     let mut patch = serde_json::Map::new();
-    let mut meta = ObjectMeta::default();
+    let mut guard = None;
     if st.target_primary.is_none() && st.current_primary.is_none() {
         patch.insert("targetPrimary".into(), json!(instance_name(&name, 1)));
-        patch.insert("targetPrimaryTimestamp".into(), json!(now.to_string()));
-        meta.resource_version = cluster.resource_version();
+        patch.insert(
+            "targetPrimaryTimestamp".into(),
+            json!(jiff::Timestamp::now().to_string()),
+        );
+        patch.insert("phase".into(), json!(Phase::SettingUpPrimary));
+        patch.insert(
+            "phaseReason".into(),
+            json!(format!("initialising {}", instance_name(&name, 1))),
+        );
+        guard = cluster.resource_version();
     }
     if st.operator_executable_hash.as_deref() != Some(ctx.operator_hash.as_str()) {
         patch.insert("operatorExecutableHash".into(), json!(ctx.operator_hash));
     }
-    let declared = cluster.spec.instances;
-    if st.instances != declared {
-        patch.insert("instances".into(), json!(declared));
-    }
-    let ready = pods.values().filter(|p| pod_ready(p)).count() as i32;
-    if st.ready_instances != ready {
-        patch.insert("readyInstances".into(), json!(ready));
-    }
-    let (phase, reason) = if st.current_primary.is_none() {
-        (
-            Phase::SettingUpPrimary,
-            format!("initialising {}", instance_name(&name, 1)),
-        )
-    } else if ready < declared {
-        (
-            Phase::CreatingReplica,
-            format!("{ready} of {declared} instances ready"),
-        )
-    } else {
-        (
-            Phase::Healthy,
-            format!("{ready} of {declared} instances ready"),
-        )
-    };
-    // While the instances are not reporting, a Degraded condition set for
-    // an invalid spec is cleared once the spec is valid again.
-    let mut conditions = st.conditions.clone();
-    let before = conditions.clone();
-    let gen_ = cluster.meta().generation;
-    let now_ms = now.as_millisecond();
-    let healthy = phase == Phase::Healthy;
-    set_condition(
-        &mut conditions,
-        "Ready",
-        healthy,
-        if healthy {
-            "ClusterReady"
-        } else {
-            "InstancesNotReady"
-        },
-        &reason,
-        now_ms,
-        gen_,
-    );
-    set_condition(
-        &mut conditions,
-        "Progressing",
-        !healthy,
-        if healthy { "Settled" } else { "Reconciling" },
-        &reason,
-        now_ms,
-        gen_,
-    );
-    set_condition(
-        &mut conditions,
-        "Degraded",
-        false,
-        "AsExpected",
-        "the spec is valid",
-        now_ms,
-        gen_,
-    );
-    let same_conditions = conditions.len() == before.len()
-        && conditions.iter().zip(&before).all(|(a, b)| {
-            a.type_ == b.type_
-                && a.status == b.status
-                && a.reason == b.reason
-                && a.message == b.message
-        });
-    if !same_conditions {
-        patch.insert("conditions".into(), json!(conditions));
-    }
-    if st.phase != Some(phase) || st.phase_reason.as_deref() != Some(reason.as_str()) {
-        patch.insert("phase".into(), json!(phase));
-        patch.insert("phaseReason".into(), json!(reason));
+    if st.instances != cluster.spec.instances {
+        patch.insert("instances".into(), json!(cluster.spec.instances));
     }
     if patch.is_empty() {
         return Ok(());
     }
     let mut body = json!({ "status": patch });
-    if let Some(rv) = meta.resource_version {
+    if let Some(rv) = guard {
         body["metadata"] = json!({ "resourceVersion": rv });
     }
-    patch_status(cluster, ctx, &body).await
-}
-
-fn pod_ready(p: &Pod) -> bool {
-    p.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    match patch_status(cluster, ctx, &body).await {
+        // Someone wrote first: the next reconcile sees what they wrote.
+        Err(Error::Kube(kube::Error::Api(e))) if e.code == 409 => Ok(()),
+        r => r,
+    }
 }
