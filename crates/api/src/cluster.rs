@@ -158,6 +158,10 @@ pub struct StorageSpec {
     /// and `storageClass` fill in what it leaves unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pvc_template: Option<k8s_openapi::api::core::v1::PersistentVolumeClaimSpec>,
+    /// Keep the claims of instances removed by lowering `spec.instances`
+    /// (they are deleted by default; scaling up again then clones afresh).
+    #[serde(default)]
+    pub retain_on_scale_down: bool,
 }
 
 /// Scheduling of instances.

@@ -320,9 +320,138 @@ async fn instance_managers_run_a_cluster_through_the_api_server() {
     })
     .await;
 
+    // A planned switchover with the plugin: db-2 takes over, db-1 follows.
+    let kc = cp.kubeconfig.to_str().unwrap().to_string();
+    let out = common::cnmysql(&[
+        "plugin",
+        "run",
+        "--",
+        "--kubeconfig",
+        &kc,
+        "-n",
+        "prod",
+        "promote",
+        "db",
+        "db-2",
+        "--timeout",
+        "60",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let st = clusters.get("db").await.unwrap().status.unwrap();
+    assert_eq!(st.current_primary.as_deref(), Some("db-2"));
+    wait_for(
+        "db-1 read-only, following db-2",
+        Duration::from_secs(60),
+        || async {
+            let mut c = app_conn(&client, &p1.ip).await.ok()?;
+            let ro: Option<(String, String)> = c
+                .query_first("SHOW VARIABLES LIKE 'read_only'")
+                .await
+                .ok()?;
+            (ro?.1 == "ON").then_some(())
+        },
+    )
+    .await;
+    wait_for(
+        "db-2 labelled primary, db-1 replica",
+        Duration::from_secs(30),
+        || async {
+            let l2 = pods
+                .get("db-2")
+                .await
+                .ok()?
+                .labels()
+                .get("cnmysql.io/instanceRole")
+                .cloned();
+            let l1 = pods
+                .get("db-1")
+                .await
+                .ok()?
+                .labels()
+                .get("cnmysql.io/instanceRole")
+                .cloned();
+            (l2.as_deref() == Some("primary") && l1.as_deref() == Some("replica")).then_some(())
+        },
+    )
+    .await;
+    let mut c = app_conn(&client, &p2.ip).await.unwrap();
+    c.query_drop("INSERT INTO k8s.t VALUES (3, 'after the switchover')")
+        .await
+        .unwrap();
+    drop(c);
+    let v = wait_for("row 3 on db-1", Duration::from_secs(60), || async {
+        row_on(&client, &p1.ip, 3).await
+    })
+    .await;
+    assert_eq!(v, "after the switchover");
+
+    // Fencing with the plugin: out of every route, read-only; then back.
+    let out = common::cnmysql(&[
+        "plugin",
+        "run",
+        "--",
+        "--kubeconfig",
+        &kc,
+        "-n",
+        "prod",
+        "fence",
+        "on",
+        "db",
+        "db-1",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for("db-1 not routable", Duration::from_secs(30), || async {
+        let l = pods
+            .get("db-1")
+            .await
+            .ok()?
+            .labels()
+            .get("cnmysql.io/routable")
+            .cloned();
+        (l.as_deref() == Some("false")).then_some(())
+    })
+    .await;
+    let out = common::cnmysql(&[
+        "plugin",
+        "run",
+        "--",
+        "--kubeconfig",
+        &kc,
+        "-n",
+        "prod",
+        "fence",
+        "off",
+        "db",
+        "db-1",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for("db-1 routable again", Duration::from_secs(30), || async {
+        let l = pods
+            .get("db-1")
+            .await
+            .ok()?
+            .labels()
+            .get("cnmysql.io/routable")
+            .cloned();
+        (l.as_deref() == Some("true")).then_some(())
+    })
+    .await;
+
     // A clean stop of the primary gives the Lease back.
-    p2.stop().await;
     p1.stop().await;
+    p2.stop().await;
     wait_for("the Lease released", Duration::from_secs(30), || async {
         leases
             .get_opt("db-primary")

@@ -211,6 +211,24 @@ async fn the_operator_creates_corrects_and_deletes_a_clusters_objects() {
         .unwrap();
     assert_eq!(claim.claim_name, "db-2");
 
+    // Scaling down removes the highest ordinal, its Pod and its claim.
+    clusters
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"instances": 2, "minSyncReplicas": 0, "maxSyncReplicas": 1}}),
+            ),
+        )
+        .await
+        .unwrap();
+    wait_for("db-3 removed", Duration::from_secs(60), || async {
+        (names::<Pod>(&client, "db").await == ["db-1", "db-2"]
+            && names::<PersistentVolumeClaim>(&client, "db").await == ["db-1", "db-2"])
+        .then_some(())
+    })
+    .await;
+
     // 5. The instances' RBAC: what they need, and no more.
     let sa = "system:serviceaccount:prod:db";
     for (verb, what, allowed) in [

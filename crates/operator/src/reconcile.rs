@@ -145,6 +145,7 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Action, Err
         create_missing(ctx, &ns, claim).await?;
     }
     ensure_pods(cluster, ctx, &desired.pods).await?;
+    scale_down(cluster, ctx).await?;
 
     // 5. report the operator's part of the status; the topology task
     // (`topology.rs`) polls the instances and reports the rest.
@@ -189,6 +190,88 @@ pub async fn ensure_pods(cluster: &Cluster, ctx: &Context, want: &[Pod]) -> Resu
                     });
                     pods.patch(&instance, &pp, &Patch::Apply(&patch)).await?;
                 }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Instances above `spec.instances` are removed, highest first — never the
+/// primary: lowering `instances` below the primary's ordinal waits, with a
+/// Warning, for a switchover to a lower ordinal. Their claims go too unless
+/// `spec.storage.retainOnScaleDown`.
+async fn scale_down(cluster: &Cluster, ctx: &Context) -> Result<(), Error> {
+    let name = cluster.name_any();
+    let ns = cluster.namespace().unwrap_or_default();
+    let declared = cluster.spec.instances.max(0) as u32;
+    let extra = |n: &str| cnmysql_api::names::ordinal_of(&name, n).is_some_and(|o| o > declared);
+    let selector = ListParams::default().labels(&format!("{CLUSTER}={name}"));
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut gone: Vec<String> = pods
+        .list(&selector)
+        .await?
+        .items
+        .iter()
+        .map(|p| p.name_any())
+        .filter(|n| extra(n))
+        .collect();
+    let claim_names: Vec<String> = claims
+        .list(&selector)
+        .await?
+        .items
+        .iter()
+        .map(|c| c.name_any())
+        .filter(|n| extra(n))
+        .collect();
+    if gone.is_empty() && (claim_names.is_empty() || cluster.spec.storage.retain_on_scale_down) {
+        return Ok(());
+    }
+    let status = cluster.status.clone().unwrap_or_default();
+    for p in [&status.current_primary, &status.target_primary]
+        .into_iter()
+        .flatten()
+    {
+        if extra(p) {
+            let msg = format!(
+                "spec.instances is {declared} but {p} is the primary: switch over to an instance up to {name}-{declared} first (kubectl cnmsql promote {name} {name}-1)"
+            );
+            publish(
+                ctx,
+                cluster,
+                Kind::Warning,
+                "ScaleDown",
+                "ScaleDownBlocked",
+                &msg,
+            )
+            .await;
+            return Ok(());
+        }
+    }
+    gone.sort_by_key(|n| std::cmp::Reverse(cnmysql_api::names::ordinal_of(&name, n)));
+    for p in &gone {
+        match pods.delete(p, &Default::default()).await {
+            Ok(_) => {
+                publish(
+                    ctx,
+                    cluster,
+                    Kind::Normal,
+                    "ScaleDown",
+                    "InstanceRemoved",
+                    &format!("{p} removed: spec.instances is {declared}"),
+                )
+                .await;
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if !cluster.spec.storage.retain_on_scale_down {
+        for c in &claim_names {
+            match claims.delete(c, &Default::default()).await {
+                Ok(_) => tracing::info!(claim = %c, "deleted the claim of a removed instance"),
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
             }
         }
     }
