@@ -468,6 +468,25 @@ pub struct ServiceTemplateSpec {
     pub health_check_node_port: Option<i32>,
 }
 
+/// One instance as the control plane last saw it (`status.instanceStates`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceState {
+    /// `primary`, `replica` or `unknown` as the server reports it;
+    /// `unreachable` when its manager did not answer.
+    pub role: String,
+    /// The manager's phase (`running`, `cloning`, `preparing`, ...); absent
+    /// when unreachable.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub phase: String,
+    /// Ready to serve its role.
+    #[serde(default)]
+    pub ready: bool,
+    /// The server refuses writes.
+    #[serde(default)]
+    pub read_only: bool,
+}
+
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 pub enum ServiceType {
     ClusterIP,
@@ -529,6 +548,9 @@ pub struct ClusterStatus {
     /// Last observed GTID state per instance.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub gtid_executed_by_instance: BTreeMap<String, String>,
+    /// What the last poll saw of each instance: role, phase, readiness.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub instance_states: BTreeMap<String, InstanceState>,
 
     /// SHA-256 of the running operator executable: the target of manager upgrades.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -557,6 +557,17 @@ async fn the_operator_fails_over_when_the_primary_dies_and_the_old_primary_rejoi
         (st.ready_instances == 2 && st.phase == Some(cnmysql_api::Phase::Healthy)).then_some(())
     })
     .await;
+    // ... instance by instance, live (what the plugin's status shows) ...
+    let st = clusters.get("db").await.unwrap().status.unwrap();
+    assert_eq!(st.instance_states["db-1"].role, "primary", "{st:?}");
+    assert_eq!(st.instance_states["db-2"].role, "replica", "{st:?}");
+    assert!(st.instance_states["db-2"].ready && st.instance_states["db-2"].read_only);
+    // ... and as Prometheus series, labelled with namespace and cluster.
+    let series = |i: &str| {
+        format!("cnmysql_instance_primary{{namespace=\"prod\",cluster=\"db\",instance=\"{i}\"}}")
+    };
+    assert_eq!(op.metric(&series("db-1")).await, 1.0);
+    assert_eq!(op.metric(&series("db-2")).await, 0.0);
 
     // The primary's processes die (its container crashed for good).
     let killed = std::time::Instant::now();
@@ -616,7 +627,23 @@ async fn the_operator_fails_over_when_the_primary_dies_and_the_old_primary_rejoi
     )
     .await;
     assert_eq!(v, "after");
-    let st = clusters.get("db").await.unwrap().status.unwrap();
+    assert_eq!(op.metric(&series("db-2")).await, 1.0);
+    let page = op.get("/metrics").await.map(|(_, b)| b).unwrap_or_default();
+    assert!(
+        page.lines().any(|l| l.starts_with(
+            "cnmysql_events_total{namespace=\"prod\",cluster=\"db\",reason=\"FailoverCompleted\""
+        ) && l.ends_with(" 1")),
+        "{page}"
+    );
+    let st = wait_for(
+        "db-1 reported as a replica",
+        Duration::from_secs(30),
+        || async {
+            let st = clusters.get("db").await.ok()?.status?;
+            (st.instance_states.get("db-1")?.role == "replica").then_some(st)
+        },
+    )
+    .await;
     assert!(st.diverged_instances.is_empty(), "{st:?}");
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), "prod");
     let reasons: Vec<String> = events

@@ -28,6 +28,25 @@ async fn kube() -> Kube {
         current_primary: Some("db-1".into()),
         target_primary: Some("db-1".into()),
         ready_instances: 3,
+        // What the operator's last poll saw.
+        instance_states: [
+            ("db-1", "primary", "running", true, false),
+            ("db-2", "replica", "running", true, true),
+            ("db-3", "unreachable", "", false, false),
+        ]
+        .into_iter()
+        .map(|(n, role, phase, ready, read_only)| {
+            (
+                n.to_string(),
+                cnmysql_api::InstanceState {
+                    role: role.into(),
+                    phase: phase.into(),
+                    ready,
+                    read_only,
+                },
+            )
+        })
+        .collect(),
         ..Default::default()
     });
     api.put_cluster(serde_json::to_value(c).unwrap());
@@ -143,6 +162,19 @@ async fn promote_and_fence_write_the_cluster_status() {
             .to_string()
     };
     assert!(line("db-1").contains("primary, fenced"), "{table}");
+    // Live per-instance columns from the operator's report.
+    assert!(
+        table.lines().any(|l| l.starts_with("INSTANCE  ROLE  ")),
+        "{table}"
+    );
+    let cols = |inst: &str| {
+        line(inst)
+            .split_whitespace()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(cols("db-2")[1..4], ["replica", "running", "yes"], "{table}");
+    assert_eq!(cols("db-3")[1..4], ["unreachable", "-", "no"], "{table}");
     assert!(line("db-2").contains("target"), "{table}");
     assert!(line("db-3").contains("fenced"), "{table}");
     let out = k

@@ -48,6 +48,24 @@ fn flag(b: bool) -> f64 {
 
 /// The metrics page of a cluster.
 pub fn encode_cluster(s: &Snapshot, events: &EventCounts) -> String {
+    encode_clusters(&[Labelled {
+        labels: Vec::new(),
+        snapshot: s,
+        events,
+    }])
+}
+
+/// One cluster's observation, its series carrying `labels` as well (the
+/// operator serves many Clusters on one page: `namespace` and `cluster`).
+pub struct Labelled<'a> {
+    pub labels: Vec<(String, String)>,
+    pub snapshot: &'a Snapshot,
+    pub events: &'a EventCounts,
+}
+
+/// The metrics page of several clusters: each series once, one sample per
+/// cluster (or instance) told apart by the clusters' labels.
+pub fn encode_clusters(clusters: &[Labelled]) -> String {
     let mut r = Registry::with_prefix("cnmysql");
     let up = gauge(
         &mut r,
@@ -86,80 +104,93 @@ pub fn encode_cluster(s: &Snapshot, events: &EventCounts) -> String {
         "instance_semi_sync_clients",
         "Replicas connected to the primary as semi-sync acknowledgers",
     );
-    for o in &s.instances {
-        let l = label("instance", &o.name);
-        up.get_or_create(&l).set(flag(o.reachable()));
-        ready.get_or_create(&l).set(flag(o.ready()));
-        fenced.get_or_create(&l).set(flag(s.is_fenced(&o.name)));
-        diverged.get_or_create(&l).set(flag(s.is_diverged(&o.name)));
-        let Some(st) = &o.status else { continue };
-        primary
-            .get_or_create(&l)
-            .set(flag(st.role == Role::Primary));
-        read_only.get_or_create(&l).set(flag(st.read_only));
-        if let Some(secs) = st.lag_seconds {
-            lag.get_or_create(&l).set(secs as f64);
-        }
-        if let Some(semi) = &st.semi_sync
-            && st.role == Role::Primary
-        {
-            semi_waiting.get_or_create(&l).set(flag(semi.source_active));
-            semi_clients.get_or_create(&l).set(f64::from(semi.clients));
-        }
-    }
-
-    let cluster = label("cluster", &s.cluster);
     let instances = gauge(
         &mut r,
         "cluster_instances",
         "Instances the Cluster declares",
     );
-    instances
-        .get_or_create(&cluster)
-        .set(f64::from(s.spec.instances));
     let ready_n = gauge(&mut r, "cluster_ready_instances", "Instances ready");
-    ready_n
-        .get_or_create(&cluster)
-        .set(s.instances.iter().filter(|o| o.ready()).count() as f64);
     let failing = gauge(
         &mut r,
         "cluster_primary_failing",
         "A failing primary is being timed for failover",
     );
-    failing
-        .get_or_create(&cluster)
-        .set(flag(s.status.primary_failing_since.is_some()));
     let changing = gauge(
         &mut r,
         "cluster_primary_changing",
         "A switchover or failover is in progress",
     );
-    changing
-        .get_or_create(&cluster)
-        .set(flag(s.status.target_primary != s.status.current_primary));
     let phase = gauge(
         &mut r,
         "cluster_phase",
         "The cluster's phase (1 for the current one)",
     );
-    if let Some(p) = s.status.phase {
-        let mut l = cluster.clone();
-        l.push(("phase".into(), p.as_str().into()));
-        phase.get_or_create(&l).set(1.0);
-    }
-
     let counted = Family::<Labels, Counter>::default();
     r.register(
         "events",
         "Events recorded since the cluster was created, by reason",
         counted.clone(),
     );
-    for ((reason, kind), n) in events {
-        let l = vec![
-            ("reason".to_string(), reason.clone()),
-            ("type".to_string(), kind.clone()),
-        ];
-        counted.get_or_create(&l).inc_by(*n);
+
+    for c in clusters {
+        let s = c.snapshot;
+        let with = |k: &str, v: &str| {
+            let mut l = c.labels.clone();
+            l.extend(label(k, v));
+            l
+        };
+        for o in &s.instances {
+            let l = with("instance", &o.name);
+            up.get_or_create(&l).set(flag(o.reachable()));
+            ready.get_or_create(&l).set(flag(o.ready()));
+            fenced.get_or_create(&l).set(flag(s.is_fenced(&o.name)));
+            diverged.get_or_create(&l).set(flag(s.is_diverged(&o.name)));
+            let Some(st) = &o.status else { continue };
+            primary
+                .get_or_create(&l)
+                .set(flag(st.role == Role::Primary));
+            read_only.get_or_create(&l).set(flag(st.read_only));
+            if let Some(secs) = st.lag_seconds {
+                lag.get_or_create(&l).set(secs as f64);
+            }
+            if let Some(semi) = &st.semi_sync
+                && st.role == Role::Primary
+            {
+                semi_waiting.get_or_create(&l).set(flag(semi.source_active));
+                semi_clients.get_or_create(&l).set(f64::from(semi.clients));
+            }
+        }
+
+        // Per cluster: named by the `cluster` label unless it is among the
+        // labels already.
+        let cluster = if c.labels.iter().any(|(k, _)| k == "cluster") {
+            c.labels.clone()
+        } else {
+            with("cluster", &s.cluster)
+        };
+        instances
+            .get_or_create(&cluster)
+            .set(f64::from(s.spec.instances));
+        ready_n
+            .get_or_create(&cluster)
+            .set(s.instances.iter().filter(|o| o.ready()).count() as f64);
+        failing
+            .get_or_create(&cluster)
+            .set(flag(s.status.primary_failing_since.is_some()));
+        changing
+            .get_or_create(&cluster)
+            .set(flag(s.status.target_primary != s.status.current_primary));
+        if let Some(p) = s.status.phase {
+            let mut l = cluster.clone();
+            l.push(("phase".into(), p.as_str().into()));
+            phase.get_or_create(&l).set(1.0);
+        }
+        for ((reason, kind), n) in c.events {
+            let mut l = c.labels.clone();
+            l.push(("reason".to_string(), reason.clone()));
+            l.push(("type".to_string(), kind.clone()));
+            counted.get_or_create(&l).inc_by(*n);
+        }
     }
 
     let mut out = String::new();
@@ -235,5 +266,59 @@ mod tests {
         // An unreachable instance has no role to report.
         assert!(!page.contains("cnmysql_instance_primary{instance=\"db-3\"}"));
         assert!(page.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn several_clusters_share_one_page_told_apart_by_their_labels() {
+        let a = snapshot(vec![primary("db-1", "0-1-10")]);
+        let b = snapshot(vec![primary("db-1", "0-1-3"), replica("db-2", "0-1-3")]);
+        let mut events = EventCounts::new();
+        events.insert(("FailoverCompleted".into(), "Warning".into()), 1);
+        let labels = |ns: &str| {
+            vec![
+                ("namespace".to_string(), ns.to_string()),
+                ("cluster".to_string(), "db".to_string()),
+            ]
+        };
+        let page = encode_clusters(&[
+            Labelled {
+                labels: labels("prod"),
+                snapshot: &a,
+                events: &EventCounts::new(),
+            },
+            Labelled {
+                labels: labels("staging"),
+                snapshot: &b,
+                events: &events,
+            },
+        ]);
+        // Each family is declared once.
+        assert_eq!(page.matches("# TYPE cnmysql_instance_up gauge").count(), 1);
+        assert_eq!(page.matches("# EOF").count(), 1);
+        assert!(
+            line(
+                &page,
+                "cnmysql_instance_up{namespace=\"staging\",cluster=\"db\",instance=\"db-2\"}"
+            )
+            .ends_with(" 1.0")
+        );
+        assert!(
+            line(
+                &page,
+                "cnmysql_cluster_ready_instances{namespace=\"prod\",cluster=\"db\"}"
+            )
+            .ends_with(" 1.0")
+        );
+        assert!(
+            line(
+                &page,
+                "cnmysql_cluster_ready_instances{namespace=\"staging\",cluster=\"db\"}"
+            )
+            .ends_with(" 2.0")
+        );
+        assert_eq!(
+            line(&page, "cnmysql_events_total{"),
+            "cnmysql_events_total{namespace=\"staging\",cluster=\"db\",reason=\"FailoverCompleted\",type=\"Warning\"} 1"
+        );
     }
 }

@@ -103,7 +103,21 @@ pub struct Report {
     pub instances: i32,
     pub gtids: BTreeMap<String, String>,
     pub hashes: BTreeMap<String, String>,
+    /// Every declared instance as this poll saw it.
+    pub states: BTreeMap<String, cnmysql_api::InstanceState>,
     pub now_ms: i64,
+    /// The primary fields of the status it was computed from: a report is
+    /// stale, and not applied, once a primary change or a failing primary
+    /// was recorded after it (it would overwrite that phase).
+    pub basis: [Option<String>; 3],
+}
+
+fn basis(st: &ClusterStatus) -> [Option<String>; 3] {
+    [
+        st.current_primary.clone(),
+        st.target_primary.clone(),
+        st.primary_failing_since.clone(),
+    ]
 }
 
 impl StatusChange {
@@ -141,7 +155,7 @@ impl StatusChange {
                 }
             }
             StatusChange::Report(r) => {
-                if !r.differs(st) {
+                if basis(st) != r.basis || !r.differs(st) {
                     return false;
                 }
                 st.phase = Some(r.summary.phase);
@@ -151,6 +165,7 @@ impl StatusChange {
                 // Last observed: unreachable instances keep their last entry.
                 st.gtid_executed_by_instance.extend(r.gtids.clone());
                 st.executable_hash_by_instance.extend(r.hashes.clone());
+                st.instance_states = r.states.clone();
                 for (t, on, reason, msg) in &r.summary.conditions {
                     set_condition(&mut st.conditions, t, *on, reason, msg, r.now_ms, None);
                 }
@@ -175,6 +190,7 @@ impl Report {
                 .hashes
                 .iter()
                 .any(|(k, v)| st.executable_hash_by_instance.get(k) != Some(v))
+            || st.instance_states != self.states
             || s.conditions.iter().any(|(t, on, reason, msg)| {
                 !st.conditions.iter().any(|c| {
                     c.type_ == *t
@@ -413,12 +429,36 @@ pub fn report(s: &Snapshot, memory: &Memory) -> Report {
                 .map(|st| (o.name.clone(), st.executable_hash.clone()))
         })
         .collect();
+    let states = s
+        .instances
+        .iter()
+        .map(|o| {
+            let state = match &o.status {
+                Some(st) => cnmysql_api::InstanceState {
+                    role: st.role.as_str().into(),
+                    phase: serde_json::to_value(st.phase)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default(),
+                    ready: st.ready,
+                    read_only: st.read_only,
+                },
+                None => cnmysql_api::InstanceState {
+                    role: "unreachable".into(),
+                    ..Default::default()
+                },
+            };
+            (o.name.clone(), state)
+        })
+        .collect();
     Report {
         summary,
         instances: s.spec.instances,
         gtids: s.gtid_by_instance(),
         hashes,
+        states,
         now_ms: s.now_ms,
+        basis: basis(&s.status),
     }
 }
 
@@ -495,6 +535,24 @@ mod tests {
         assert!(change.apply(&mut st));
         assert_eq!(st.target_primary.as_deref(), Some("db-2"));
         assert!(!change.apply(&mut st));
+
+        // The same step's report was computed before the failover started:
+        // it must not overwrite the phase the failover set.
+        assert_eq!(st.phase, Some(Phase::FailingOver));
+        let stale = StatusChange::Report(report(&s, &m));
+        assert!(!stale.apply(&mut st));
+        assert_eq!(st.phase, Some(Phase::FailingOver));
+        // Computed from the fresh status, it applies.
+        let mut fresh = s.clone();
+        fresh.status = st.clone();
+        assert!(StatusChange::Report(report(&fresh, &m)).apply(&mut st));
+        assert_eq!(
+            st.phase,
+            Some(Phase::FailingOver),
+            "still moving the primary"
+        );
+        assert_eq!(st.instance_states["db-1"].role, "unreachable");
+        assert_eq!(st.instance_states["db-2"].role, "replica");
     }
 
     #[test]

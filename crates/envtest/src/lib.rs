@@ -52,6 +52,19 @@ pub struct Options {
     /// Also run kube-controller-manager with these controllers (e.g.
     /// `garbagecollector`, `namespace`, `endpointslice`).
     pub controllers: Vec<String>,
+    /// Write an audit log (`audit.log` in the data directory): one line per
+    /// request, with the user who made it (for counting requests).
+    pub audit: bool,
+}
+
+/// One request from the audit log.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Request {
+    pub verb: String,
+    pub resource: String,
+    pub subresource: String,
+    pub namespace: String,
+    pub name: String,
 }
 
 /// A running etcd + kube-apiserver (+ kube-controller-manager).
@@ -228,6 +241,21 @@ impl ControlPlane {
             format!("--cert-dir={}", d.join("certs").display()),
             "--v=1".into(),
         ];
+        let mut api_args = api_args;
+        if opts.audit {
+            std::fs::write(
+                d.join("audit-policy.yaml"),
+                "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived, ResponseStarted]\nrules:\n- level: Metadata\n",
+            )?;
+            api_args.push(format!(
+                "--audit-policy-file={}",
+                d.join("audit-policy.yaml").display()
+            ));
+            api_args.push(format!(
+                "--audit-log-path={}",
+                d.join("audit.log").display()
+            ));
+        }
         let api = spawn(
             "kube-apiserver",
             &assets.join("kube-apiserver"),
@@ -333,6 +361,24 @@ impl ControlPlane {
         let path = self.dir.path().join(format!("kubeconfig-{name}"));
         write_kubeconfig(&path, &self.url, &self.ca_pem, token, "default")?;
         Ok(path)
+    }
+
+    /// Requests made by `user` so far, from the audit log (see
+    /// [`Options::audit`]), in the order the API server finished them.
+    pub fn requests_by(&self, user: &str) -> Vec<Request> {
+        let text = std::fs::read_to_string(self.dir.path().join("audit.log")).unwrap_or_default();
+        let s = |v: &serde_json::Value| v.as_str().unwrap_or("").to_string();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["user"]["username"] == user)
+            .map(|v| Request {
+                verb: s(&v["verb"]),
+                resource: s(&v["objectRef"]["resource"]),
+                subresource: s(&v["objectRef"]["subresource"]),
+                namespace: s(&v["objectRef"]["namespace"]),
+                name: s(&v["objectRef"]["name"]),
+            })
+            .collect()
     }
 
     /// Lines of a control-plane process's log, for failure messages.

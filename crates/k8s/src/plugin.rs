@@ -339,7 +339,7 @@ pub fn render_status(cluster: &Cluster, color: bool) -> String {
         out.push('\n');
     }
     out.push('\n');
-    let rows: Vec<[String; 3]> = (1..=cluster.spec.instances.max(0) as u32)
+    let rows: Vec<Vec<String>> = (1..=cluster.spec.instances.max(0) as u32)
         .map(|n| {
             let inst = cnmysql_api::names::instance_name(&name, n);
             let mut marks = Vec::new();
@@ -362,30 +362,47 @@ pub fn render_status(cluster: &Cluster, color: bool) -> String {
                 .get(&inst)
                 .cloned()
                 .unwrap_or_else(|| "-".into());
-            [inst, marks.join(", "), gtid]
+            // What the operator's last poll saw.
+            let live = st.instance_states.get(&inst);
+            let role = live.map(|l| l.role.clone()).unwrap_or_else(|| "-".into());
+            let phase = live
+                .map(|l| l.phase.clone())
+                .filter(|p| !p.is_empty())
+                .unwrap_or_else(|| "-".into());
+            let ready = match live {
+                Some(l) if l.ready => "yes",
+                Some(_) => "no",
+                None => "-",
+            };
+            vec![inst, role, phase, ready.to_string(), marks.join(", "), gtid]
         })
         .collect();
-    let header = ["INSTANCE", "MARKS", "GTID"];
-    let w0 = rows
+    let header: Vec<String> = ["INSTANCE", "ROLE", "PHASE", "READY", "MARKS", "GTID"]
         .iter()
-        .map(|r| r[0].len())
-        .chain([header[0].len()])
-        .max()
-        .unwrap_or(0);
-    let w1 = rows
-        .iter()
-        .map(|r| r[1].len())
-        .chain([header[1].len()])
-        .max()
-        .unwrap_or(0);
-    out.push_str(&paint(
-        "1",
-        format!("{:<w0$}  {:<w1$}  {}", header[0], header[1], header[2]).trim_end(),
-    ));
+        .map(|h| h.to_string())
+        .collect();
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| {
+            rows.iter()
+                .chain([&header])
+                .map(|r| r[i].len())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |r: &[String]| {
+        r.iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_string()
+    };
+    out.push_str(&paint("1", &line(&header)));
     out.push('\n');
-    for r in rows {
-        let line = format!("{:<w0$}  {:<w1$}  {}", r[0], r[1], r[2]);
-        out.push_str(line.trim_end());
+    for r in &rows {
+        out.push_str(&line(r));
         out.push('\n');
     }
     if !st.conditions.is_empty() {

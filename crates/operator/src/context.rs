@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::runtime::reflector::Store;
 
 use cnmysql_api::Cluster;
@@ -25,6 +25,9 @@ pub struct Context {
     /// namespace, or one for all).
     pub clusters: Mutex<Vec<Store<Cluster>>>,
     pub pods: Mutex<Vec<Store<Pod>>>,
+    /// The Clusters' Secrets (the operator's client certificate is read
+    /// from here on every poll).
+    pub secrets: Mutex<Vec<Store<Secret>>>,
     /// True once the operator stops leading or shuts down: every task ends.
     pub stop: tokio::sync::watch::Sender<bool>,
 }

@@ -69,6 +69,28 @@ where
     }
 }
 
+/// A watch cache of `api`'s objects matching `config`, kept up to date by a
+/// task of its own.
+fn cache<K>(api: Api<K>, config: watcher::Config, what: &'static str) -> reflector::Store<K>
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    let (store, writer) = reflector::store();
+    let events = reflector::reflector(writer, watcher(api, config))
+        .default_backoff()
+        .touched_objects();
+    tokio::spawn(async move {
+        futures::pin_mut!(events);
+        while let Some(r) = events.next().await {
+            if let Err(e) = r {
+                tracing::warn!(error = %e, "watching {what}");
+            }
+        }
+    });
+    store
+}
+
 /// One controller over the Clusters of one namespace (or all). Owned
 /// objects are watched only when they carry the cluster label.
 async fn control(
@@ -79,21 +101,16 @@ async fn control(
 ) {
     let ns = ns.as_deref();
     let owned = watcher::Config::default().labels(labels::CLUSTER);
-    // The Pods again, in a cache the topology tasks read (the controller
-    // keeps its own watches private).
-    let (pods, writer) = reflector::store();
-    let pod_events = reflector::reflector(writer, watcher(api::<Pod>(&client, ns), owned.clone()))
-        .default_backoff()
-        .touched_objects();
-    tokio::spawn(async move {
-        futures::pin_mut!(pod_events);
-        while let Some(r) = pod_events.next().await {
-            if let Err(e) = r {
-                tracing::warn!(error = %e, "watching Pods");
-            }
-        }
-    });
-    ctx.pods.lock().unwrap().push(pods);
+    // The Pods and Secrets again, in caches the topology tasks read (the
+    // controller keeps its own watches private).
+    ctx.pods
+        .lock()
+        .unwrap()
+        .push(cache(api::<Pod>(&client, ns), owned.clone(), "Pods"));
+    ctx.secrets
+        .lock()
+        .unwrap()
+        .push(cache(api::<Secret>(&client, ns), owned.clone(), "Secrets"));
     let controller = Controller::new(api::<Cluster>(&client, ns), watcher::Config::default());
     ctx.clusters.lock().unwrap().push(controller.store());
     controller
@@ -155,6 +172,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         topology: Default::default(),
         clusters: Default::default(),
         pods: Default::default(),
+        secrets: Default::default(),
         stop: tokio::sync::watch::channel(false).0,
         client: client.clone(),
         env: Environment {

@@ -1,8 +1,11 @@
-//! The operator's own Prometheus metrics: reconciles by result, errors by
-//! kind, reconcile durations, and whether this replica leads.
+//! The operator's Prometheus metrics: its own (reconciles by result, errors
+//! by kind, reconcile durations, whether this replica leads) and, on the
+//! same page, the core's cluster series for every Cluster it polls, labelled
+//! with `namespace` and `cluster` (see `cnmysql_core::metrics`).
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
 use std::sync::atomic::AtomicI64;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use prometheus_client::encoding::text::encode;
@@ -12,7 +15,14 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use cnmysql_core::metrics::{EventCounts, Labelled};
+use cnmysql_core::status::Snapshot;
+
 type Labels = Vec<(String, String)>;
+
+/// The latest observation of each polled Cluster (`(namespace, name)`) and
+/// the events the operator recorded for it since it started leading.
+type Observed = BTreeMap<(String, String), (Option<Snapshot>, EventCounts)>;
 
 #[derive(Clone)]
 pub struct Metrics {
@@ -21,6 +31,7 @@ pub struct Metrics {
     errors: Family<Labels, Counter>,
     duration: Histogram,
     pub leader: Gauge<i64, AtomicI64>,
+    clusters: Arc<Mutex<Observed>>,
 }
 
 impl Default for Metrics {
@@ -57,6 +68,7 @@ impl Default for Metrics {
             errors,
             duration,
             leader,
+            clusters: Default::default(),
         }
     }
 }
@@ -75,10 +87,57 @@ impl Metrics {
         }
     }
 
+    /// The latest snapshot of a Cluster's topology.
+    pub fn observe_cluster(&self, namespace: &str, snapshot: &Snapshot) {
+        let key = (namespace.to_string(), snapshot.cluster.clone());
+        self.clusters.lock().unwrap().entry(key).or_default().0 = Some(snapshot.clone());
+    }
+
+    /// An Event recorded for a Cluster (`kind`: `Normal` or `Warning`).
+    pub fn count_event(&self, namespace: &str, cluster: &str, reason: &str, kind: &str) {
+        let key = (namespace.to_string(), cluster.to_string());
+        *self
+            .clusters
+            .lock()
+            .unwrap()
+            .entry(key)
+            .or_default()
+            .1
+            .entry((reason.to_string(), kind.to_string()))
+            .or_default() += 1;
+    }
+
+    /// A Cluster is gone (or no longer polled here): drop its series.
+    pub fn forget_cluster(&self, namespace: &str, cluster: &str) {
+        self.clusters
+            .lock()
+            .unwrap()
+            .remove(&(namespace.to_string(), cluster.to_string()));
+    }
+
     pub fn encode(&self) -> String {
         let mut out = String::new();
         encode(&mut out, &self.registry).expect("metrics encode");
-        out
+        let clusters = self.clusters.lock().unwrap();
+        let pages: Vec<Labelled> = clusters
+            .iter()
+            .filter_map(|((ns, name), (snapshot, events))| {
+                Some(Labelled {
+                    labels: vec![
+                        ("namespace".into(), ns.clone()),
+                        ("cluster".into(), name.clone()),
+                    ],
+                    snapshot: snapshot.as_ref()?,
+                    events,
+                })
+            })
+            .collect();
+        if pages.is_empty() {
+            return out;
+        }
+        // One page: the operator's families, then the clusters'.
+        let own = out.strip_suffix("# EOF\n").unwrap_or(&out).to_string();
+        own + &cnmysql_core::metrics::encode_clusters(&pages)
     }
 }
 
@@ -102,5 +161,32 @@ mod tests {
             text.contains("cnmysql_operator_reconcile_duration_seconds_count 2"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn polled_clusters_join_the_page_until_forgotten() {
+        let m = super::Metrics::default();
+        let snapshot = cnmysql_core::status::Snapshot {
+            cluster: "db".into(),
+            spec: serde_json::from_value(serde_json::json!({"instances": 1})).unwrap(),
+            status: Default::default(),
+            instances: Vec::new(),
+            now_ms: 0,
+        };
+        m.observe_cluster("prod", &snapshot);
+        m.count_event("prod", "db", "FailoverCompleted", "Warning");
+        let text = m.encode();
+        assert!(
+            text.contains("cnmysql_cluster_instances{namespace=\"prod\",cluster=\"db\"}"),
+            "{text}"
+        );
+        assert!(
+            text.contains("cnmysql_events_total{namespace=\"prod\",cluster=\"db\",reason=\"FailoverCompleted\",type=\"Warning\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("cnmysql_operator_leader"), "{text}");
+        assert_eq!(text.matches("# EOF").count(), 1, "{text}");
+        m.forget_cluster("prod", "db");
+        assert!(!m.encode().contains("cnmysql_cluster_instances"));
     }
 }

@@ -444,6 +444,16 @@ pub async fn publish(
     reason: &str,
     note: &str,
 ) {
+    let type_ = match kind {
+        Kind::Normal => "Normal",
+        Kind::Warning => "Warning",
+    };
+    ctx.metrics.count_event(
+        &cluster.namespace().unwrap_or_default(),
+        &cluster.name_any(),
+        reason,
+        type_,
+    );
     if let Err(e) =
         events::publish(&ctx.client, cluster, REPORTER, kind, action, reason, note).await
     {

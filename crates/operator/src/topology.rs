@@ -86,9 +86,22 @@ pub fn held_down(ctx: &Context, cluster: &Cluster) -> BTreeSet<String> {
 /// until the Secret changes).
 async fn control_client(ctx: &Context, cluster: &Cluster) -> Result<ControlClient, Error> {
     let ns = cluster.namespace().unwrap_or_default();
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
     let name = labels::operator_tls_secret(&cluster.name_any());
-    let s = secrets.get(&name).await?;
+    let oref = kube::runtime::reflector::ObjectRef::<Secret>::new(&name).within(&ns);
+    let cached = ctx
+        .secrets
+        .lock()
+        .unwrap()
+        .iter()
+        .find_map(|s| s.get(&oref));
+    // From the watch cache; read once from the API before it has it.
+    let s = match cached {
+        Some(s) => (*s).clone(),
+        None => {
+            let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+            secrets.get(&name).await?
+        }
+    };
     let version = s.resource_version().unwrap_or_default();
     if let Some((v, c)) = ctx
         .topology
@@ -243,6 +256,7 @@ async fn record(ctx: &Context, cluster: &Cluster, e: &Event) {
         _ => e.message.clone(),
     };
     tracing::info!(cluster = %cluster.name_any(), reason = e.reason, instance = ?e.instance, "{}", e.message);
+
     publish(ctx, cluster, kind, "Topology", e.reason, &note).await;
 }
 
@@ -265,6 +279,8 @@ pub async fn step(
         now_ms: jiff::Timestamp::now().as_millisecond(),
     };
     let k = key(cluster);
+    ctx.metrics
+        .observe_cluster(&cluster.namespace().unwrap_or_default(), &snapshot);
     let (mut memory, held, warming) = {
         let mut all = ctx.topology.lock().unwrap();
         let m = all.entry(k.clone()).or_default();
@@ -457,6 +473,7 @@ pub fn ensure_running(ctx: &std::sync::Arc<Context>, cluster: &Cluster) {
                 let k = format!("{ns}/{name}");
                 if all.get(&k).and_then(|m| m.task.as_deref()) == Some(uid.as_str()) {
                     all.remove(&k);
+                    ctx.metrics.forget_cluster(&ns, &name);
                 }
                 return;
             };
@@ -495,6 +512,10 @@ pub fn ensure_running(ctx: &std::sync::Arc<Context>, cluster: &Cluster) {
 /// Forget a deleted Cluster.
 pub fn forget(ctx: &Context, cluster: &Cluster) {
     ctx.topology.lock().unwrap().remove(&key(cluster));
+    ctx.metrics.forget_cluster(
+        &cluster.namespace().unwrap_or_default(),
+        &cluster.name_any(),
+    );
 }
 
 #[cfg(test)]

@@ -119,6 +119,7 @@ pub async fn control_plane() -> (ControlPlane, kube::Client) {
             "namespace".into(),
             "pvc-protection".into(),
         ],
+        ..Default::default()
     })
     .await
     .unwrap();
