@@ -14,7 +14,7 @@
 //! requests (the primary's Lease renewals) are not part of these figures.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use cnmysql_envtest::{ControlPlane, Options, free_port, wait_for};
@@ -36,28 +36,7 @@ fn repo() -> PathBuf {
 }
 
 fn kubectl(cp: &ControlPlane, args: &[&str], stdin: Option<&str>) -> anyhow::Result<String> {
-    use std::io::Write;
-    let mut child = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(&cp.kubeconfig)
-        .args(args)
-        .env_remove("KUBECONFIG")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    child
-        .stdin
-        .take()
-        .expect("piped")
-        .write_all(stdin.unwrap_or("").as_bytes())?;
-    let out = child.wait_with_output()?;
-    anyhow::ensure!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    cp.kubectl(args, stdin)
 }
 
 /// Objects of `cluster` that exist, by kind.
@@ -166,6 +145,7 @@ pub fn operator(runs: usize, cnmysql: &Path) -> anyhow::Result<Value> {
         let cp = ControlPlane::start(Options {
             controllers: vec!["garbagecollector".into()],
             audit: true,
+            ..Default::default()
         })
         .await?;
         let client = cp.client().await?;

@@ -55,6 +55,24 @@ pub struct Options {
     /// Write an audit log (`audit.log` in the data directory): one line per
     /// request, with the user who made it (for counting requests).
     pub audit: bool,
+    /// Keep the data, logs, certificates and kubeconfig in this directory
+    /// (created if missing, never removed) instead of a temporary one.
+    pub dir: Option<PathBuf>,
+}
+
+/// Where a control plane keeps its files.
+enum Dir {
+    Temp(tempfile::TempDir),
+    Kept(PathBuf),
+}
+
+impl Dir {
+    fn path(&self) -> &Path {
+        match self {
+            Dir::Temp(t) => t.path(),
+            Dir::Kept(p) => p,
+        }
+    }
 }
 
 /// One request from the audit log.
@@ -69,7 +87,7 @@ pub struct Request {
 
 /// A running etcd + kube-apiserver (+ kube-controller-manager).
 pub struct ControlPlane {
-    dir: tempfile::TempDir,
+    dir: Dir,
     children: Vec<(String, Child)>,
     /// `https://127.0.0.1:<port>`.
     pub url: String,
@@ -165,9 +183,17 @@ impl ControlPlane {
     /// controllers are asked for); returns once `/readyz` answers ok.
     pub async fn start(opts: Options) -> anyhow::Result<ControlPlane> {
         let assets = assets()?;
-        let dir = tempfile::Builder::new()
-            .prefix("cnmysql-envtest-")
-            .tempdir()?;
+        let dir = match &opts.dir {
+            Some(p) => {
+                std::fs::create_dir_all(p)?;
+                Dir::Kept(std::fs::canonicalize(p)?)
+            }
+            None => Dir::Temp(
+                tempfile::Builder::new()
+                    .prefix("cnmysql-envtest-")
+                    .tempdir()?,
+            ),
+        };
         let d = dir.path();
         let mut cp = ControlPlane {
             children: Vec::new(),
@@ -287,6 +313,7 @@ impl ControlPlane {
                 "--secure-port=0".into(),
                 "--use-service-account-credentials=false".into(),
                 "--concurrent-gc-syncs=5".into(),
+                format!("--root-ca-file={}", d.join("ca.crt").display()),
                 "--v=1".into(),
             ];
             let child = spawn(
@@ -381,6 +408,43 @@ impl ControlPlane {
             .collect()
     }
 
+    /// Run the real kubectl against this control plane as the
+    /// administrator, with `stdin` as its input; its output, or an error
+    /// with what it printed.
+    pub fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> anyhow::Result<String> {
+        use std::io::Write as _;
+        let mut child = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .env_remove("KUBECONFIG")
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("running kubectl (is it installed?)")?;
+        if let Some(text) = stdin {
+            child
+                .stdin
+                .take()
+                .context("kubectl's stdin")?
+                .write_all(text.as_bytes())?;
+        }
+        let out = child.wait_with_output()?;
+        if !out.status.success() {
+            bail!(
+                "kubectl {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
     /// Lines of a control-plane process's log, for failure messages.
     pub fn log(&self, name: &str) -> String {
         std::fs::read_to_string(self.dir.path().join(format!("{name}.log"))).unwrap_or_default()
@@ -407,14 +471,13 @@ impl Drop for ControlPlane {
                 }
             }
         }
-        if std::env::var_os("CNMYSQL_ENVTEST_KEEP").is_some() {
-            let kept = self.dir.path().to_path_buf();
+        if std::env::var_os("CNMYSQL_ENVTEST_KEEP").is_some()
+            && let Dir::Temp(t) = &mut self.dir
+        {
+            let kept = t.path().to_path_buf();
             eprintln!("envtest: keeping {}", kept.display());
-            let _ = std::mem::replace(
-                &mut self.dir,
-                tempfile::Builder::new().tempdir().expect("tempdir"),
-            )
-            .keep();
+            let _ =
+                std::mem::replace(t, tempfile::Builder::new().tempdir().expect("tempdir")).keep();
         }
     }
 }

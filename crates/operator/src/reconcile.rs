@@ -155,6 +155,12 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Action, Err
 
 /// Create each instance's Pod when missing (not a held-down former
 /// primary's), and apply the role labels of the existing ones.
+/// `instance` is the primary, and no change of primary is under way.
+fn is_steady_primary(status: &cnmysql_api::ClusterStatus, instance: &str) -> bool {
+    status.current_primary.as_deref() == Some(instance)
+        && status.target_primary == status.current_primary
+}
+
 pub async fn ensure_pods(cluster: &Cluster, ctx: &Context, want: &[Pod]) -> Result<(), Error> {
     let name = cluster.name_any();
     let ns = cluster.namespace().unwrap_or_default();
@@ -176,6 +182,15 @@ pub async fn ensure_pods(cluster: &Cluster, ctx: &Context, want: &[Pod]) -> Resu
         match live.get(&instance) {
             // A fenced-out former primary stays down until failover is done.
             None if held_down.contains(&instance) => {}
+            // The primary's Pod is gone (deleted, evicted, its node lost):
+            // that is a failure of the primary. Its Pod is not recreated on
+            // the spot, where it would come back as the primary: the
+            // topology step fails over, or, when nothing can take over,
+            // lets it come back in place.
+            None if is_steady_primary(&status, &instance) && cluster.spec.instances > 1 => {
+                tracing::warn!(instance = %instance, "the primary's Pod is gone; holding it down for the failover decision");
+                crate::topology::hold_down(ctx, cluster, &instance);
+            }
             None => {
                 p.metadata.labels.get_or_insert_default().extend(roles);
                 create_missing(ctx, &ns, &p).await?;

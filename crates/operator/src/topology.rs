@@ -82,6 +82,18 @@ pub fn held_down(ctx: &Context, cluster: &Cluster) -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
+/// Keep `instance`'s Pod down until the topology step lets it come back
+/// (see [`held_down`]).
+pub fn hold_down(ctx: &Context, cluster: &Cluster, instance: &str) {
+    ctx.topology
+        .lock()
+        .unwrap()
+        .entry(key(cluster))
+        .or_default()
+        .held_down
+        .insert(instance.to_string());
+}
+
 /// The operator's mutual-TLS client for a Cluster, from its Secret (cached
 /// until the Secret changes).
 async fn control_client(ctx: &Context, cluster: &Cluster) -> Result<ControlClient, Error> {

@@ -1,0 +1,530 @@
+//! End to end on Kubernetes: a real API server, the process node running
+//! the operator's Deployment and the instance Pods it renders (real
+//! `mariadbd`), clients through the rw Service's listener, and the write
+//! checker proving that no acknowledged row is lost.
+//!
+//! Run with `scripts/test-kube` (needs KUBEBUILDER_ASSETS and root).
+
+use std::time::{Duration, Instant};
+
+use cnmysql_api::Cluster;
+use cnmysql_bench::writer::WriteChecker;
+use cnmysql_procnode::harness::{KubeCluster, until};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use mysql_async::prelude::*;
+
+const NS: &str = "e2e";
+
+fn cluster_yaml(durability: &str) -> String {
+    format!(
+        "apiVersion: mysql.cnmysql.io/v1
+kind: Cluster
+metadata:
+  name: db
+  namespace: {NS}
+spec:
+  instances: 3
+  minSyncReplicas: 1
+  maxSyncReplicas: 1
+  failoverDelay: 0
+  maxSwitchoverDelay: 60
+  mysql:
+    flavor: mariadb
+    parameters:
+      innodb_buffer_pool_size: 32M
+    semiSync:
+      enabled: true
+      timeoutMillis: 1000
+      dataDurability: {durability}
+"
+    )
+}
+
+fn cnmysql_exe() -> std::path::PathBuf {
+    let node = std::path::Path::new(env!("CARGO_BIN_EXE_cnmysql-node"));
+    let exe = node.with_file_name("cnmysql");
+    if !exe.is_file() {
+        let status = std::process::Command::new(env!("CARGO"))
+            .args(["build", "-p", "cnmysql", "--bin", "cnmysql"])
+            .status()
+            .expect("cargo");
+        assert!(status.success(), "building cnmysql");
+    }
+    exe
+}
+
+struct Env {
+    k: KubeCluster,
+    clusters: Api<Cluster>,
+    pods: Api<Pod>,
+}
+
+/// A cluster on the node, with `db` created and healthy.
+async fn env(durability: &str) -> Env {
+    let k = KubeCluster::start(
+        std::path::Path::new(env!("CARGO_BIN_EXE_cnmysql-node")),
+        &cnmysql_exe(),
+    )
+    .await
+    .unwrap();
+    let ns: Api<Namespace> = Api::all(k.client.clone());
+    ns.create(
+        &PostParams::default(),
+        &serde_json::from_value(serde_json::json!({"metadata": {"name": NS}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    k.cp.kubectl(&["apply", "-f", "-"], Some(&cluster_yaml(durability)))
+        .unwrap();
+    let e = Env {
+        clusters: Api::namespaced(k.client.clone(), NS),
+        pods: Api::namespaced(k.client.clone(), NS),
+        k,
+    };
+    e.healthy(3, Duration::from_secs(120)).await;
+    e
+}
+
+impl Env {
+    async fn status(&self) -> cnmysql_api::ClusterStatus {
+        self.clusters
+            .get("db")
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default()
+    }
+
+    /// Wait until `n` instances are ready, one primary, all running.
+    async fn healthy(&self, n: usize, timeout: Duration) -> String {
+        until("a healthy cluster", timeout, || async {
+            let st = self.status().await;
+            let primaries = st
+                .instance_states
+                .values()
+                .filter(|s| s.role == "primary")
+                .count();
+            let ready = st.instance_states.values().filter(|s| s.ready).count();
+            // ... and the kubelet's view agrees: every Pod is Ready.
+            let pods = self.pods.list(&ListParams::default()).await.ok()?;
+            let pods_ready = pods
+                .items
+                .iter()
+                .filter(|p| {
+                    p.status
+                        .iter()
+                        .flat_map(|s| s.conditions.iter().flatten())
+                        .any(|c| c.type_ == "Ready" && c.status == "True")
+                })
+                .count();
+            if pods_ready != n {
+                return None;
+            }
+            (st.phase == Some(cnmysql_api::Phase::Healthy)
+                && primaries == 1
+                && ready == n
+                && st.target_primary == st.current_primary)
+                .then_some(st.current_primary.clone()?)
+        })
+        .await
+        .unwrap_or_else(|err| {
+            let pods = self
+                .k
+                .cp
+                .kubectl(&["-n", NS, "get", "pods", "-o", "wide"], None)
+                .unwrap_or_default();
+            let st = self
+                .k
+                .cp
+                .kubectl(
+                    &["-n", NS, "get", "cluster", "db", "-o", "jsonpath={.status}"],
+                    None,
+                )
+                .unwrap_or_default();
+            panic!("{err}\n{pods}\n{st}")
+        })
+    }
+
+    async fn app_password(&self) -> String {
+        let s: Api<Secret> = Api::namespaced(self.k.client.clone(), NS);
+        let sec = s.get("db-app").await.unwrap();
+        String::from_utf8(sec.data.unwrap()["password"].0.clone()).unwrap()
+    }
+
+    async fn writer(&self) -> WriteChecker {
+        let rw = self.k.wait_service(NS, "db-rw").await.unwrap();
+        drop(self.admin(rw.port()).await);
+        WriteChecker::start(rw.port(), self.app_password().await).await
+    }
+
+    /// A connection through a Service listener (waiting for an endpoint).
+    async fn admin(&self, port: u16) -> mysql_async::Conn {
+        until("a connection", Duration::from_secs(30), || {
+            self.conn("127.0.0.1", port)
+        })
+        .await
+        .unwrap()
+    }
+
+    async fn conn(&self, host: &str, port: u16) -> Option<mysql_async::Conn> {
+        let opts: mysql_async::Opts = mysql_async::OptsBuilder::default()
+            .ip_or_hostname(host)
+            .tcp_port(port)
+            .user(Some("app"))
+            .pass(Some(self.app_password().await))
+            .prefer_socket(false)
+            .into();
+        mysql_async::Conn::new(opts).await.ok()
+    }
+
+    /// Every acknowledged row is on every instance (at its Pod address).
+    async fn verify(&self, acked: &[u64]) {
+        let want: std::collections::BTreeSet<u64> = acked.iter().copied().collect();
+        assert!(!want.is_empty(), "no write was acknowledged");
+        for name in ["db-1", "db-2", "db-3"] {
+            let missing = until(
+                &format!("all {} acknowledged rows on {name}", want.len()),
+                Duration::from_secs(30),
+                || async {
+                    let ip = self.pods.get(name).await.ok()?.status?.pod_ip?;
+                    let mut c = self.conn(&ip, 3306).await?;
+                    let ids: Vec<u64> = c.query("SELECT id FROM chk.w").await.ok()?;
+                    let have: std::collections::BTreeSet<u64> = ids.into_iter().collect();
+                    let missing = want.difference(&have).count();
+                    (missing == 0).then_some(missing)
+                },
+            )
+            .await
+            .unwrap();
+            assert_eq!(missing, 0);
+        }
+    }
+
+    fn plugin(&self, args: &[&str]) -> String {
+        let dir = self.k.state().join("bin");
+        if !dir.join("kubectl-cnmsql").exists() {
+            let st = std::process::Command::new(cnmysql_exe())
+                .args(["plugin", "install", "--dir"])
+                .arg(&dir)
+                .status()
+                .unwrap();
+            assert!(st.success());
+        }
+        let path = format!(
+            "{}:{}",
+            dir.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let out = std::process::Command::new("kubectl")
+            .arg(args[0])
+            .arg("--kubeconfig")
+            .arg(&self.k.cp.kubeconfig)
+            .args(&args[1..])
+            .env("PATH", path)
+            .env_remove("KUBECONFIG")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    async fn pod_uid(&self, name: &str) -> Option<String> {
+        self.pods.get_opt(name).await.ok()??.metadata.uid
+    }
+
+    async fn restarts(&self, name: &str) -> i32 {
+        self.pods
+            .get(name)
+            .await
+            .ok()
+            .and_then(|p| {
+                p.status?
+                    .container_statuses?
+                    .first()
+                    .map(|c| c.restart_count)
+            })
+            .unwrap_or(0)
+    }
+}
+
+/// The primary changes away from `old`; returns the new one and when the
+/// first write sent after `fault` was acknowledged.
+async fn failover(
+    e: &Env,
+    w: WriteChecker,
+    old: &str,
+    fault: Instant,
+) -> (String, Duration, Vec<u64>) {
+    let new = until("a new primary", Duration::from_secs(90), || async {
+        let p = e.status().await.current_primary?;
+        (p != old).then_some(p)
+    })
+    .await
+    .unwrap_or_else(|err| {
+        let events =
+            e.k.cp
+                .kubectl(&["-n", NS, "get", "events", "-o", "wide"], None)
+                .unwrap_or_default();
+        let status =
+            e.k.cp
+                .kubectl(&["-n", NS, "get", "cluster", "db", "-o", "yaml"], None)
+                .unwrap_or_default();
+        panic!("{err}\nevents:\n{events}\ncluster:\n{status}")
+    });
+    w.wait_for_more(20, Duration::from_secs(60)).await;
+    let out = w.stop().await;
+    (new, outage(&out, fault), out.acked)
+}
+
+/// From the fault to the end of the longest stretch without an
+/// acknowledged write after it (a write the dying primary still
+/// acknowledged in its last milliseconds does not count as recovery).
+fn outage(out: &cnmysql_bench::writer::Outcome, fault: Instant) -> Duration {
+    let mut prev = fault;
+    let mut end = fault;
+    let mut longest = Duration::ZERO;
+    for t in out.ack_times.iter().filter(|t| **t > fault) {
+        if *t - prev > longest {
+            longest = *t - prev;
+            end = *t;
+        }
+        prev = *t;
+    }
+    end - fault
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+async fn a_cluster_comes_up_routes_rw_and_ro_and_is_deleted_with_everything_it_owns() {
+    let e = env("preferred").await;
+    let rw = e.k.wait_service(NS, "db-rw").await.unwrap().port();
+    let ro = e.k.wait_service(NS, "db-ro").await.unwrap().port();
+    let mut c = e.admin(rw).await;
+    let ro_flag: u8 = c.query_first("SELECT @@read_only").await.unwrap().unwrap();
+    assert_eq!(ro_flag, 0, "rw reaches a writable primary");
+    c.query_drop("CREATE DATABASE t").await.unwrap();
+    c.query_drop("CREATE TABLE t.x (i INT PRIMARY KEY)")
+        .await
+        .unwrap();
+    c.query_drop("INSERT INTO t.x VALUES (42)").await.unwrap();
+    let got = until("the row through ro", Duration::from_secs(20), || async {
+        let mut r = e.admin(ro).await;
+        let ro_flag: u8 = r.query_first("SELECT @@read_only").await.ok()??;
+        assert_eq!(ro_flag, 1, "ro reaches a read-only replica");
+        r.query_first::<i32, _>("SELECT i FROM t.x").await.ok()?
+    })
+    .await
+    .unwrap();
+    assert_eq!(got, 42);
+    let status = e.plugin(&["cnmsql", "-n", NS, "status", "db"]);
+    assert!(status.contains("primary"), "{status}");
+    assert_eq!(status.matches("replica").count(), 2, "{status}");
+
+    // Deleting the Cluster removes its Pods and everything it owns.
+    e.clusters
+        .delete("db", &DeleteParams::default())
+        .await
+        .unwrap();
+    until(
+        "the Pods and Services to be gone",
+        Duration::from_secs(60),
+        || async {
+            let pods = e.pods.list(&ListParams::default()).await.ok()?;
+            let svcs: Api<k8s_openapi::api::core::v1::Service> =
+                Api::namespaced(e.k.client.clone(), NS);
+            let svcs = svcs.list(&ListParams::default()).await.ok()?;
+            let secrets: Api<Secret> = Api::namespaced(e.k.client.clone(), NS);
+            let secrets = secrets.list(&ListParams::default()).await.ok()?;
+            (pods.items.is_empty() && svcs.items.is_empty() && secrets.items.is_empty())
+                .then_some(())
+        },
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+async fn switchover_with_the_plugin_under_writes_loses_no_acknowledged_row() {
+    let e = env("required").await;
+    let old = e.status().await.current_primary.unwrap();
+    let target = if old == "db-2" { "db-3" } else { "db-2" };
+    let w = e.writer().await;
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+    e.plugin(&["cnmsql", "-n", NS, "promote", "db", target]);
+    let now = e.healthy(3, Duration::from_secs(60)).await;
+    assert_eq!(now, target);
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+    let o = w.stop().await;
+    eprintln!(
+        "switchover: longest write gap {:?}, {} rows acknowledged",
+        o.longest_gap,
+        o.acked.len()
+    );
+    e.verify(&o.acked).await;
+}
+
+async fn failover_case(kind: &str) {
+    let e = env("required").await;
+    let old = e.status().await.current_primary.unwrap();
+    let old_uid = e.pod_uid(&old).await;
+    let w = e.writer().await;
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+    let fault = Instant::now();
+    match kind {
+        "delete" => {
+            e.pods.delete(&old, &DeleteParams::default()).await.unwrap();
+        }
+        "kill" => {
+            let pid = e.k.pid(NS, &old, "mysql").await.unwrap();
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            )
+            .unwrap();
+        }
+        _ => unreachable!(),
+    }
+    if kind == "delete" {
+        let (new, took, acked) = failover(&e, w, &old, fault).await;
+        eprintln!(
+            "failover (Pod deleted): {old} → {new}, first write after the fault acknowledged after {took:?}"
+        );
+        // The former primary comes back (a new Pod on its claim) and rejoins.
+        let primary = e.healthy(3, Duration::from_secs(120)).await;
+        assert_eq!(primary, new, "one primary, the new one");
+        assert_ne!(
+            e.pod_uid(&old).await,
+            old_uid,
+            "the former primary's Pod was replaced"
+        );
+        e.verify(&acked).await;
+        return;
+    }
+    // PID 1 killed: the kubelet restarts the container at once. If it is
+    // back before the operator's next poll, it recovers in place as the
+    // primary (it still holds its lease); otherwise the operator fails over.
+    // Either way: writes resume, one primary, nothing acknowledged lost.
+    w.wait_for_more(20, Duration::from_secs(60)).await;
+    let out = w.stop().await;
+    let took = outage(&out, fault);
+    let primary = e.healthy(3, Duration::from_secs(120)).await;
+    eprintln!(
+        "PID 1 of {old} killed: primary now {primary}, first write after the fault acknowledged after {took:?}, {} restarts",
+        e.restarts(&old).await
+    );
+    e.verify(&out.acked).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+async fn failover_when_the_primary_pod_is_deleted_loses_no_acknowledged_row() {
+    failover_case("delete").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+async fn failover_when_the_primary_pid_1_is_killed_loses_no_acknowledged_row() {
+    failover_case("kill").await;
+}
+
+async fn lost_node_case(kind: &str) {
+    let e = env("required").await;
+    let old = e.status().await.current_primary.unwrap();
+    let w = e.writer().await;
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+    let fault = Instant::now();
+    e.k.fault(kind, NS, &old).await.unwrap();
+    let (new, took, acked) = failover(&e, w, &old, fault).await;
+    eprintln!(
+        "failover ({kind} node): {old} → {new}, first write after the fault acknowledged after {took:?}"
+    );
+    // Promotion waited for the old primary's lease (15 s TTL) to run out.
+    assert!(
+        took >= Duration::from_secs(5),
+        "promoted after only {took:?}: the lease was not waited for"
+    );
+    // The old primary is healed: it must not take writes, and it rejoins
+    // (or is replaced); there is one primary.
+    e.k.fault("heal", NS, &old).await.unwrap();
+    let primary = e.healthy(3, Duration::from_secs(120)).await;
+    assert_eq!(primary, new);
+    e.verify(&acked).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+async fn failover_when_the_primary_node_is_cut_off_waits_for_the_lease_and_loses_nothing() {
+    lost_node_case("cut").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+async fn failover_when_the_primary_node_freezes_waits_for_the_lease_and_loses_nothing() {
+    lost_node_case("freeze").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+async fn fencing_with_the_plugin_takes_an_instance_out_and_back() {
+    let e = env("preferred").await;
+    let primary = e.status().await.current_primary.unwrap();
+    let replica = if primary == "db-3" { "db-2" } else { "db-3" };
+    e.plugin(&["cnmsql", "-n", NS, "fence", "on", "db", replica]);
+    until("the replica fenced", Duration::from_secs(60), || async {
+        let st = e.status().await;
+        let s = st.instance_states.get(replica)?;
+        let pod = e.pods.get(replica).await.ok()?;
+        let routable = pod
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .get("cnmysql.io/routable")
+            .cloned();
+        (st.fenced_instances.contains(&replica.to_string())
+            && s.read_only
+            && routable.as_deref() != Some("true"))
+        .then_some(())
+    })
+    .await
+    .unwrap();
+    e.plugin(&["cnmsql", "-n", NS, "fence", "off", "db", replica]);
+    until("the replica unfenced", Duration::from_secs(60), || async {
+        let st = e.status().await;
+        let pod = e.pods.get(replica).await.ok()?;
+        let routable = pod
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .get("cnmysql.io/routable")
+            .cloned();
+        (st.fenced_instances.is_empty() && routable.as_deref() == Some("true")).then_some(())
+    })
+    .await
+    .unwrap();
+    e.healthy(3, Duration::from_secs(60)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+async fn an_isolated_instance_fails_its_liveness_probe_and_is_restarted() {
+    let e = env("preferred").await;
+    let primary = e.status().await.current_primary.unwrap();
+    let replica = if primary == "db-3" { "db-2" } else { "db-3" };
+    let before = e.restarts(replica).await;
+    e.k.fault("isolate", NS, replica).await.unwrap();
+    until(
+        "the isolated instance restarted",
+        Duration::from_secs(120),
+        || async { (e.restarts(replica).await > before).then_some(()) },
+    )
+    .await
+    .unwrap();
+    e.k.fault("heal", NS, replica).await.unwrap();
+    e.healthy(3, Duration::from_secs(120)).await;
+}
