@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod kube;
 mod operator;
 
 use clap::{Parser, Subcommand};
@@ -49,7 +50,21 @@ enum What {
     /// time from kubectl apply to all objects, idle API requests per minute,
     /// resident memory with 1 and 10 Clusters.
     Operator,
-    /// All of the above but the operator.
+    /// Failover and switchover on Kubernetes (needs KUBEBUILDER_ASSETS and
+    /// root): a real control plane, the process node running the operator
+    /// and a 3-instance Cluster; Pod deleted, PID 1 killed, node cut off,
+    /// node frozen, planned switchover; beside the same figures on the
+    /// local platform.
+    Kube {
+        /// Runs of the slow cases (node cut off or frozen: each waits for
+        /// the 15 s lease).
+        #[arg(long, default_value = "3")]
+        slow_runs: usize,
+        /// Skip the local platform's failover and switchover.
+        #[arg(long)]
+        no_local: bool,
+    },
+    /// All of the above but the operator and Kubernetes.
     All,
 }
 
@@ -556,6 +571,26 @@ fn main() -> anyhow::Result<()> {
     }
     if all || matches!(cli.what, What::Switchover) {
         results.insert("switchover".into(), switchover(cli.runs)?);
+    }
+    if let What::Kube {
+        slow_runs,
+        no_local,
+    } = cli.what
+    {
+        let node = cnmysql_bin().with_file_name("cnmysql-node");
+        anyhow::ensure!(
+            node.exists(),
+            "{} not found: build it first (cargo build --release -p cnmysql-procnode)",
+            node.display()
+        );
+        results.insert(
+            "kubernetes".into(),
+            kube::kube(cli.runs, slow_runs, &cnmysql_bin(), &node)?,
+        );
+        if !no_local {
+            results.insert("local_failover".into(), failover(cli.runs)?);
+            results.insert("local_switchover".into(), switchover(cli.runs)?);
+        }
     }
     if matches!(cli.what, What::Operator) {
         results.insert(

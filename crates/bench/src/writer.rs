@@ -34,6 +34,22 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// From `fault` to the end of the longest stretch without an
+    /// acknowledged write after it: when writes were flowing again (a write
+    /// a dying primary still acknowledged in its last milliseconds does not
+    /// count as recovery).
+    pub fn outage_after(&self, fault: Instant) -> Duration {
+        let (mut prev, mut end, mut longest) = (fault, fault, Duration::ZERO);
+        for t in self.ack_times.iter().filter(|t| **t > fault) {
+            if *t - prev > longest {
+                longest = *t - prev;
+                end = *t;
+            }
+            prev = *t;
+        }
+        end - fault
+    }
+
     /// First acknowledgement of a write sent after `t`.
     pub fn first_ack_after(&self, t: Instant) -> Option<Instant> {
         // A write sent after `t`: an answer to an earlier write that was

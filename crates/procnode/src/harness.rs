@@ -25,6 +25,45 @@ pub const CONTROLLERS: &[&str] = &[
     "disruption",
 ];
 
+/// A 3-instance MariaDB Cluster `name` with semi-synchronous replication
+/// of the given `dataDurability`, immediate failover, small buffers.
+pub fn cluster_manifest(namespace: &str, name: &str, durability: &str) -> String {
+    format!(
+        "apiVersion: mysql.cnmysql.io/v1
+kind: Cluster
+metadata:
+  name: {name}
+  namespace: {namespace}
+spec:
+  instances: 3
+  minSyncReplicas: 1
+  maxSyncReplicas: 1
+  failoverDelay: 0
+  maxSwitchoverDelay: 60
+  mysql:
+    flavor: mariadb
+    parameters:
+      innodb_buffer_pool_size: 32M
+    semiSync:
+      enabled: true
+      timeoutMillis: 1000
+      dataDurability: {durability}
+"
+    )
+}
+
+/// A connection as the application user, or None.
+pub async fn connect(host: &str, port: u16, password: &str) -> Option<mysql_async::Conn> {
+    let opts: mysql_async::Opts = mysql_async::OptsBuilder::default()
+        .ip_or_hostname(host)
+        .tcp_port(port)
+        .user(Some("app"))
+        .pass(Some(password))
+        .prefer_socket(false)
+        .into();
+    mysql_async::Conn::new(opts).await.ok()
+}
+
 /// The repository's root (for `deploy/`).
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -35,6 +74,33 @@ pub struct KubeCluster {
     pub client: kube::Client,
     state: tempfile::TempDir,
     node: Child,
+    /// One such cluster at a time on this machine (see [`one_at_a_time`]);
+    /// released last.
+    _one_at_a_time: nix::fcntl::Flock<std::fs::File>,
+}
+
+/// Take the machine-wide lock of process-node clusters: Pods that listen
+/// on the wildcard address (the operator's metrics port) share the host's
+/// ports, so two clusters' operators would collide. With `wait`, wait for
+/// it (saying so), else fail at once.
+pub fn one_at_a_time(wait: bool) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
+    use nix::fcntl::{Flock, FlockArg};
+    std::fs::create_dir_all("/tmp/cnmysql-procnode")?;
+    let path = "/tmp/cnmysql-procnode/cluster.lock";
+    let f = std::fs::File::create(path)?;
+    match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+        Ok(l) => Ok(l),
+        Err((f, _)) if wait => {
+            eprintln!(
+                "waiting for another process-node cluster on this machine to stop ({path}; scripts/kube-down stops one)"
+            );
+            Flock::lock(f, FlockArg::LockExclusive)
+                .map_err(|(_, e)| anyhow::anyhow!("locking {path}: {e}"))
+        }
+        Err(_) => bail!(
+            "another process-node cluster runs on this machine ({path} is locked): stop it first (scripts/kube-down)"
+        ),
+    }
 }
 
 /// Poll `f` every 100 ms until it returns Some, or fail naming `what`.
@@ -60,6 +126,7 @@ impl KubeCluster {
     /// for the operator image), install the operator, and return once it
     /// is Ready.
     pub async fn start(node_exe: &Path, cnmysql: &Path) -> anyhow::Result<KubeCluster> {
+        let lock = tokio::task::spawn_blocking(|| one_at_a_time(true)).await??;
         let cp = ControlPlane::start(Options {
             controllers: CONTROLLERS.iter().map(|s| s.to_string()).collect(),
             ..Default::default()
@@ -88,6 +155,7 @@ impl KubeCluster {
             .spawn()
             .with_context(|| format!("starting {}", node_exe.display()))?;
         let kc = KubeCluster {
+            _one_at_a_time: lock,
             cp,
             client,
             state,
@@ -170,6 +238,178 @@ impl KubeCluster {
         )
         .await?
         .parse()?)
+    }
+}
+
+/// What tests and benchmarks ask of a Cluster running on the node.
+impl KubeCluster {
+    pub fn clusters(&self, namespace: &str) -> kube::Api<cnmysql_api::Cluster> {
+        kube::Api::namespaced(self.client.clone(), namespace)
+    }
+
+    pub async fn cluster_status(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> anyhow::Result<cnmysql_api::ClusterStatus> {
+        Ok(self
+            .clusters(namespace)
+            .get(name)
+            .await?
+            .status
+            .unwrap_or_default())
+    }
+
+    /// Wait until `n` instances are ready (and their Pods Ready), one
+    /// primary, no change under way; returns the primary.
+    pub async fn wait_healthy(
+        &self,
+        namespace: &str,
+        name: &str,
+        n: usize,
+        timeout: Duration,
+    ) -> anyhow::Result<String> {
+        use k8s_openapi::api::core::v1::Pod;
+        let pods: kube::Api<Pod> = kube::Api::namespaced(self.client.clone(), namespace);
+        let r = until("a healthy cluster", timeout, || async {
+            let st = self.cluster_status(namespace, name).await.ok()?;
+            let primaries = st
+                .instance_states
+                .values()
+                .filter(|s| s.role == "primary")
+                .count();
+            let ready = st.instance_states.values().filter(|s| s.ready).count();
+            let list = pods
+                .list(
+                    &kube::api::ListParams::default().labels(&format!("cnmysql.io/cluster={name}")),
+                )
+                .await
+                .ok()?;
+            let pods_ready = list
+                .items
+                .iter()
+                .filter(|p| {
+                    p.status
+                        .iter()
+                        .flat_map(|s| s.conditions.iter().flatten())
+                        .any(|c| c.type_ == "Ready" && c.status == "True")
+                })
+                .count();
+            (st.phase == Some(cnmysql_api::Phase::Healthy)
+                && primaries == 1
+                && ready == n
+                && pods_ready == n
+                && st.target_primary == st.current_primary)
+                .then_some(st.current_primary.clone()?)
+        })
+        .await;
+        r.map_err(|err| {
+            let pods = self
+                .cp
+                .kubectl(&["-n", namespace, "get", "pods", "-o", "wide"], None)
+                .unwrap_or_default();
+            let st = self
+                .cp
+                .kubectl(
+                    &[
+                        "-n",
+                        namespace,
+                        "get",
+                        "cluster",
+                        name,
+                        "-o",
+                        "jsonpath={.status}",
+                    ],
+                    None,
+                )
+                .unwrap_or_default();
+            anyhow::anyhow!("{err}\n{pods}\n{st}")
+        })
+    }
+
+    /// The application user's password.
+    pub async fn app_password(&self, namespace: &str, cluster: &str) -> anyhow::Result<String> {
+        let s: kube::Api<k8s_openapi::api::core::v1::Secret> =
+            kube::Api::namespaced(self.client.clone(), namespace);
+        let sec = s.get(&format!("{cluster}-app")).await?;
+        let data = sec.data.unwrap_or_default();
+        let pw = data
+            .get("password")
+            .context("the app Secret has no password")?;
+        Ok(String::from_utf8(pw.0.clone())?)
+    }
+
+    /// Run `kubectl <args>` with the plugin (`kubectl cnmsql`) installed.
+    pub fn plugin(&self, cnmysql: &Path, args: &[&str]) -> anyhow::Result<String> {
+        let dir = self.state().join("bin");
+        if !dir.join("kubectl-cnmsql").exists() {
+            let st = Command::new(cnmysql)
+                .args(["plugin", "install", "--dir"])
+                .arg(&dir)
+                .stdout(Stdio::null())
+                .status()?;
+            anyhow::ensure!(st.success(), "installing the plugin");
+        }
+        let path = format!(
+            "{}:{}",
+            dir.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        // kubectl takes no flags before a plugin's name.
+        let out = Command::new("kubectl")
+            .arg(args[0])
+            .arg("--kubeconfig")
+            .arg(&self.cp.kubeconfig)
+            .args(&args[1..])
+            .env("PATH", path)
+            .env_remove("KUBECONFIG")
+            .output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// How many of the `acked` rows of `chk.w` are missing on the instance
+    /// that lacks the most (each reached at its Pod address, given 30 s to
+    /// catch up).
+    pub async fn rows_missing(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        instances: &[String],
+        acked: &[u64],
+    ) -> anyhow::Result<usize> {
+        use k8s_openapi::api::core::v1::Pod;
+        use mysql_async::prelude::*;
+        let want: std::collections::BTreeSet<u64> = acked.iter().copied().collect();
+        let password = self.app_password(namespace, cluster).await?;
+        let pods: kube::Api<Pod> = kube::Api::namespaced(self.client.clone(), namespace);
+        let mut worst = 0;
+        for name in instances {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let missing = loop {
+                let attempt = async {
+                    let ip = pods.get(name).await.ok()?.status?.pod_ip?;
+                    let mut c = connect(&ip, 3306, &password).await?;
+                    let ids: Vec<u64> = c.query("SELECT id FROM chk.w").await.ok()?;
+                    let have: std::collections::BTreeSet<u64> = ids.into_iter().collect();
+                    Some(want.difference(&have).count())
+                };
+                match attempt.await {
+                    Some(0) => break 0,
+                    Some(m) if Instant::now() > deadline => break m,
+                    None if Instant::now() > deadline => {
+                        bail!("{name}: cannot read its rows")
+                    }
+                    _ => tokio::time::sleep(Duration::from_millis(200)).await,
+                }
+            };
+            worst = worst.max(missing);
+        }
+        Ok(worst)
     }
 }
 

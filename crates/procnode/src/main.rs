@@ -167,6 +167,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 async fn up(state: PathBuf, node: NodeArgs) -> anyhow::Result<()> {
+    let _lock = cnmysql_procnode::harness::one_at_a_time(false)?;
     std::fs::create_dir_all(&state)?;
     let state = std::fs::canonicalize(&state)?;
     let cp_dir = state.join("control-plane");

@@ -1,0 +1,144 @@
+//! Topology changes on Kubernetes: a real control plane (KUBEBUILDER_ASSETS),
+//! the process node running the operator's Deployment and a 3-instance
+//! Cluster (`dataDurability: required`), the write checker through the rw
+//! Service's listener. Per run, measured from the fault to when writes
+//! flow again (the end of the longest stretch without an acknowledged
+//! write after it), and the acknowledged rows missing on any instance:
+//!
+//! - the primary's Pod deleted (`kubectl delete pod`);
+//! - the primary's PID 1 killed with SIGKILL;
+//! - the primary cut off (no traffic in or out, no longer reported);
+//! - the primary frozen (SIGSTOP, no longer reported);
+//! - a planned switchover (`kubectl cnmsql promote`): the longest gap.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use cnmysql_procnode::harness::KubeCluster;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::{Value, json};
+
+use crate::stats;
+
+const NS: &str = "bench";
+
+fn instances() -> Vec<String> {
+    ["db-1", "db-2", "db-3"].map(String::from).to_vec()
+}
+
+async fn writer(k: &KubeCluster) -> anyhow::Result<cnmysql_bench::writer::WriteChecker> {
+    let rw = k.wait_service(NS, "db-rw").await?;
+    let pw = k.app_password(NS, "db").await?;
+    // Wait until rw has an endpoint.
+    cnmysql_procnode::harness::until("rw to answer", Duration::from_secs(30), || async {
+        tokio::net::TcpStream::connect(rw).await.ok()?;
+        Some(())
+    })
+    .await?;
+    Ok(cnmysql_bench::writer::WriteChecker::start(rw.port(), pw).await)
+}
+
+/// One fault on the primary; (seconds until writes flow, rows lost).
+async fn fault_run(k: &KubeCluster, kind: &str) -> anyhow::Result<(f64, usize, String)> {
+    let old = k
+        .wait_healthy(NS, "db", 3, Duration::from_secs(180))
+        .await?;
+    let w = writer(k).await?;
+    w.wait_for_more(200, Duration::from_secs(30)).await;
+    let at = Instant::now();
+    match kind {
+        "delete" => {
+            let pods: Api<Pod> = Api::namespaced(k.client.clone(), NS);
+            pods.delete(&old, &DeleteParams::default()).await?;
+        }
+        "kill" => {
+            let pid = k.pid(NS, &old, "mysql").await?;
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            )?;
+        }
+        "cut" | "freeze" => k.fault(kind, NS, &old).await?,
+        _ => unreachable!(),
+    }
+    // Writes flow again: 200 more acknowledged after the fault.
+    w.wait_for_more(200, Duration::from_secs(120)).await;
+    let o = w.stop().await;
+    let secs = o.outage_after(at).as_secs_f64();
+    if matches!(kind, "cut" | "freeze") {
+        k.fault("heal", NS, &old).await?;
+    }
+    let new = k
+        .wait_healthy(NS, "db", 3, Duration::from_secs(180))
+        .await?;
+    let lost = k.rows_missing(NS, "db", &instances(), &o.acked).await?;
+    Ok((secs, lost, format!("{old} → {new}")))
+}
+
+async fn switchover_run(k: &KubeCluster, cnmysql: &Path) -> anyhow::Result<(f64, usize)> {
+    let old = k
+        .wait_healthy(NS, "db", 3, Duration::from_secs(180))
+        .await?;
+    let target = instances().into_iter().find(|i| *i != old).unwrap();
+    let w = writer(k).await?;
+    w.wait_for_more(200, Duration::from_secs(30)).await;
+    k.plugin(cnmysql, &["cnmsql", "-n", NS, "promote", "db", &target])?;
+    let now = k
+        .wait_healthy(NS, "db", 3, Duration::from_secs(120))
+        .await?;
+    anyhow::ensure!(now == target, "switchover ended on {now}, not {target}");
+    w.wait_for_more(200, Duration::from_secs(30)).await;
+    let o = w.stop().await;
+    let lost = k.rows_missing(NS, "db", &instances(), &o.acked).await?;
+    Ok((o.longest_gap.as_secs_f64(), lost))
+}
+
+pub fn kube(runs: usize, slow_runs: usize, cnmysql: &Path, node: &Path) -> anyhow::Result<Value> {
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        let k = KubeCluster::start(node, cnmysql).await?;
+        let ns: Api<Namespace> = Api::all(k.client.clone());
+        ns.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": NS}}))?,
+        )
+        .await?;
+        let manifest = cnmysql_procnode::harness::cluster_manifest(NS, "db", "required");
+        k.cp.kubectl(&["apply", "-f", "-"], Some(&manifest))?;
+        let mut out = serde_json::Map::new();
+        let (mut gaps, mut lost) = (Vec::new(), Vec::new());
+        for i in 0..runs {
+            let (g, l) = switchover_run(&k, cnmysql).await?;
+            eprintln!("kube switchover run {}: longest write gap {g:.3}s, {l} rows lost", i + 1);
+            gaps.push(g);
+            lost.push(l as f64);
+        }
+        out.insert(
+            "switchover".into(),
+            json!({"longest_write_gap_seconds": stats(gaps), "acknowledged_rows_lost": stats(lost)}),
+        );
+        for (kind, label, n) in [
+            ("delete", "pod_deleted", runs),
+            ("kill", "pid1_killed", runs),
+            ("cut", "node_cut_off", slow_runs),
+            ("freeze", "node_frozen", slow_runs),
+        ] {
+            let (mut secs, mut lost) = (Vec::new(), Vec::new());
+            for i in 0..n {
+                let (s, l, how) = fault_run(&k, kind).await?;
+                eprintln!(
+                    "kube failover ({label}) run {}: writes flow {s:.3}s after the fault ({how}), {l} rows lost",
+                    i + 1
+                );
+                secs.push(s);
+                lost.push(l as f64);
+            }
+            out.insert(
+                format!("failover_{label}"),
+                json!({"fault_to_writes_seconds": stats(secs), "acknowledged_rows_lost": stats(lost)}),
+            );
+        }
+        anyhow::Ok(Value::Object(out))
+    })
+}
