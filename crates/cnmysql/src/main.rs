@@ -249,7 +249,27 @@ fn main() -> ExitCode {
 
 /// Run the instance manager until SIGTERM or SIGINT (and, locally, until
 /// the control plane that started it goes away).
+/// SIGTERM and SIGINT, listened for from the start: as PID 1 of a
+/// container the manager would otherwise ignore a SIGTERM that arrives
+/// while it is still starting (its Pod deleted just then), and a deleted
+/// Pod would keep a running server until the grace period ends.
+struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn listen() -> anyhow::Result<StopSignals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(StopSignals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+}
+
 async fn supervise<C: cnmysql_instance::ClusterState>(
+    signals: StopSignals,
     cfg: cnmysql_instance::InstanceConfig,
     state: C,
 ) -> anyhow::Result<()> {
@@ -257,9 +277,7 @@ async fn supervise<C: cnmysql_instance::ClusterState>(
     let manager = cnmysql_instance::Manager::new(cfg, state)?;
     let m = manager.clone();
     tokio::spawn(async move {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut term = signal(SignalKind::terminate()).expect("signal handler");
-        let mut int = signal(SignalKind::interrupt()).expect("signal handler");
+        let StopSignals { mut term, mut int } = signals;
         tokio::select! {
             _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
             _ = int.recv() => tracing::info!("SIGINT: shutting down"),
@@ -317,6 +335,12 @@ async fn kubernetes_instance() -> anyhow::Result<(
         format!("CNMYSQL_INSTANCE={instance} is not an instance of cluster {cluster}")
     })?;
     let (client, _) = cnmysql_k8s::client::connect(&Default::default()).await?;
+    // A container restarted in a Pod that is already being deleted (the
+    // operator fencing a failed primary) must not start the server: crash
+    // recovery as a primary would keep a transaction no replica has.
+    if cnmysql_k8s::cluster_state::pod_is_terminating(&client, &namespace, &instance).await? {
+        anyhow::bail!("Pod {namespace}/{instance} is being deleted: not starting");
+    }
     let spec = cnmysql_k8s::plugin::ClusterHandle::new(client.clone(), &namespace, &cluster)
         .get()
         .await?
@@ -504,15 +528,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 kubernetes: true, ..
             },
         } => {
+            let signals = StopSignals::listen()?;
             init_json_logs();
             let (cfg, state) = kubernetes_instance().await?;
-            supervise(cfg, state).await
+            supervise(signals, cfg, state).await
         }
         Command::Instance {
             command: InstanceCommand::Run {
                 config, state_file, ..
             },
         } => {
+            let signals = StopSignals::listen()?;
             init_json_logs();
             let (Some(config), Some(state_file)) = (config, state_file) else {
                 anyhow::bail!("--config and --state-file are required without --kubernetes");
@@ -523,6 +549,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 .map(|p| cnmysql_local::state::StateDir::new(p.to_path_buf()))
                 .ok_or_else(|| anyhow::anyhow!("--state-file has no directory"))?;
             supervise(
+                signals,
                 cfg,
                 cnmysql_local::cluster_state::FileClusterState::new(dir),
             )

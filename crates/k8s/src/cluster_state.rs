@@ -391,6 +391,20 @@ impl ClusterState for KubeClusterState {
     }
 }
 
+/// Whether Pod `name` is being deleted (false when it does not exist).
+pub async fn pod_is_terminating(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<bool> {
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(client.clone(), namespace);
+    Ok(pods
+        .get_opt(name)
+        .await?
+        .is_some_and(|p| p.metadata.deletion_timestamp.is_some()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -736,6 +736,10 @@ async fn supervise(
     let mut fault = env.fault.clone();
     let mut backoff = Duration::from_secs(1);
     loop {
+        // A kubelet starts no container in a Pod that is being deleted.
+        if !env.fault.borrow().silent() && stopping(&stop.borrow()).is_some() {
+            return None;
+        }
         let mut run =
             match start(env, c).await {
                 Ok(r) => r,

@@ -260,8 +260,9 @@ pub fn pod(cluster: &Cluster, instance: &str, env_: &Environment) -> Pod {
             port("probes", PROBE_PORT),
         ]),
         // A clone of a large database may take long: the startup probe
-        // allows an hour before liveness applies.
-        startup_probe: Some(probe("/healthz", 5, 720)),
+        // allows an hour before liveness applies. It checks every second so
+        // that a restarted instance is routed again as soon as it is up.
+        startup_probe: Some(probe("/healthz", 1, 3600)),
         liveness_probe: Some(probe("/healthz", 10, 3)),
         readiness_probe: Some(probe("/readyz", 2, 3)),
         resources: cluster.spec.resources.clone(),
