@@ -120,6 +120,30 @@ enum LocalCommand {
         #[arg(long)]
         state_dir: Option<PathBuf>,
     },
+    /// Upgrade a running cluster to this executable: the control plane
+    /// re-execs as it (no instance stops), then the instance managers are
+    /// rolled (in place or by recreating them, per the Cluster's spec).
+    Upgrade {
+        #[command(flatten)]
+        target: Target,
+        /// Return once the control plane runs this executable, without
+        /// following the rollout of the instance managers.
+        #[arg(long)]
+        no_wait: bool,
+        /// How long to follow the rollout.
+        #[arg(long, default_value = "600", value_name = "SECONDS")]
+        wait_timeout: u64,
+    },
+    /// Re-exec an instance manager in place (the same binary); mysqld keeps
+    /// running.
+    RestartInplace {
+        /// The cluster, e.g. cluster-example.
+        cluster: String,
+        /// The instance, e.g. cluster-example-2.
+        instance: String,
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
     /// Recent events: switchovers, failovers, fencing, blocked operations.
     Events {
         #[command(flatten)]
@@ -503,6 +527,19 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 instance,
                 state_dir: d,
             } => cnmysql_local::fence(&state_dir(d, Some(cluster))?, &instance, mode == "on"),
+            LocalCommand::Upgrade {
+                target,
+                no_wait,
+                wait_timeout,
+            } => {
+                let wait = (!no_wait).then(|| Duration::from_secs(wait_timeout));
+                cnmysql_local::upgrade(&target.dir()?, wait).await
+            }
+            LocalCommand::RestartInplace {
+                cluster,
+                instance,
+                state_dir: d,
+            } => cnmysql_local::restart_inplace(&state_dir(d, Some(cluster))?, &instance).await,
             LocalCommand::Events { target, output } => {
                 let dir = target.dir()?;
                 for e in dir.events(200) {

@@ -11,6 +11,7 @@ pub mod metrics;
 pub mod phase;
 pub mod reconcile;
 pub mod role;
+pub mod rollout;
 pub mod semisync;
 pub mod services;
 pub mod status;

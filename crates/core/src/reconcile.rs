@@ -7,7 +7,8 @@
 //! remembers ([`Memory`]) into a list of [`Action`]s. The local control
 //! plane carries them out with processes and files, the Kubernetes operator
 //! with Pods, the Cluster status and the Lease. The decisions themselves
-//! live in `failover.rs`, `switchover.rs`, `semisync.rs` and `phase.rs`.
+//! live in `failover.rs`, `switchover.rs`, `semisync.rs`, `rollout.rs` and
+//! `phase.rs`.
 
 use std::collections::BTreeMap;
 
@@ -16,6 +17,7 @@ use cnmysql_api::{ClusterStatus, Flavor, Phase};
 use crate::failover::{self, Decision};
 use crate::lease::Lease;
 use crate::phase::{Summary, set_condition, summarize};
+use crate::rollout::{self, InFlight, Next};
 use crate::semisync::{self, Settings};
 use crate::status::Snapshot;
 use crate::switchover::{self, Progress};
@@ -34,7 +36,31 @@ pub struct Memory {
     pub last_current: Option<String>,
     /// The last semi-sync adjustment sent, and when (Unix ms).
     pub last_semi_sync: Option<(Settings, i64)>,
+    /// Instances given a rollout step, and when (Unix ms).
+    pub rollout_in_flight: InFlight,
+    /// The rollout's last reported state (an event is recorded per change).
+    pub last_rollout: String,
+    /// The primary being restarted in place by the rollout, and since when:
+    /// its absence is not a failure for [`PRIMARY_RESTART_MS`].
+    pub restarting_primary: Option<(String, i64)>,
+    /// The supervised rollout waits on this primary for this target hash.
+    pub waiting_for_user: Option<(String, String)>,
+    /// A human switched over while the supervised rollout to this target
+    /// hash waited: it goes on to the end.
+    pub supervised_consent: Option<String>,
 }
+
+impl Memory {
+    /// Whether the supervised rollout to the current target has consent.
+    fn consent(&self, s: &Snapshot) -> bool {
+        self.supervised_consent.is_some()
+            && self.supervised_consent == s.status.operator_executable_hash
+    }
+}
+
+/// How long a primary restarted in place by the rollout may be away before
+/// failover treats it as failed.
+pub const PRIMARY_RESTART_MS: i64 = 120_000;
 
 /// What the platform observed, beyond the snapshot.
 #[derive(Clone, Copy, Debug)]
@@ -81,6 +107,13 @@ impl Event {
 pub enum StatusChange {
     /// Set (`Some`, RFC 3339) or clear `primaryFailingSince`.
     PrimaryFailingSince(Option<String>),
+    /// Start a planned switchover from `from` to `to` (the rollout's), if
+    /// `from` is still both the current and the target primary.
+    Switchover {
+        from: String,
+        to: String,
+        at: String,
+    },
     /// Give up a stalled switchover: point the target back at `current`,
     /// if the switchover is still pending from that primary.
     AbortSwitchover { current: Option<String>, at: String },
@@ -131,6 +164,17 @@ impl StatusChange {
                 }
                 st.primary_failing_since = v.clone();
                 true
+            }
+            StatusChange::Switchover { from, to, at } => {
+                if st.current_primary.as_ref() == Some(from)
+                    && st.target_primary.as_ref() == Some(from)
+                {
+                    st.target_primary = Some(to.clone());
+                    st.target_primary_timestamp = Some(at.clone());
+                    true
+                } else {
+                    false
+                }
             }
             StatusChange::AbortSwitchover { current, at } => {
                 if st.current_primary != st.target_primary && st.current_primary == *current {
@@ -230,6 +274,19 @@ pub enum Action {
         settings: Settings,
         then: Event,
     },
+    /// Stream the operator's own executable to the instance's manager
+    /// (`POST /instance/manager/upgrade`); it re-execs, mysqld keeps running.
+    /// Record `then` when the manager accepted it.
+    UpgradeInPlace { instance: String, then: Event },
+    /// Recreate the instance from the operator's executable: stop it
+    /// cleanly and start it again (Kubernetes: delete its Pod, which is
+    /// created again with the new manager). `primary`: it is the primary,
+    /// restarted in place — start it again even though it is the primary.
+    Recreate {
+        instance: String,
+        primary: bool,
+        then: Event,
+    },
 }
 
 /// One step: everything the controller does about the topology now.
@@ -280,7 +337,19 @@ pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
     }
 
     let primary = s.status.current_primary.clone().unwrap_or_default();
-    let decision = failover::decide(s, o.lease, o.primary_gone);
+    // A primary the rollout restarts in place is away on purpose: its
+    // absence is not a failure until it has had time to come back.
+    if let Some((p, since)) = &memory.restarting_primary {
+        let back = s.get(p).is_some_and(|o| o.ready());
+        if back || *p != primary || s.now_ms - since > PRIMARY_RESTART_MS {
+            memory.restarting_primary = None;
+        }
+    }
+    let decision = if memory.restarting_primary.is_some() {
+        Decision::Nothing
+    } else {
+        failover::decide(s, o.lease, o.primary_gone)
+    };
     if !matches!(decision, Decision::Blocked { .. }) {
         memory.last_block.clear();
     }
@@ -364,6 +433,108 @@ pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
     if let Some(a) = semi_sync(s, memory) {
         out.push(a);
     }
+    if memory.restarting_primary.is_none() && s.status.primary_failing_since.is_none() {
+        out.extend(rollout_step(s, memory));
+    }
+    out
+}
+
+/// The rollout's next step as actions, with an event per step.
+fn rollout_step(s: &Snapshot, memory: &mut Memory) -> Vec<Action> {
+    memory.rollout_in_flight.retain(|n, _| {
+        s.get(n).and_then(|o| o.status.as_ref()).is_none_or(|st| {
+            Some(st.executable_hash.as_str()) != s.status.operator_executable_hash.as_deref()
+        })
+    });
+    // A switchover while the supervised rollout waited is the human's go.
+    if let Some((p, target)) = memory.waiting_for_user.clone()
+        && s.status.current_primary.as_ref() != Some(&p)
+        && s.status.current_primary == s.status.target_primary
+    {
+        memory.supervised_consent = Some(target);
+        memory.waiting_for_user = None;
+    }
+    let next = rollout::next(s, &memory.rollout_in_flight, memory.consent(s));
+    if let (Next::WaitingForUser { primary, .. }, Some(target)) =
+        (&next, &s.status.operator_executable_hash)
+    {
+        memory.waiting_for_user = Some((primary.clone(), target.clone()));
+    }
+    let at = timestamp(s.now_ms);
+    let mut out = Vec::new();
+    let said = next.reason().unwrap_or_default();
+    let changed = said != memory.last_rollout;
+    memory.last_rollout = said.clone();
+    match next {
+        Next::Current => {
+            if changed {
+                out.push(Action::Event(Event::new(
+                    false,
+                    "UpgradeCompleted",
+                    None,
+                    "every instance runs the operator's instance manager".into(),
+                )));
+            }
+        }
+        Next::Wait { .. } => {}
+        Next::WaitingForUser { primary, message } => {
+            if changed {
+                out.push(Action::Event(Event::new(
+                    true,
+                    "UpgradeWaitingForUser",
+                    Some(&primary),
+                    message,
+                )));
+            }
+        }
+        Next::InPlace { instance, .. } => {
+            memory.rollout_in_flight.insert(instance.clone(), s.now_ms);
+            out.push(Action::UpgradeInPlace {
+                then: Event::new(
+                    false,
+                    "UpgradingInstanceManager",
+                    Some(&instance),
+                    format!("{said}: streaming the new executable; mysqld keeps running"),
+                ),
+                instance,
+            });
+        }
+        Next::Recreate {
+            instance,
+            primary,
+            note,
+            ..
+        } => {
+            memory.rollout_in_flight.insert(instance.clone(), s.now_ms);
+            if primary {
+                memory.restarting_primary = Some((instance.clone(), s.now_ms));
+            }
+            let how = match note {
+                Some(n) => format!("{said}: recreating it ({n})"),
+                None => format!("{said}: recreating it"),
+            };
+            out.push(Action::Recreate {
+                then: Event::new(false, "UpgradingInstanceManager", Some(&instance), how),
+                instance,
+                primary,
+            });
+        }
+        Next::Switchover { from, to, .. } => {
+            out.push(Action::Status {
+                change: StatusChange::Switchover {
+                    from: from.clone(),
+                    to: to.clone(),
+                    at,
+                },
+                then: vec![Event::new(
+                    false,
+                    "SwitchoverForUpgrade",
+                    Some(&to),
+                    format!("{said}: {from} hands the primary role to {to}"),
+                )],
+            });
+        }
+    }
     out
 }
 
@@ -411,6 +582,18 @@ fn semi_sync(s: &Snapshot, memory: &mut Memory) -> Option<Action> {
 /// GTID state and manager hash of every reachable instance.
 pub fn report(s: &Snapshot, memory: &Memory) -> Report {
     let mut summary = summarize(s);
+    let rollout = rollout::next(s, &memory.rollout_in_flight, memory.consent(s));
+    let settled = matches!(
+        summary.phase,
+        Phase::Healthy | Phase::Degraded | Phase::CreatingReplica
+    );
+    if let Some(reason) = rollout.reason().filter(|_| settled) {
+        summary.phase = match rollout {
+            Next::WaitingForUser { .. } => Phase::WaitingForUser,
+            _ => Phase::Upgrading,
+        };
+        summary.reason = reason;
+    }
     if !memory.last_block.is_empty() {
         summary.phase = Phase::Degraded;
         summary.reason = memory.last_block.clone();

@@ -152,6 +152,10 @@ pub struct InstanceStatus {
     pub uptime_seconds: Option<u64>,
     pub manager_version: String,
     pub manager_pid: u32,
+    /// When this image of the manager started (RFC 3339): changes on a
+    /// re-exec, while the PID does not.
+    #[serde(default)]
+    pub manager_started_at: String,
     pub mysqld_pid: Option<u32>,
     pub clone: Option<CloneProgress>,
 }

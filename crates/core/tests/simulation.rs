@@ -3,7 +3,8 @@
 //! Three instances, a shared store (cluster status and primary lease), a
 //! control plane and clients, driven by seeded random schedules of crashes,
 //! restarts, partitions, lagging replicas, clock steps, switchover requests
-//! and fencing. Instances and the control plane decide only through the pure
+//! fencing and operator upgrades (the instance managers' rollout, in place
+//! or by recreating instances, interleaved with all of the above). Instances and the control plane decide only through the pure
 //! core (`role`, `lease`, `failover`, `switchover`, `fencing`), exactly as the
 //! instance manager and the local platform do. After every action we check:
 //!
@@ -12,7 +13,10 @@
 //!    acknowledged transaction (no promoted instance lacks one);
 //! 3. no replica of the current primary holds a transaction the primary
 //!    lacks (which a wrong crash recovery, rolling back transactions a
-//!    replica already received, would cause).
+//!    replica already received, would cause);
+//! 4. a rollout step (an in-place upgrade or a recreation) is only taken
+//!    while every other instance in service is ready: it never takes a
+//!    second instance down.
 //!
 //! A restarted former primary recovers as MariaDB does with
 //! `--init-rpl-role=SLAVE` when `role::recovery` says so: its own trailing
@@ -66,6 +70,10 @@ struct Node {
     /// It was writable when it crashed: its last commits may be prepared
     /// but unacknowledged.
     crashed_writable: bool,
+    /// The version of its instance manager.
+    hash: u32,
+    /// Stopped by the rollout: started again with the new manager.
+    recreating: bool,
 }
 
 impl Node {
@@ -95,6 +103,8 @@ struct World {
     /// The platform fences as soon as failover is decided (Kubernetes) or
     /// after the lease wait (local): half the seeds each.
     fence_early: bool,
+    /// The operator's version: the rollout's target.
+    target_hash: u32,
 }
 
 fn ts(ms: i64) -> String {
@@ -122,6 +132,8 @@ impl World {
                 source: (i != 1).then_some(0),
                 last_renew: (i == 1).then_some(0),
                 crashed_writable: false,
+                hash: 0,
+                recreating: false,
             })
             .collect();
         let status = ClusterStatus {
@@ -145,6 +157,7 @@ impl World {
                 ..Default::default()
             },
             fence_early: seed % 2 == 1,
+            target_hash: 0,
         }
     }
 
@@ -367,6 +380,7 @@ impl World {
                     },
                     gtid_executed: n.state().to_string(),
                     source_id: n.server.to_string(),
+                    executable_hash: n.hash.to_string(),
                     replication: n.source.map(|_| ReplicationStatus {
                         io_state: "Yes".into(),
                         sql_running: true,
@@ -387,7 +401,25 @@ impl World {
 
     /// One control-plane tick.
     fn control_plane(&mut self) {
+        // Instances the rollout stopped come back with the new manager.
+        for n in self.nodes.iter_mut().filter(|n| n.recreating) {
+            n.recreating = false;
+            n.alive = true;
+            n.read_only = true;
+            n.source = None;
+            n.last_renew = None;
+            n.hash = self.target_hash;
+            self.trace.push(format!("recreated {}", n.name));
+        }
+        self.status.operator_executable_hash = Some(self.target_hash.to_string());
         let s = self.snapshot();
+        // Invariant 4, for the steps this tick may take.
+        let others_ready = |x: &str| {
+            s.instances
+                .iter()
+                .filter(|o| o.name != x && !s.is_fenced(&o.name) && !s.is_diverged(&o.name))
+                .all(|o| o.ready())
+        };
         for o in &s.instances {
             if let Some(st) = &o.status {
                 self.status
@@ -456,6 +488,43 @@ impl World {
                     }
                 }
                 Action::SemiSync { .. } => {}
+                Action::UpgradeInPlace { instance, .. } => {
+                    assert!(
+                        others_ready(&instance),
+                        "in-place upgrade of {instance} while another instance is not ready\n{}",
+                        self.trace.join("\n")
+                    );
+                    // The exec fails now and then: the old manager goes on.
+                    if let Some(o) = self.idx(&instance)
+                        && self.nodes[o].alive
+                        && !self.nodes[o].partitioned
+                        && self.rng.chance(80)
+                    {
+                        self.nodes[o].hash = self.target_hash;
+                        self.trace.push(format!("upgraded {instance} in place"));
+                    }
+                }
+                Action::Recreate { instance, .. } => {
+                    assert!(
+                        others_ready(&instance),
+                        "recreating {instance} while another instance is not ready\n{}",
+                        self.trace.join("\n")
+                    );
+                    // A clean stop: read-only first, the lease given up.
+                    if let Some(o) = self.idx(&instance)
+                        && self.nodes[o].alive
+                        && !self.nodes[o].partitioned
+                    {
+                        let n = &mut self.nodes[o];
+                        n.read_only = true;
+                        n.alive = false;
+                        n.crashed_writable = false;
+                        n.recreating = true;
+                        self.lease = self.lease.release(&instance);
+                        self.trace
+                            .push(format!("stopped {instance} for the rollout"));
+                    }
+                }
             }
         }
         if self.status.current_primary == self.status.target_primary
@@ -515,6 +584,14 @@ impl World {
                     self.trace.push(format!("switchover to {name}"));
                 }
             }
+            28..=29 => {
+                self.target_hash += 1;
+                self.spec.in_place_instance_manager_updates = self.rng.chance(50);
+                self.trace.push(format!(
+                    "operator upgraded to {} (in place: {})",
+                    self.target_hash, self.spec.in_place_instance_manager_updates
+                ));
+            }
             26..=27 => {
                 let name = self.nodes[k].name.clone();
                 let on = !self.status.fenced_instances.contains(&name);
@@ -534,6 +611,8 @@ fn at_most_one_writable_and_no_acknowledged_write_lost() {
         .unwrap_or(2000);
     let mut failovers = 0;
     let mut promotions = 0;
+    let mut rollout_steps = 0;
+    let mut rollouts_done = 0;
     for seed in 0..seeds {
         let mut w = World::new(seed);
         for step in 0..150 {
@@ -565,11 +644,25 @@ fn at_most_one_writable_and_no_acknowledged_write_lost() {
             .filter(|t| t.starts_with("FailingOver"))
             .count();
         promotions += w.trace.iter().filter(|t| t.contains("promoted")).count();
+        rollout_steps += w
+            .trace
+            .iter()
+            .filter(|t| t.starts_with("upgraded") || t.starts_with("stopped"))
+            .count();
+        rollouts_done += w
+            .trace
+            .iter()
+            .filter(|t| t.starts_with("UpgradeCompleted"))
+            .count();
     }
     // The schedules exercised what they claim to.
     assert!(
         failovers > seeds as usize / 4,
         "only {failovers} failovers in {seeds} schedules"
+    );
+    assert!(
+        rollout_steps > seeds as usize && rollouts_done > seeds as usize / 4,
+        "only {rollout_steps} rollout steps and {rollouts_done} completed rollouts in {seeds} schedules"
     );
     assert!(
         promotions > seeds as usize / 4,

@@ -36,6 +36,13 @@ pub trait Backend: Send + Sync + 'static {
         &self,
         s: &cnmysql_core::semisync::Settings,
     ) -> impl Future<Output = anyhow::Result<()>> + Send;
+    /// The manager's own binary, replaced by an upgrade.
+    fn executable_path(&self) -> &std::path::Path;
+    /// Whether a re-exec may happen now (not while cloning or starting).
+    fn may_reexec(&self) -> Result<(), String>;
+    /// Re-exec `exe` shortly (after the answer went out); `upgraded`: a new
+    /// binary was installed, put the previous one back if the exec fails.
+    fn reexec(self: Arc<Self>, exe: std::path::PathBuf, upgraded: bool);
 }
 
 pub fn router<B: Backend>(backend: Arc<B>) -> Router {
@@ -45,7 +52,88 @@ pub fn router<B: Backend>(backend: Arc<B>) -> Router {
         .route("/readyz", get(ready::<B>))
         .route("/backup", get(backup::<B>))
         .route("/semisync", axum::routing::post(semi_sync::<B>))
+        .route(
+            "/instance/manager/upgrade",
+            axum::routing::post(upgrade::<B>).layer(axum::extract::DefaultBodyLimit::max(
+                crate::upgrade::MAX_EXECUTABLE_BYTES as usize,
+            )),
+        )
+        .route(
+            "/instance/manager/restart-inplace",
+            axum::routing::post(restart_inplace::<B>),
+        )
         .with_state(backend)
+}
+
+/// `POST /instance/manager/upgrade`: the operator streams its executable;
+/// it is checked against the hash header and put over the manager's binary,
+/// then the manager re-execs (mysqld keeps running).
+async fn upgrade<B: Backend>(
+    State(b): State<Arc<B>>,
+    Extension(peer): Extension<Peer>,
+    req: axum::extract::Request,
+) -> Response {
+    if peer.0 != OPERATOR_IDENTITY {
+        return (
+            StatusCode::FORBIDDEN,
+            "only the operator may upgrade the instance manager",
+        )
+            .into_response();
+    }
+    if let Err(why) = b.may_reexec() {
+        return (StatusCode::CONFLICT, why).into_response();
+    }
+    let Some(hash) = req
+        .headers()
+        .get(cnmysql_api::names::MANAGER_HASH_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+    else {
+        return (
+            StatusCode::BAD_REQUEST,
+            format!(
+                "the {} header is missing",
+                cnmysql_api::names::MANAGER_HASH_HEADER
+            ),
+        )
+            .into_response();
+    };
+    let exe = b.executable_path().to_path_buf();
+    let body = req.into_body().into_data_stream();
+    match crate::upgrade::install(&exe, &hash, body).await {
+        Ok(()) => {
+            b.clone().reexec(exe, true);
+            (StatusCode::OK, format!("installed {hash}; re-executing")).into_response()
+        }
+        Err(crate::upgrade::InstallError::Refused(why)) => {
+            tracing::warn!(reason = why, "instance manager upgrade refused");
+            (StatusCode::BAD_REQUEST, why).into_response()
+        }
+        Err(crate::upgrade::InstallError::Failed(why)) => {
+            tracing::error!(reason = why, "instance manager upgrade failed");
+            (StatusCode::INTERNAL_SERVER_ERROR, why).into_response()
+        }
+    }
+}
+
+/// `POST /instance/manager/restart-inplace`: re-exec the running binary
+/// (byte for byte the same) without stopping mysqld.
+async fn restart_inplace<B: Backend>(
+    State(b): State<Arc<B>>,
+    Extension(peer): Extension<Peer>,
+) -> Response {
+    if peer.0 != OPERATOR_IDENTITY {
+        return (
+            StatusCode::FORBIDDEN,
+            "only the operator may restart the instance manager",
+        )
+            .into_response();
+    }
+    if let Err(why) = b.may_reexec() {
+        return (StatusCode::CONFLICT, why).into_response();
+    }
+    b.clone().reexec("/proc/self/exe".into(), false);
+    (StatusCode::OK, "re-executing in place").into_response()
 }
 
 /// The kubelet's probes on a plain-HTTP port: health and readiness only,

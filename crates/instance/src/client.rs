@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response};
@@ -64,6 +65,23 @@ impl ControlClient {
         headers: &[(&str, String)],
         body: Option<Bytes>,
     ) -> anyhow::Result<Response<Incoming>> {
+        let body = Full::new(body.unwrap_or_default())
+            .map_err(|never| match never {})
+            .boxed();
+        self.send_body(host, port, method, path, headers, body)
+            .await
+    }
+
+    /// [`ControlClient::send`] with a streaming request body.
+    pub async fn send_body(
+        &self,
+        host: &str,
+        port: u16,
+        method: &str,
+        path: &str,
+        headers: &[(&str, String)],
+        body: BoxBody<Bytes, std::io::Error>,
+    ) -> anyhow::Result<Response<Incoming>> {
         let tcp = tokio::time::timeout(self.connect_timeout, TcpStream::connect((host, port)))
             .await
             .map_err(|_| anyhow::anyhow!("connecting to {host}:{port} timed out"))??;
@@ -87,9 +105,7 @@ impl ControlClient {
         for (k, v) in headers {
             req = req.header(*k, v);
         }
-        let resp = sender
-            .send_request(req.body(Full::new(body.unwrap_or_default()))?)
-            .await?;
+        let resp = sender.send_request(req.body(body)?).await?;
         Ok(resp)
     }
 

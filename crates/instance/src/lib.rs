@@ -10,6 +10,7 @@ pub mod config;
 pub mod manager;
 pub mod mysqld;
 pub mod sql;
+pub mod upgrade;
 
 pub use cluster_state::ClusterState;
 pub use config::InstanceConfig;

@@ -32,6 +32,17 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// for this long is hung. (Long crash recovery keeps logging progress.)
 const STARTUP_SILENCE: Duration = Duration::from_secs(30);
 
+/// The path this process was started from (not `/proc/self/exe`, which
+/// names the old, deleted file once an upgrade replaced it).
+fn current_exe_path() -> std::path::PathBuf {
+    let p = std::env::current_exe().unwrap_or_default();
+    let s = p.to_string_lossy();
+    match s.strip_suffix(" (deleted)") {
+        Some(t) => t.into(),
+        None => p,
+    }
+}
+
 /// SHA-256 of the running executable, hex encoded.
 pub fn executable_hash() -> String {
     match std::fs::read("/proc/self/exe") {
@@ -56,6 +67,14 @@ pub struct Manager<C: ClusterState> {
     /// Last successful read of the cluster state.
     last_cluster_ok: Mutex<Instant>,
     exe_hash: String,
+    started_at: String,
+    /// The manager's own binary (its private copy): what an in-place
+    /// upgrade replaces.
+    exe_path: std::path::PathBuf,
+    /// The log FIFO's descriptor, handed on across a re-exec.
+    log_fd: Mutex<Option<std::os::fd::RawFd>>,
+    /// A re-exec is scheduled: no second one meanwhile.
+    reexec_pending: std::sync::atomic::AtomicBool,
     peers: ControlClient,
     shutdown: watch::Sender<bool>,
 }
@@ -76,6 +95,53 @@ impl<C: ClusterState> Backend for Manager<C> {
         }
         Manager::apply_semi_sync(self, s).await
     }
+    fn executable_path(&self) -> &std::path::Path {
+        &self.exe_path
+    }
+    fn may_reexec(&self) -> Result<(), String> {
+        let (phase, message) = self.phase.lock().unwrap().clone();
+        if self
+            .reexec_pending
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err("a re-exec is already under way".into());
+        }
+        match phase {
+            InstancePhase::Running | InstancePhase::Restarting | InstancePhase::Failed => Ok(()),
+            _ => Err(format!(
+                "not now: the instance is {phase:?}{}; try again once it is running",
+                if message.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({message})")
+                }
+            )),
+        }
+    }
+    fn reexec(self: Arc<Self>, exe: std::path::PathBuf, upgraded: bool) {
+        use std::sync::atomic::Ordering;
+        if self.reexec_pending.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        tokio::spawn(async move {
+            tokio::time::sleep(crate::upgrade::REEXEC_DELAY).await;
+            let mysqld = match self.supervisor.state() {
+                ServerState::Running { pid } => Some(pid),
+                _ => None,
+            };
+            let Some(fd) = *self.log_fd.lock().unwrap() else {
+                tracing::error!("cannot re-exec: the log FIFO is not open");
+                self.reexec_pending.store(false, Ordering::SeqCst);
+                return;
+            };
+            let e = crate::upgrade::reexec(&exe, mysqld, fd);
+            tracing::error!(error = %e, "re-exec failed; this manager goes on supervising mysqld");
+            if upgraded {
+                crate::upgrade::restore_previous(&exe);
+            }
+            self.reexec_pending.store(false, Ordering::SeqCst);
+        });
+    }
 }
 
 impl<C: ClusterState> Manager<C> {
@@ -93,6 +159,10 @@ impl<C: ClusterState> Manager<C> {
             mysqld_output: Mutex::new(None),
             last_cluster_ok: Mutex::new(Instant::now()),
             exe_hash: executable_hash(),
+            started_at: jiff::Timestamp::now().to_string(),
+            exe_path: current_exe_path(),
+            log_fd: Mutex::new(None),
+            reexec_pending: Default::default(),
             peers: ControlClient::new(material.client_config()?),
             shutdown: watch::channel(false).0,
             cfg,
@@ -126,9 +196,16 @@ impl<C: ClusterState> Manager<C> {
             std::os::unix::fs::PermissionsExt::from_mode(0o700),
         )?;
         std::fs::write(cfg.mycnf(), render_mycnf(&cfg))?;
-        let logs = mysqld::start_log_forwarder(&cfg.log_fifo())?;
+        // After an in-place upgrade or restart: the running mysqld and the
+        // log FIFO the previous image handed on.
+        let adopted = crate::upgrade::adopt(&cfg);
+        let logs = mysqld::start_log_forwarder(&cfg.log_fifo(), adopted.log_fifo)?;
+        *self.log_fd.lock().unwrap() = Some(logs.fd());
         *self.mysqld_output.lock().unwrap() = Some(logs.last_output());
-        mysqld::stop_leftover(&cfg).await;
+        match adopted.mysqld_pid {
+            Some(pid) => self.supervisor.adopt(pid),
+            None => mysqld::stop_leftover(&cfg).await,
+        }
 
         let listener = tokio::net::TcpListener::bind((cfg.control_bind.as_str(), cfg.control_port))
             .await
@@ -790,6 +867,7 @@ impl<C: ClusterState> Manager<C> {
             executable_hash: self.exe_hash.clone(),
             manager_version: VERSION.into(),
             manager_pid: std::process::id(),
+            manager_started_at: self.started_at.clone(),
             clone: self
                 .progress
                 .lock()

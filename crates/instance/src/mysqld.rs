@@ -37,15 +37,24 @@ pub struct Supervisor {
     state_tx: watch::Sender<ServerState>,
     stop: Arc<Notify>,
     stopping: watch::Sender<bool>,
+    /// A running mysqld handed on by the previous image of a re-exec'd
+    /// manager: supervised instead of starting one.
+    adopted: std::sync::Mutex<Option<u32>>,
 }
 
 /// Forwards mysqld's output from the FIFO to the structured log.
 pub struct LogForwarder {
     drain: tokio::sync::mpsc::Sender<tokio::sync::oneshot::Sender<()>>,
     last_line: Arc<std::sync::Mutex<Instant>>,
+    fd: std::os::fd::RawFd,
 }
 
 impl LogForwarder {
+    /// The FIFO's descriptor, handed to the next image on a re-exec.
+    pub fn fd(&self) -> std::os::fd::RawFd {
+        self.fd
+    }
+
     /// When mysqld last wrote a line: a starting server that is silent and
     /// not accepting connections is making no progress.
     pub fn last_output(&self) -> Arc<std::sync::Mutex<Instant>> {
@@ -62,14 +71,26 @@ impl LogForwarder {
     }
 }
 
-/// Open (creating if needed) the log FIFO read-write and forward its lines.
-pub fn start_log_forwarder(path: &Path) -> anyhow::Result<LogForwarder> {
-    if !path.exists() {
-        nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o600))?;
-    }
-    let rx = tokio::net::unix::pipe::OpenOptions::new()
-        .read_write(true)
-        .open_receiver(path)?;
+/// Open (creating if needed) the log FIFO read-write and forward its lines;
+/// or, after a re-exec, keep reading the descriptor the previous image
+/// handed on (lines mysqld wrote meanwhile are still in the pipe).
+pub fn start_log_forwarder(
+    path: &Path,
+    inherited: Option<std::os::fd::OwnedFd>,
+) -> anyhow::Result<LogForwarder> {
+    use std::os::fd::AsRawFd;
+    let rx = match inherited {
+        Some(fd) => tokio::net::unix::pipe::Receiver::from_owned_fd(fd)?,
+        None => {
+            if !path.exists() {
+                nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o600))?;
+            }
+            tokio::net::unix::pipe::OpenOptions::new()
+                .read_write(true)
+                .open_receiver(path)?
+        }
+    };
+    let fd = rx.as_raw_fd();
     let (drain_tx, mut drain_rx) =
         tokio::sync::mpsc::channel::<tokio::sync::oneshot::Sender<()>>(1);
     let last_line = Arc::new(std::sync::Mutex::new(Instant::now()));
@@ -97,6 +118,7 @@ pub fn start_log_forwarder(path: &Path) -> anyhow::Result<LogForwarder> {
     Ok(LogForwarder {
         drain: drain_tx,
         last_line,
+        fd,
     })
 }
 
@@ -169,7 +191,14 @@ impl Supervisor {
             state_tx: watch::channel(ServerState::Stopped).0,
             stop: Arc::new(Notify::new()),
             stopping: watch::channel(false).0,
+            adopted: Default::default(),
         })
+    }
+
+    /// Supervise this running mysqld (our child, from before a re-exec)
+    /// instead of starting one.
+    pub fn adopt(&self, pid: u32) {
+        *self.adopted.lock().unwrap() = Some(pid);
     }
 
     pub fn state(&self) -> ServerState {
@@ -223,7 +252,8 @@ impl Supervisor {
             if *self.stopping.borrow() {
                 break;
             }
-            let pid = match self.spawn_mysqld() {
+            let adopted = self.adopted.lock().unwrap().take();
+            let pid = match adopted.map(Ok).unwrap_or_else(|| self.spawn_mysqld()) {
                 Ok(pid) => pid,
                 Err(e) => {
                     tracing::error!(error = %e, "mysqld did not start");
@@ -235,7 +265,11 @@ impl Supervisor {
                     continue;
                 }
             };
-            tracing::info!(pid, "mysqld started");
+            if adopted.is_some() {
+                tracing::info!(pid, "supervising the adopted mysqld");
+            } else {
+                tracing::info!(pid, "mysqld started");
+            }
             let started = Instant::now();
             self.state_tx.send_replace(ServerState::Running { pid });
             let waiter = tokio::task::spawn_blocking(move || {

@@ -18,9 +18,10 @@ use cnmysql_core::status::{InstancePhase, InstanceStatus, Observed, Snapshot};
 use cnmysql_instance::client::ControlClient;
 use cnmysql_instance::config::Programs;
 use cnmysql_instance::manager::executable_hash;
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 use tokio::sync::watch;
 
+use crate::process::Handle;
 use crate::proxy::{self, Proxy, RouteTable};
 use crate::state::{Ports, StateDir};
 
@@ -90,8 +91,11 @@ fn human_bytes(b: f64) -> String {
 
 struct ManagedProcess {
     name: String,
-    child: Option<Child>,
+    child: Option<Handle>,
     restarts: u32,
+    /// Being recreated by the rollout: started again from the operator's
+    /// executable as soon as it has stopped.
+    recreating: bool,
     next_start: Instant,
     /// Not restarted: a fenced-out former primary, until failover completes.
     held_down: bool,
@@ -117,7 +121,8 @@ pub struct ControlPlane {
     programs: Programs,
     template: Option<PathBuf>,
     reporter: Reporter,
-    exe: PathBuf,
+    /// SHA-256 of this executable: the target of the rollout.
+    hash: String,
     client: ControlClient,
 }
 
@@ -139,7 +144,7 @@ impl ControlPlane {
             programs,
             template,
             reporter,
-            exe: std::env::current_exe()?,
+            hash: executable_hash(),
             client,
         })
     }
@@ -173,12 +178,21 @@ impl ControlPlane {
         Ok(())
     }
 
-    fn spawn_manager(&self, name: &str) -> anyhow::Result<Child> {
+    /// The instance's private copy of the manager executable.
+    fn manager_exe(&self, name: &str) -> PathBuf {
+        self.dir.instance_dir(name).join("bin").join("cnmysql")
+    }
+
+    fn spawn_manager(&self, name: &str) -> anyhow::Result<Handle> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.dir.manager_log(name))?;
-        let child = Command::new(&self.exe)
+        let exe = self.manager_exe(name);
+        if !exe.exists() {
+            crate::process::install_copy(&exe)?;
+        }
+        let child = Command::new(&exe)
             .arg("instance")
             .arg("run")
             .arg("--config")
@@ -193,7 +207,7 @@ impl ControlPlane {
         if let Some(pid) = child.id() {
             std::fs::write(self.dir.manager_pid(name), pid.to_string())?;
         }
-        Ok(child)
+        Ok(Handle::Spawned(child))
     }
 
     async fn poll(&self) -> Vec<Observed> {
@@ -251,7 +265,7 @@ impl ControlPlane {
         if let Some(port) = self.ports.metrics {
             crate::metrics::serve(&self.ports.host, port, metrics_rx, self.dir.clone()).await?;
         }
-        let operator_hash = executable_hash();
+        let operator_hash = self.hash.clone();
         self.dir.update_status(|s| {
             s.operator_executable_hash = Some(operator_hash.clone());
             s.instances = self.cluster.spec.instances;
@@ -265,12 +279,16 @@ impl ControlPlane {
             ),
         );
 
+        // After `cnmysql local upgrade` re-executed this control plane: the
+        // managers still running are its children, supervised as before.
+        let adopted = crate::process::adopted_managers();
         let mut procs: Vec<ManagedProcess> = self
             .instance_names()
             .into_iter()
             .map(|n| ManagedProcess {
+                child: adopted.get(&n).map(|pid| Handle::Adopted(*pid)),
+                recreating: false,
                 name: n,
-                child: None,
                 restarts: 0,
                 next_start: Instant::now(),
                 held_down: false,
@@ -281,6 +299,16 @@ impl ControlPlane {
         let mut sigterm =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+        let mut sighup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+        if !adopted.is_empty() {
+            let text = format!(
+                "the control plane now runs {}; instances kept running: {}",
+                &operator_hash[..12.min(operator_hash.len())],
+                adopted.keys().cloned().collect::<Vec<_>>().join(", ")
+            );
+            self.dir.event(false, "OperatorUpgraded", None, &text);
+            self.reporter.say(None, &text);
+        }
         let mut last_phase: BTreeMap<String, (InstancePhase, String)> = BTreeMap::new();
         let mut last_clone_report: BTreeMap<String, Instant> = BTreeMap::new();
         let mut cluster_phase = String::new();
@@ -293,15 +321,39 @@ impl ControlPlane {
             tokio::select! {
                 _ = sigterm.recv() => break,
                 _ = sigint.recv() => break,
+                _ = sighup.recv() => {
+                    // `cnmysql local upgrade`: replace this control plane
+                    // with the new executable; the instances keep running.
+                    let e = self.upgrade_control_plane(&procs);
+                    tracing::error!(error = %e, "the control plane was not replaced");
+                    self.dir.event(true, "OperatorUpgradeFailed", None, &format!("the control plane was not replaced: {e}"));
+                    continue;
+                }
                 _ = tokio::time::sleep(period) => {}
                 _ = cnmysql_instance::ClusterState::changed(&status_seen) => {}
             }
             // Keep one manager per instance running, like a kubelet.
             for p in procs.iter_mut() {
                 if let Some(c) = p.child.as_mut()
-                    && let Ok(Some(st)) = c.try_wait()
+                    && let Some(st) = c.try_wait()
                 {
                     p.child = None;
+                    if std::mem::take(&mut p.recreating) {
+                        // Recreated by the rollout: started again at once
+                        // from the operator's executable.
+                        match crate::process::install_copy(&self.manager_exe(&p.name)) {
+                            Ok(()) => self.reporter.say(
+                                Some(&p.name),
+                                "stopped for the upgrade; starting it with the new instance manager",
+                            ),
+                            Err(e) => self.reporter.say(
+                                Some(&p.name),
+                                &format!("cannot install the new instance manager: {e}"),
+                            ),
+                        }
+                        p.next_start = Instant::now();
+                        continue;
+                    }
                     p.restarts += 1;
                     let status = self.dir.read_status().unwrap_or_default();
                     let is_primary = status.current_primary.as_deref() == Some(p.name.as_str())
@@ -332,6 +384,8 @@ impl ControlPlane {
                     p.next_start =
                         Instant::now() + Duration::from_millis(500 * u64::from(p.restarts.min(10)));
                 }
+            }
+            for p in procs.iter_mut() {
                 if p.child.is_none() && !p.held_down && Instant::now() >= p.next_start {
                     match self.spawn_manager(&p.name) {
                         Ok(c) => p.child = Some(c),
@@ -576,6 +630,44 @@ impl ControlPlane {
                     );
                 }
             }
+            Action::UpgradeInPlace { instance, then } => {
+                let port = self.ports.instances[&instance].control;
+                match cnmysql_instance::upgrade::push(
+                    &self.client,
+                    &self.ports.host,
+                    port,
+                    &self.hash,
+                )
+                .await
+                {
+                    Ok(()) => self.record(&then),
+                    Err(e) => self.record(&cnmysql_core::reconcile::Event {
+                        warning: true,
+                        reason: "UpgradeFailed",
+                        instance: Some(instance.clone()),
+                        message: format!(
+                            "in-place upgrade of {instance} failed (retried later): {e}"
+                        ),
+                    }),
+                }
+            }
+            Action::Recreate { instance, then, .. } => {
+                if let Some(p) = procs.iter_mut().find(|p| p.name == instance) {
+                    self.record(&then);
+                    match p.child.as_ref() {
+                        // Stopped cleanly (mysqld shut down, lease given
+                        // up); the supervision loop starts it again.
+                        Some(c) => {
+                            p.recreating = true;
+                            c.signal(nix::sys::signal::Signal::SIGTERM);
+                        }
+                        None => {
+                            crate::process::install_copy(&self.manager_exe(&instance))?;
+                            p.next_start = Instant::now();
+                        }
+                    }
+                }
+            }
             Action::SemiSync {
                 instance,
                 settings,
@@ -603,6 +695,40 @@ impl ControlPlane {
         Ok(())
     }
 
+    /// Replace this process with the executable `cnmysql local upgrade`
+    /// named, handing on the running managers (still its children after
+    /// the exec). Returns only when that failed.
+    fn upgrade_control_plane(&self, procs: &[ManagedProcess]) -> anyhow::Error {
+        use std::os::unix::process::CommandExt;
+        let request = self.dir.upgrade_request();
+        let exe = match std::fs::read_to_string(&request) {
+            Ok(t) => PathBuf::from(t.trim()),
+            Err(e) => {
+                return anyhow::anyhow!(
+                    "SIGHUP without an upgrade request ({}: {e})",
+                    request.display()
+                );
+            }
+        };
+        let _ = std::fs::remove_file(&request);
+        let managers: Vec<String> = procs
+            .iter()
+            .filter_map(|p| Some(format!("{}={}", p.name, p.child.as_ref()?.id()?)))
+            .collect();
+        self.reporter.say(
+            None,
+            &format!(
+                "Upgrading the control plane to {}; instances keep running",
+                exe.display()
+            ),
+        );
+        let err = std::process::Command::new(&exe)
+            .args(std::env::args_os().skip(1))
+            .env(crate::process::ADOPT_MANAGERS_ENV, managers.join(","))
+            .exec();
+        anyhow::anyhow!("cannot execute {}: {err}", exe.display())
+    }
+
     /// An event in `events.jsonl`, and a line for the human watching.
     fn record(&self, e: &cnmysql_core::reconcile::Event) {
         self.dir
@@ -616,7 +742,7 @@ impl ControlPlane {
         use nix::sys::signal::{Signal, kill};
         use nix::unistd::Pid;
         if let Some(c) = p.child.as_mut() {
-            let _ = c.kill().await;
+            c.kill().await;
         }
         p.child = None;
         if let Ok(pid) =
@@ -678,19 +804,13 @@ impl ControlPlane {
             let Some(child) = p.child.as_mut() else {
                 continue;
             };
-            if let Some(pid) = child.id() {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid as i32),
-                    nix::sys::signal::Signal::SIGTERM,
-                );
-            }
-            match tokio::time::timeout(Duration::from_secs(90), child.wait()).await {
-                Ok(_) => self.reporter.say(Some(&p.name), "stopped"),
-                Err(_) => {
-                    self.reporter
-                        .say(Some(&p.name), "did not stop within 90s; killing it");
-                    let _ = child.kill().await;
-                }
+            child.signal(nix::sys::signal::Signal::SIGTERM);
+            if child.wait_for(Duration::from_secs(90)).await {
+                self.reporter.say(Some(&p.name), "stopped");
+            } else {
+                self.reporter
+                    .say(Some(&p.name), "did not stop within 90s; killing it");
+                child.kill().await;
             }
             let _ = std::fs::remove_file(self.dir.manager_pid(&p.name));
         }

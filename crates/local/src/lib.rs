@@ -3,6 +3,7 @@
 pub mod cluster_state;
 pub mod control;
 pub mod metrics;
+pub mod process;
 pub mod proxy;
 pub mod state;
 pub mod template;
@@ -49,7 +50,12 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<()> {
     let cluster = cnmysql_api::parse_cluster(&text)?;
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let dir = resolve_state_dir(opts.state_dir.as_deref(), Some(&name))?;
-    if let Some(pid) = live_pid(&dir.control_pid()) {
+    // Re-executed by `cnmysql local upgrade`: this process is the running
+    // control plane, and the managers it hands on keep running.
+    let adopted = process::adopted_managers();
+    if let Some(pid) = live_pid(&dir.control_pid())
+        && pid != std::process::id() as i32
+    {
         anyhow::bail!(
             "cluster {name} is already running (control plane pid {pid}); see `cnmysql local status --state-dir {}`",
             dir.root.display()
@@ -61,7 +67,9 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<()> {
             .map(|p| p.instances.into_keys().collect::<Vec<_>>())
             .unwrap_or_default()
         {
-            if let Some(pid) = live_pid(&dir.manager_pid(&n)) {
+            if let Some(pid) = live_pid(&dir.manager_pid(&n))
+                && !adopted.contains_key(&n)
+            {
                 anyhow::bail!(
                     "the instance manager of {n} from an earlier run is still running (pid {pid}); run `cnmysql local down --state-dir {}` first",
                     dir.root.display()
@@ -600,6 +608,133 @@ pub async fn promote(dir: &StateDir, target: &str, wait: bool) -> anyhow::Result
             );
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `cnmysql local upgrade`: make the running control plane of `dir` run
+/// this executable (it re-execs; no instance stops), then follow the
+/// rollout of the instance managers until every instance runs it.
+pub async fn upgrade(dir: &StateDir, wait: Option<Duration>) -> anyhow::Result<()> {
+    let Some(pid) = live_pid(&dir.control_pid()) else {
+        anyhow::bail!(
+            "the cluster in {} is not running; `cnmysql local up` starts it with this executable",
+            dir.root.display()
+        );
+    };
+    let exe = std::env::current_exe()?;
+    let hash = cnmysql_instance::manager::executable_hash();
+    let short = |h: &str| h.chars().take(12).collect::<String>();
+    let before = dir.read_status()?;
+    if before.operator_executable_hash.as_deref() != Some(hash.as_str()) {
+        cnmysql_tls::write_private(&dir.upgrade_request(), &exe.display().to_string(), false)?;
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGHUP,
+        )?;
+        eprintln!(
+            "Replacing the control plane (pid {pid}) with {} ({})…",
+            exe.display(),
+            short(&hash)
+        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while dir.read_status()?.operator_executable_hash.as_deref() != Some(hash.as_str()) {
+            if Instant::now() >= deadline {
+                anyhow::bail!(
+                    "the control plane did not take the new executable within 30 s; see {} and `cnmysql local events`",
+                    dir.control_log().display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        eprintln!(
+            "The control plane runs {}; instances kept running",
+            short(&hash)
+        );
+    } else {
+        eprintln!("The control plane already runs {}", short(&hash));
+    }
+    let Some(limit) = wait else { return Ok(()) };
+    let began = Instant::now();
+    let mut last = String::new();
+    loop {
+        let st = dir.read_status()?;
+        let out_of_service =
+            |n: &String| st.fenced_instances.contains(n) || st.diverged_instances.contains(n);
+        let stale: Vec<&String> = st
+            .executable_hash_by_instance
+            .iter()
+            .filter(|(n, h)| *h != &hash && !out_of_service(n))
+            .map(|(n, _)| n)
+            .collect();
+        let line = format!(
+            "{} {}",
+            st.phase.map(|p| p.as_str()).unwrap_or("?"),
+            st.phase_reason.clone().unwrap_or_default()
+        );
+        if line != last {
+            eprintln!("{line}");
+            last = line;
+        }
+        if stale.is_empty() && st.phase == Some(cnmysql_api::Phase::Healthy) {
+            eprintln!(
+                "Every instance runs {} ({:.1}s)",
+                short(&hash),
+                began.elapsed().as_secs_f64()
+            );
+            return Ok(());
+        }
+        if began.elapsed() > limit {
+            anyhow::bail!(
+                "the rollout did not finish within {limit:?} ({} still stale); it goes on in the background, see `cnmysql local status`",
+                stale.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `cnmysql local restart-inplace`: the instance manager re-execs its own
+/// binary; mysqld keeps running. Returns once the new image answers.
+pub async fn restart_inplace(dir: &StateDir, instance: &str) -> anyhow::Result<()> {
+    let cluster = dir.load_cluster()?;
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    cnmysql_core::status::check_member(&name, &cluster.spec, instance)
+        .map_err(anyhow::Error::msg)?;
+    let ports = dir.load_ports()?;
+    let port = ports.instances[instance].control;
+    let client =
+        cnmysql_instance::client::ControlClient::new(dir.operator_material()?.client_config()?);
+    let before: InstanceStatus = client
+        .get_json(&ports.host, port, "/status")
+        .await
+        .map_err(|e| anyhow::anyhow!("{instance} does not answer: {e}"))?;
+    cnmysql_instance::upgrade::restart_in_place(&client, &ports.host, port).await?;
+    let began = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if let Ok(now) = client
+            .get_json::<InstanceStatus>(&ports.host, port, "/status")
+            .await
+            && now.manager_started_at != before.manager_started_at
+            && now.ready
+        {
+            eprintln!(
+                "{instance}: instance manager restarted in place in {:.2}s (pid {} → {}, mysqld pid {} → {}, mysqld up {} s)",
+                began.elapsed().as_secs_f64(),
+                before.manager_pid,
+                now.manager_pid,
+                before
+                    .mysqld_pid
+                    .map(|p| p.to_string())
+                    .unwrap_or("-".into()),
+                now.mysqld_pid.map(|p| p.to_string()).unwrap_or("-".into()),
+                now.uptime_seconds.unwrap_or_default()
+            );
+            return Ok(());
+        }
+        if began.elapsed() > Duration::from_secs(60) {
+            anyhow::bail!("{instance} did not come back within 60 s; see its manager.log");
+        }
     }
 }
 

@@ -124,6 +124,10 @@ impl StateDir {
     pub fn control_pid(&self) -> PathBuf {
         self.root.join("control.pid")
     }
+    /// The executable `cnmysql local upgrade` asks the control plane to become.
+    pub fn upgrade_request(&self) -> PathBuf {
+        self.root.join("upgrade-request")
+    }
     pub fn control_log(&self) -> PathBuf {
         self.root.join("control.log")
     }

@@ -175,6 +175,7 @@ pub async fn ensure_pods(cluster: &Cluster, ctx: &Context, want: &[Pod]) -> Resu
         .map(|p| (p.name_any(), p))
         .collect();
     let held_down = crate::topology::held_down(ctx, cluster);
+    let restarting = crate::topology::restarting_primary(ctx, cluster);
     for p in want {
         let mut p = p.clone();
         let instance = p.name_any();
@@ -187,7 +188,10 @@ pub async fn ensure_pods(cluster: &Cluster, ctx: &Context, want: &[Pod]) -> Resu
             // the spot, where it would come back as the primary: the
             // topology step fails over, or, when nothing can take over,
             // lets it come back in place.
-            None if is_steady_primary(&status, &instance) && cluster.spec.instances > 1 => {
+            None if is_steady_primary(&status, &instance)
+                && cluster.spec.instances > 1
+                && restarting.as_deref() != Some(instance.as_str()) =>
+            {
                 tracing::warn!(instance = %instance, "the primary's Pod is gone; holding it down for the failover decision");
                 crate::topology::hold_down(ctx, cluster, &instance);
             }

@@ -82,6 +82,16 @@ pub fn held_down(ctx: &Context, cluster: &Cluster) -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
+/// The primary the rollout is restarting in place (its Pod deleted on
+/// purpose): recreated at once, not held down for a failover decision.
+pub fn restarting_primary(ctx: &Context, cluster: &Cluster) -> Option<String> {
+    ctx.topology
+        .lock()
+        .unwrap()
+        .get(&key(cluster))
+        .and_then(|m| m.core.restarting_primary.as_ref().map(|(p, _)| p.clone()))
+}
+
 /// Keep `instance`'s Pod down until the topology step lets it come back
 /// (see [`held_down`]).
 pub fn hold_down(ctx: &Context, cluster: &Cluster, instance: &str) {
@@ -400,6 +410,45 @@ pub async fn step(
                     }
                     tracing::info!(instance = %name, "recreating the former primary's Pod to rejoin as a replica");
                     restarted = true;
+                }
+                Action::UpgradeInPlace { instance, then } => {
+                    let Some(ip) = pods.get(&instance).and_then(pod_ip) else {
+                        continue;
+                    };
+                    match cnmysql_instance::upgrade::push(
+                        &client.expecting(&instance),
+                        &ip,
+                        CONTROL_PORT,
+                        &ctx.operator_hash,
+                    )
+                    .await
+                    {
+                        Ok(()) => record(ctx, cluster, &then).await,
+                        Err(e) => {
+                            let e = cnmysql_core::reconcile::Event {
+                                warning: true,
+                                reason: "UpgradeFailed",
+                                instance: Some(instance.clone()),
+                                message: format!(
+                                    "in-place upgrade of {instance} failed (retried later): {e}"
+                                ),
+                            };
+                            record(ctx, cluster, &e).await
+                        }
+                    }
+                }
+                Action::Recreate { instance, then, .. } => {
+                    // Its Pod is created again by the next reconcile, with
+                    // the manager of this operator's image.
+                    if let Some(m) = ctx.topology.lock().unwrap().get_mut(&k) {
+                        m.core.restarting_primary = memory.restarting_primary.clone();
+                    }
+                    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+                    match api.delete(&instance, &DeleteParams::default()).await {
+                        Ok(_) => record(ctx, cluster, &then).await,
+                        Err(kube::Error::Api(e)) if e.code == 404 => {}
+                        Err(e) => return Err(e.into()),
+                    }
                 }
                 Action::SemiSync {
                     instance,

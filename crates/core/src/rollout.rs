@@ -1,0 +1,524 @@
+//! Instance-manager rollout: which instance is brought to the operator's
+//! executable next, and how.
+//!
+//! The target is `status.operatorExecutableHash`; an instance whose manager
+//! reports another hash is stale. One instance moves at a time, and only
+//! while every other instance in service is ready and caught up (the health
+//! gate): stale replicas in ascending ordinal, the primary last. Fenced and
+//! diverged instances are out of service: skipped, their hash ignored until
+//! they return.
+//!
+//! - In place (`inPlaceInstanceManagerUpdates`): the new executable is
+//!   streamed to the manager, which re-execs and adopts its running mysqld;
+//!   the primary is treated like any replica.
+//! - Rolling (default): the instance is recreated (its Pod deleted, locally
+//!   its processes stopped and started from the new executable). A stale
+//!   primary of a multi-instance cluster is first switched over to a
+//!   healthy replica (`primaryUpdateMethod: switchover`), or restarted in
+//!   place when none exists or with `primaryUpdateMethod: restart`; a single
+//!   instance always restarts in place. `primaryUpdateStrategy: supervised`
+//!   stops the whole rollout while the primary is stale, until a human
+//!   switches over.
+//!
+//! [`next`] is pure; `reconcile.rs` turns its answer into actions, events
+//! and the phase.
+
+use cnmysql_api::{PrimaryUpdateMethod, PrimaryUpdateStrategy};
+use cnmysql_gtid::Relation;
+
+use crate::status::Snapshot;
+
+/// A replica lagging more than this is not caught up: the rollout waits.
+pub const MAX_LAG_SECONDS: u64 = 10;
+
+/// An instance given a step is not given another for this long unless it
+/// reports the target hash: an upgrade that did not take (an exec that
+/// failed, a recreated instance that never came back) is retried after it.
+pub const STEP_RETRY_MS: i64 = 60_000;
+
+/// What the rollout does now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Every instance in service runs the target (or there is no target).
+    Current,
+    /// Stale instances remain, but nothing may move now.
+    Wait { reason: String, stale: Vec<String> },
+    /// Stream the executable to `instance`; it re-execs in place.
+    InPlace {
+        instance: String,
+        stale: Vec<String>,
+    },
+    /// Recreate `instance` from the new executable. `primary`: it is the
+    /// primary, restarted in place (failover must not treat its absence as
+    /// a failure while it comes back).
+    Recreate {
+        instance: String,
+        primary: bool,
+        stale: Vec<String>,
+        /// Why the primary is restarted rather than switched over.
+        note: Option<String>,
+    },
+    /// Switch the stale primary over to `to` first.
+    Switchover {
+        from: String,
+        to: String,
+        stale: Vec<String>,
+    },
+    /// `primaryUpdateStrategy: supervised`: nothing moves until a human
+    /// switches the primary over.
+    WaitingForUser { primary: String, message: String },
+}
+
+impl Next {
+    /// The stale instances this answer counts (empty when current).
+    pub fn stale(&self) -> &[String] {
+        match self {
+            Next::Current | Next::WaitingForUser { .. } => &[],
+            Next::Wait { stale, .. }
+            | Next::InPlace { stale, .. }
+            | Next::Recreate { stale, .. }
+            | Next::Switchover { stale, .. } => stale,
+        }
+    }
+
+    /// The phase reason while the rollout runs.
+    pub fn reason(&self) -> Option<String> {
+        let of = |stale: &[String]| format!("{} remaining", stale.len());
+        match self {
+            Next::Current => None,
+            Next::Wait { reason, stale } => Some(format!(
+                "Upgrading instance managers: {reason} ({})",
+                of(stale)
+            )),
+            Next::InPlace { instance, stale }
+            | Next::Recreate {
+                instance, stale, ..
+            } => Some(format!(
+                "Upgrading instance manager on {instance} ({})",
+                of(stale)
+            )),
+            Next::Switchover { from, to, stale } => Some(format!(
+                "Upgrading instance manager on {from}: switching over to {to} first ({})",
+                of(stale)
+            )),
+            Next::WaitingForUser { message, .. } => Some(message.clone()),
+        }
+    }
+}
+
+/// The instances a rollout step was last given, and when (Unix ms).
+pub type InFlight = std::collections::BTreeMap<String, i64>;
+
+/// The next rollout step for this snapshot. `in_flight`: instances given a
+/// step within [`STEP_RETRY_MS`] (their step is not repeated meanwhile).
+/// `consent`: under the supervised strategy, a human switched the primary
+/// over while this rollout waited: it goes on to the end.
+pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
+    let Some(target) = s.status.operator_executable_hash.as_deref() else {
+        return Next::Current;
+    };
+    let out_of_service = |n: &str| s.is_fenced(n) || s.is_diverged(n);
+    let mut members: Vec<_> = s
+        .instances
+        .iter()
+        .filter(|o| !out_of_service(&o.name))
+        .collect();
+    members.sort_by_key(|o| o.ordinal);
+    // An unreachable instance's hash is its last report.
+    let hash_of = |name: &str| -> Option<&str> {
+        s.get(name)
+            .and_then(|o| o.status.as_ref())
+            .map(|st| st.executable_hash.as_str())
+            .or_else(|| {
+                s.status
+                    .executable_hash_by_instance
+                    .get(name)
+                    .map(String::as_str)
+            })
+    };
+    let stale: Vec<String> = members
+        .iter()
+        .filter(|o| hash_of(&o.name).is_some_and(|h| h != target))
+        .map(|o| o.name.clone())
+        .collect();
+    if stale.is_empty() {
+        return Next::Current;
+    }
+    let wait = |reason: String| Next::Wait {
+        reason,
+        stale: stale.clone(),
+    };
+    let (Some(current), Some(target_primary)) = (
+        s.status.current_primary.as_deref(),
+        s.status.target_primary.as_deref(),
+    ) else {
+        return wait("the cluster has no primary yet".into());
+    };
+    if current != target_primary {
+        return wait(format!("the primary is moving to {target_primary}"));
+    }
+    if s.status.primary_failing_since.is_some() {
+        return wait(format!("the primary {current} is failing"));
+    }
+    let primary_stale = stale.iter().any(|n| n == current);
+    let in_place = s.spec.in_place_instance_manager_updates;
+    // Supervised: not even a stale replica moves while the primary is stale.
+    if primary_stale
+        && !in_place
+        && !consent
+        && s.spec.instances > 1
+        && s.spec.primary_update_strategy == PrimaryUpdateStrategy::Supervised
+    {
+        return Next::WaitingForUser {
+            primary: current.to_string(),
+            message: format!(
+                "the primary {current} runs an old instance manager and primaryUpdateStrategy is supervised: switch over to an up-to-date replica to continue the rollout"
+            ),
+        };
+    }
+    // A step in flight is not repeated until it has had time to finish.
+    let recent = |n: &str| {
+        in_flight
+            .get(n)
+            .is_some_and(|t| s.now_ms - t < STEP_RETRY_MS)
+    };
+    // The health gate: every instance in service is reachable, ready and
+    // caught up before another one is touched.
+    for o in &members {
+        let Some(st) = o.status.as_ref() else {
+            return wait(format!("waiting for {} to be reachable", o.name));
+        };
+        if !st.ready {
+            return wait(format!("waiting for {} to be ready", o.name));
+        }
+        if o.name != current && st.lag_seconds.is_some_and(|l| l > MAX_LAG_SECONDS) {
+            return wait(format!(
+                "waiting for {} to catch up ({} s behind)",
+                o.name,
+                st.lag_seconds.unwrap_or_default()
+            ));
+        }
+    }
+    if let Some(n) = stale.iter().find(|n| recent(n)) {
+        return wait(format!("waiting for {n} to report the new manager"));
+    }
+    // Replicas first, in ascending ordinal.
+    if let Some(replica) = stale.iter().find(|n| *n != current) {
+        return if in_place {
+            Next::InPlace {
+                instance: replica.clone(),
+                stale,
+            }
+        } else {
+            Next::Recreate {
+                instance: replica.clone(),
+                primary: false,
+                stale,
+                note: None,
+            }
+        };
+    }
+    // Only the primary is left.
+    let primary = current.to_string();
+    if in_place {
+        return Next::InPlace {
+            instance: primary,
+            stale,
+        };
+    }
+    let restart = |note: Option<String>| Next::Recreate {
+        instance: current.to_string(),
+        primary: true,
+        stale: stale.clone(),
+        note,
+    };
+    if s.spec.instances <= 1 {
+        return restart(Some("a single instance is restarted in place".into()));
+    }
+    if s.spec.primary_update_method == PrimaryUpdateMethod::Restart {
+        return restart(Some("primaryUpdateMethod is restart".into()));
+    }
+    match switchover_target(s, current) {
+        Some(to) => Next::Switchover {
+            from: primary,
+            to,
+            stale,
+        },
+        None => restart(Some(
+            "no healthy replica to switch over to: restarting the primary in place".into(),
+        )),
+    }
+}
+
+/// The replica a stale primary hands over to: one a switchover accepts,
+/// the most advanced, lowest ordinal first among equals.
+fn switchover_target(s: &Snapshot, current: &str) -> Option<String> {
+    let flavor = s.spec.mysql.flavor;
+    let mut ok: Vec<_> = s
+        .instances
+        .iter()
+        .filter(|o| o.name != current && crate::switchover::validate(s, &o.name).is_ok())
+        .filter_map(|o| {
+            let h = crate::status::parse_history(flavor, &o.status.as_ref()?.gtid_executed).ok()?;
+            Some((o.ordinal, o.name.clone(), h))
+        })
+        .collect();
+    ok.sort_by_key(|(ord, _, _)| *ord);
+    let mut best: Option<(String, cnmysql_gtid::History)> = None;
+    for (_, name, h) in ok {
+        match &best {
+            Some((_, b)) if h.relation(b) != Relation::Ahead => {}
+            _ => best = Some((name, h)),
+        }
+    }
+    best.map(|(n, _)| n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::{primary, replica, snapshot};
+
+    const OLD: &str = "old";
+    const NEW: &str = "new";
+
+    /// db-1 primary, db-2 and db-3 replicas, each with the given hash.
+    fn cluster(hashes: [&str; 3]) -> Snapshot {
+        let mut obs = vec![
+            primary("db-1", "0-1-10"),
+            replica("db-2", "0-1-10"),
+            replica("db-3", "0-1-10"),
+        ];
+        for (o, h) in obs.iter_mut().zip(hashes) {
+            let st = o.status.as_mut().unwrap();
+            st.executable_hash = h.into();
+            if let Some(r) = st.replication.as_mut() {
+                r.io_state = "Yes".into();
+            }
+        }
+        let mut s = snapshot(obs);
+        s.status.operator_executable_hash = Some(NEW.into());
+        s
+    }
+
+    fn step(s: &Snapshot) -> Next {
+        next(s, &InFlight::new(), false)
+    }
+
+    #[test]
+    fn nothing_to_do_when_every_instance_is_current_or_there_is_no_target() {
+        assert_eq!(step(&cluster([NEW, NEW, NEW])), Next::Current);
+        let mut s = cluster([OLD, OLD, OLD]);
+        s.status.operator_executable_hash = None;
+        assert_eq!(step(&s), Next::Current);
+    }
+
+    #[test]
+    fn replicas_go_first_in_ascending_ordinal_then_the_primary_after_a_switchover() {
+        let all = vec!["db-1".to_string(), "db-2".into(), "db-3".into()];
+        assert_eq!(
+            step(&cluster([OLD, OLD, OLD])),
+            Next::Recreate {
+                instance: "db-2".into(),
+                primary: false,
+                stale: all.clone(),
+                note: None
+            }
+        );
+        assert!(
+            matches!(step(&cluster([OLD, NEW, OLD])), Next::Recreate { instance, .. } if instance == "db-3")
+        );
+        assert_eq!(
+            step(&cluster([OLD, NEW, NEW])),
+            Next::Switchover {
+                from: "db-1".into(),
+                to: "db-2".into(),
+                stale: vec!["db-1".into()]
+            }
+        );
+    }
+
+    #[test]
+    fn the_switchover_goes_to_the_most_advanced_replica() {
+        let mut s = cluster([OLD, NEW, NEW]);
+        s.instances[2].status.as_mut().unwrap().gtid_executed = "0-1-11".into();
+        s.instances[0].status.as_mut().unwrap().gtid_executed = "0-1-11".into();
+        assert!(matches!(step(&s), Next::Switchover { to, .. } if to == "db-3"));
+    }
+
+    #[test]
+    fn after_the_switchover_the_old_primary_is_recreated_as_a_replica() {
+        let mut s = cluster([OLD, NEW, NEW]);
+        s.instances[0].status.as_mut().unwrap().role = crate::status::Role::Replica;
+        s.instances[1].status.as_mut().unwrap().role = crate::status::Role::Primary;
+        s.status.current_primary = Some("db-2".into());
+        s.status.target_primary = Some("db-2".into());
+        assert!(
+            matches!(step(&s), Next::Recreate { instance, primary: false, .. } if instance == "db-1")
+        );
+    }
+
+    #[test]
+    fn without_a_healthy_replica_the_primary_restarts_in_place() {
+        let mut s = cluster([OLD, NEW, NEW]);
+        s.status.fenced_instances = vec!["db-2".into(), "db-3".into()];
+        match step(&s) {
+            Next::Recreate {
+                instance,
+                primary: true,
+                note: Some(note),
+                ..
+            } => {
+                assert_eq!(instance, "db-1");
+                assert!(note.contains("no healthy replica"), "{note}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn restart_method_and_single_instances_restart_the_primary_in_place() {
+        let mut s = cluster([OLD, NEW, NEW]);
+        s.spec.primary_update_method = PrimaryUpdateMethod::Restart;
+        assert!(matches!(step(&s), Next::Recreate { primary: true, .. }));
+        let mut one = snapshot(vec![primary("db-1", "0-1-1")]);
+        one.spec.instances = 1;
+        one.instances[0].status.as_mut().unwrap().executable_hash = OLD.into();
+        one.status.operator_executable_hash = Some(NEW.into());
+        one.spec.primary_update_strategy = PrimaryUpdateStrategy::Supervised;
+        assert!(
+            matches!(step(&one), Next::Recreate { instance, primary: true, note: Some(n), .. } if instance == "db-1" && n.contains("single"))
+        );
+    }
+
+    #[test]
+    fn supervised_stops_everything_while_the_primary_is_stale() {
+        let mut s = cluster([OLD, OLD, OLD]);
+        s.spec.primary_update_strategy = PrimaryUpdateStrategy::Supervised;
+        match step(&s) {
+            Next::WaitingForUser { primary, message } => {
+                assert_eq!(primary, "db-1");
+                assert!(message.contains("switch over"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Once a human switched over to an up-to-date replica, it goes on.
+        let mut s = cluster([OLD, NEW, OLD]);
+        s.spec.primary_update_strategy = PrimaryUpdateStrategy::Supervised;
+        s.status.current_primary = Some("db-2".into());
+        s.status.target_primary = Some("db-2".into());
+        assert!(matches!(step(&s), Next::Recreate { instance, .. } if instance == "db-1"));
+        // After a human switched over to a stale replica, the rollout has
+        // consent and goes on, the new primary included.
+        let mut s = cluster([OLD, OLD, OLD]);
+        s.spec.primary_update_strategy = PrimaryUpdateStrategy::Supervised;
+        assert!(
+            matches!(next(&s, &InFlight::new(), true), Next::Recreate { instance, .. } if instance == "db-2")
+        );
+        let mut s = cluster([OLD, NEW, NEW]);
+        s.spec.primary_update_strategy = PrimaryUpdateStrategy::Supervised;
+        assert!(matches!(
+            next(&s, &InFlight::new(), true),
+            Next::Switchover { .. }
+        ));
+        // Unsupervised replicas move while the primary is stale.
+        let mut s = cluster([OLD, NEW, OLD]);
+        s.spec.primary_update_strategy = PrimaryUpdateStrategy::Unsupervised;
+        s.status.current_primary = Some("db-1".into());
+        s.status.target_primary = Some("db-1".into());
+        assert!(matches!(step(&s), Next::Recreate { instance, .. } if instance == "db-3"));
+    }
+
+    #[test]
+    fn in_place_treats_the_primary_like_a_replica_and_ignores_the_primary_settings() {
+        let mut s = cluster([OLD, NEW, NEW]);
+        s.spec.in_place_instance_manager_updates = true;
+        s.spec.primary_update_strategy = PrimaryUpdateStrategy::Supervised;
+        assert_eq!(
+            step(&s),
+            Next::InPlace {
+                instance: "db-1".into(),
+                stale: vec!["db-1".into()]
+            }
+        );
+        let mut s = cluster([OLD, OLD, NEW]);
+        s.spec.in_place_instance_manager_updates = true;
+        assert!(matches!(step(&s), Next::InPlace { instance, .. } if instance == "db-2"));
+    }
+
+    #[test]
+    fn fenced_and_diverged_instances_are_skipped_and_their_hash_ignored() {
+        let mut s = cluster([NEW, OLD, OLD]);
+        s.status.fenced_instances = vec!["db-2".into()];
+        s.status.diverged_instances = vec!["db-3".into()];
+        assert_eq!(step(&s), Next::Current);
+        s.status.diverged_instances.clear();
+        assert!(matches!(step(&s), Next::Recreate { instance, .. } if instance == "db-3"));
+        // Unfenced, it is upgraded in turn.
+        s.status.fenced_instances.clear();
+        assert!(matches!(step(&s), Next::Recreate { instance, .. } if instance == "db-2"));
+    }
+
+    #[test]
+    fn nothing_moves_while_an_instance_is_not_ready_or_lags() {
+        let mut s = cluster([OLD, NEW, OLD]);
+        s.instances[1].status.as_mut().unwrap().ready = false;
+        assert!(
+            matches!(step(&s), Next::Wait { reason, .. } if reason.contains("db-2 to be ready"))
+        );
+        let mut s = cluster([OLD, NEW, OLD]);
+        s.instances[1].status = None;
+        assert!(
+            matches!(step(&s), Next::Wait { reason, .. } if reason.contains("db-2 to be reachable"))
+        );
+        let mut s = cluster([OLD, NEW, OLD]);
+        s.instances[1].status.as_mut().unwrap().lag_seconds = Some(MAX_LAG_SECONDS + 1);
+        assert!(matches!(step(&s), Next::Wait { reason, .. } if reason.contains("catch up")));
+    }
+
+    #[test]
+    fn nothing_moves_while_the_primary_changes_or_fails() {
+        let mut s = cluster([OLD, OLD, OLD]);
+        s.status.target_primary = Some("db-2".into());
+        assert!(matches!(step(&s), Next::Wait { .. }));
+        let mut s = cluster([OLD, OLD, OLD]);
+        s.status.primary_failing_since = Some("2026-01-01T00:00:00Z".into());
+        assert!(matches!(step(&s), Next::Wait { .. }));
+    }
+
+    #[test]
+    fn a_step_in_flight_is_not_repeated_until_it_may_have_failed() {
+        let s = cluster([OLD, OLD, OLD]);
+        let mut f = InFlight::new();
+        f.insert("db-2".into(), 0);
+        assert!(
+            matches!(next(&s, &f, false), Next::Wait { reason, .. } if reason.contains("db-2"))
+        );
+        let mut later = s.clone();
+        later.now_ms = STEP_RETRY_MS;
+        assert!(
+            matches!(next(&later, &f, false), Next::Recreate { instance, .. } if instance == "db-2")
+        );
+    }
+
+    #[test]
+    fn an_unreachable_instance_keeps_its_last_reported_hash() {
+        let mut s = cluster([NEW, NEW, NEW]);
+        s.instances[2].status = None;
+        s.status
+            .executable_hash_by_instance
+            .insert("db-3".into(), OLD.into());
+        assert!(
+            matches!(step(&s), Next::Wait { reason, stale } if reason.contains("db-3") && stale == vec!["db-3".to_string()])
+        );
+    }
+
+    #[test]
+    fn the_reason_names_the_instance_and_what_remains() {
+        let n = step(&cluster([OLD, NEW, OLD]));
+        assert_eq!(
+            n.reason().unwrap(),
+            "Upgrading instance manager on db-3 (2 remaining)"
+        );
+    }
+}
