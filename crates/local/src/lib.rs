@@ -86,11 +86,13 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<()> {
             );
         }
     }
-    dir.update_status(|s| {
-        s.phase = None;
-        s.phase_reason = Some("starting".into());
-        s.ready_instances = 0;
-    })?;
+    if adopted.is_empty() {
+        dir.update_status(|s| {
+            s.phase = None;
+            s.phase_reason = Some("starting".into());
+            s.ready_instances = 0;
+        })?;
+    }
     let template = match cluster.spec.mysql.flavor {
         Flavor::Mariadb => Some(template::ensure_template(&programs)?),
         Flavor::Mysql => None,
@@ -666,11 +668,12 @@ pub async fn upgrade(dir: &StateDir, wait: Option<Duration>) -> anyhow::Result<(
             .filter(|(n, h)| *h != &hash && !out_of_service(n))
             .map(|(n, _)| n)
             .collect();
-        let line = format!(
-            "{} {}",
-            st.phase.map(|p| p.as_str()).unwrap_or("?"),
-            st.phase_reason.clone().unwrap_or_default()
-        );
+        // The rollout's reasons say what happens; other phases are named.
+        let reason = st.phase_reason.clone().unwrap_or_default();
+        let line = match st.phase {
+            Some(cnmysql_api::Phase::Upgrading | cnmysql_api::Phase::WaitingForUser) => reason,
+            p => format!("{}: {reason}", p.map(|p| p.as_str()).unwrap_or("?")),
+        };
         if line != last {
             eprintln!("{line}");
             last = line;
