@@ -65,6 +65,17 @@ pub fn router<B: Backend>(backend: Arc<B>) -> Router {
         .with_state(backend)
 }
 
+/// 403 unless the caller presented the operator's certificate.
+fn operator_only(peer: &Peer, what: &str) -> Option<Response> {
+    (peer.0 != OPERATOR_IDENTITY).then(|| {
+        (
+            StatusCode::FORBIDDEN,
+            format!("only the operator may {what}"),
+        )
+            .into_response()
+    })
+}
+
 /// `POST /instance/manager/upgrade`: the operator streams its executable;
 /// it is checked against the hash header and put over the manager's binary,
 /// then the manager re-execs (mysqld keeps running).
@@ -190,12 +201,8 @@ async fn semi_sync<B: Backend>(
     Extension(peer): Extension<Peer>,
     Json(req): Json<SemiSyncRequest>,
 ) -> Response {
-    if peer.0 != OPERATOR_IDENTITY {
-        return (
-            StatusCode::FORBIDDEN,
-            "only the operator may change semi-sync settings",
-        )
-            .into_response();
+    if let Some(refused) = operator_only(&peer, "change semi-sync settings") {
+        return refused;
     }
     let s = cnmysql_core::semisync::Settings {
         enabled: req.enabled,

@@ -375,13 +375,7 @@ async fn fencing_with_the_plugin_takes_an_instance_out_and_back() {
     until("the replica fenced", Duration::from_secs(60), || async {
         let st = e.status().await;
         let s = st.instance_states.get(replica)?;
-        let pod = e.pods.get(replica).await.ok()?;
-        let routable = pod
-            .metadata
-            .labels
-            .unwrap_or_default()
-            .get("cnmysql.io/routable")
-            .cloned();
+        let routable = routable_label(&e, replica).await?;
         (st.fenced_instances.contains(&replica.to_string())
             && s.read_only
             && routable.as_deref() != Some("true"))
@@ -392,13 +386,7 @@ async fn fencing_with_the_plugin_takes_an_instance_out_and_back() {
     e.plugin(&["cnmsql", "-n", NS, "fence", "off", "db", replica]);
     until("the replica unfenced", Duration::from_secs(60), || async {
         let st = e.status().await;
-        let pod = e.pods.get(replica).await.ok()?;
-        let routable = pod
-            .metadata
-            .labels
-            .unwrap_or_default()
-            .get("cnmysql.io/routable")
-            .cloned();
+        let routable = routable_label(&e, replica).await?;
         (st.fenced_instances.is_empty() && routable.as_deref() == Some("true")).then_some(())
     })
     .await
@@ -423,4 +411,17 @@ async fn an_isolated_instance_fails_its_liveness_probe_and_is_restarted() {
     .unwrap();
     e.k.fault("heal", NS, replica).await.unwrap();
     e.healthy(3, Duration::from_secs(120)).await;
+}
+
+/// The Pod's `cnmysql.io/routable` label (None when the Pod cannot be read;
+/// Some(None) when it has no such label).
+async fn routable_label(e: &Env, pod: &str) -> Option<Option<String>> {
+    let pod = e.pods.get(pod).await.ok()?;
+    Some(
+        pod.metadata
+            .labels
+            .unwrap_or_default()
+            .get("cnmysql.io/routable")
+            .cloned(),
+    )
 }
