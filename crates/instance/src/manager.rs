@@ -314,9 +314,7 @@ impl<C: ClusterState> Manager<C> {
     }
 
     fn start_server(&self) {
-        if self.supervisor.state() == ServerState::Stopped {
-            tokio::spawn(self.supervisor.clone().run());
-        }
+        self.supervisor.start();
     }
 
     async fn connect_admin(&self) -> anyhow::Result<()> {
@@ -417,7 +415,7 @@ impl<C: ClusterState> Manager<C> {
                                 format!("clone from {source} failed: {e}"),
                             );
                             *self.progress.lock().unwrap() = None;
-                            if self.supervisor.state() != ServerState::Stopped {
+                            if self.supervisor.is_active() {
                                 self.supervisor.shutdown().await;
                                 // A fresh supervisor for the next attempt.
                                 anyhow::bail!("clone failed after the server started: {e}");

@@ -37,6 +37,10 @@ pub struct Supervisor {
     state_tx: watch::Sender<ServerState>,
     stop: Arc<Notify>,
     stopping: watch::Sender<bool>,
+    /// Whether a supervision loop exists (from [`Supervisor::start`] until
+    /// the loop has ended and its mysqld, if any, has exited). Not the same
+    /// as `state == Stopped`: a loop that was just started has not run yet.
+    active: watch::Sender<bool>,
     /// A running mysqld handed on by the previous image of a re-exec'd
     /// manager: supervised instead of starting one.
     adopted: std::sync::Mutex<Option<u32>>,
@@ -191,6 +195,7 @@ impl Supervisor {
             state_tx: watch::channel(ServerState::Stopped).0,
             stop: Arc::new(Notify::new()),
             stopping: watch::channel(false).0,
+            active: watch::channel(false).0,
             adopted: Default::default(),
         })
     }
@@ -244,9 +249,35 @@ impl Supervisor {
         Ok(child.id())
     }
 
+    /// Start supervising mysqld (once: a second call while a loop exists
+    /// does nothing, and none starts after [`Supervisor::shutdown`]).
+    pub fn start(self: &Arc<Self>) {
+        if *self.stopping.borrow() {
+            return;
+        }
+        // Marked active before the loop looks at `stopping`, and shutdown
+        // marks `stopping` before it looks at `active`: either the loop sees
+        // the shutdown and starts nothing, or shutdown waits for the loop.
+        let started = self
+            .active
+            .send_if_modified(|a| !std::mem::replace(a, true));
+        if started {
+            let me = self.clone();
+            tokio::spawn(async move {
+                me.run().await;
+                me.active.send_replace(false);
+            });
+        }
+    }
+
+    /// Whether a supervision loop exists.
+    pub fn is_active(&self) -> bool {
+        *self.active.borrow()
+    }
+
     /// Run mysqld until [`Supervisor::shutdown`] is called, restarting it
     /// whenever it exits on its own.
-    pub async fn run(self: Arc<Self>) {
+    async fn run(&self) {
         let mut backoff = Duration::from_millis(500);
         loop {
             if *self.stopping.borrow() {
@@ -395,8 +426,8 @@ impl Supervisor {
     pub async fn shutdown(&self) {
         self.stopping.send_replace(true);
         self.stop.notify_one();
-        let mut rx = self.subscribe();
-        let _ = rx.wait_for(|s| *s == ServerState::Stopped).await;
+        let mut active = self.active.subscribe();
+        let _ = active.wait_for(|a| !*a).await;
     }
 }
 
@@ -446,4 +477,69 @@ fn thread_waits(pid: u32) -> String {
         ));
     }
     out.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stand-in server that never accepts connections, with no shutdown
+    /// timeout: the supervisor kills it at once when stopping.
+    fn silent_server(dir: &Path) -> Arc<InstanceConfig> {
+        let mut cfg = crate::config::tests::sample(dir);
+        std::fs::create_dir_all(&cfg.run_dir).unwrap();
+        let script = dir.join("mysqld");
+        std::fs::write(&script, "#!/bin/sh\nexec sleep 600\n").unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        cfg.programs.mysqld = script;
+        cfg.shutdown_timeout_secs = 0;
+        Arc::new(cfg)
+    }
+
+    /// A SIGTERM that reaches the manager just as it starts the server
+    /// (seen when a former primary is restarted while the cluster is being
+    /// stopped): shutdown must not return while a loop that was started can
+    /// still start a server, and nothing starts after it. Every order of
+    /// the race is tried, on two worker threads.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn shutdown_right_after_start_leaves_no_server_running() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = silent_server(dir.path());
+        let _logs = start_log_forwarder(&cfg.log_fifo(), None).unwrap();
+        let mut started = std::collections::BTreeSet::new();
+        for round in 0..200 {
+            let sup = Supervisor::new(cfg.clone());
+            let mut states = sup.subscribe();
+            let seen = tokio::spawn(async move {
+                let mut pids = Vec::new();
+                while states.changed().await.is_ok() {
+                    if let ServerState::Running { pid } = *states.borrow_and_update() {
+                        pids.push(pid);
+                    }
+                }
+                pids
+            });
+            sup.start();
+            // Shut down from 0 to 0.4 ms after the start, while the loop
+            // runs on the other worker: before it looked, while it spawns
+            // the server, after the server runs.
+            std::thread::sleep(Duration::from_micros(round * 2));
+            sup.shutdown().await;
+            assert!(!sup.is_active(), "a supervision loop outlived shutdown");
+            assert_eq!(sup.state(), ServerState::Stopped);
+            // Nothing starts after shutdown.
+            sup.start();
+            assert!(!sup.is_active());
+            drop(sup);
+            for pid in seen.await.unwrap() {
+                assert!(
+                    !is_alive(pid),
+                    "round {round}: server {pid} survived shutdown"
+                );
+                started.insert(pid);
+            }
+        }
+        eprintln!("{} of 200 rounds started a server", started.len());
+    }
 }

@@ -106,11 +106,7 @@ struct ManagedProcess {
 impl ManagedProcess {
     /// Neither the manager nor its mysqld can be running any more.
     fn gone(&self, dir: &StateDir) -> bool {
-        let mysqld = std::fs::read_to_string(dir.instance_dir(&self.name).join("run/mysqld.pid"))
-            .ok()
-            .and_then(|p| p.trim().parse::<i32>().ok())
-            .is_some_and(crate::state::pid_alive);
-        self.child.is_none() && !mysqld
+        self.child.is_none() && dir.live_mysqld_pid(&self.name).is_none()
     }
 }
 
@@ -745,10 +741,7 @@ impl ControlPlane {
             c.kill().await;
         }
         p.child = None;
-        if let Ok(pid) =
-            std::fs::read_to_string(self.dir.instance_dir(&p.name).join("run/mysqld.pid"))
-            && let Ok(pid) = pid.trim().parse::<i32>()
-        {
+        if let Some(pid) = self.dir.live_mysqld_pid(&p.name) {
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
             let deadline = Instant::now() + Duration::from_secs(10);
             while crate::state::pid_alive(pid) && Instant::now() < deadline {
@@ -808,9 +801,13 @@ impl ControlPlane {
             if child.wait_for(Duration::from_secs(90)).await {
                 self.reporter.say(Some(&p.name), "stopped");
             } else {
-                self.reporter
-                    .say(Some(&p.name), "did not stop within 90s; killing it");
-                child.kill().await;
+                // Its server too: a manager killed mid-shutdown must not
+                // leave a mysqld nobody supervises.
+                self.reporter.say(
+                    Some(&p.name),
+                    "did not stop within 90s; killing it and its mysqld",
+                );
+                self.kill_instance(p).await;
             }
             let _ = std::fs::remove_file(self.dir.manager_pid(&p.name));
         }

@@ -242,6 +242,15 @@ pub fn down(dir: &StateDir) -> anyhow::Result<()> {
             }
         }
         let _ = std::fs::remove_file(dir.manager_pid(n));
+        // A server whose manager is gone (killed before it could stop it)
+        // is stopped here: nothing else would, and destroy removes its data.
+        if let Some(pid) = dir.live_mysqld_pid(n) {
+            eprintln!("Stopping {n}'s mysqld (pid {pid}), left without its manager…");
+            kill(Pid::from_raw(pid), Signal::SIGTERM)?;
+            if !wait_gone(pid, Duration::from_secs(60)) {
+                kill(Pid::from_raw(pid), Signal::SIGKILL)?;
+            }
+        }
     }
     let _ = std::fs::remove_file(dir.control_pid());
     eprintln!("Stopped; data kept in {}", dir.root.display());

@@ -146,6 +146,20 @@ impl StateDir {
     pub fn manager_log(&self, name: &str) -> PathBuf {
         self.instance_dir(name).join("manager.log")
     }
+    /// The PID of the instance's mysqld (the server writes the file), if
+    /// that process still runs (and is this instance's server, not a
+    /// process that reused a stale PID).
+    pub fn live_mysqld_pid(&self, name: &str) -> Option<i32> {
+        let run = self.instance_dir(name).join("run");
+        let pid = std::fs::read_to_string(run.join("mysqld.pid"))
+            .ok()?
+            .trim()
+            .parse::<i32>()
+            .ok()?;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let ours = String::from_utf8_lossy(&cmdline).contains(&*run.to_string_lossy());
+        (ours && pid_alive(pid)).then_some(pid)
+    }
     pub fn manager_pid(&self, name: &str) -> PathBuf {
         self.instance_dir(name).join("manager.pid")
     }

@@ -321,21 +321,64 @@ impl LocalCluster {
     /// Destroy the cluster and assert nothing it started is still running.
     pub fn destroy(mut self) {
         let t = Instant::now();
-        let out = cnmysql(&["local", "destroy", "--state-dir", &self.state_arg()]);
+        // `down`, then `destroy` (which is `down` and removing the state):
+        // the logs are still there to show why a teardown failed.
+        let out = cnmysql(&["local", "down", "--state-dir", &self.state_arg()]);
         eprintln!(
-            "[{}] destroy took {:?}; {:?} since start",
+            "[{}] down took {:?}; {:?} since start",
             self.name,
             t.elapsed(),
             self.started.elapsed()
         );
+        let left = self.processes();
+        // Every manager stopped its own server in time: the control plane's
+        // and `down`'s fallbacks (kill a manager after 90 s, then its
+        // mysqld) were not needed.
+        let control = std::fs::read_to_string(Path::new(&self.state_arg()).join("control.log"))
+            .unwrap_or_default();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let forced: Vec<&str> = control
+            .lines()
+            .chain(stderr.lines())
+            .filter(|l| l.contains("did not stop within") || l.contains("left without its manager"))
+            .collect();
+        if !out.status.success() || !left.is_empty() || !forced.is_empty() {
+            eprintln!("{}", self.log_tails());
+        }
+        let removed = cnmysql(&["local", "destroy", "--state-dir", &self.state_arg()]);
         self.destroyed = true;
         assert!(
             out.status.success(),
-            "destroy failed: {}",
+            "down failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let left = self.processes();
         assert!(left.is_empty(), "processes left behind: {left:?}");
+        assert!(forced.is_empty(), "stopped by force: {forced:?}");
+        assert!(
+            removed.status.success(),
+            "destroy failed: {}",
+            String::from_utf8_lossy(&removed.stderr)
+        );
+    }
+
+    /// The last lines of the control plane's and every manager's log.
+    pub fn log_tails(&self) -> String {
+        let state = Path::new(&self.state_arg()).to_path_buf();
+        let mut logs = vec![state.join("control.log")];
+        if let Ok(dir) = std::fs::read_dir(state.join("instances")) {
+            logs.extend(dir.flatten().map(|e| e.path().join("manager.log")));
+        }
+        let mut out = String::new();
+        for log in logs {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            out.push_str(&format!("==== {} (last 40 lines)\n", log.display()));
+            for l in &lines[lines.len().saturating_sub(40)..] {
+                out.push_str(l);
+                out.push('\n');
+            }
+        }
+        out
     }
 }
 
@@ -367,6 +410,10 @@ impl Drop for LocalCluster {
     fn drop(&mut self) {
         if self.destroyed {
             return;
+        }
+        // A failed test: show what the cluster logged before it is removed.
+        if std::thread::panicking() {
+            eprintln!("[{}] {}", self.name, self.log_tails());
         }
         let _ = cnmysql(&["local", "destroy", "--state-dir", &self.state_arg()]);
         // Backstop: nothing of ours survives a failed test.
