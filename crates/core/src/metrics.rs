@@ -6,8 +6,11 @@
 //! - per instance (`instance` label): `cnmysql_instance_up`, `_ready`,
 //!   `_primary`, `_read_only`, `_fenced`, `_diverged`,
 //!   `_replication_lag_seconds`, `_semi_sync_waiting` (a primary waiting for
-//!   acknowledgements), `_semi_sync_clients`;
+//!   acknowledgements), `_semi_sync_clients`, `_mysqld_uptime_seconds` (it
+//!   keeps climbing through an in-place upgrade), `_manager_current` (1 when
+//!   the manager runs the operator's executable, 0 while it is stale);
 //! - per cluster: `cnmysql_cluster_instances`, `_ready_instances`,
+//!   `_stale_instances` (managers an upgrade rollout still has to replace),
 //!   `_primary_failing` (1 while a failing primary is being timed),
 //!   `_primary_changing` (1 while targetPrimary differs from currentPrimary),
 //!   `_phase` (1 for the current phase, label `phase`);
@@ -104,6 +107,21 @@ pub fn encode_clusters(clusters: &[Labelled]) -> String {
         "instance_semi_sync_clients",
         "Replicas connected to the primary as semi-sync acknowledgers",
     );
+    let uptime = gauge(
+        &mut r,
+        "instance_mysqld_uptime_seconds",
+        "Seconds since the instance's mysqld started",
+    );
+    let current = gauge(
+        &mut r,
+        "instance_manager_current",
+        "The instance manager runs the operator's executable (0: an upgrade is due)",
+    );
+    let stale_n = gauge(
+        &mut r,
+        "cluster_stale_instances",
+        "Instances whose manager still runs an older executable",
+    );
     let instances = gauge(
         &mut r,
         "cluster_instances",
@@ -145,7 +163,13 @@ pub fn encode_clusters(clusters: &[Labelled]) -> String {
             ready.get_or_create(&l).set(flag(o.ready()));
             fenced.get_or_create(&l).set(flag(s.is_fenced(&o.name)));
             diverged.get_or_create(&l).set(flag(s.is_diverged(&o.name)));
+            if let Some(cur) = crate::rollout::is_current(s, &o.name) {
+                current.get_or_create(&l).set(flag(cur));
+            }
             let Some(st) = &o.status else { continue };
+            if let Some(secs) = st.uptime_seconds {
+                uptime.get_or_create(&l).set(secs as f64);
+            }
             primary
                 .get_or_create(&l)
                 .set(flag(st.role == Role::Primary));
@@ -171,6 +195,12 @@ pub fn encode_clusters(clusters: &[Labelled]) -> String {
         instances
             .get_or_create(&cluster)
             .set(f64::from(s.spec.instances));
+        stale_n.get_or_create(&cluster).set(
+            s.instances
+                .iter()
+                .filter(|o| crate::rollout::is_current(s, &o.name) == Some(false))
+                .count() as f64,
+        );
         ready_n
             .get_or_create(&cluster)
             .set(s.instances.iter().filter(|o| o.ready()).count() as f64);
@@ -266,6 +296,55 @@ mod tests {
         // An unreachable instance has no role to report.
         assert!(!page.contains("cnmysql_instance_primary{instance=\"db-3\"}"));
         assert!(page.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn stale_managers_and_mysqld_uptime_are_series() {
+        let mut p = primary("db-1", "0-1-10");
+        let mut r = replica("db-2", "0-1-10");
+        for (o, hash, up) in [(&mut p, "new", 600), (&mut r, "old", 7200)] {
+            let st = o.status.as_mut().unwrap();
+            st.executable_hash = hash.into();
+            st.uptime_seconds = Some(up);
+        }
+        let gone = crate::status::Observed {
+            name: "db-3".into(),
+            ordinal: 3,
+            status: None,
+        };
+        let mut s = snapshot(vec![p, r, gone]);
+        // No operator hash yet: nobody is called stale.
+        let page = encode_cluster(&s, &EventCounts::new());
+        assert!(!page.contains("cnmysql_instance_manager_current{"));
+        assert!(line(&page, "cnmysql_cluster_stale_instances{").ends_with(" 0.0"));
+
+        s.status.operator_executable_hash = Some("new".into());
+        // The unreachable one is judged by the hash it last reported.
+        s.status
+            .executable_hash_by_instance
+            .insert("db-3".into(), "old".into());
+        let page = encode_cluster(&s, &EventCounts::new());
+        let current = |i: &str| {
+            line(
+                &page,
+                &format!("cnmysql_instance_manager_current{{instance=\"{i}\"}}"),
+            )
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .to_string()
+        };
+        assert_eq!(current("db-1"), "1.0");
+        assert_eq!(current("db-2"), "0.0");
+        assert_eq!(current("db-3"), "0.0");
+        assert!(line(&page, "cnmysql_cluster_stale_instances{cluster=\"db\"}").ends_with(" 2.0"));
+        assert!(
+            line(
+                &page,
+                "cnmysql_instance_mysqld_uptime_seconds{instance=\"db-2\"}"
+            )
+            .ends_with(" 7200.0")
+        );
     }
 
     #[test]

@@ -106,6 +106,27 @@ impl Next {
     }
 }
 
+/// The hash of the executable an instance's manager runs: its answer, or
+/// for an unreachable instance its last report.
+pub fn manager_hash<'a>(s: &'a Snapshot, name: &str) -> Option<&'a str> {
+    s.get(name)
+        .and_then(|o| o.status.as_ref())
+        .map(|st| st.executable_hash.as_str())
+        .or_else(|| {
+            s.status
+                .executable_hash_by_instance
+                .get(name)
+                .map(String::as_str)
+        })
+}
+
+/// Whether an instance's manager runs the operator's executable (None when
+/// either hash is unknown).
+pub fn is_current(s: &Snapshot, name: &str) -> Option<bool> {
+    let target = s.status.operator_executable_hash.as_deref()?;
+    Some(manager_hash(s, name)? == target)
+}
+
 /// The instances a rollout step was last given, and when (Unix ms).
 pub type InFlight = std::collections::BTreeMap<String, i64>;
 
@@ -124,21 +145,9 @@ pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
         .filter(|o| !out_of_service(&o.name))
         .collect();
     members.sort_by_key(|o| o.ordinal);
-    // An unreachable instance's hash is its last report.
-    let hash_of = |name: &str| -> Option<&str> {
-        s.get(name)
-            .and_then(|o| o.status.as_ref())
-            .map(|st| st.executable_hash.as_str())
-            .or_else(|| {
-                s.status
-                    .executable_hash_by_instance
-                    .get(name)
-                    .map(String::as_str)
-            })
-    };
     let stale: Vec<String> = members
         .iter()
-        .filter(|o| hash_of(&o.name).is_some_and(|h| h != target))
+        .filter(|o| manager_hash(s, &o.name).is_some_and(|h| h != target))
         .map(|o| o.name.clone())
         .collect();
     if stale.is_empty() {
