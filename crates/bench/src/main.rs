@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 mod kube;
 mod operator;
+mod upgrade;
 
 use clap::{Parser, Subcommand};
 use mysql_async::prelude::*;
@@ -64,6 +65,10 @@ enum What {
         #[arg(long)]
         no_local: bool,
     },
+    /// Instance-manager upgrades under writes: in place (swap time and
+    /// query gap per instance, mysqld kept) and rolling (total time, rw
+    /// write gap across the switchover).
+    Upgrade,
     /// All of the above but the operator and Kubernetes.
     All,
 }
@@ -571,6 +576,9 @@ fn main() -> anyhow::Result<()> {
     }
     if all || matches!(cli.what, What::Switchover) {
         results.insert("switchover".into(), switchover(cli.runs)?);
+    }
+    if all || matches!(cli.what, What::Upgrade) {
+        results.insert("upgrade".into(), upgrade::upgrade(cli.runs)?);
     }
     if let What::Kube {
         slow_runs,

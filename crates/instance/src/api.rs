@@ -84,13 +84,10 @@ async fn upgrade<B: Backend>(
     Extension(peer): Extension<Peer>,
     req: axum::extract::Request,
 ) -> Response {
-    if peer.0 != OPERATOR_IDENTITY {
-        return (
-            StatusCode::FORBIDDEN,
-            "only the operator may upgrade the instance manager",
-        )
-            .into_response();
+    if let Some(refused) = operator_only(&peer, "upgrade the instance manager") {
+        return refused;
     }
+    tracing::info!("instance manager upgrade requested");
     if let Err(why) = b.may_reexec() {
         return (StatusCode::CONFLICT, why).into_response();
     }
@@ -133,13 +130,10 @@ async fn restart_inplace<B: Backend>(
     State(b): State<Arc<B>>,
     Extension(peer): Extension<Peer>,
 ) -> Response {
-    if peer.0 != OPERATOR_IDENTITY {
-        return (
-            StatusCode::FORBIDDEN,
-            "only the operator may restart the instance manager",
-        )
-            .into_response();
+    if let Some(refused) = operator_only(&peer, "restart the instance manager") {
+        return refused;
     }
+    tracing::info!("instance manager restart in place requested");
     if let Err(why) = b.may_reexec() {
         return (StatusCode::CONFLICT, why).into_response();
     }
