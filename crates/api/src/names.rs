@@ -23,6 +23,15 @@ pub const REPLICATION_USER: &str = "cnmysql_replication";
 pub const ADMIN_USER: &str = "root";
 /// Account created for applications.
 pub const APP_USER: &str = "app";
+/// Pod annotation asking the operator to restart the instance manager in
+/// place (re-exec; mysqld keeps running). Its value names the request
+/// (`kubectl cnmsql restart-inplace` writes the current time).
+pub const RESTART_INPLACE_ANNOTATION: &str = "cnmysql.io/restartInPlace";
+/// Pod annotation the operator sets to the request it carried out.
+pub const RESTARTED_INPLACE_ANNOTATION: &str = "cnmysql.io/restartedInPlace";
+/// Pod annotation the operator sets, beside the one above, when the
+/// manager refused or could not be reached; removed on success.
+pub const RESTART_INPLACE_ERROR_ANNOTATION: &str = "cnmysql.io/restartInPlaceError";
 /// Common name of the operator's client certificate.
 pub const OPERATOR_IDENTITY: &str = "cnmysql-operator";
 

@@ -32,7 +32,7 @@ pub fn invoked_as_plugin(argv0: &str) -> bool {
     name = "kubectl cnmsql",
     bin_name = "kubectl cnmsql",
     version,
-    about = "Day-2 operations on cloudnative-mysql clusters: status, switchover, fencing"
+    about = "Day-2 operations on cloudnative-mysql clusters: status, switchover, fencing, in-place restarts"
 )]
 pub struct PluginCli {
     #[command(flatten)]
@@ -87,6 +87,21 @@ pub enum PluginCommand {
         /// How long to wait [default: the cluster's maxSwitchoverDelay + 30s].
         #[arg(long, value_name = "SECONDS")]
         timeout: Option<u64>,
+    },
+    /// Restart an instance manager in place: it re-executes its binary and
+    /// adopts the running server, so mysqld keeps running and no client is
+    /// disconnected.
+    RestartInplace {
+        /// The cluster, e.g. cluster-example.
+        cluster: String,
+        /// The instance, e.g. cluster-example-2.
+        instance: String,
+        /// Wait until the instance is ready again (--wait=false returns once requested).
+        #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+        wait: bool,
+        /// How long to wait.
+        #[arg(long, value_name = "SECONDS", default_value = "60")]
+        timeout: u64,
     },
     /// Fence an instance (out of every route, held read-only, never a
     /// failover candidate), or unfence it.
@@ -191,6 +206,34 @@ pub async fn run(cli: PluginCli) -> anyhow::Result<()> {
             let took =
                 k8s::wait_for_switchover(&h, &instance, limit, Duration::from_millis(500)).await?;
             eprintln!("{instance} is the primary ({:.1}s)", took.as_secs_f64());
+            Ok(())
+        }
+        PluginCommand::RestartInplace {
+            cluster,
+            instance,
+            wait,
+            timeout,
+        } => {
+            if t.local {
+                return cnmysql_local::restart_inplace(&t.local_dir(&cluster)?, &instance).await;
+            }
+            let h = t.kubernetes(&cluster).await?;
+            let request = k8s::request_restart_inplace(&h, &instance).await?;
+            eprintln!("In-place restart of {instance} requested ({request})");
+            if !wait {
+                return Ok(());
+            }
+            let took = k8s::wait_for_restart_inplace(
+                &h,
+                &instance,
+                &request,
+                Duration::from_secs(timeout),
+            )
+            .await?;
+            eprintln!(
+                "{instance}: instance manager restarted in place and ready ({:.1}s); mysqld kept running (`kubectl get events` has the PIDs)",
+                took.as_secs_f64()
+            );
             Ok(())
         }
         PluginCommand::Fence {

@@ -42,7 +42,13 @@ pub trait Backend: Send + Sync + 'static {
     fn may_reexec(&self) -> Result<(), String>;
     /// Re-exec `exe` shortly (after the answer went out); `upgraded`: a new
     /// binary was installed, put the previous one back if the exec fails.
-    fn reexec(self: Arc<Self>, exe: std::path::PathBuf, upgraded: bool);
+    /// `answered` fires once the HTTP answer has been written out.
+    fn reexec(
+        self: Arc<Self>,
+        exe: std::path::PathBuf,
+        upgraded: bool,
+        answered: tokio::sync::oneshot::Receiver<()>,
+    );
 }
 
 pub fn router<B: Backend>(backend: Arc<B>) -> Router {
@@ -110,8 +116,9 @@ async fn upgrade<B: Backend>(
     let body = req.into_body().into_data_stream();
     match crate::upgrade::install(&exe, &hash, body).await {
         Ok(()) => {
-            b.clone().reexec(exe, true);
-            (StatusCode::OK, format!("installed {hash}; re-executing")).into_response()
+            let (answer, answered) = answer_then(format!("installed {hash}; re-executing"));
+            b.clone().reexec(exe, true, answered);
+            answer
         }
         Err(crate::upgrade::InstallError::Refused(why)) => {
             tracing::warn!(reason = why, "instance manager upgrade refused");
@@ -137,8 +144,33 @@ async fn restart_inplace<B: Backend>(
     if let Err(why) = b.may_reexec() {
         return (StatusCode::CONFLICT, why).into_response();
     }
-    b.clone().reexec("/proc/self/exe".into(), false);
-    (StatusCode::OK, "re-executing in place").into_response()
+    let (answer, answered) = answer_then("re-executing in place".into());
+    b.clone().reexec("/proc/self/exe".into(), false, answered);
+    answer
+}
+
+/// A 200 answer, and a signal that fires once its body has been written
+/// out (the server asked the body for more after its only chunk): the
+/// re-exec that follows closes the connection, so it waits for this
+/// instead of guessing a delay.
+fn answer_then(text: String) -> (Response, tokio::sync::oneshot::Receiver<()>) {
+    use futures::StreamExt;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let chunk =
+        futures::stream::iter([Ok::<_, std::convert::Infallible>(bytes::Bytes::from(text))]);
+    let done = futures::stream::once(async move {
+        let _ = tx.send(());
+    })
+    .filter_map(|()| async { None::<Result<bytes::Bytes, std::convert::Infallible>> });
+    let body = axum::body::Body::from_stream(chunk.chain(done));
+    (
+        Response::builder()
+            .status(StatusCode::OK)
+            .header("content-type", "text/plain; charset=utf-8")
+            .body(body)
+            .expect("a static response is valid"),
+        rx,
+    )
 }
 
 /// The kubelet's probes on a plain-HTTP port: health and readiness only,

@@ -118,13 +118,21 @@ impl<C: ClusterState> Backend for Manager<C> {
             )),
         }
     }
-    fn reexec(self: Arc<Self>, exe: std::path::PathBuf, upgraded: bool) {
+    fn reexec(
+        self: Arc<Self>,
+        exe: std::path::PathBuf,
+        upgraded: bool,
+        answered: tokio::sync::oneshot::Receiver<()>,
+    ) {
         use std::sync::atomic::Ordering;
         if self.reexec_pending.swap(true, Ordering::SeqCst) {
             return;
         }
         tokio::spawn(async move {
-            tokio::time::sleep(crate::upgrade::REEXEC_DELAY).await;
+            // The answer is written (or the caller left, or it took too
+            // long); a moment more for the TLS layer to flush it.
+            let _ = tokio::time::timeout(crate::upgrade::ANSWER_TIMEOUT, answered).await;
+            tokio::time::sleep(crate::upgrade::FLUSH_GRACE).await;
             let mysqld = match self.supervisor.state() {
                 ServerState::Running { pid } => Some(pid),
                 _ => None,
@@ -178,7 +186,7 @@ impl<C: ClusterState> Manager<C> {
         let message = message.into();
         let mut p = self.phase.lock().unwrap();
         if p.0 != phase || p.1 != message {
-            tracing::info!(phase = ?phase, message, "instance phase");
+            tracing::info!(phase = ?phase, reason = %message, "instance phase");
         }
         *p = (phase, message);
     }

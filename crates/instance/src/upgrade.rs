@@ -30,8 +30,11 @@ pub const LOG_FIFO_FD_ENV: &str = "CNMYSQL_LOG_FIFO_FD";
 /// The largest executable accepted (the manager is ~30 MB).
 pub const MAX_EXECUTABLE_BYTES: u64 = 512 * 1024 * 1024;
 
-/// Time given to the HTTP answer to reach the caller before the exec.
-pub const REEXEC_DELAY: std::time::Duration = std::time::Duration::from_millis(250);
+/// The longest the re-exec waits for its HTTP answer to be written.
+pub const ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+/// After the answer's body was handed to the connection: time for the TLS
+/// layer to encrypt and flush it before the exec closes the socket.
+pub const FLUSH_GRACE: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Why an executable was refused (400) or could not be installed (500).
 #[derive(Debug, thiserror::Error)]
@@ -230,13 +233,47 @@ pub async fn push(
     Ok(())
 }
 
-/// Ask the manager at `host:port` to re-exec its binary in place.
-pub async fn restart_in_place(
+/// An in-place restart as it was seen from outside: the manager's status
+/// before and once the new image answered ready.
+pub struct Restarted {
+    pub before: cnmysql_core::status::InstanceStatus,
+    pub after: cnmysql_core::status::InstanceStatus,
+    pub took: std::time::Duration,
+}
+
+impl Restarted {
+    /// One line for humans: how long, and that mysqld kept its PID.
+    pub fn describe(&self, instance: &str) -> String {
+        let pid = |p: Option<u32>| p.map(|p| p.to_string()).unwrap_or("-".into());
+        format!(
+            "{instance}: instance manager restarted in place in {:.2}s (pid {} → {}, mysqld pid {} → {}, mysqld up {} s)",
+            self.took.as_secs_f64(),
+            self.before.manager_pid,
+            self.after.manager_pid,
+            pid(self.before.mysqld_pid),
+            pid(self.after.mysqld_pid),
+            self.after.uptime_seconds.unwrap_or_default()
+        )
+    }
+}
+
+/// Restart the manager at `host:port` in place and wait (up to `limit`)
+/// until the new image answers ready.
+pub async fn restart_in_place_and_wait(
     client: &crate::client::ControlClient,
     host: &str,
     port: u16,
-) -> anyhow::Result<()> {
-    let (code, text) = client
+    limit: std::time::Duration,
+) -> anyhow::Result<Restarted> {
+    use cnmysql_core::status::InstanceStatus;
+    let before: InstanceStatus = client
+        .get_json(host, port, "/status")
+        .await
+        .map_err(|e| anyhow::anyhow!("the instance manager does not answer: {e}"))?;
+    let began = std::time::Instant::now();
+    // A refusal is final; a lost answer is not (the manager may have
+    // re-executed before it got out): its status tells.
+    let lost_answer = match client
         .post(
             host,
             port,
@@ -244,11 +281,38 @@ pub async fn restart_in_place(
             &[],
             Bytes::new(),
         )
-        .await?;
-    if code != 200 {
-        anyhow::bail!("the instance manager refused to restart in place ({code}): {text}");
+        .await
+    {
+        Ok((200, _)) => None,
+        Ok((code, text)) => {
+            anyhow::bail!("the instance manager refused to restart in place ({code}): {text}")
+        }
+        Err(e) => Some(e),
+    };
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        if let Ok(after) = client
+            .get_json::<InstanceStatus>(host, port, "/status")
+            .await
+            && after.manager_started_at != before.manager_started_at
+            && after.ready
+        {
+            return Ok(Restarted {
+                before,
+                after,
+                took: began.elapsed(),
+            });
+        }
+        if began.elapsed() > limit {
+            match lost_answer {
+                Some(e) => anyhow::bail!("the restart request failed: {e}"),
+                None => anyhow::bail!(
+                    "the restarted instance manager is not ready after {}s; see its log",
+                    limit.as_secs()
+                ),
+            }
+        }
     }
-    Ok(())
 }
 
 /// What a re-exec'd manager takes over from its previous image.

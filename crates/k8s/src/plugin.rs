@@ -1,8 +1,11 @@
 //! What the `kubectl cnmsql` plugin asks of a Cluster on Kubernetes.
 //!
-//! Both requests are status transitions, as in CloudNativePG: a switchover
-//! sets `status.targetPrimary`, fencing edits `status.fencedInstances`. The
-//! operator and the in-pod managers carry them out. Every write goes to the
+//! Switchover and fencing are status transitions, as in CloudNativePG: a
+//! switchover sets `status.targetPrimary`, fencing edits
+//! `status.fencedInstances`. The operator and the in-pod managers carry them
+//! out. An in-place restart of an instance manager is an annotation on its
+//! Pod that the operator answers (only it holds the client certificate the
+//! manager's control API accepts). Every write goes to the
 //! status subresource as a merge patch that names the `resourceVersion` it
 //! was computed from, so a concurrent writer (the operator) makes it fail
 //! with 409 Conflict instead of being overwritten; we then read again,
@@ -237,6 +240,60 @@ pub async fn set_fencing(h: &ClusterHandle, instance: &str, on: bool) -> anyhow:
         "the status of cluster {} kept changing while fencing was being updated ({CONFLICT_ATTEMPTS} attempts); try again",
         h.name()
     )
+}
+
+/// Ask the operator to restart `instance`'s manager in place; returns the
+/// request id to wait for.
+pub async fn request_restart_inplace(h: &ClusterHandle, instance: &str) -> anyhow::Result<String> {
+    use cnmysql_api::names::RESTART_INPLACE_ANNOTATION;
+    use k8s_openapi::api::core::v1::Pod;
+    let cluster = h.get().await?;
+    cnmysql_core::status::check_member(h.name(), &cluster.spec, instance)
+        .map_err(anyhow::Error::msg)?;
+    let pods: Api<Pod> = Api::namespaced(h.client.clone(), h.namespace());
+    let request = k8s_openapi::jiff::Timestamp::now().to_string();
+    let patch = json!({"metadata": {"annotations": {RESTART_INPLACE_ANNOTATION: request}}});
+    match pods
+        .patch(instance, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(request),
+        Err(kube::Error::Api(s)) if s.is_not_found() => anyhow::bail!(
+            "instance {instance} has no Pod in namespace {} (it is being created or fenced out); nothing to restart",
+            h.namespace()
+        ),
+        Err(e) => Err(e).with_context(|| format!("annotating Pod {instance}")),
+    }
+}
+
+/// Wait until the operator answered `request` on `instance`'s Pod (it
+/// answers once the new image of the manager is ready, or with an error).
+pub async fn wait_for_restart_inplace(
+    h: &ClusterHandle,
+    instance: &str,
+    request: &str,
+    limit: Duration,
+) -> anyhow::Result<Duration> {
+    use cnmysql_api::names::{RESTART_INPLACE_ERROR_ANNOTATION, RESTARTED_INPLACE_ANNOTATION};
+    use k8s_openapi::api::core::v1::Pod;
+    let began = Instant::now();
+    let pods: Api<Pod> = Api::namespaced(h.client.clone(), h.namespace());
+    loop {
+        anyhow::ensure!(
+            began.elapsed() < limit,
+            "the operator did not carry the restart of {instance} out within {}s; see `kubectl get events` and the operator's log",
+            limit.as_secs()
+        );
+        let pod = pods.get(instance).await?;
+        let a = pod.annotations();
+        if a.get(RESTARTED_INPLACE_ANNOTATION).map(String::as_str) == Some(request) {
+            if let Some(why) = a.get(RESTART_INPLACE_ERROR_ANNOTATION) {
+                anyhow::bail!("the in-place restart of {instance} failed: {why}");
+            }
+            return Ok(began.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// How a switchover in progress stands, from the Cluster status alone.

@@ -716,38 +716,16 @@ pub async fn restart_inplace(dir: &StateDir, instance: &str) -> anyhow::Result<(
     let port = ports.instances[instance].control;
     let client =
         cnmysql_instance::client::ControlClient::new(dir.operator_material()?.client_config()?);
-    let before: InstanceStatus = client
-        .get_json(&ports.host, port, "/status")
-        .await
-        .map_err(|e| anyhow::anyhow!("{instance} does not answer: {e}"))?;
-    cnmysql_instance::upgrade::restart_in_place(&client, &ports.host, port).await?;
-    let began = Instant::now();
-    loop {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        if let Ok(now) = client
-            .get_json::<InstanceStatus>(&ports.host, port, "/status")
-            .await
-            && now.manager_started_at != before.manager_started_at
-            && now.ready
-        {
-            eprintln!(
-                "{instance}: instance manager restarted in place in {:.2}s (pid {} → {}, mysqld pid {} → {}, mysqld up {} s)",
-                began.elapsed().as_secs_f64(),
-                before.manager_pid,
-                now.manager_pid,
-                before
-                    .mysqld_pid
-                    .map(|p| p.to_string())
-                    .unwrap_or("-".into()),
-                now.mysqld_pid.map(|p| p.to_string()).unwrap_or("-".into()),
-                now.uptime_seconds.unwrap_or_default()
-            );
-            return Ok(());
-        }
-        if began.elapsed() > Duration::from_secs(60) {
-            anyhow::bail!("{instance} did not come back within 60 s; see its manager.log");
-        }
-    }
+    let done = cnmysql_instance::upgrade::restart_in_place_and_wait(
+        &client,
+        &ports.host,
+        port,
+        Duration::from_secs(60),
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{instance}: {e}"))?;
+    eprintln!("{}", done.describe(instance));
+    Ok(())
 }
 
 /// Fence or unfence an instance.

@@ -15,6 +15,7 @@ pub mod labels;
 pub mod metrics;
 pub mod objects;
 pub mod reconcile;
+pub mod restart;
 pub mod topology;
 
 use std::net::SocketAddr;
@@ -146,6 +147,35 @@ async fn shutdown_signal() {
     }
 }
 
+/// The image of the container this operator runs in, read from its own
+/// Pod: after `kubectl set image` on the Deployment it is the new image even
+/// though `CNMYSQL_OPERATOR_IMAGE` still names the old one (instance Pods
+/// copy their manager from it, so it must be the image of this executable).
+/// None outside a Pod, or when the Pod cannot be read.
+async fn own_image(client: &Client, opts: &Options) -> Option<String> {
+    use k8s_openapi::api::core::v1::Pod;
+    std::env::var_os("POD_NAME")?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &opts.leader_election_namespace);
+    let pod = match pods.get(&opts.identity).await {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!(pod = %opts.identity, error = %e, "cannot read the operator's own Pod; using CNMYSQL_OPERATOR_IMAGE");
+            return None;
+        }
+    };
+    let containers = pod.spec?.containers;
+    let image = containers
+        .iter()
+        .find(|c| c.name == "operator")
+        .or(containers.first())?
+        .image
+        .clone()?;
+    if image != opts.operator_image {
+        tracing::info!(pod_image = %image, env_image = %opts.operator_image, "the operator's Pod runs another image than CNMYSQL_OPERATOR_IMAGE names; instance Pods follow the Pod");
+    }
+    Some(image)
+}
+
 pub async fn run(opts: Options) -> anyhow::Result<()> {
     let (client, _) = cnmysql_k8s::client::connect(&opts.connect).await?;
     let metrics = Metrics::default();
@@ -168,6 +198,10 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
 
     let operator_hash = cnmysql_instance::manager::executable_hash();
     tracing::info!(hash = %operator_hash, "operator executable");
+    let operator_image = own_image(&client, &opts)
+        .await
+        .unwrap_or_else(|| opts.operator_image.clone());
+    tracing::info!(image = %operator_image, "instance Pods take their manager from this image");
     let ctx = Arc::new(Context {
         topology: Default::default(),
         clusters: Default::default(),
@@ -175,9 +209,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         secrets: Default::default(),
         stop: tokio::sync::watch::channel(false).0,
         client: client.clone(),
-        env: Environment {
-            operator_image: opts.operator_image.clone(),
-        },
+        env: Environment { operator_image },
         operator_hash,
         metrics: metrics.clone(),
     });

@@ -11,6 +11,11 @@
 //! | release the lease | delete the Lease `<cluster>-primary`, only once the holder's Pod is gone |
 //! | restart | recreate the Pod on its claim |
 //! | semi-sync | `POST /semisync` on the primary |
+//! | upgrade in place | stream the operator's executable to `POST /instance/manager/upgrade` at the Pod IP |
+//! | recreate (rolling upgrade) | delete the Pod; the next reconcile creates it with the operator's image |
+//!
+//! Restarts in place that a user asked for on a Pod are carried out in
+//! `restart.rs` after each step.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -491,6 +496,7 @@ pub async fn step(
     if let Some(m) = ctx.topology.lock().unwrap().get_mut(&k) {
         m.core = memory;
     }
+    crate::restart::carry_out(ctx, cluster, pods, &client).await?;
     Ok(changing || status.primary_failing_since.is_some())
 }
 

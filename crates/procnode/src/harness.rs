@@ -126,6 +126,16 @@ impl KubeCluster {
     /// for the operator image), install the operator, and return once it
     /// is Ready.
     pub async fn start(node_exe: &Path, cnmysql: &Path) -> anyhow::Result<KubeCluster> {
+        Self::start_with_images(node_exe, cnmysql, &[]).await
+    }
+
+    /// The same, with more `--image REPO=PATH=HOST_FILE` mappings for the
+    /// node (say, a newer operator image to upgrade to).
+    pub async fn start_with_images(
+        node_exe: &Path,
+        cnmysql: &Path,
+        extra_images: &[String],
+    ) -> anyhow::Result<KubeCluster> {
         let lock = tokio::task::spawn_blocking(|| one_at_a_time(true)).await??;
         let cp = ControlPlane::start(Options {
             controllers: CONTROLLERS.iter().map(|s| s.to_string()).collect(),
@@ -148,6 +158,7 @@ impl KubeCluster {
                 "ghcr.io/cloudnative-mysql/cnmysql=/usr/local/bin/cnmysql={}",
                 cnmysql.display()
             ))
+            .args(extra_images.iter().flat_map(|i| ["--image", i.as_str()]))
             .env_remove("KUBECONFIG")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)

@@ -41,9 +41,15 @@ struct Env {
 
 /// A cluster on the node, with `db` created and healthy.
 async fn env(durability: &str) -> Env {
-    let k = KubeCluster::start(
+    env_with_images(durability, &[]).await
+}
+
+/// The same, the node also knowing the images in `images`.
+async fn env_with_images(durability: &str, images: &[String]) -> Env {
+    let k = KubeCluster::start_with_images(
         std::path::Path::new(env!("CARGO_BIN_EXE_cnmysql-node")),
         &cnmysql_exe(),
+        images,
     )
     .await
     .unwrap();
@@ -424,4 +430,227 @@ async fn routable_label(e: &Env, pod: &str) -> Option<Option<String>> {
             .get("cnmysql.io/routable")
             .cloned(),
     )
+}
+
+/// The image a new operator release would be: this build of `cnmysql` with
+/// different trailing bytes (a different SHA-256), under its own repository
+/// so the node runs that file for it.
+const NEXT_IMAGE: &str = "ghcr.io/cloudnative-mysql/cnmysql-next:0.2.0";
+
+fn next_operator(dir: &std::path::Path) -> String {
+    use std::io::Write;
+    let exe = dir.join("cnmysql-next");
+    std::fs::copy(cnmysql_exe(), &exe).unwrap();
+    let mut f = std::fs::OpenOptions::new().append(true).open(&exe).unwrap();
+    writeln!(f, "\nnext operator release").unwrap();
+    format!(
+        "ghcr.io/cloudnative-mysql/cnmysql-next=/usr/local/bin/cnmysql={}",
+        exe.display()
+    )
+}
+
+impl Env {
+    /// `kubectl set image` on the operator's Deployment, then wait until
+    /// the new operator runs and every instance runs its executable, the
+    /// cluster healthy; returns the new hash.
+    async fn upgrade_operator(&self, timeout: Duration) -> String {
+        let old = self.status().await.operator_executable_hash.unwrap();
+        // On the process node every Pod shares the host's network, and the
+        // operator listens on 0.0.0.0:8080: a surge Pod of the new version
+        // could not bind beside the old one. Replace it instead (a deviation
+        // of the test node, not of a real cluster).
+        self.k
+            .cp
+            .kubectl(
+                &[
+                    "-n",
+                    "cnmysql-system",
+                    "patch",
+                    "deployment",
+                    "cnmysql-operator",
+                    "-p",
+                    r#"{"spec":{"strategy":{"type":"Recreate","rollingUpdate":null}}}"#,
+                ],
+                None,
+            )
+            .unwrap();
+        self.k
+            .cp
+            .kubectl(
+                &[
+                    "-n",
+                    "cnmysql-system",
+                    "set",
+                    "image",
+                    "deployment/cnmysql-operator",
+                    &format!("operator={NEXT_IMAGE}"),
+                ],
+                None,
+            )
+            .unwrap();
+        until("every instance on the new executable", timeout, || async {
+            let st = self.status().await;
+            let new = st.operator_executable_hash.clone().filter(|h| *h != old)?;
+            let all = ["db-1", "db-2", "db-3"]
+                .iter()
+                .all(|i| st.executable_hash_by_instance.get(*i) == Some(&new));
+            (all && st.phase == Some(cnmysql_api::Phase::Healthy) && st.ready_instances == 3)
+                .then_some(new)
+        })
+        .await
+        .unwrap_or_else(|err| {
+            let events = self
+                .k
+                .cp
+                .kubectl(&["-n", NS, "get", "events"], None)
+                .unwrap_or_default();
+            panic!("{err}\nevents:\n{events}")
+        })
+    }
+
+    /// Pod uid, restart count, the host PIDs of its manager (PID 1 of the
+    /// container) and of the mysqld under it.
+    async fn pod_processes(&self, pod: &str) -> (String, i32, i32, Option<i32>) {
+        let uid = self.pod_uid(pod).await.unwrap();
+        let manager = self.k.pid(NS, pod, "mysql").await.unwrap();
+        let parent = |p: i32| -> Option<i32> {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+            stat.rsplit(')')
+                .next()?
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()
+        };
+        // The mariadbd whose ancestors include the container's PID 1.
+        let mysqld = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/comm"))
+                    .is_ok_and(|c| c.trim() == "mariadbd")
+            })
+            .find(|p| {
+                let mut at = *p;
+                while let Some(up) = parent(at).filter(|u| *u > 1) {
+                    if up == manager {
+                        return true;
+                    }
+                    at = up;
+                }
+                false
+            });
+        (uid, self.restarts(pod).await, manager, mysqld)
+    }
+
+    async fn events_named(&self, reason: &str) -> usize {
+        self.k
+            .cp
+            .kubectl(&["-n", NS, "get", "events", "-o", "json"], None)
+            .unwrap_or_default()
+            .matches(&format!("\"reason\": \"{reason}\""))
+            .count()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+async fn a_new_operator_image_upgrades_every_manager_in_place_and_restart_inplace_keeps_mysqld() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = env_with_images("required", &[next_operator(dir.path())]).await;
+    e.k.cp
+        .kubectl(
+            &[
+                "-n",
+                NS,
+                "patch",
+                "cluster",
+                "db",
+                "--type",
+                "merge",
+                "-p",
+                r#"{"spec":{"inPlaceInstanceManagerUpdates":true}}"#,
+            ],
+            None,
+        )
+        .unwrap();
+    let pods = ["db-1", "db-2", "db-3"];
+    let mut before = Vec::new();
+    for p in pods {
+        before.push(e.pod_processes(p).await);
+    }
+    assert!(before.iter().all(|b| b.3.is_some()), "{before:?}");
+    let w = e.writer().await;
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+    let began = Instant::now();
+    let hash = e.upgrade_operator(Duration::from_secs(240)).await;
+    eprintln!(
+        "in-place rollout done {:?} after set image",
+        began.elapsed()
+    );
+    // No Pod recreated, no container restarted, every manager re-executed
+    // under its PID with its mysqld still running.
+    for (p, b) in pods.iter().zip(&before) {
+        assert_eq!(&e.pod_processes(p).await, b, "{p} changed");
+    }
+    assert!(e.events_named("UpgradingInstanceManager").await >= 3);
+
+    // A restart in place asked through the plugin, carried out by the
+    // operator: the same Pod, manager PID and mysqld PID.
+    let out = e.plugin(&["cnmsql", "-n", NS, "restart-inplace", "db", "db-2"]);
+    eprintln!("{out}");
+    assert_eq!(e.pod_processes("db-2").await, before[1]);
+    assert_eq!(e.events_named("RestartedInPlace").await, 1);
+    let st = e.status().await;
+    assert_eq!(st.executable_hash_by_instance.get("db-2"), Some(&hash));
+
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+    let o = w.stop().await;
+    eprintln!(
+        "in place: {} writes acknowledged, {} failed, longest gap {:?}",
+        o.acked.len(),
+        o.errors,
+        o.longest_gap
+    );
+    assert_eq!(o.errors, 0, "writes failed while managers were swapped");
+    e.verify(&o.acked).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+async fn a_new_operator_image_recreates_replicas_then_switches_over_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = env_with_images("required", &[next_operator(dir.path())]).await;
+    let primary = e.status().await.current_primary.unwrap();
+    let mut uids = Vec::new();
+    for p in ["db-1", "db-2", "db-3"] {
+        uids.push(e.pod_uid(p).await.unwrap());
+    }
+    let w = e.writer().await;
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+    let began = Instant::now();
+    e.upgrade_operator(Duration::from_secs(420)).await;
+    eprintln!("rolling upgrade done {:?} after set image", began.elapsed());
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+    let o = w.stop().await;
+    // Every Pod recreated from the new image, the primary switched over
+    // first (never failed over).
+    for (p, uid) in ["db-1", "db-2", "db-3"].iter().zip(&uids) {
+        assert_ne!(
+            e.pod_uid(p).await.as_ref(),
+            Some(uid),
+            "{p} was not recreated"
+        );
+    }
+    let now = e.status().await.current_primary.unwrap();
+    assert_ne!(now, primary, "the primary was not switched over");
+    assert_eq!(e.events_named("SwitchoverForUpgrade").await, 1);
+    assert_eq!(e.events_named("FailoverCompleted").await, 0);
+    eprintln!(
+        "rolling: {} writes acknowledged, longest gap {:?}",
+        o.acked.len(),
+        o.longest_gap
+    );
+    e.verify(&o.acked).await;
 }

@@ -267,7 +267,8 @@ pub fn pod(cluster: &Cluster, instance: &str, env_: &Environment) -> Pod {
         readiness_probe: Some(probe("/readyz", 2, 3)),
         resources: cluster.spec.resources.clone(),
         volume_mounts: Some(vec![
-            mount("controller", "/controller", true),
+            // Writable: an in-place upgrade puts the new manager here.
+            mount("controller", "/controller", false),
             mount("data", DATA_MOUNT, false),
             mount("run", RUN_MOUNT, false),
             mount("tls", TLS_MOUNT, true),
