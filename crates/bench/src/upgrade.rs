@@ -127,12 +127,35 @@ fn pids(b: &Bench, instance: &str) -> (String, String) {
     (read("manager.pid"), read("run/mysqld.pid"))
 }
 
-fn upgrade_to(b: &Bench, exe: &Path) -> anyhow::Result<f64> {
+/// `<exe> local upgrade --no-wait` (returns once the control plane runs
+/// `exe`), then wait for the rollout to finish. Returns the total time and
+/// when the control plane had switched (its re-exec drops the connections
+/// of the local endpoints it serves; the rollout comes after).
+fn upgrade_to(b: &Bench, exe: &Path) -> anyhow::Result<(f64, Instant)> {
     let t = Instant::now();
     run(Command::new(exe)
-        .args(["local", "upgrade", "--wait-timeout", "600", "--state-dir"])
+        .args(["local", "upgrade", "--no-wait", "--state-dir"])
         .arg(b.state()))?;
-    Ok(t.elapsed().as_secs_f64())
+    let switched = Instant::now();
+    b.wait("the rollout", Duration::from_secs(600), |s| {
+        let target = &s["operatorExecutableHash"];
+        let hashes = s["executableHashByInstance"].as_object();
+        s["phase"] == "Cluster in healthy state"
+            && s["readyInstances"] == 3
+            && hashes.is_some_and(|h| h.len() == 3 && h.values().all(|v| v == target))
+    })?;
+    Ok((t.elapsed().as_secs_f64(), switched))
+}
+
+/// The longest stretch without an acknowledged write from `from` on.
+fn longest_gap_after(acks: &[Instant], from: Instant) -> f64 {
+    let mut prev = from;
+    let mut longest = Duration::ZERO;
+    for t in acks.iter().filter(|t| **t > from) {
+        longest = longest.max(*t - prev);
+        prev = *t;
+    }
+    longest.as_secs_f64()
 }
 
 pub fn upgrade(runs: usize) -> anyhow::Result<Value> {
@@ -151,11 +174,12 @@ pub fn upgrade(runs: usize) -> anyhow::Result<Value> {
     let (mut write_errors, mut lost_rows) = (0u64, 0usize);
     let mut queries = 0u64;
     let mut kept = true;
+    let mut in_place_rw_gap = Vec::new();
     for i in 0..runs {
         let exe = variant(b.dir.path(), i)?;
         let before: BTreeMap<&str, (String, String)> =
             instances.iter().map(|n| (*n, pids(&b, n))).collect();
-        let (secs, per, w) = rt.block_on(async {
+        let (secs, per, w, switched) = rt.block_on(async {
             let w = cnmysql_bench::writer::WriteChecker::start(rw, b.secret("app-password")).await;
             let probes: Vec<(&str, Prober)> = instances
                 .iter()
@@ -165,14 +189,15 @@ pub fn upgrade(runs: usize) -> anyhow::Result<Value> {
                 })
                 .collect();
             w.wait_for_more(100, Duration::from_secs(20)).await;
-            let secs = tokio::task::block_in_place(|| upgrade_to(&b, &exe))?;
+            let (secs, switched) = tokio::task::block_in_place(|| upgrade_to(&b, &exe))?;
             w.wait_for_more(100, Duration::from_secs(20)).await;
             let mut per = Vec::new();
             for (n, p) in probes {
                 per.push((n, p.stop().await));
             }
-            anyhow::Ok((secs, per, w.stop().await))
+            anyhow::Ok((secs, per, w.stop().await, switched))
         })?;
+        in_place_rw_gap.push(longest_gap_after(&w.ack_times, switched));
         rollout.push(secs);
         write_errors += w.errors;
         let primary = b.status()["currentPrimary"]
@@ -210,46 +235,55 @@ pub fn upgrade(runs: usize) -> anyhow::Result<Value> {
     b.up_durable("up")?;
     let rw = b.ports()["services"]["rw"].as_u64().unwrap() as u16;
     let (mut total, mut rw_gap, mut rolling_lost) = (Vec::new(), Vec::new(), Vec::new());
+    let mut rw_gap_after = Vec::new();
     for i in 0..runs {
         b.wait("all instances ready", Duration::from_secs(120), |s| {
             s["readyInstances"] == 3
         })?;
         let exe = variant(b.dir.path(), 100 + i)?;
-        let (secs, o) = rt.block_on(async {
+        let (secs, o, switched) = rt.block_on(async {
             let w = cnmysql_bench::writer::WriteChecker::start(rw, b.secret("app-password")).await;
             w.wait_for_more(100, Duration::from_secs(20)).await;
-            let secs = tokio::task::block_in_place(|| upgrade_to(&b, &exe))?;
+            let (secs, switched) = tokio::task::block_in_place(|| upgrade_to(&b, &exe))?;
             w.wait_for_more(100, Duration::from_secs(20)).await;
-            anyhow::Ok((secs, w.stop().await))
+            anyhow::Ok((secs, w.stop().await, switched))
         })?;
+        let after = longest_gap_after(&o.ack_times, switched);
         let primary = b.status()["currentPrimary"]
             .as_str()
             .unwrap_or_default()
             .to_string();
         let lost = rt.block_on(b.lost_on(&primary, &o.acked))?;
         eprintln!(
-            "rolling run {}: 3 instances in {secs:.2}s, longest rw write gap {:.3}s, {lost} acknowledged rows lost",
+            "rolling run {}: 3 instances in {secs:.2}s, longest rw write gap {:.3}s ({after:.3}s once the control plane had switched), {lost} acknowledged rows lost",
             i + 1,
             o.longest_gap.as_secs_f64()
         );
+        rw_gap_after.push(after);
         total.push(secs);
         rw_gap.push(o.longest_gap.as_secs_f64());
         rolling_lost.push(lost as f64);
     }
+    drop(b);
+    // The yardstick: a planned switchover on its own.
+    let switchover = crate::switchover(runs)?;
     Ok(json!({
+        "switchover_for_comparison": switchover,
         "in_place": {
             "swap_request_to_running_seconds": stats(swap),
             "longest_query_gap_on_swapped_instance_seconds": stats(gap),
             "rollout_3_instances_seconds": stats(rollout),
             "queries_sent_to_swapped_instances": queries,
             "failed_queries": failed,
-            "failed_writes_through_rw": write_errors,
+            "failed_writes_through_rw_incl_control_plane_reexec": write_errors,
+            "longest_rw_write_gap_after_control_plane_switch_seconds": stats(in_place_rw_gap),
             "acknowledged_rows_lost": lost_rows,
             "every_mysqld_and_manager_pid_kept": kept,
         },
         "rolling": {
             "rollout_3_instances_seconds": stats(total),
             "longest_rw_write_gap_seconds": stats(rw_gap),
+            "longest_rw_write_gap_after_control_plane_switch_seconds": stats(rw_gap_after),
             "acknowledged_rows_lost": stats(rolling_lost),
         },
     }))
