@@ -51,13 +51,7 @@ impl Prober {
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let task = tokio::spawn(async move {
-            let opts: mysql_async::Opts = mysql_async::OptsBuilder::default()
-                .ip_or_hostname("127.0.0.1")
-                .tcp_port(port)
-                .user(Some("app"))
-                .pass(Some(password))
-                .prefer_socket(false)
-                .into();
+            let opts = cnmysql_bench::writer::app_opts(port, password);
             let (mut last, mut longest, mut failed, mut ok) =
                 (Instant::now(), Duration::ZERO, 0u64, 0u64);
             let mut conn: Option<mysql_async::Conn> = None;

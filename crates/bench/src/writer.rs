@@ -62,18 +62,22 @@ impl Outcome {
     }
 }
 
+/// The application user over TCP to 127.0.0.1:`port`.
+pub fn app_opts(port: u16, password: String) -> mysql_async::Opts {
+    OptsBuilder::default()
+        .ip_or_hostname("127.0.0.1")
+        .tcp_port(port)
+        .user(Some("app"))
+        .pass(Some(password))
+        .prefer_socket(false)
+        .into()
+}
+
 impl WriteChecker {
     /// Create the table and start writing through the endpoint at `port`
     /// (the `rw` Service) as the application user.
     pub async fn start(port: u16, password: String) -> WriteChecker {
-        let opts: mysql_async::Opts = OptsBuilder::default()
-            .ip_or_hostname("127.0.0.1")
-            .tcp_port(port)
-            .user(Some("app"))
-            .pass(Some(password.clone()))
-            .prefer_socket(false)
-            .into();
-        let mut conn = Conn::new(opts).await.unwrap();
+        let mut conn = Conn::new(app_opts(port, password.clone())).await.unwrap();
         conn.query_drop("CREATE DATABASE IF NOT EXISTS chk")
             .await
             .unwrap();
@@ -92,13 +96,7 @@ impl WriteChecker {
         let log = Arc::new(Mutex::new(Log::default()));
         let (s, l) = (stop.clone(), log.clone());
         let task = tokio::spawn(async move {
-            let opts: mysql_async::Opts = OptsBuilder::default()
-                .ip_or_hostname("127.0.0.1")
-                .tcp_port(port)
-                .user(Some("app"))
-                .pass(Some(password))
-                .prefer_socket(false)
-                .into();
+            let opts = app_opts(port, password);
             let mut next = first;
             let mut conn: Option<Conn> = None;
             while !s.load(Ordering::Relaxed) {
