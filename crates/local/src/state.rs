@@ -448,18 +448,16 @@ impl StateDir {
             .write(true)
             .open(self.status_lock())?;
         let _guard = Flock::lock(lock, FlockArg::LockExclusive).map_err(|(_, e)| e)?;
-        // Only a status that does not exist yet starts from empty: one that
-        // cannot be read is never overwritten (that would forget the
-        // primary, fencing and divergence).
-        let mut s = match std::fs::metadata(self.status_file()) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => ClusterStatus::default(),
-            _ => self.read_status().map_err(|e| {
-                anyhow::anyhow!(
-                    "the cluster status {} cannot be read ({e}); nothing was changed",
-                    self.status_file().display()
-                )
-            })?,
-        };
+        // The status is created once, by `prepare`, when the cluster is
+        // made. A status that is missing or cannot be read afterwards is
+        // never replaced by an empty one: that would forget the primary,
+        // fencing and divergence, and let a new primary be chosen.
+        let mut s = self.read_status().map_err(|e| {
+            anyhow::anyhow!(
+                "the cluster status {} cannot be read ({e}); nothing was changed. It is written when `cnmysql local up` creates the cluster: restore it from a copy, or destroy and recreate the cluster",
+                self.status_file().display()
+            )
+        })?;
         let before = s.clone();
         f(&mut s);
         // Nothing changed, nothing written: watchers of the file see only
@@ -574,7 +572,7 @@ mod tests {
     fn an_unreadable_status_is_never_overwritten() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = StateDir::new(tmp.path().to_path_buf());
-        // No status yet: the first update starts from empty.
+        dir.write_status(&ClusterStatus::default()).unwrap();
         dir.update_status(|s| s.current_primary = Some("db-1".into()))
             .unwrap();
         // A corrupt status (a torn copy, a full disk) must not be replaced
@@ -590,5 +588,20 @@ mod tests {
             std::fs::read_to_string(dir.status_file()).unwrap(),
             "{\"currentPrimary\": \"db-"
         );
+    }
+
+    #[test]
+    fn a_missing_status_is_not_recreated_empty() {
+        // Deleted by hand, or caught between a remove and a write: an
+        // update must fail rather than start a cluster with no primary.
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = StateDir::new(tmp.path().to_path_buf());
+        let err = dir
+            .update_status(|s| s.phase_reason = Some("report".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("status.json"), "{err}");
+        assert!(err.contains("nothing was changed"), "{err}");
+        assert!(!dir.status_file().exists());
     }
 }
