@@ -51,7 +51,7 @@ enum Command {
 
 #[derive(Subcommand)]
 enum PluginEntry {
-    /// Link `kubectl-cnmsql` and `kubectl-cloudnative-mysql` to this
+    /// Link `kubectl-cnmsql` and `kubectl-cloudnative_mysql` to this
     /// executable in a directory on your PATH.
     Install {
         /// Where to put the links [default: the directory of this executable].
@@ -80,10 +80,13 @@ enum LocalCommand {
         #[arg(short = 'f', long = "file")]
         file: PathBuf,
         /// Where the cluster keeps its data [default: <data dir>/cnmysql/<cluster>].
-        #[arg(long)]
+        #[arg(long, value_name = "DIR")]
         state_dir: Option<PathBuf>,
-        /// First port of the endpoints (rw, ro, r), then two per instance; 0 picks free ports.
-        #[arg(long)]
+        /// First port: the endpoints rw, ro, r on N, N+1, N+2, Prometheus
+        /// metrics on N+9, then two ports per instance from N+10 (mysqld,
+        /// control API). 0 picks free ports. Kept for the cluster's later
+        /// starts [default: 13306].
+        #[arg(long, value_name = "N")]
         port_base: Option<u16>,
         /// Return once the cluster is ready and keep it running in the background.
         #[arg(long)]
@@ -101,24 +104,16 @@ enum LocalCommand {
     },
     /// Planned switchover: make a healthy replica the primary.
     Promote {
-        /// The cluster, e.g. cluster-example.
-        cluster: String,
-        /// The instance to promote, e.g. cluster-example-2.
-        instance: String,
-        #[arg(long)]
-        state_dir: Option<PathBuf>,
+        #[command(flatten)]
+        member: Member,
     },
     /// Fence an instance (out of every route, read-only, never a failover
     /// candidate) or unfence it.
     Fence {
         #[arg(value_parser = ["on", "off"])]
         mode: String,
-        /// The cluster, e.g. cluster-example.
-        cluster: String,
-        /// The instance, e.g. cluster-example-2.
-        instance: String,
-        #[arg(long)]
-        state_dir: Option<PathBuf>,
+        #[command(flatten)]
+        member: Member,
     },
     /// Upgrade a running cluster to this executable: the control plane
     /// re-execs as it (no instance stops), then the instance managers are
@@ -137,12 +132,8 @@ enum LocalCommand {
     /// Re-exec an instance manager in place (the same binary); mysqld keeps
     /// running.
     RestartInplace {
-        /// The cluster, e.g. cluster-example.
-        cluster: String,
-        /// The instance, e.g. cluster-example-2.
-        instance: String,
-        #[arg(long)]
-        state_dir: Option<PathBuf>,
+        #[command(flatten)]
+        member: Member,
     },
     /// Recent events: switchovers, failovers, fencing, blocked operations.
     Events {
@@ -163,20 +154,66 @@ enum LocalCommand {
     },
 }
 
-/// Which local cluster: its state directory, or its name (default directory).
+/// Which local cluster: its name (as kubectl names objects), or its state
+/// directory.
 #[derive(clap::Args)]
 struct Target {
-    /// The cluster's state directory.
-    #[arg(long)]
-    state_dir: Option<PathBuf>,
-    /// Cluster name, to find its default state directory.
-    #[arg(long)]
+    /// The cluster, e.g. cluster-example.
+    #[arg(value_name = "CLUSTER")]
+    cluster: Option<String>,
+    /// The cluster, as a flag (the same as the argument).
+    #[arg(long = "name", value_name = "CLUSTER", conflicts_with = "cluster")]
     name: Option<String>,
+    /// The cluster's state directory, if it was made with --state-dir
+    /// [default: <data dir>/cnmysql/<cluster>].
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
 }
 
 impl Target {
     fn dir(self) -> anyhow::Result<cnmysql_local::state::StateDir> {
-        cnmysql_local::resolve_state_dir(self.state_dir.as_deref(), self.name.as_deref())
+        let name = self.cluster.or(self.name);
+        cnmysql_local::existing_state_dir(self.state_dir.as_deref(), name.as_deref())
+    }
+}
+
+/// One instance of a local cluster: `CLUSTER INSTANCE`, or `INSTANCE` with
+/// the cluster given by --name or --state-dir (or read from the instance
+/// name, `<cluster>-<n>`).
+#[derive(clap::Args)]
+struct Member {
+    /// The cluster and the instance, e.g. cluster-example cluster-example-2.
+    #[arg(value_name = "CLUSTER] [INSTANCE", num_args = 1..=2, required = true)]
+    names: Vec<String>,
+    /// The cluster, as a flag.
+    #[arg(long = "name", value_name = "CLUSTER")]
+    name: Option<String>,
+    /// The cluster's state directory, if it was made with --state-dir
+    /// [default: <data dir>/cnmysql/<cluster>].
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+}
+
+impl Member {
+    fn resolve(self) -> anyhow::Result<(cnmysql_local::state::StateDir, String)> {
+        let (cluster, instance) = match (self.names.as_slice(), self.name) {
+            ([c, i], None) => (Some(c.clone()), i.clone()),
+            ([c, i], Some(n)) if *c == n => (Some(n), i.clone()),
+            ([c, _], Some(n)) => anyhow::bail!(
+                "the cluster is named twice, differently: {c} and --name {n}; give one"
+            ),
+            ([i], Some(n)) => (Some(n), i.clone()),
+            ([i], None) if self.state_dir.is_some() => (None, i.clone()),
+            ([i], None) => match i.rsplit_once('-') {
+                Some((c, n)) if n.parse::<u32>().is_ok() => (Some(c.to_string()), i.clone()),
+                _ => anyhow::bail!(
+                    "name the cluster too: `CLUSTER INSTANCE`, e.g. cluster-example cluster-example-2"
+                ),
+            },
+            _ => unreachable!("clap takes one or two names"),
+        };
+        let dir = cnmysql_local::existing_state_dir(self.state_dir.as_deref(), cluster.as_deref())?;
+        Ok((dir, instance))
     }
 }
 
@@ -423,13 +460,6 @@ fn bootstrap_controller(dest: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn state_dir(
-    flag: Option<PathBuf>,
-    name: Option<String>,
-) -> anyhow::Result<cnmysql_local::state::StateDir> {
-    cnmysql_local::resolve_state_dir(flag.as_deref(), name.as_deref())
-}
-
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Crd => {
@@ -516,17 +546,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
                 Ok(())
             }
-            LocalCommand::Promote {
-                cluster,
-                instance,
-                state_dir: d,
-            } => cnmysql_local::promote(&state_dir(d, Some(cluster))?, &instance, true).await,
-            LocalCommand::Fence {
-                mode,
-                cluster,
-                instance,
-                state_dir: d,
-            } => cnmysql_local::fence(&state_dir(d, Some(cluster))?, &instance, mode == "on"),
+            LocalCommand::Promote { member } => {
+                let (dir, instance) = member.resolve()?;
+                cnmysql_local::promote(&dir, &instance, true).await
+            }
+            LocalCommand::Fence { mode, member } => {
+                let (dir, instance) = member.resolve()?;
+                let f = cnmysql_local::fence(&dir, &instance, mode == "on")?;
+                for line in f.report() {
+                    eprintln!("{line}");
+                }
+                Ok(())
+            }
             LocalCommand::Upgrade {
                 target,
                 no_wait,
@@ -535,11 +566,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 let wait = (!no_wait).then(|| Duration::from_secs(wait_timeout));
                 cnmysql_local::upgrade(&target.dir()?, wait).await
             }
-            LocalCommand::RestartInplace {
-                cluster,
-                instance,
-                state_dir: d,
-            } => cnmysql_local::restart_inplace(&state_dir(d, Some(cluster))?, &instance).await,
+            LocalCommand::RestartInplace { member } => {
+                let (dir, instance) = member.resolve()?;
+                cnmysql_local::restart_inplace(&dir, &instance).await
+            }
             LocalCommand::Events { target, output } => {
                 let dir = target.dir()?;
                 for e in dir.events(200) {

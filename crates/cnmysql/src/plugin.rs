@@ -15,16 +15,22 @@ use clap::{ArgAction, Parser, Subcommand, ValueEnum};
 use cnmysql_k8s::client::{ConnectOptions, connect};
 use cnmysql_k8s::plugin::{self as k8s, ClusterHandle};
 
-/// The names kubectl finds the plugin under.
-pub const PLUGIN_NAMES: [&str; 2] = ["kubectl-cnmsql", "kubectl-cloudnative-mysql"];
+/// The file names kubectl finds the plugin under. kubectl reads a dash in a
+/// plugin's file name as a space between words, and an underscore as a
+/// dash: `kubectl-cloudnative_mysql` is `kubectl cloudnative-mysql`.
+pub const PLUGIN_NAMES: [&str; 2] = ["kubectl-cnmsql", "kubectl-cloudnative_mysql"];
 
-/// True when started as `kubectl-cnmsql` or `kubectl-cloudnative-mysql`.
+/// Names earlier versions installed (`kubectl-cloudnative-mysql` would be
+/// `kubectl cloudnative mysql`); `plugin install` removes its own links.
+const OLD_PLUGIN_NAMES: [&str; 1] = ["kubectl-cloudnative-mysql"];
+
+/// True when started as `kubectl-cnmsql` or `kubectl-cloudnative_mysql`.
 pub fn invoked_as_plugin(argv0: &str) -> bool {
     let base = Path::new(argv0)
         .file_name()
         .and_then(|n| n.to_str())
         .unwrap_or("");
-    PLUGIN_NAMES.contains(&base)
+    PLUGIN_NAMES.contains(&base) || OLD_PLUGIN_NAMES.contains(&base)
 }
 
 #[derive(Parser)]
@@ -242,21 +248,14 @@ pub async fn run(cli: PluginCli) -> anyhow::Result<()> {
             instance,
         } => {
             let on = mode == "on";
-            if t.local {
-                return cnmysql_local::fence(&t.local_dir(&cluster)?, &instance, on);
-            }
-            let h = t.kubernetes(&cluster).await?;
-            let f = k8s::set_fencing(&h, &instance, on).await?;
-            let what = if on { "fenced" } else { "unfenced" };
-            if f.changed {
-                eprintln!("{instance} {what}");
+            let f = if t.local {
+                cnmysql_local::fence(&t.local_dir(&cluster)?, &instance, on)?
             } else {
-                eprintln!("{instance} was already {what}");
-            }
-            if on && f.primary {
-                eprintln!(
-                    "warning: {instance} is the primary: the cluster accepts no writes until it is unfenced"
-                );
+                let h = t.kubernetes(&cluster).await?;
+                k8s::set_fencing(&h, &instance, on).await?
+            };
+            for line in f.report() {
+                eprintln!("{line}");
             }
             Ok(())
         }
@@ -268,6 +267,12 @@ pub async fn run(cli: PluginCli) -> anyhow::Result<()> {
 pub fn install(dir: &Path) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("finding this executable")?;
     std::fs::create_dir_all(dir).with_context(|| format!("--dir {}", dir.display()))?;
+    for name in OLD_PLUGIN_NAMES {
+        let link = dir.join(name);
+        if std::fs::symlink_metadata(&link).is_ok_and(|m| m.file_type().is_symlink()) {
+            std::fs::remove_file(&link).with_context(|| format!("removing {}", link.display()))?;
+        }
+    }
     for name in PLUGIN_NAMES {
         let link = dir.join(name);
         match std::fs::symlink_metadata(&link) {

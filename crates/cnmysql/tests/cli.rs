@@ -103,3 +103,45 @@ fn status_of_a_missing_cluster_says_so() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no local cluster"));
 }
+
+/// Every command that names an existing cluster refuses a name it does not
+/// know, saying which and what to do; none prints nothing and succeeds.
+#[test]
+fn every_command_refuses_a_cluster_that_does_not_exist() {
+    let home = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(BIN)
+            .args(args)
+            .env("XDG_DATA_HOME", home.path())
+            .env("HOME", home.path())
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    for args in [
+        &["local", "status", "nosuch"][..],
+        &["local", "status", "--name", "nosuch"],
+        &["local", "events", "nosuch"],
+        &["local", "down", "nosuch"],
+        &["local", "destroy", "nosuch"],
+        &["local", "upgrade", "nosuch"],
+        &["local", "promote", "nosuch", "nosuch-2"],
+        &["local", "promote", "--name", "nosuch", "nosuch-2"],
+        &["local", "promote", "nosuch-2"],
+        &["local", "fence", "on", "nosuch", "nosuch-2"],
+        &["local", "restart-inplace", "nosuch", "nosuch-2"],
+    ] {
+        let (ok, err) = run(args);
+        assert!(!ok, "{args:?} succeeded");
+        assert!(
+            err.contains("there is no local cluster nosuch") && err.contains("local up"),
+            "{args:?}: {err}"
+        );
+    }
+    // Named twice, differently: refused before anything is looked up.
+    let (ok, err) = run(&["local", "promote", "--name", "a", "b", "b-2"]);
+    assert!(!ok && err.contains("named twice"), "{err}");
+}

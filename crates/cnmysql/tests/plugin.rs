@@ -97,7 +97,7 @@ fn text(o: &Output) -> String {
 #[tokio::test]
 async fn install_links_both_plugin_names() {
     let k = kube().await;
-    for name in ["kubectl-cnmsql", "kubectl-cloudnative-mysql"] {
+    for name in ["kubectl-cnmsql", "kubectl-cloudnative_mysql"] {
         let p = k.bin.join(name);
         assert!(
             std::fs::symlink_metadata(&p)
@@ -115,6 +115,57 @@ async fn install_links_both_plugin_names() {
     assert!(out.status.success(), "{}", text(&out));
     let help = k.run("kubectl-cnmsql", &["--help"]).await;
     assert!(text(&help).contains("kubectl cnmsql"), "{}", text(&help));
+}
+
+/// `kubectl cnmsql` and `kubectl cloudnative-mysql`, as the docs write
+/// them, through the real kubectl's plugin lookup.
+#[tokio::test]
+async fn kubectl_finds_the_plugin_under_both_names() {
+    let Some(kubectl) = std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join("kubectl"))
+            .find(|k| k.is_file())
+    }) else {
+        eprintln!("kubectl is not installed here; its plugin lookup is not checked");
+        return;
+    };
+    let k = kube().await;
+    // A link from an older install under the name kubectl misreads.
+    let old = k.bin.join("kubectl-cloudnative-mysql");
+    std::os::unix::fs::symlink(common::BIN, &old).unwrap();
+    let out = common::cnmysql(&["plugin", "install", "--dir", k.bin.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        std::fs::symlink_metadata(&old).is_err(),
+        "the old link is removed"
+    );
+    let path = std::env::join_paths(
+        std::iter::once(k.bin.clone())
+            .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap())),
+    )
+    .unwrap();
+    for words in [&["cnmsql"][..], &["cloudnative-mysql"][..]] {
+        let out = tokio::process::Command::new(&kubectl)
+            .args(words)
+            .args([
+                "--kubeconfig",
+                k.kubeconfig.to_str().unwrap(),
+                "status",
+                "db",
+            ])
+            .env("PATH", &path)
+            .env_remove("KUBECONFIG")
+            .output()
+            .await
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "kubectl {}: {}",
+            words.join(" "),
+            text(&out)
+        );
+        assert!(text(&out).contains("db-1"), "{}", text(&out));
+    }
 }
 
 #[tokio::test]
@@ -142,7 +193,7 @@ async fn promote_and_fence_write_the_cluster_status() {
     assert!(text(&out).contains("already in progress"), "{}", text(&out));
 
     let out = k
-        .run("kubectl-cloudnative-mysql", &["fence", "on", "db", "db-3"])
+        .run("kubectl-cloudnative_mysql", &["fence", "on", "db", "db-3"])
         .await;
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(k.status().fenced_instances, ["db-3"]);

@@ -196,6 +196,52 @@ async fn failover_after_kill9_with_required_durability_loses_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_whose_manager_alone_is_killed_fails_over_without_waiting_for_its_lease() {
+    // As on Kubernetes, where the container dies with its PID 1: the
+    // server goes with its manager, so its death is proven at once.
+    let c = LocalCluster::start("orph", &durable("orph", 3));
+    wait_ready(&c, 3, Duration::from_secs(60)).await;
+    let w = start_writer(&c).await;
+    w.wait_for_more(100, Duration::from_secs(10)).await;
+    let (manager, mysqld) = c.instance_pids("orph-1");
+    let killed = Instant::now();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(manager), Signal::SIGKILL).unwrap();
+    wait_for(
+        "the orphaned mysqld to be stopped",
+        Duration::from_secs(10),
+        || async {
+            (!std::path::Path::new(&format!("/proc/{mysqld}")).exists()
+                || std::fs::read_to_string(format!("/proc/{mysqld}/stat")).is_ok_and(|s| {
+                    s.rsplit(')')
+                        .next()
+                        .is_some_and(|r| r.trim_start().starts_with('Z'))
+                }))
+            .then_some(())
+        },
+    )
+    .await;
+    wait_for("a new primary", Duration::from_secs(30), || async {
+        let p = c.current_primary();
+        (p != "orph-1" && !p.is_empty()).then_some(())
+    })
+    .await;
+    w.wait_for_more(50, Duration::from_secs(20)).await;
+    let o = w.stop().await;
+    let first = o.first_ack_after(killed).expect("writes resumed");
+    eprintln!("manager killed: first write {:?} after", first - killed);
+    assert!(
+        c.has_event("FailoverWaitingForLease").is_none(),
+        "the failover waited for the lease of a primary whose server was already stopped"
+    );
+    let new = c.current_primary();
+    assert_eq!(c.writable_instances().await, vec![new.clone()]);
+    for i in ["orph-2", "orph-3"] {
+        verify_on(&c, i, &o.acked).await;
+    }
+    c.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failover_is_blocked_when_the_only_candidate_has_an_errant_transaction() {
     let c = LocalCluster::start("errant", &manifest("errant", 2));
     let mut rw = c.app(c.service_port("rw")).await.unwrap();
@@ -305,7 +351,7 @@ async fn fencing_a_replica_and_the_primary_then_unfencing() {
     let c = LocalCluster::start("fence", &manifest("fence", 3));
     // As the spec shows it: the plugin, here on the local platform.
     let out = c.plugin(
-        "kubectl-cloudnative-mysql",
+        "kubectl-cloudnative_mysql",
         &["fence", "on", "fence", "fence-2"],
     );
     assert!(
@@ -330,11 +376,14 @@ async fn fencing_a_replica_and_the_primary_then_unfencing() {
         serde_json::json!(["fence-2"])
     );
 
-    // Fencing the primary stops writes for the whole cluster, without failover.
+    // Fencing the primary stops writes for the whole cluster, without
+    // failover, and whoever asked is warned.
+    let out = c.local(&["fence", "on", "fence", "fence-1"]);
+    assert!(out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
     assert!(
-        c.local(&["fence", "on", "fence", "fence-1"])
-            .status
-            .success()
+        said.contains("warning: fence-1 is the primary"),
+        "no warning: {said}"
     );
     wait_for(
         "no rw backend and a read-only primary",
@@ -346,10 +395,20 @@ async fn fencing_a_replica_and_the_primary_then_unfencing() {
         },
     )
     .await;
-    assert!(
-        c.app(c.service_port("rw")).await.is_err(),
-        "rw still accepts connections"
-    );
+    // Like a Service without endpoints: the connection is refused, not
+    // accepted and dropped mid-handshake.
+    let rw_port = c.service_port("rw");
+    wait_for(
+        "rw to refuse connections",
+        Duration::from_secs(5),
+        || async {
+            match std::net::TcpStream::connect(("127.0.0.1", rw_port)) {
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Some(()),
+                _ => None,
+            }
+        },
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(
         c.current_primary(),

@@ -162,11 +162,11 @@ async fn in_place_upgrade_keeps_every_mysqld_running_and_loses_no_write() {
     // Fence inp-3: the rollout skips it.
     ok(&c.local(&["fence", "on", "inp", "inp-3"]), "fence");
 
-    // Writes straight to the primary's mysqld (the local endpoints live in
-    // the control plane, which the upgrade re-executes): not one may fail.
-    let primary = c.current_primary();
-    let w = cnmysql_bench::writer::WriteChecker::start(c.instance_port(&primary), c.app_password())
-        .await;
+    // Writes through rw, whose endpoint lives in the control plane that
+    // the upgrade re-executes first: the connection is handed across the
+    // exec, so not one write may fail.
+    let w =
+        cnmysql_bench::writer::WriteChecker::start(c.service_port("rw"), c.app_password()).await;
     w.wait_for_more(50, Duration::from_secs(20)).await;
     let before = instances(&c);
     let log = c.instance_dir("inp-2").join("manager.log");

@@ -286,16 +286,70 @@ async fn backup<B: Backend>(State(b): State<Arc<B>>, Extension(peer): Extension<
     }
 }
 
+/// Holds the control API still before the manager re-executes itself: no
+/// connection is accepted (new ones wait in the backlog of the listening
+/// socket, which the next image inherits), and those already open are given
+/// a moment to finish, so no request is cut off by the exec.
+#[derive(Default)]
+pub struct Gate {
+    hold: watch::Sender<bool>,
+    open: std::sync::atomic::AtomicUsize,
+}
+
+impl Gate {
+    /// Stop accepting; wait up to `timeout` for open connections to close.
+    /// Returns how many are still open.
+    pub async fn quiesce(&self, timeout: Duration) -> usize {
+        use std::sync::atomic::Ordering;
+        self.hold.send_replace(true);
+        let deadline = tokio::time::Instant::now() + timeout;
+        while self.open.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        self.open.load(Ordering::SeqCst)
+    }
+
+    /// Accept again (the exec failed, or the new image is ready to answer).
+    pub fn release(&self) {
+        self.hold.send_if_modified(|h| std::mem::replace(h, false));
+    }
+
+    /// Start held: a new image that adopted a running mysqld answers only
+    /// once it knows its state, so nobody sees it "starting" meanwhile.
+    pub fn hold(&self) {
+        self.hold.send_replace(true);
+    }
+}
+
+struct Open(Arc<Gate>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0
+            .open
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// Accept mTLS connections until `shutdown` turns true.
 pub async fn serve(
     listener: TcpListener,
     tls: Arc<ServerConfig>,
     app: Router,
     mut shutdown: watch::Receiver<bool>,
+    gate: Arc<Gate>,
 ) {
     let acceptor = TlsAcceptor::from(tls);
+    let mut hold = gate.hold.subscribe();
     loop {
+        if *hold.borrow_and_update() {
+            tokio::select! {
+                _ = hold.changed() => continue,
+                _ = crate::stopped(&mut shutdown) => break,
+            }
+        }
         let (tcp, addr) = tokio::select! {
+            _ = hold.changed() => continue,
             r = listener.accept() => match r {
                 Ok(x) => x,
                 Err(e) => {
@@ -308,7 +362,10 @@ pub async fn serve(
         };
         let acceptor = acceptor.clone();
         let app = app.clone();
+        gate.open.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let open = Open(gate.clone());
         tokio::spawn(async move {
+            let _open = open;
             let _ = tcp.set_nodelay(true);
             let tls =
                 match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {

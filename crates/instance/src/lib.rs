@@ -7,6 +7,7 @@ pub mod client;
 pub mod clone;
 pub mod cluster_state;
 pub mod config;
+pub mod inherit;
 pub mod manager;
 pub mod mysqld;
 pub mod sql;

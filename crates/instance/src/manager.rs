@@ -3,6 +3,7 @@
 //! answers the control API.
 
 use std::collections::BTreeMap;
+use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -75,6 +76,11 @@ pub struct Manager<C: ClusterState> {
     log_fd: Mutex<Option<std::os::fd::RawFd>>,
     /// A re-exec is scheduled: no second one meanwhile.
     reexec_pending: std::sync::atomic::AtomicBool,
+    /// The listening sockets (control API, probes), handed on across a
+    /// re-exec so that nobody is refused during it.
+    listen_fds: Mutex<Vec<(&'static str, std::os::fd::RawFd)>>,
+    /// Holds the control API still just before a re-exec.
+    gate: Arc<api::Gate>,
     peers: ControlClient,
     shutdown: watch::Sender<bool>,
 }
@@ -142,7 +148,15 @@ impl<C: ClusterState> Backend for Manager<C> {
                 self.reexec_pending.store(false, Ordering::SeqCst);
                 return;
             };
-            let e = crate::upgrade::reexec(&exe, mysqld, fd);
+            // Requests already being served finish first; new ones wait in
+            // the backlog for the next image.
+            let open = self.gate.quiesce(crate::upgrade::QUIESCE_TIMEOUT).await;
+            if open > 0 {
+                tracing::warn!(open, "re-executing with control API connections still open");
+            }
+            let listeners = self.listen_fds.lock().unwrap().clone();
+            let e = crate::upgrade::reexec(&exe, mysqld, fd, &listeners);
+            self.gate.release();
             tracing::error!(error = %e, "re-exec failed; this manager goes on supervising mysqld");
             if upgraded {
                 crate::upgrade::restore_previous(&exe);
@@ -171,6 +185,8 @@ impl<C: ClusterState> Manager<C> {
             exe_path: current_exe_path(),
             log_fd: Mutex::new(None),
             reexec_pending: Default::default(),
+            listen_fds: Mutex::new(Vec::new()),
+            gate: Default::default(),
             peers: ControlClient::new(material.client_config()?),
             shutdown: watch::channel(false).0,
             cfg,
@@ -189,6 +205,10 @@ impl<C: ClusterState> Manager<C> {
             tracing::info!(phase = ?phase, reason = %message, "instance phase");
         }
         *p = (phase, message);
+        if phase != InstancePhase::Starting {
+            // After a re-exec: the state is known, the control API answers.
+            self.gate.release();
+        }
     }
 
     fn pool(&self) -> Option<Pool> {
@@ -211,32 +231,55 @@ impl<C: ClusterState> Manager<C> {
         *self.log_fd.lock().unwrap() = Some(logs.fd());
         *self.mysqld_output.lock().unwrap() = Some(logs.last_output());
         match adopted.mysqld_pid {
-            Some(pid) => self.supervisor.adopt(pid),
+            Some(pid) => {
+                self.supervisor.adopt(pid);
+                // Requests wait in the inherited listener until this image
+                // has taken up the running server (a few milliseconds), or
+                // at most ADOPT_HOLD.
+                self.gate.hold();
+                let gate = self.gate.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(crate::upgrade::ADOPT_HOLD).await;
+                    gate.release();
+                });
+            }
             None => mysqld::stop_leftover(&cfg).await,
         }
 
-        let listener = tokio::net::TcpListener::bind((cfg.control_bind.as_str(), cfg.control_port))
-            .await
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "cannot listen on {}:{}: {e}",
-                    cfg.control_bind,
-                    cfg.control_port
-                )
-            })?;
+        // After a re-exec the listening sockets are the previous image's,
+        // still open: requests that came meanwhile are waiting in them.
+        let mut inherited = crate::inherit::take_all(crate::upgrade::LISTENERS_ENV);
+        let listener = listen(
+            inherited.remove("control"),
+            &cfg.control_bind,
+            cfg.control_port,
+            "control API",
+        )
+        .await?;
+        self.listen_fds
+            .lock()
+            .unwrap()
+            .push(("control", listener.as_raw_fd()));
         let tls = cfg.tls.load()?.server_config()?;
         let api_task = tokio::spawn(api::serve(
             listener,
             tls,
             api::router(self.clone()),
             self.shutdown.subscribe(),
+            self.gate.clone(),
         ));
         if let Some(port) = cfg.probe_port {
-            let probes = tokio::net::TcpListener::bind((cfg.control_bind.as_str(), port))
-                .await
-                .map_err(|e| {
-                    anyhow::anyhow!("cannot listen on {}:{port} (probes): {e}", cfg.control_bind)
-                })?;
+            let probes = listen(
+                inherited.remove("probes"),
+                &cfg.control_bind,
+                port,
+                "probes",
+            )
+            .await?;
+            self.listen_fds
+                .lock()
+                .unwrap()
+                .push(("probes", probes.as_raw_fd()));
             let app = api::probe_router(self.clone());
             let mut stop = self.shutdown.subscribe();
             tokio::spawn(async move {
@@ -935,4 +978,21 @@ impl<C: ClusterState> Manager<C> {
         st.replication = view.replication;
         st
     }
+}
+
+/// A listening socket: the one the previous image handed on, or a new one.
+async fn listen(
+    inherited: Option<std::os::fd::OwnedFd>,
+    host: &str,
+    port: u16,
+    what: &str,
+) -> anyhow::Result<tokio::net::TcpListener> {
+    if let Some(fd) = inherited {
+        let l = std::net::TcpListener::from(fd);
+        l.set_nonblocking(true)?;
+        return Ok(tokio::net::TcpListener::from_std(l)?);
+    }
+    tokio::net::TcpListener::bind((host, port))
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {host}:{port} ({what}): {e}"))
 }

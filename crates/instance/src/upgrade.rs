@@ -24,8 +24,16 @@ use cnmysql_api::names::ADOPT_MYSQLD_PID_ENV;
 
 use crate::config::InstanceConfig;
 
+/// How long a re-exec waits for control API requests already being served.
+pub const QUIESCE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(300);
+/// Longest a new image holds its control API after adopting mysqld.
+pub const ADOPT_HOLD: std::time::Duration = std::time::Duration::from_secs(3);
 /// The descriptor number of the inherited log FIFO.
 pub const LOG_FIFO_FD_ENV: &str = "CNMYSQL_LOG_FIFO_FD";
+/// The manager's listening sockets handed to the next image
+/// (`control=fd,probes=fd`): requests that arrive during the exec wait in
+/// the backlog instead of being refused.
+pub const LISTENERS_ENV: &str = "CNMYSQL_LISTENERS";
 
 /// The largest executable accepted (the manager is ~30 MB).
 pub const MAX_EXECUTABLE_BYTES: u64 = 512 * 1024 * 1024;
@@ -144,17 +152,20 @@ pub fn restore_previous(exe: &Path) {
 /// Replace this process with `exe` (same arguments, same PID), handing it
 /// mysqld and the log FIFO. Returns only if the exec failed; the process
 /// then carries on as before.
-pub fn reexec(exe: &Path, mysqld_pid: Option<u32>, log_fd: RawFd) -> anyhow::Error {
-    let set_cloexec = |on: bool| {
-        let flags = if on {
-            nix::fcntl::FdFlag::FD_CLOEXEC
-        } else {
-            nix::fcntl::FdFlag::empty()
-        };
-        // SAFETY: the descriptor is owned by the log forwarder for the life
-        // of the process; only its flags change.
-        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(log_fd) };
-        nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFD(flags))
+pub fn reexec(
+    exe: &Path,
+    mysqld_pid: Option<u32>,
+    log_fd: RawFd,
+    listeners: &[(&str, RawFd)],
+) -> anyhow::Error {
+    // The log FIFO and the listening sockets (control API, probes) pass
+    // to the next image.
+    let set_inheritable = |on: bool| -> nix::Result<()> {
+        crate::inherit::set_inheritable(log_fd, on)?;
+        for (_, fd) in listeners {
+            crate::inherit::set_inheritable(*fd, on)?;
+        }
+        Ok(())
     };
     let build = || -> anyhow::Result<(CString, Vec<CString>, Vec<CString>)> {
         let c = |s: &std::ffi::OsStr| CString::new(s.as_bytes()).map_err(anyhow::Error::from);
@@ -163,7 +174,9 @@ pub fn reexec(exe: &Path, mysqld_pid: Option<u32>, log_fd: RawFd) -> anyhow::Err
             .map(|a| c(&a))
             .collect::<anyhow::Result<Vec<_>>>()?;
         let mut env: Vec<CString> = std::env::vars_os()
-            .filter(|(k, _)| k != ADOPT_MYSQLD_PID_ENV && k != LOG_FIFO_FD_ENV)
+            .filter(|(k, _)| {
+                k != ADOPT_MYSQLD_PID_ENV && k != LOG_FIFO_FD_ENV && k != LISTENERS_ENV
+            })
             .map(|(k, v)| {
                 let mut kv = k;
                 kv.push("=");
@@ -175,21 +188,26 @@ pub fn reexec(exe: &Path, mysqld_pid: Option<u32>, log_fd: RawFd) -> anyhow::Err
             env.push(CString::new(format!("{ADOPT_MYSQLD_PID_ENV}={pid}"))?);
         }
         env.push(CString::new(format!("{LOG_FIFO_FD_ENV}={log_fd}"))?);
+        env.push(CString::new(format!(
+            "{LISTENERS_ENV}={}",
+            crate::inherit::encode(listeners.iter().copied())
+        ))?);
         Ok((path, args, env))
     };
     let (path, args, env) = match build() {
         Ok(x) => x,
         Err(e) => return e,
     };
-    if let Err(e) = set_cloexec(false) {
-        return anyhow::anyhow!("cannot pass the log FIFO on: {e}");
+    if let Err(e) = set_inheritable(true) {
+        let _ = set_inheritable(false);
+        return anyhow::anyhow!("cannot pass the log FIFO and listeners on: {e}");
     }
     tracing::info!(exe = %exe.display(), mysqld_pid, log_fd, "re-executing the instance manager; mysqld keeps running");
     let err = match nix::unistd::execve(&path, &args, &env) {
         Err(e) => e,
         Ok(never) => match never {},
     };
-    let _ = set_cloexec(true);
+    let _ = set_inheritable(false);
     anyhow::anyhow!("cannot execute {}: {err}", exe.display())
 }
 
@@ -462,9 +480,17 @@ mod tests {
         std::fs::set_permissions(&bogus, std::fs::Permissions::from_mode(0o755)).unwrap();
         let f = std::fs::File::open(d.path()).unwrap();
         let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
-        let e = reexec(&bogus, None, fd);
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let lfd = std::os::fd::AsRawFd::as_raw_fd(&l);
+        let e = reexec(&bogus, None, fd, &[("control", lfd)]);
         assert!(e.to_string().contains("cannot execute"), "{e}");
         let flags = nix::fcntl::fcntl(&f, nix::fcntl::FcntlArg::F_GETFD).unwrap();
         assert_ne!(flags & libc::FD_CLOEXEC, 0);
+        let flags = nix::fcntl::fcntl(&l, nix::fcntl::FcntlArg::F_GETFD).unwrap();
+        assert_ne!(
+            flags & libc::FD_CLOEXEC,
+            0,
+            "the listener is close-on-exec again"
+        );
     }
 }

@@ -179,61 +179,27 @@ pub async fn request_switchover(
     )
 }
 
-/// How a fencing request ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Fencing {
-    /// False when the instance already was in the asked state.
-    pub changed: bool,
-    /// The instance is the current primary: fencing it stops all writes.
-    pub primary: bool,
-}
-
 /// Fence (`on`) or unfence an instance by editing `status.fencedInstances`.
-pub async fn set_fencing(h: &ClusterHandle, instance: &str, on: bool) -> anyhow::Result<Fencing> {
+pub async fn set_fencing(
+    h: &ClusterHandle,
+    instance: &str,
+    on: bool,
+) -> anyhow::Result<cnmysql_core::fencing::Fencing> {
     for _ in 0..CONFLICT_ATTEMPTS {
         let cluster = h.get().await?;
         cnmysql_core::status::check_member(h.name(), &cluster.spec, instance)
             .map_err(anyhow::Error::msg)?;
         let mut status = cluster.status.clone().unwrap_or_default();
-        let primary = status.current_primary.as_deref() == Some(instance);
-        if !cnmysql_core::fencing::set_fenced(&mut status, instance, on) {
-            return Ok(Fencing {
-                changed: false,
-                primary,
-            });
+        let f = cnmysql_core::fencing::request(&mut status, instance, on);
+        if !f.changed {
+            return Ok(f);
         }
         let patch = json!({ "fencedInstances": status.fenced_instances });
         if h.patch_status_from(&cluster, patch).await? {
-            let (kind, reason, what) = if on {
-                (
-                    Kind::Warning,
-                    "Fenced",
-                    "fenced: out of every route and read-only",
-                )
-            } else {
-                (
-                    Kind::Normal,
-                    "Unfenced",
-                    "unfenced: back in routing and role reconciliation",
-                )
-            };
-            let extra = if on && primary {
-                "; it is the primary, so the cluster accepts no writes until it is unfenced"
-            } else {
-                ""
-            };
-            h.event(
-                &cluster,
-                kind,
-                "Fence",
-                reason,
-                &format!("{instance} {what}{extra}"),
-            )
-            .await;
-            return Ok(Fencing {
-                changed: true,
-                primary,
-            });
+            let (warning, reason, message) = f.event();
+            let kind = if warning { Kind::Warning } else { Kind::Normal };
+            h.event(&cluster, kind, "Fence", reason, &message).await;
+            return Ok(f);
         }
     }
     anyhow::bail!(

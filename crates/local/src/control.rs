@@ -22,7 +22,7 @@ use tokio::process::Command;
 use tokio::sync::watch;
 
 use crate::process::Handle;
-use crate::proxy::{self, Proxy, RouteTable};
+use crate::proxy::{self, Handover, RouteTable};
 use crate::state::{Ports, StateDir};
 
 /// How progress is shown: readable lines on a terminal, JSON in a log file.
@@ -195,6 +195,8 @@ impl ControlPlane {
             .arg(self.dir.instance_config(name))
             .arg("--state-file")
             .arg(self.dir.status_file())
+            .env_remove(crate::process::ADOPT_MANAGERS_ENV)
+            .env_remove(proxy::ADOPT_ENDPOINTS_ENV)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -251,12 +253,25 @@ impl ControlPlane {
                 .map(|(n, p)| (n.clone(), (self.ports.host.clone(), p.mysql)))
                 .collect(),
         );
-        let (routes_tx, routes_rx) = watch::channel(RouteTable::new());
-        for (service, _) in &svc {
-            let port = self.ports.services[service];
-            let proxy = Proxy::bind(service, &self.ports.host, port).await?;
-            tokio::spawn(proxy.run(routes_rx.clone(), addrs.clone()));
-        }
+        // After an upgrade's exec, the endpoints' sockets and open client
+        // connections come from the previous image, and so does the last
+        // routing (until the first observation here confirms or changes
+        // it), so that nothing is refused or closed in between.
+        let inherited = proxy::inherited();
+        let initial = if inherited.is_some() {
+            self.dir.routes()
+        } else {
+            RouteTable::new()
+        };
+        let (routes_tx, routes_rx) = watch::channel(initial);
+        let handover = Handover::new(routes_rx, addrs);
+        let endpoints: Vec<(String, u16)> = svc
+            .iter()
+            .map(|(service, _)| (service.clone(), self.ports.services[service]))
+            .collect();
+        handover
+            .serve(&endpoints, &self.ports.host, inherited)
+            .await?;
         let (metrics_tx, metrics_rx) = watch::channel(None);
         if let Some(port) = self.ports.metrics {
             crate::metrics::serve(&self.ports.host, port, metrics_rx, self.dir.clone()).await?;
@@ -320,7 +335,7 @@ impl ControlPlane {
                 _ = sighup.recv() => {
                     // `cnmysql local upgrade`: replace this control plane
                     // with the new executable; the instances keep running.
-                    let e = self.upgrade_control_plane(&procs);
+                    let e = self.upgrade_control_plane(&procs, &handover).await;
                     tracing::error!(error = %e, "the control plane was not replaced");
                     self.dir.event(true, "OperatorUpgradeFailed", None, &format!("the control plane was not replaced: {e}"));
                     continue;
@@ -334,6 +349,18 @@ impl ControlPlane {
                     && let Some(st) = c.try_wait()
                 {
                     p.child = None;
+                    // As a container dies with its PID 1: a manager that
+                    // died (killed, crashed) takes its mysqld along, so no
+                    // server runs unsupervised and a primary's death can be
+                    // proven at once (failover need not wait for its lease).
+                    // A manager's in-place re-exec is not an exit.
+                    if let Some(pid) = self.dir.live_mysqld_pid(&p.name) {
+                        self.reporter.say(
+                            Some(&p.name),
+                            &format!("the instance manager exited ({st}) leaving mysqld (pid {pid}) running; stopping it"),
+                        );
+                        stop_orphan(pid).await;
+                    }
                     if std::mem::take(&mut p.recreating) {
                         // Recreated by the rollout: started again at once
                         // from the operator's executable.
@@ -694,7 +721,11 @@ impl ControlPlane {
     /// Replace this process with the executable `cnmysql local upgrade`
     /// named, handing on the running managers (still its children after
     /// the exec). Returns only when that failed.
-    fn upgrade_control_plane(&self, procs: &[ManagedProcess]) -> anyhow::Error {
+    async fn upgrade_control_plane(
+        &self,
+        procs: &[ManagedProcess],
+        handover: &Arc<Handover>,
+    ) -> anyhow::Error {
         use std::os::unix::process::CommandExt;
         let request = self.dir.upgrade_request();
         let exe = match std::fs::read_to_string(&request) {
@@ -711,17 +742,29 @@ impl ControlPlane {
             .iter()
             .filter_map(|p| Some(format!("{}={}", p.name, p.child.as_ref()?.id()?)))
             .collect();
+        let (endpoints, stuck) = handover.park().await;
         self.reporter.say(
             None,
             &format!(
-                "Upgrading the control plane to {}; instances keep running",
-                exe.display()
+                "Upgrading the control plane to {}; instances keep running, {} client connections handed over{}",
+                exe.display(),
+                endpoints.connections.len(),
+                if stuck > 0 {
+                    format!(", {stuck} closed (their peers were not reading)")
+                } else {
+                    String::new()
+                }
             ),
         );
         let err = std::process::Command::new(&exe)
             .args(std::env::args_os().skip(1))
             .env(crate::process::ADOPT_MANAGERS_ENV, managers.join(","))
+            .env(
+                proxy::ADOPT_ENDPOINTS_ENV,
+                serde_json::to_string(&endpoints).unwrap_or_default(),
+            )
             .exec();
+        handover.unpark();
         anyhow::anyhow!("cannot execute {}: {err}", exe.display())
     }
 
@@ -735,18 +778,12 @@ impl ControlPlane {
 
     /// Stop an instance's manager and mysqld at once (fencing a failed primary).
     async fn kill_instance(&self, p: &mut ManagedProcess) {
-        use nix::sys::signal::{Signal, kill};
-        use nix::unistd::Pid;
         if let Some(c) = p.child.as_mut() {
             c.kill().await;
         }
         p.child = None;
         if let Some(pid) = self.dir.live_mysqld_pid(&p.name) {
-            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while crate::state::pid_alive(pid) && Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            stop_orphan(pid).await;
         }
         let _ = std::fs::remove_file(self.dir.manager_pid(&p.name));
     }
@@ -811,5 +848,17 @@ impl ControlPlane {
             }
             let _ = std::fs::remove_file(self.dir.manager_pid(&p.name));
         }
+    }
+}
+
+/// SIGKILL a mysqld left without its manager and wait (up to 10 s) for it
+/// to be gone.
+async fn stop_orphan(pid: i32) {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while crate::state::pid_alive(pid) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }

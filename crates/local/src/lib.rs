@@ -40,8 +40,27 @@ pub fn resolve_state_dir(flag: Option<&Path>, cluster: Option<&str>) -> anyhow::
     match (flag, cluster) {
         (Some(p), _) => Ok(StateDir::new(std::path::absolute(p)?)),
         (None, Some(c)) => Ok(StateDir::new(state::default_state_dir(c))),
-        (None, None) => anyhow::bail!("name the cluster's state directory with --state-dir"),
+        (None, None) => anyhow::bail!(
+            "name the cluster (e.g. `cluster-example`) or its state directory (--state-dir DIR)"
+        ),
     }
+}
+
+/// The state directory of a cluster that must already exist (every command
+/// but `up`), with an error that says what was looked for and what to do.
+pub fn existing_state_dir(flag: Option<&Path>, cluster: Option<&str>) -> anyhow::Result<StateDir> {
+    let dir = resolve_state_dir(flag, cluster)?;
+    if !dir.exists() {
+        let what = match (flag, cluster) {
+            (None, Some(c)) => format!("there is no local cluster {c}"),
+            _ => "there is no local cluster there".to_string(),
+        };
+        anyhow::bail!(
+            "{what}: {} has no cluster.yaml. Create one with `cnmysql local up -f <manifest>`; a cluster made with --state-dir is named with the same --state-dir",
+            dir.root.display()
+        );
+    }
+    Ok(dir)
 }
 
 pub async fn up(opts: UpOptions) -> anyhow::Result<()> {
@@ -79,8 +98,12 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<()> {
     }
     let programs = Programs::discover(cluster.spec.mysql.flavor).map_err(|e| anyhow::anyhow!(e))?;
     let ports = dir.prepare(&cluster, &text, opts.port_base)?;
+    // After an upgrade's exec the endpoints' sockets are this process's own.
+    let handed_over = crate::proxy::inherited()
+        .map(|i| i.listeners)
+        .unwrap_or_default();
     for (svc, port) in &ports.services {
-        if !state::port_free(&ports.host, *port) {
+        if !handed_over.contains_key(svc) && !state::port_free(&ports.host, *port) {
             anyhow::bail!(
                 "port {port} for the {svc} endpoint is in use; choose other ports with --port-base (0 picks free ones) or stop what uses it"
             );
@@ -729,24 +752,21 @@ pub async fn restart_inplace(dir: &StateDir, instance: &str) -> anyhow::Result<(
 }
 
 /// Fence or unfence an instance.
-pub fn fence(dir: &StateDir, instance: &str, on: bool) -> anyhow::Result<()> {
+pub fn fence(
+    dir: &StateDir,
+    instance: &str,
+    on: bool,
+) -> anyhow::Result<cnmysql_core::fencing::Fencing> {
     let cluster = dir.load_cluster()?;
     let name = cluster.metadata.name.clone().unwrap_or_default();
     cnmysql_core::status::check_member(&name, &cluster.spec, instance)
         .map_err(anyhow::Error::msg)?;
-    let mut changed = false;
-    dir.update_status(|st| changed = cnmysql_core::fencing::set_fenced(st, instance, on))?;
-    let what = if on { "fenced" } else { "unfenced" };
-    if changed {
-        dir.event(
-            on,
-            if on { "Fenced" } else { "Unfenced" },
-            Some(instance),
-            &format!("{instance} {what}"),
-        );
-        eprintln!("{instance} {what}");
-    } else {
-        eprintln!("{instance} was already {what}");
+    let mut f = None;
+    dir.update_status(|st| f = Some(cnmysql_core::fencing::request(st, instance, on)))?;
+    let f = f.expect("update_status runs its closure");
+    if f.changed {
+        let (warning, reason, message) = f.event();
+        dir.event(warning, reason, Some(instance), &message);
     }
-    Ok(())
+    Ok(f)
 }

@@ -70,6 +70,27 @@ pub fn port_free(host: &str, port: u16) -> bool {
     std::net::TcpListener::bind((host, port)).is_ok()
 }
 
+/// No socket at all is bound to the port, not even one that shares
+/// addresses: an endpoint with no ready instance keeps its port bound but
+/// does not listen, and [`port_free`] alone would not see it.
+fn port_unbound(host: &str, port: u16) -> bool {
+    use std::net::ToSocketAddrs;
+    let Some(addr) = (host, port)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+    else {
+        return false;
+    };
+    socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        None,
+    )
+    .and_then(|s| s.bind(&addr.into()))
+    .is_ok()
+}
+
 /// A free port below the kernel's ephemeral range: a port the kernel may
 /// hand to an outgoing connection could be taken again before the server
 /// that was given it binds it.
@@ -82,7 +103,7 @@ fn free_port(host: &str) -> anyhow::Result<u16> {
     let mut rng = rand::rng();
     for _ in 0..200 {
         let p = rng.random_range(lo..hi);
-        if port_free(host, p) {
+        if port_free(host, p) && port_unbound(host, p) {
             return Ok(p);
         }
     }

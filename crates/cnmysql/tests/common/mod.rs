@@ -267,7 +267,7 @@ impl LocalCluster {
     }
 
     /// The kubectl plugin, started under one of its names (`kubectl-cnmsql`,
-    /// `kubectl-cloudnative-mysql`), on this local cluster.
+    /// `kubectl-cloudnative_mysql`), on this local cluster.
     pub fn plugin(&self, name: &str, args: &[&str]) -> Output {
         let bin = self.state().join("bin");
         if !bin.join(name).exists() {
