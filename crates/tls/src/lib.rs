@@ -168,7 +168,14 @@ pub fn write_private(path: &Path, text: &str, private: bool) -> Result<(), TlsEr
         path: path.to_path_buf(),
         source,
     };
-    let tmp = path.with_extension("tmp");
+    // A temporary name of its own per write: two writers of the same file
+    // (two replicas asking for a backup at once) must not rename each
+    // other's temporary file away.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
+    tmp_name.push(format!(".{}.{n}.tmp", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -286,6 +293,36 @@ pub fn common_name(cert: &CertificateDer<'_>) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn concurrent_writers_of_one_file_all_succeed() {
+        // Two replicas cloned at once both write the primary's backup.cnf:
+        // a shared temporary name made one rename fail with ENOENT.
+        let dir = std::env::temp_dir().join(format!("cnmysql-tls-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("backup.cnf");
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let path = path.clone();
+                std::thread::spawn(move || {
+                    for i in 0..50 {
+                        write_private(&path, &format!("writer {t} round {i}\n"), true).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert!(
+            std::fs::read_to_string(&path)
+                .unwrap()
+                .starts_with("writer ")
+        );
+        // Nothing but the file itself is left.
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn issues_certificates_that_name_their_holder() {
