@@ -54,16 +54,20 @@ pub fn parse_cluster(text: &str) -> Result<Cluster, InvalidCluster> {
     let value: Value = serde_saphyr::from_str(text)
         .map_err(|e| InvalidCluster(vec![err("(document)", format!("not valid YAML: {e}"))]))?;
     let mut errors = Vec::new();
+    let given = |v: Option<&str>| match v {
+        Some(v) => format!("is {v:?}"),
+        None => "is missing".to_string(),
+    };
     match value.get("apiVersion").and_then(Value::as_str) {
         Some("mysql.cnmysql.io/v1") => {}
         other => errors.push(err(
             "apiVersion",
-            format!("is {other:?}; set it to mysql.cnmysql.io/v1"),
+            format!("{}; set it to mysql.cnmysql.io/v1", given(other)),
         )),
     }
     match value.get("kind").and_then(Value::as_str) {
         Some("Cluster") => {}
-        other => errors.push(err("kind", format!("is {other:?}; set it to Cluster"))),
+        other => errors.push(err("kind", format!("{}; set it to Cluster", given(other)))),
     }
     let schema = crd_schema();
     if let Some(spec) = value.get("spec") {
@@ -463,5 +467,25 @@ mod quantity_tests {
         for bad in ["", "Gi", "ten gigs", "10 Gi", "-1Gi", "0", "1.Gi", "10GB"] {
             assert!(!super::is_storage_quantity(bad), "{bad}");
         }
+    }
+}
+
+#[cfg(test)]
+mod header_tests {
+    #[test]
+    fn a_wrong_kind_or_version_is_quoted_as_written() {
+        let e = super::parse_cluster("apiVersion: v1\nkind: Clusters\nmetadata:\n  name: db\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("kind: is \"Clusters\"; set it to Cluster"),
+            "{e}"
+        );
+        assert!(e.contains("apiVersion: is \"v1\""), "{e}");
+        assert!(!e.contains("Some("), "{e}");
+        let e = super::parse_cluster("metadata:\n  name: db\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("kind: is missing"), "{e}");
     }
 }

@@ -145,3 +145,31 @@ fn every_command_refuses_a_cluster_that_does_not_exist() {
     let (ok, err) = run(&["local", "promote", "--name", "a", "b", "b-2"]);
     assert!(!ok && err.contains("named twice"), "{err}");
 }
+
+/// A state directory that cannot be made is named, with the flag that
+/// chooses another, and nothing is started.
+#[test]
+fn an_unusable_state_directory_is_named_with_the_flag_to_change_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let m = tmp.path().join("cluster.yaml");
+    std::fs::write(&m, manifest("fs", 1)).unwrap();
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let state = file.join("state");
+    let out = cnmysql(&[
+        "local",
+        "up",
+        "-f",
+        m.to_str().unwrap(),
+        "--state-dir",
+        state.to_str().unwrap(),
+        "--port-base",
+        "0",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains(&state.display().to_string()) && err.contains("--state-dir"),
+        "{err}"
+    );
+}

@@ -337,3 +337,59 @@ fn child_mariadbd(parent: i32) -> Option<i32> {
         (comm.ends_with("(mariadbd") && ppid == parent).then_some(pid)
     })
 }
+
+#[test]
+fn a_first_start_refused_for_a_busy_port_leaves_nothing_behind_the_retry_it_suggests() {
+    let tmp = tempfile::Builder::new()
+        .prefix("cnmysql-test-")
+        .tempdir()
+        .unwrap();
+    let m = tmp.path().join("cluster.yaml");
+    std::fs::write(&m, manifest("busy", 1)).unwrap();
+    let state = tmp.path().join("state");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let up = |base: &str| {
+        cnmysql(&[
+            "local",
+            "up",
+            "-f",
+            m.to_str().unwrap(),
+            "--state-dir",
+            state.to_str().unwrap(),
+            "--port-base",
+            base,
+            "--detach",
+            "--wait-timeout",
+            "120",
+        ])
+    };
+    let out = up(&port);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains(&format!("port {port}")) && err.contains("--port-base"),
+        "{err}"
+    );
+    assert!(
+        !state.exists(),
+        "a refused first start left {}",
+        state.display()
+    );
+    // The retry the message suggests works.
+    let out = up("0");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ports: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(state.join("ports.json")).unwrap()).unwrap();
+    assert_ne!(ports["services"]["rw"].to_string(), port);
+    let out = cnmysql(&["local", "destroy", "--state-dir", state.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -90,18 +90,70 @@ pub fn summarize(s: &Snapshot) -> Summary {
             ),
         )
     } else if !primary_ready {
-        (Phase::Degraded, "the primary is not ready".to_string())
+        let p = s.status.current_primary.as_deref().unwrap_or("?");
+        let why = match s.get(p).and_then(|o| o.status.as_ref()) {
+            None => format!("the primary {p} does not answer"),
+            Some(st) if st.phase == InstancePhase::Starting => {
+                format!("the primary {p} is starting")
+            }
+            Some(st) => format!("the primary {p} is not ready ({:?})", st.phase),
+        };
+        (Phase::Degraded, why)
     } else if ready < want {
-        let not_ready: Vec<&str> = s
+        let not_ready: Vec<(&str, Option<InstancePhase>)> = s
             .instances
             .iter()
             .filter(|i| !i.ready() && !s.is_fenced(&i.name))
-            .map(|i| i.name.as_str())
+            .map(|i| (i.name.as_str(), i.status.as_ref().map(|st| st.phase)))
             .collect();
-        (
-            Phase::CreatingReplica,
-            format!("waiting for {}", not_ready.join(", ")),
-        )
+        let names = |f: &dyn Fn(Option<InstancePhase>) -> bool| {
+            not_ready
+                .iter()
+                .filter(|(_, p)| f(*p))
+                .map(|(n, _)| *n)
+                .collect::<Vec<_>>()
+        };
+        // Only an instance still without data is a replica being created;
+        // one that has data is starting or rejoining (after a switchover,
+        // a restart, a resume).
+        let new = names(&|p| matches!(p, Some(InstancePhase::Initializing)));
+        if !new.is_empty() {
+            (
+                Phase::CreatingReplica,
+                format!("waiting for {}", new.join(", ")),
+            )
+        } else {
+            let mut parts = Vec::new();
+            let starting =
+                names(&|p| matches!(p, Some(InstancePhase::Starting | InstancePhase::Restarting)));
+            let rejoining = names(&|p| matches!(p, Some(InstancePhase::Running)));
+            let away = names(&|p| {
+                !matches!(
+                    p,
+                    Some(
+                        InstancePhase::Starting
+                            | InstancePhase::Restarting
+                            | InstancePhase::Running
+                    )
+                )
+            });
+            if !starting.is_empty() {
+                parts.push(format!("{} starting", starting.join(", ")));
+            }
+            if !rejoining.is_empty() {
+                parts.push(format!(
+                    "{} catching up with the primary",
+                    rejoining.join(", ")
+                ));
+            }
+            if !away.is_empty() {
+                parts.push(format!("{} not ready", away.join(", ")));
+            }
+            (
+                Phase::Degraded,
+                format!("{ready} of {want} instances ready: {}", parts.join("; ")),
+            )
+        }
     } else {
         let fenced_note = if fenced.is_empty() {
             String::new()
@@ -249,6 +301,46 @@ mod tests {
         let sum = summarize(&s);
         assert_eq!(sum.phase, Phase::Healthy);
         assert!(sum.reason.contains("fenced: db-2"), "{}", sum.reason);
+    }
+
+    #[test]
+    fn instances_with_data_are_starting_or_catching_up_not_being_created() {
+        use crate::status::{InstanceStatus, Observed, Role, Snapshot};
+        let obs = |name: &str, ready: bool, role: Role, phase: InstancePhase| Observed {
+            name: name.into(),
+            ordinal: 1,
+            status: Some(InstanceStatus {
+                ready,
+                role,
+                phase,
+                ..Default::default()
+            }),
+        };
+        let mut s = Snapshot {
+            cluster: "db".into(),
+            spec: serde_json::from_value(serde_json::json!({"instances": 2})).unwrap(),
+            status: cnmysql_api::ClusterStatus {
+                current_primary: Some("db-2".into()),
+                target_primary: Some("db-2".into()),
+                current_primary_timestamp: Some("2026-01-01T00:00:00Z".into()),
+                ..Default::default()
+            },
+            // Right after a switchover: the old primary rejoins.
+            instances: vec![
+                obs("db-1", false, Role::Replica, InstancePhase::Running),
+                obs("db-2", true, Role::Primary, InstancePhase::Running),
+            ],
+            now_ms: 0,
+        };
+        let sum = summarize(&s);
+        assert_eq!(sum.phase, Phase::Degraded);
+        assert_eq!(
+            sum.reason,
+            "1 of 2 instances ready: db-1 catching up with the primary"
+        );
+        // A resume: the primary is starting on its data.
+        s.instances[1] = obs("db-2", false, Role::Primary, InstancePhase::Starting);
+        assert_eq!(summarize(&s).reason, "the primary db-2 is starting");
     }
 
     #[test]

@@ -22,7 +22,7 @@ use tokio::process::Command;
 use tokio::sync::watch;
 
 use crate::process::Handle;
-use crate::proxy::{self, Handover, RouteTable};
+use crate::proxy::{self, Endpoints, Handover, RouteTable};
 use crate::state::{Ports, StateDir};
 
 /// How progress is shown: readable lines on a terminal, JSON in a log file.
@@ -241,37 +241,20 @@ impl ControlPlane {
     }
 
     /// Run until SIGINT or SIGTERM; then stop every instance cleanly.
-    pub async fn run(self) -> anyhow::Result<()> {
+    /// `endpoints`: already serving (taken over from the previous image
+    /// as early as possible by `up`), or started here.
+    pub async fn run(self, endpoints: Option<Endpoints>) -> anyhow::Result<()> {
         let started = Instant::now();
         let name = self.name();
         self.write_instance_configs()?;
         let svc = services(&self.cluster);
-        let addrs: Arc<BTreeMap<String, (String, u16)>> = Arc::new(
-            self.ports
-                .instances
-                .iter()
-                .map(|(n, p)| (n.clone(), (self.ports.host.clone(), p.mysql)))
-                .collect(),
-        );
-        // After an upgrade's exec, the endpoints' sockets and open client
-        // connections come from the previous image, and so does the last
-        // routing (until the first observation here confirms or changes
-        // it), so that nothing is refused or closed in between.
-        let inherited = proxy::inherited();
-        let initial = if inherited.is_some() {
-            self.dir.routes()
-        } else {
-            RouteTable::new()
+        let Endpoints {
+            handover,
+            routes: routes_tx,
+        } = match endpoints {
+            Some(e) => e,
+            None => Endpoints::start(&self.ports, RouteTable::new(), None).await?,
         };
-        let (routes_tx, routes_rx) = watch::channel(initial);
-        let handover = Handover::new(routes_rx, addrs);
-        let endpoints: Vec<(String, u16)> = svc
-            .iter()
-            .map(|(service, _)| (service.clone(), self.ports.services[service]))
-            .collect();
-        handover
-            .serve(&endpoints, &self.ports.host, inherited)
-            .await?;
         let (metrics_tx, metrics_rx) = watch::channel(None);
         if let Some(port) = self.ports.metrics {
             crate::metrics::serve(&self.ports.host, port, metrics_rx, self.dir.clone()).await?;
@@ -513,14 +496,16 @@ impl ControlPlane {
                     let due = last_clone_report
                         .get(&o.name)
                         .is_none_or(|t| t.elapsed() >= Duration::from_secs(2));
-                    if due && c.bytes > 0 {
+                    // Reported once data has flowed for a second: an
+                    // earlier rate (and ETA) is noise.
+                    if due && c.bytes > 0 && c.elapsed_seconds >= 1.0 {
                         let of = c
                             .expected_bytes
                             .map(|e| format!(" of ~{}", human_bytes(e as f64)))
                             .unwrap_or_default();
                         let eta = c
                             .eta_seconds
-                            .map(|e| format!(", ETA {e:.0}s"))
+                            .map(|e| format!(", ETA {}", human_duration(e)))
                             .unwrap_or_default();
                         self.reporter.say(
                             Some(&o.name),
@@ -860,5 +845,15 @@ async fn stop_orphan(pid: i32) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while crate::state::pid_alive(pid) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// `42s`, `3m05s`, `2h10m`.
+fn human_duration(secs: f64) -> String {
+    let s = secs.max(0.0).round() as u64;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
     }
 }

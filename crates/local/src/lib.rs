@@ -70,8 +70,10 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<()> {
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let dir = resolve_state_dir(opts.state_dir.as_deref(), Some(&name))?;
     // Re-executed by `cnmysql local upgrade`: this process is the running
-    // control plane, and the managers it hands on keep running.
+    // control plane, and the managers it hands on keep running; the
+    // endpoints' clients are served again first of all.
     let adopted = process::adopted_managers();
+    let endpoints = crate::proxy::Endpoints::resume(&dir).await?;
     if let Some(pid) = live_pid(&dir.control_pid())
         && pid != std::process::id() as i32
     {
@@ -97,7 +99,71 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<()> {
         }
     }
     let programs = Programs::discover(cluster.spec.mysql.flavor).map_err(|e| anyhow::anyhow!(e))?;
-    let ports = dir.prepare(&cluster, &text, opts.port_base)?;
+    // A first start that fails before any instance ran leaves nothing that
+    // would block the retry its error suggests (saved ports above all).
+    let first_start = (!dir.exists()).then(|| dir.root.exists());
+    let ports = match prepare_start(&dir, &cluster, &text, &opts, &adopted) {
+        Ok(p) => p,
+        Err(e) => {
+            if let Some(root_existed) = first_start {
+                forget_failed_first_start(&dir, root_existed);
+            }
+            return Err(e);
+        }
+    };
+    let template = match cluster.spec.mysql.flavor {
+        Flavor::Mariadb => Some(template::ensure_template(&programs)?),
+        Flavor::Mysql => None,
+    };
+    if opts.detach && std::env::var_os(DETACHED_ENV).is_none() {
+        return detach(&opts, &dir);
+    }
+    std::fs::write(dir.control_pid(), std::process::id().to_string())
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", dir.control_pid().display()))?;
+    let reporter = if std::env::var_os(DETACHED_ENV).is_some() {
+        Reporter {
+            json: true,
+            color: false,
+        }
+    } else {
+        Reporter::for_stdout()
+    };
+    let result = ControlPlane::new(dir.clone(), cluster, ports, programs, template, reporter)?
+        .run(endpoints)
+        .await;
+    let _ = std::fs::remove_file(dir.control_pid());
+    if result.is_err()
+        && let Some(root_existed) = first_start
+        && !dir.any_instance_data()
+    {
+        forget_failed_first_start(&dir, root_existed);
+    }
+    result
+}
+
+/// Remove what a failed first start made: the whole state directory if this
+/// start created it, else only the files that mark a cluster (its manifest,
+/// saved ports, status), never anything else in a directory given with
+/// --state-dir.
+fn forget_failed_first_start(dir: &StateDir, root_existed: bool) {
+    if root_existed {
+        for f in [dir.manifest(), dir.ports_file(), dir.status_file()] {
+            let _ = std::fs::remove_file(f);
+        }
+    } else {
+        let _ = std::fs::remove_dir_all(&dir.root);
+    }
+}
+
+/// Write the cluster's files and check its ports, before anything runs.
+fn prepare_start(
+    dir: &StateDir,
+    cluster: &cnmysql_api::Cluster,
+    text: &str,
+    opts: &UpOptions,
+    adopted: &std::collections::BTreeMap<String, u32>,
+) -> anyhow::Result<state::Ports> {
+    let ports = dir.prepare(cluster, text, opts.port_base)?;
     // After an upgrade's exec the endpoints' sockets are this process's own.
     let handed_over = crate::proxy::inherited()
         .map(|i| i.listeners)
@@ -112,31 +178,11 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<()> {
     if adopted.is_empty() {
         dir.update_status(|s| {
             s.phase = None;
-            s.phase_reason = Some("starting".into());
+            s.phase_reason = Some("starting the instances".into());
             s.ready_instances = 0;
         })?;
     }
-    let template = match cluster.spec.mysql.flavor {
-        Flavor::Mariadb => Some(template::ensure_template(&programs)?),
-        Flavor::Mysql => None,
-    };
-    if opts.detach && std::env::var_os(DETACHED_ENV).is_none() {
-        return detach(&opts, &dir);
-    }
-    std::fs::write(dir.control_pid(), std::process::id().to_string())?;
-    let reporter = if std::env::var_os(DETACHED_ENV).is_some() {
-        Reporter {
-            json: true,
-            color: false,
-        }
-    } else {
-        Reporter::for_stdout()
-    };
-    let result = ControlPlane::new(dir.clone(), cluster, ports, programs, template, reporter)?
-        .run()
-        .await;
-    let _ = std::fs::remove_file(dir.control_pid());
-    result
+    Ok(ports)
 }
 
 /// Start the control plane in its own session, wait until the cluster is

@@ -68,6 +68,53 @@ pub struct InheritedConnection {
     pub server: RawFd,
 }
 
+/// The endpoints of one control plane, serving, and the sender of their
+/// routing.
+pub struct Endpoints {
+    pub handover: Arc<Handover>,
+    pub routes: watch::Sender<RouteTable>,
+}
+
+impl Endpoints {
+    /// Serve every endpoint named in `ports`, routing by `initial` until
+    /// the control plane sends a new table.
+    pub async fn start(
+        ports: &crate::state::Ports,
+        initial: RouteTable,
+        inherited: Option<Inherited>,
+    ) -> anyhow::Result<Endpoints> {
+        let addrs: Addrs = Arc::new(
+            ports
+                .instances
+                .iter()
+                .map(|(n, p)| (n.clone(), (ports.host.clone(), p.mysql)))
+                .collect(),
+        );
+        let (routes, rx) = watch::channel(initial);
+        let handover = Handover::new(rx, addrs);
+        let services: Vec<(String, u16)> = ports
+            .services
+            .iter()
+            .map(|(s, p)| (s.clone(), *p))
+            .collect();
+        handover.serve(&services, &ports.host, inherited).await?;
+        Ok(Endpoints { handover, routes })
+    }
+
+    /// After an upgrade's exec: take up the endpoints the previous image
+    /// handed on, with its last routing, before anything slower is done
+    /// (the clients are waiting).
+    pub async fn resume(dir: &crate::state::StateDir) -> anyhow::Result<Option<Endpoints>> {
+        let Some(inherited) = inherited() else {
+            return Ok(None);
+        };
+        let ports = dir.load_ports()?;
+        Ok(Some(
+            Endpoints::start(&ports, dir.routes(), Some(inherited)).await?,
+        ))
+    }
+}
+
 /// A forwarded connection stopped between reads, whole.
 pub struct Parked {
     service: String,

@@ -161,6 +161,36 @@ impl StateDir {
     pub fn instance_dir(&self, name: &str) -> PathBuf {
         self.root.join("instances").join(name)
     }
+    /// Create the state directory if needed and prove it writable, so a
+    /// file-system problem is reported once, naming the directory and the
+    /// flag that chooses it, before anything is half made.
+    pub fn check_writable(&self) -> anyhow::Result<()> {
+        let fail = |what: &str, path: &Path, e: std::io::Error| {
+            anyhow::anyhow!(
+                "cannot use {} as the cluster's state directory: {what} {}: {e}. Choose a writable directory with --state-dir DIR (default: <data dir>/cnmysql/<cluster>)",
+                self.root.display(),
+                path.display()
+            )
+        };
+        std::fs::create_dir_all(&self.root).map_err(|e| fail("cannot create", &self.root, e))?;
+        let probe = self
+            .root
+            .join(format!(".write-check-{}", std::process::id()));
+        std::fs::write(&probe, b"").map_err(|e| fail("cannot write", &probe, e))?;
+        let _ = std::fs::remove_file(&probe);
+        Ok(())
+    }
+
+    /// Whether any instance has a data directory (the cluster has run).
+    pub fn any_instance_data(&self) -> bool {
+        std::fs::read_dir(self.root.join("instances"))
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .any(|e| e.path().join("data").join("mysql").is_dir())
+            })
+            .unwrap_or(false)
+    }
     pub fn instance_config(&self, name: &str) -> PathBuf {
         self.instance_dir(name).join("config.json")
     }
@@ -224,7 +254,7 @@ impl StateDir {
         port_base: Option<u16>,
     ) -> anyhow::Result<Ports> {
         let name = cluster.metadata.name.clone().unwrap_or_default();
-        std::fs::create_dir_all(&self.root)?;
+        self.check_writable()?;
         if self.exists() {
             let old = self.load_cluster()?;
             if old.metadata.name != cluster.metadata.name {
@@ -448,8 +478,11 @@ impl StateDir {
     }
 
     pub fn read_status(&self) -> anyhow::Result<ClusterStatus> {
-        let text = std::fs::read_to_string(self.status_file())?;
-        Ok(serde_json::from_str(&text)?)
+        let path = self.status_file();
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+        serde_json::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("{} is not a cluster status: {e}", path.display()))
     }
 
     fn write_status(&self, s: &ClusterStatus) -> anyhow::Result<()> {
