@@ -801,14 +801,9 @@ impl ControlPlane {
         if let Some(port) = self.ports.metrics {
             text.push_str(&format!("Metrics:  http://{host}:{port}/metrics\n"));
         }
-        text.push_str(&format!(
-            "Status:   cnmysql local status --state-dir {}\n",
-            self.dir.root.display()
-        ));
-        text.push_str(&format!(
-            "Stop:     cnmysql local down --state-dir {}",
-            self.dir.root.display()
-        ));
+        let target = self.dir.cli_target(&name);
+        text.push_str(&format!("Status:   cnmysql local status {target}\n"));
+        text.push_str(&format!("Stop:     cnmysql local down {target}"));
         self.reporter.say(None, &text);
     }
 

@@ -78,8 +78,8 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<()> {
         && pid != std::process::id() as i32
     {
         anyhow::bail!(
-            "cluster {name} is already running (control plane pid {pid}); see `cnmysql local status --state-dir {}`",
-            dir.root.display()
+            "cluster {name} is already running (control plane pid {pid}); see `cnmysql local status {}`",
+            dir.cli_target(&name)
         );
     }
     if dir.exists() {
@@ -92,8 +92,8 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<()> {
                 && !adopted.contains_key(&n)
             {
                 anyhow::bail!(
-                    "the instance manager of {n} from an earlier run is still running (pid {pid}); run `cnmysql local down --state-dir {}` first",
-                    dir.root.display()
+                    "the instance manager of {n} from an earlier run is still running (pid {pid}); run `cnmysql local down {}` first",
+                    dir.cli_target(&name)
                 );
             }
         }
@@ -267,10 +267,12 @@ fn detach(opts: &UpOptions, dir: &StateDir) -> anyhow::Result<()> {
     if let Some(port) = ports.metrics {
         println!("Metrics:  http://{}:{port}/metrics", ports.host);
     }
-    println!(
-        "Stop:     cnmysql local down --state-dir {}",
-        dir.root.display()
-    );
+    let name = dir
+        .load_cluster()
+        .ok()
+        .and_then(|c| c.metadata.name)
+        .unwrap_or_default();
+    println!("Stop:     cnmysql local down {}", dir.cli_target(&name));
     Ok(())
 }
 

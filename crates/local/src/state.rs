@@ -181,6 +181,16 @@ impl StateDir {
         Ok(())
     }
 
+    /// How to name this cluster on the command line: its name when the
+    /// state directory is the default one, else `--state-dir DIR`.
+    pub fn cli_target(&self, cluster: &str) -> String {
+        if self.root == default_state_dir(cluster) {
+            cluster.to_string()
+        } else {
+            format!("--state-dir {}", self.root.display())
+        }
+    }
+
     /// Whether any instance has a data directory (the cluster has run).
     pub fn any_instance_data(&self) -> bool {
         std::fs::read_dir(self.root.join("instances"))
@@ -642,6 +652,13 @@ mod tests {
             std::fs::read_to_string(dir.status_file()).unwrap(),
             "{\"currentPrimary\": \"db-"
         );
+    }
+
+    #[test]
+    fn hints_name_the_cluster_unless_its_directory_was_chosen() {
+        assert_eq!(StateDir::new(default_state_dir("db")).cli_target("db"), "db");
+        let d = StateDir::new(PathBuf::from("/srv/db-state"));
+        assert_eq!(d.cli_target("db"), "--state-dir /srv/db-state");
     }
 
     #[test]
