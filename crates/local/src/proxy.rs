@@ -287,7 +287,7 @@ impl Handover {
                     let _ = socket.shutdown(std::net::Shutdown::Read);
                     tracing::info!(service, "no ready instance: refusing connections");
                 }
-            } else if listener.is_none() {
+            } else if listener.is_none() && !backends.is_empty() {
                 match listen_on(&socket) {
                     Ok(l) => listener = Some(l),
                     Err(e) => {
