@@ -292,16 +292,29 @@ async fn backup<B: Backend>(State(b): State<Arc<B>>, Extension(peer): Extension<
 /// a moment to finish, so no request is cut off by the exec.
 #[derive(Default)]
 pub struct Gate {
+    /// True while either hold below is on: accept nothing.
     hold: watch::Sender<bool>,
+    /// Before a re-exec.
+    quiescing: std::sync::atomic::AtomicBool,
+    /// A new image that has not yet taken up the running server.
+    adopting: std::sync::atomic::AtomicBool,
     open: std::sync::atomic::AtomicUsize,
 }
 
 impl Gate {
+    fn update(&self) {
+        use std::sync::atomic::Ordering;
+        let on = self.quiescing.load(Ordering::SeqCst) || self.adopting.load(Ordering::SeqCst);
+        self.hold
+            .send_if_modified(|h| std::mem::replace(h, on) != on);
+    }
+
     /// Stop accepting; wait up to `timeout` for open connections to close.
     /// Returns how many are still open.
     pub async fn quiesce(&self, timeout: Duration) -> usize {
         use std::sync::atomic::Ordering;
-        self.hold.send_replace(true);
+        self.quiescing.store(true, Ordering::SeqCst);
+        self.update();
         let deadline = tokio::time::Instant::now() + timeout;
         while self.open.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(2)).await;
@@ -309,15 +322,26 @@ impl Gate {
         self.open.load(Ordering::SeqCst)
     }
 
-    /// Accept again (the exec failed, or the new image is ready to answer).
+    /// The exec failed: accept again.
     pub fn release(&self) {
-        self.hold.send_if_modified(|h| std::mem::replace(h, false));
+        self.quiescing
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        self.update();
     }
 
     /// Start held: a new image that adopted a running mysqld answers only
     /// once it knows its state, so nobody sees it "starting" meanwhile.
-    pub fn hold(&self) {
-        self.hold.send_replace(true);
+    pub fn hold_until_adopted(&self) {
+        self.adopting
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.update();
+    }
+
+    /// The adopted server's state is known (or the wait is over).
+    pub fn adopted(&self) {
+        self.adopting
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        self.update();
     }
 }
 
@@ -408,5 +432,27 @@ mod tests {
         assert!(may_clone("db", OPERATOR_IDENTITY));
         assert!(!may_clone("db", "other-2"));
         assert!(!may_clone("db", ""));
+    }
+}
+
+#[cfg(test)]
+mod gate_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_quiesced_gate_stays_shut_whatever_the_phase_does() {
+        let g = Gate::default();
+        let held = |g: &Gate| *g.hold.borrow();
+        g.hold_until_adopted();
+        assert!(held(&g));
+        g.adopted();
+        assert!(!held(&g));
+        // Before a re-exec: the manager's reconcile reporting its phase
+        // (adopted) must not open the gate again.
+        assert_eq!(g.quiesce(Duration::from_millis(10)).await, 0);
+        g.adopted();
+        assert!(held(&g));
+        g.release();
+        assert!(!held(&g));
     }
 }

@@ -207,7 +207,7 @@ impl<C: ClusterState> Manager<C> {
         *p = (phase, message);
         if phase != InstancePhase::Starting {
             // After a re-exec: the state is known, the control API answers.
-            self.gate.release();
+            self.gate.adopted();
         }
     }
 
@@ -236,11 +236,11 @@ impl<C: ClusterState> Manager<C> {
                 // Requests wait in the inherited listener until this image
                 // has taken up the running server (a few milliseconds), or
                 // at most ADOPT_HOLD.
-                self.gate.hold();
+                self.gate.hold_until_adopted();
                 let gate = self.gate.clone();
                 tokio::spawn(async move {
                     tokio::time::sleep(crate::upgrade::ADOPT_HOLD).await;
-                    gate.release();
+                    gate.adopted();
                 });
             }
             None => mysqld::stop_leftover(&cfg).await,

@@ -656,7 +656,10 @@ mod tests {
 
     #[test]
     fn hints_name_the_cluster_unless_its_directory_was_chosen() {
-        assert_eq!(StateDir::new(default_state_dir("db")).cli_target("db"), "db");
+        assert_eq!(
+            StateDir::new(default_state_dir("db")).cli_target("db"),
+            "db"
+        );
         let d = StateDir::new(PathBuf::from("/srv/db-state"));
         assert_eq!(d.cli_target("db"), "--state-dir /srv/db-state");
     }
