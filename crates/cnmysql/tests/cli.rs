@@ -55,16 +55,7 @@ fn invalid_specs_are_refused_before_anything_starts() {
         let m = dir.path().join("c.yaml");
         std::fs::write(&m, format!("{BASE}{body}")).unwrap();
         let state = dir.path().join("state");
-        let out = cnmysql(&[
-            "local",
-            "up",
-            "-f",
-            m.to_str().unwrap(),
-            "--state-dir",
-            state.to_str().unwrap(),
-            "--port-base",
-            "0",
-        ]);
+        let out = local_up(&m, &state, "0", &[]);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "accepted {body:?}");
         assert!(
@@ -156,16 +147,7 @@ fn an_unusable_state_directory_is_named_with_the_flag_to_change_it() {
     let file = tmp.path().join("a-file");
     std::fs::write(&file, "").unwrap();
     let state = file.join("state");
-    let out = cnmysql(&[
-        "local",
-        "up",
-        "-f",
-        m.to_str().unwrap(),
-        "--state-dir",
-        state.to_str().unwrap(),
-        "--port-base",
-        "0",
-    ]);
+    let out = local_up(&m, &state, "0", &[]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(

@@ -349,21 +349,7 @@ fn a_first_start_refused_for_a_busy_port_leaves_nothing_behind_the_retry_it_sugg
     let state = tmp.path().join("state");
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port().to_string();
-    let up = |base: &str| {
-        cnmysql(&[
-            "local",
-            "up",
-            "-f",
-            m.to_str().unwrap(),
-            "--state-dir",
-            state.to_str().unwrap(),
-            "--port-base",
-            base,
-            "--detach",
-            "--wait-timeout",
-            "120",
-        ])
-    };
+    let up = |base: &str| local_up(&m, &state, base, &["--detach", "--wait-timeout", "120"]);
     let out = up(&port);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());

@@ -400,38 +400,22 @@ async fn pump(
     mut park: watch::Receiver<bool>,
 ) -> Pumped {
     let mut buf = vec![0u8; 16 * 1024];
+    // The signal's sender lives as long as the endpoints; if it were gone,
+    // there would be nothing to park for, and copying simply goes on.
+    let mut parkable = true;
     loop {
-        if *park.borrow_and_update() {
+        if parkable && *park.borrow_and_update() {
             return Pumped::Parked(from, to);
         }
         let n = tokio::select! {
             biased;
-            r = park.changed() => {
-                if r.is_err() {
-                    // No handover any more: keep copying.
-                    return copy_rest(from, to, buf).await;
-                }
+            r = park.changed(), if parkable => {
+                parkable = r.is_ok();
                 continue;
             }
             r = from.read(&mut buf) => r,
         };
         match n {
-            Ok(0) | Err(_) => {
-                let _ = to.shutdown().await;
-                return Pumped::Ended;
-            }
-            Ok(n) => {
-                if to.write_all(&buf[..n]).await.is_err() {
-                    return Pumped::Ended;
-                }
-            }
-        }
-    }
-}
-
-async fn copy_rest(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, mut buf: Vec<u8>) -> Pumped {
-    loop {
-        match from.read(&mut buf).await {
             Ok(0) | Err(_) => {
                 let _ = to.shutdown().await;
                 return Pumped::Ended;

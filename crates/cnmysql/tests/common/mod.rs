@@ -22,6 +22,23 @@ pub fn cnmysql(args: &[&str]) -> Output {
     Command::new(BIN).args(args).output().expect("run cnmysql")
 }
 
+/// `cnmysql local up -f <manifest> --state-dir <state> --port-base <base>`
+/// and any further flags.
+pub fn local_up(manifest: &Path, state: &Path, port_base: &str, more: &[&str]) -> Output {
+    let mut args = vec![
+        "local",
+        "up",
+        "-f",
+        manifest.to_str().unwrap(),
+        "--state-dir",
+        state.to_str().unwrap(),
+        "--port-base",
+        port_base,
+    ];
+    args.extend_from_slice(more);
+    cnmysql(&args)
+}
+
 /// A manifest for a cluster of `instances` with small memory settings.
 pub fn manifest(name: &str, instances: u32) -> String {
     format!(
@@ -84,19 +101,12 @@ impl LocalCluster {
     pub fn up(&self, manifest_text: &str) -> Output {
         let m = self.state().join("cluster.yaml");
         std::fs::write(&m, manifest_text).unwrap();
-        let out = cnmysql(&[
-            "local",
-            "up",
-            "-f",
-            m.to_str().unwrap(),
-            "--state-dir",
-            &self.state_arg(),
-            "--port-base",
+        let out = local_up(
+            &m,
+            Path::new(&self.state_arg()),
             "0",
-            "--detach",
-            "--wait-timeout",
-            "180",
-        ]);
+            &["--detach", "--wait-timeout", "180"],
+        );
         assert!(
             out.status.success(),
             "local up failed:\nstdout: {}\nstderr: {}",
