@@ -81,25 +81,50 @@ pub struct KubeCluster {
 
 /// Take the machine-wide lock of process-node clusters: Pods that listen
 /// on the wildcard address (the operator's metrics port) share the host's
-/// ports, so two clusters' operators would collide. With `wait`, wait for
-/// it (saying so), else fail at once.
-pub fn one_at_a_time(wait: bool) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
+/// ports, so two clusters' operators would collide. `holder` (what the
+/// lock's file then says holds it) is how a refusal names the cluster to
+/// stop: a state directory for `cnmysql-node up`, a test otherwise. With
+/// `wait`, wait for it (saying so), else fail at once.
+pub fn one_at_a_time(wait: bool, holder: &str) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
     use nix::fcntl::{Flock, FlockArg};
+    use std::io::Write;
     std::fs::create_dir_all("/tmp/cnmysql-procnode")?;
     let path = "/tmp/cnmysql-procnode/cluster.lock";
-    let f = std::fs::File::create(path)?;
-    match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
-        Ok(l) => Ok(l),
+    // Not truncated on opening: until we hold it, it names the holder.
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(path)?;
+    let mut lock = match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+        Ok(l) => l,
         Err((f, _)) if wait => {
             eprintln!(
-                "waiting for another process-node cluster on this machine to stop ({path}; scripts/kube-down stops one)"
+                "waiting for another process-node cluster on this machine to stop ({}; {path})",
+                held_by(path)
             );
             Flock::lock(f, FlockArg::LockExclusive)
-                .map_err(|(_, e)| anyhow::anyhow!("locking {path}: {e}"))
+                .map_err(|(_, e)| anyhow::anyhow!("locking {path}: {e}"))?
         }
         Err(_) => bail!(
-            "another process-node cluster runs on this machine ({path} is locked): stop it first (scripts/kube-down)"
+            "another process-node cluster runs on this machine ({}; {path} is locked): stop it first",
+            held_by(path)
         ),
+    };
+    lock.set_len(0)?;
+    writeln!(&mut *lock, "{holder}")?;
+    Ok(lock)
+}
+
+/// What the lock's file says of its holder, as advice.
+fn held_by(path: &str) -> String {
+    match std::fs::read_to_string(path) {
+        Ok(h) if h.trim().starts_with('/') => {
+            format!("scripts/kube-down --state-dir {} stops it", h.trim())
+        }
+        Ok(h) if !h.trim().is_empty() => format!("held by {}", h.trim()),
+        _ => "scripts/kube-down stops it".to_string(),
     }
 }
 
@@ -136,7 +161,10 @@ impl KubeCluster {
         cnmysql: &Path,
         extra_images: &[String],
     ) -> anyhow::Result<KubeCluster> {
-        let lock = tokio::task::spawn_blocking(|| one_at_a_time(true)).await??;
+        let lock = tokio::task::spawn_blocking(|| {
+            one_at_a_time(true, &format!("a test (pid {})", std::process::id()))
+        })
+        .await??;
         let cp = ControlPlane::start(Options {
             controllers: CONTROLLERS.iter().map(|s| s.to_string()).collect(),
             ..Default::default()

@@ -167,9 +167,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 async fn up(state: PathBuf, node: NodeArgs) -> anyhow::Result<()> {
-    let _lock = cnmysql_procnode::harness::one_at_a_time(false)?;
     std::fs::create_dir_all(&state)?;
     let state = std::fs::canonicalize(&state)?;
+    let _lock = cnmysql_procnode::harness::one_at_a_time(false, &state.display().to_string())?;
     let cp_dir = state.join("control-plane");
     // Each `up` starts a fresh cluster.
     let _ = std::fs::remove_dir_all(&cp_dir);
