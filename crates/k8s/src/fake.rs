@@ -1,6 +1,7 @@
 //! An in-memory Kubernetes API for API-call scenarios: Clusters (get, and
 //! merge patches of the status subresource with the API server's
-//! resourceVersion precondition) and Events (create). Every call is logged so
+//! resourceVersion precondition), Pods (list by label equality, create) and
+//! Events (create). Every call is logged so
 //! a test can assert exactly what a command sent. It answers both an
 //! in-process `kube::Client` and real HTTP (for the binary, via a
 //! kubeconfig), from the same handler.
@@ -30,6 +31,8 @@ type Hook = Box<dyn FnOnce(&mut Value) + Send>;
 struct State {
     /// (namespace, name) → Cluster object.
     clusters: Vec<((String, String), Value)>,
+    /// (namespace, name) → Pod object.
+    pods: Vec<((String, String), Value)>,
     events: Vec<Value>,
     calls: Vec<Call>,
     resource_version: u64,
@@ -79,6 +82,28 @@ impl FakeApi {
             .map(|(_, v)| v.clone())
     }
 
+    /// Store a Pod as if some client had created it.
+    pub fn put_pod(&self, pod: Value) {
+        let ns = pod["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("default")
+            .to_string();
+        let _ = self.create_pod(&ns, pod);
+    }
+
+    /// The names of the Pods in `namespace`, sorted.
+    pub fn pods(&self, namespace: &str) -> Vec<String> {
+        let st = self.state.lock().unwrap();
+        let mut names: Vec<String> = st
+            .pods
+            .iter()
+            .filter(|(k, _)| k.0 == namespace)
+            .map(|(k, _)| k.1.clone())
+            .collect();
+        names.sort();
+        names
+    }
+
     pub fn calls(&self) -> Vec<Call> {
         self.state.lock().unwrap().calls.clone()
     }
@@ -124,7 +149,16 @@ impl FakeApi {
         content_type: Option<&str>,
         body: Option<&Value>,
     ) -> (StatusCode, Value) {
-        let path = path.split('?').next().unwrap_or(path);
+        let (path, query) = path.split_once('?').unwrap_or((path, ""));
+        if let Some(rest) = path.strip_prefix("/api/v1/namespaces/")
+            && let Some((ns, "pods")) = rest.split_once('/')
+        {
+            match *method {
+                Method::GET => return self.list_pods(ns, query),
+                Method::POST => return self.create_pod(ns, body.cloned().unwrap_or(Value::Null)),
+                _ => {}
+            }
+        }
         if let Some(rest) = path.strip_prefix(CLUSTERS) {
             let parts: Vec<&str> = rest.split('/').collect();
             match (method, parts.as_slice()) {
@@ -186,6 +220,70 @@ impl FakeApi {
                 &format!("clusters.mysql.cnmysql.io \"{name}\" not found"),
             ),
         }
+    }
+
+    fn list_pods(&self, ns: &str, query: &str) -> (StatusCode, Value) {
+        // Equality terms only (`a=b,c=d`), as the operator uses them.
+        let selector: Vec<(String, String)> = query
+            .split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .filter(|(k, _)| *k == "labelSelector")
+            .flat_map(|(_, v)| {
+                percent_decode(v)
+                    .split(',')
+                    .filter_map(|t| {
+                        t.split_once('=')
+                            .map(|(k, v)| (k.to_string(), v.to_string()))
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let st = self.state.lock().unwrap();
+        let items: Vec<Value> = st
+            .pods
+            .iter()
+            .filter(|(k, _)| k.0 == ns)
+            .map(|(_, p)| p)
+            .filter(|p| {
+                selector
+                    .iter()
+                    .all(|(k, v)| p["metadata"]["labels"][k].as_str() == Some(v))
+            })
+            .cloned()
+            .collect();
+        (
+            StatusCode::OK,
+            json!({
+                "apiVersion": "v1",
+                "kind": "PodList",
+                "metadata": { "resourceVersion": st.resource_version.to_string() },
+                "items": items,
+            }),
+        )
+    }
+
+    fn create_pod(&self, ns: &str, mut pod: Value) -> (StatusCode, Value) {
+        let mut st = self.state.lock().unwrap();
+        let Some(name) = pod["metadata"]["name"].as_str().map(str::to_string) else {
+            return failure(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Invalid",
+                "Pod is invalid: metadata.name: Required value",
+            );
+        };
+        if st.pods.iter().any(|(k, _)| k.0 == ns && k.1 == name) {
+            return failure(
+                StatusCode::CONFLICT,
+                "AlreadyExists",
+                &format!("pods \"{name}\" already exists"),
+            );
+        }
+        st.resource_version += 1;
+        pod["metadata"]["resourceVersion"] = json!(st.resource_version.to_string());
+        pod["metadata"]["namespace"] = json!(ns);
+        pod["metadata"]["uid"] = json!(format!("uid-{ns}-{name}"));
+        st.pods.push(((ns.to_string(), name), pod.clone()));
+        (StatusCode::CREATED, pod)
     }
 
     fn patch_status(&self, ns: &str, name: &str, patch: Value) -> (StatusCode, Value) {
@@ -306,6 +404,27 @@ fn is_dns_subdomain(s: &str) -> bool {
                 && !label.starts_with('-')
                 && !label.ends_with('-')
         })
+}
+
+/// `%2F` → `/` and so on (no `+`: selectors do not use it).
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%'
+            && let Some(v) = s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        {
+            out.push(v);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn json_response(code: StatusCode, v: &Value) -> Response<Full<Bytes>> {

@@ -153,14 +153,20 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Action, Err
     Ok(Action::requeue(RESYNC))
 }
 
-/// Create each instance's Pod when missing (not a held-down former
-/// primary's), and apply the role labels of the existing ones.
 /// `instance` is the primary, and no change of primary is under way.
 fn is_steady_primary(status: &cnmysql_api::ClusterStatus, instance: &str) -> bool {
     status.current_primary.as_deref() == Some(instance)
         && status.target_primary == status.current_primary
 }
 
+/// Create each instance's Pod when missing (not a held-down former
+/// primary's), and apply the role labels of the existing ones.
+///
+/// A steady primary's missing Pod is held down for the topology step. A
+/// primary handing over (a switchover under way) is recreated at once: it
+/// comes back read-only, handing over (`role::desired`), so the switchover
+/// can finish instead of timing out into a failover. Holding down lives in
+/// operator memory; a restarted operator derives it again from the status.
 pub async fn ensure_pods(cluster: &Cluster, ctx: &Context, want: &[Pod]) -> Result<(), Error> {
     let name = cluster.name_any();
     let ns = cluster.namespace().unwrap_or_default();

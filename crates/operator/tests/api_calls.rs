@@ -124,3 +124,109 @@ async fn a_change_that_no_longer_applies_to_the_fresh_object_writes_nothing() {
     let st = &api.cluster("prod", "db").unwrap()["status"];
     assert_eq!(st["targetPrimary"], "db-2");
 }
+
+/// The Pods `ensure_pods` leaves in the fake after one pass over `c`, with
+/// `existing` instances' Pods already there.
+async fn pods_after_one_pass(
+    api: &FakeApi,
+    ctx: &Context,
+    c: &Cluster,
+    existing: &[&str],
+) -> Vec<String> {
+    let env = &ctx.env;
+    let desired = cnmysql_operator::objects::desired(c, env);
+    for p in desired
+        .pods
+        .iter()
+        .filter(|p| existing.contains(&p.metadata.name.as_deref().unwrap()))
+    {
+        // As the operator left them: with their role labels.
+        let mut p = p.clone();
+        let name = p.metadata.name.clone().unwrap();
+        let status = c.status.clone().unwrap_or_default();
+        let roles = cnmysql_operator::objects::pod::role_labels(&status, &name);
+        p.metadata.labels.get_or_insert_default().extend(roles);
+        api.put_pod(serde_json::to_value(&p).unwrap());
+    }
+    cnmysql_operator::reconcile::ensure_pods(c, ctx, &desired.pods)
+        .await
+        .unwrap();
+    api.pods("prod")
+}
+
+#[tokio::test]
+async fn a_steady_primary_whose_pod_is_gone_is_held_down_for_the_failover_decision() {
+    let api = FakeApi::new();
+    let c = cluster(&api);
+    let ctx = context(&api);
+    // db-1 is the primary and its Pod is gone; db-3's too.
+    assert_eq!(
+        pods_after_one_pass(&api, &ctx, &c, &["db-2"]).await,
+        ["db-2", "db-3"],
+        "the replica's Pod is recreated, the primary's is not (it would come back as the primary)"
+    );
+    let held = cnmysql_operator::topology::held_down(&ctx, &c);
+    assert_eq!(held.into_iter().collect::<Vec<_>>(), ["db-1"]);
+    // Another pass (the operator's next reconcile) still leaves it down.
+    cnmysql_operator::reconcile::ensure_pods(
+        &c,
+        &ctx,
+        &cnmysql_operator::objects::desired(&c, &ctx.env).pods,
+    )
+    .await
+    .unwrap();
+    assert_eq!(api.pods("prod"), ["db-2", "db-3"]);
+    let posts: Vec<String> = api
+        .calls()
+        .into_iter()
+        .filter(|c| c.method == http::Method::POST)
+        .map(|c| {
+            c.body.unwrap()["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        posts,
+        ["db-3"],
+        "the operator created db-3 once and db-1 never"
+    );
+}
+
+#[tokio::test]
+async fn a_restarted_operator_holds_the_gone_primary_down_again_from_the_status_alone() {
+    let api = FakeApi::new();
+    let c = cluster(&api);
+    // A fresh operator: nothing in memory, only the status says db-1 leads.
+    let ctx = context(&api);
+    assert!(cnmysql_operator::topology::held_down(&ctx, &c).is_empty());
+    assert_eq!(
+        pods_after_one_pass(&api, &ctx, &c, &["db-2", "db-3"]).await,
+        ["db-2", "db-3"]
+    );
+    assert!(cnmysql_operator::topology::held_down(&ctx, &c).contains("db-1"));
+}
+
+#[tokio::test]
+async fn a_primary_handing_over_is_recreated_so_the_switchover_can_finish() {
+    let api = FakeApi::new();
+    let mut c = cluster(&api);
+    // A switchover from db-1 to db-2 is under way when db-1's Pod goes.
+    c.status.as_mut().unwrap().target_primary = Some("db-2".into());
+    let ctx = context(&api);
+    assert_eq!(
+        pods_after_one_pass(&api, &ctx, &c, &["db-2", "db-3"]).await,
+        ["db-1", "db-2", "db-3"]
+    );
+    assert!(cnmysql_operator::topology::held_down(&ctx, &c).is_empty());
+}
+
+#[tokio::test]
+async fn a_single_instance_is_recreated_in_place_at_once() {
+    let api = FakeApi::new();
+    let mut c = cluster(&api);
+    c.spec.instances = 1;
+    let ctx = context(&api);
+    assert_eq!(pods_after_one_pass(&api, &ctx, &c, &[]).await, ["db-1"]);
+}
