@@ -322,6 +322,7 @@ mod tests {
             name: "db-1".into(),
             ordinal: 1,
             status: None,
+            outdated: None,
         }
     }
 
@@ -484,6 +485,7 @@ mod tests {
                     name: "db-3".into(),
                     ordinal: 3,
                     status: None,
+                    outdated: None,
                 },
             ],
             Some(T0),

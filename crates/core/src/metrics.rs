@@ -10,7 +10,8 @@
 //!   keeps climbing through an in-place upgrade), `_manager_current` (1 when
 //!   the manager runs the operator's executable, 0 while it is stale);
 //! - per cluster: `cnmysql_cluster_instances`, `_ready_instances`,
-//!   `_stale_instances` (managers an upgrade rollout still has to replace),
+//!   `_stale_instances` (instances a rollout still has to bring up to date:
+//!   an older manager, or an outdated definition such as a server image),
 //!   `_primary_failing` (1 while a failing primary is being timed),
 //!   `_primary_changing` (1 while targetPrimary differs from currentPrimary),
 //!   `_phase` (1 for the current phase, label `phase`);
@@ -120,7 +121,7 @@ pub fn encode_clusters(clusters: &[Labelled]) -> String {
     let stale_n = gauge(
         &mut r,
         "cluster_stale_instances",
-        "Instances whose manager still runs an older executable",
+        "Instances a rollout still has to bring up to date (older manager or outdated definition)",
     );
     let instances = gauge(
         &mut r,
@@ -198,7 +199,7 @@ pub fn encode_clusters(clusters: &[Labelled]) -> String {
         stale_n.get_or_create(&cluster).set(
             s.instances
                 .iter()
-                .filter(|o| crate::rollout::is_current(s, &o.name) == Some(false))
+                .filter(|o| crate::rollout::is_stale(s, &o.name))
                 .count() as f64,
         );
         ready_n
@@ -255,6 +256,7 @@ mod tests {
             name: "db-3".into(),
             ordinal: 3,
             status: None,
+            outdated: None,
         };
         let mut s = snapshot(vec![p, r, dead]);
         s.status.fenced_instances = vec!["db-2".into()];
@@ -311,6 +313,7 @@ mod tests {
             name: "db-3".into(),
             ordinal: 3,
             status: None,
+            outdated: None,
         };
         let mut s = snapshot(vec![p, r, gone]);
         // No operator hash yet: nobody is called stale.

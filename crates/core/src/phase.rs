@@ -280,6 +280,7 @@ mod tests {
                 role,
                 ..Default::default()
             }),
+            outdated: None,
         };
         let mut s = Snapshot {
             cluster: "db".into(),
@@ -315,6 +316,7 @@ mod tests {
                 phase,
                 ..Default::default()
             }),
+            outdated: None,
         };
         let mut s = Snapshot {
             cluster: "db".into(),

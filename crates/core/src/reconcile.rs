@@ -441,9 +441,14 @@ pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
 
 /// The rollout's next step as actions, with an event per step.
 fn rollout_step(s: &Snapshot, memory: &mut Memory) -> Vec<Action> {
+    // A step is done once its instance answers up to date.
     memory.rollout_in_flight.retain(|n, _| {
-        s.get(n).and_then(|o| o.status.as_ref()).is_none_or(|st| {
-            Some(st.executable_hash.as_str()) != s.status.operator_executable_hash.as_deref()
+        s.get(n).is_none_or(|o| {
+            o.outdated.is_some()
+                || o.status.as_ref().is_none_or(|st| {
+                    Some(st.executable_hash.as_str())
+                        != s.status.operator_executable_hash.as_deref()
+                })
         })
     });
     // A switchover while the supervised rollout waited is the human's go.
@@ -472,7 +477,7 @@ fn rollout_step(s: &Snapshot, memory: &mut Memory) -> Vec<Action> {
                     false,
                     "UpgradeCompleted",
                     None,
-                    "every instance runs the operator's instance manager".into(),
+                    "every instance is up to date: the operator's instance manager and the Cluster's definition".into(),
                 )));
             }
         }
@@ -503,6 +508,7 @@ fn rollout_step(s: &Snapshot, memory: &mut Memory) -> Vec<Action> {
             instance,
             primary,
             note,
+            change,
             ..
         } => {
             memory.rollout_in_flight.insert(instance.clone(), s.now_ms);
@@ -513,8 +519,12 @@ fn rollout_step(s: &Snapshot, memory: &mut Memory) -> Vec<Action> {
                 Some(n) => format!("{said}: recreating it ({n})"),
                 None => format!("{said}: recreating it"),
             };
+            let reason = match change {
+                Some(_) => "UpdatingInstance",
+                None => "UpgradingInstanceManager",
+            };
             out.push(Action::Recreate {
-                then: Event::new(false, "UpgradingInstanceManager", Some(&instance), how),
+                then: Event::new(false, reason, Some(&instance), how),
                 instance,
                 primary,
             });
@@ -671,6 +681,7 @@ mod tests {
                 name: "db-1".into(),
                 ordinal: 1,
                 status: None,
+                outdated: None,
             },
             replica("db-2", "0-1-100"),
             replica("db-3", "0-1-90"),
@@ -799,6 +810,7 @@ mod tests {
                 name: "db-1".into(),
                 ordinal: 1,
                 status: None,
+                outdated: None,
             },
             replica("db-2", "0-1-100"),
         ]);

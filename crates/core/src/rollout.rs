@@ -1,8 +1,11 @@
-//! Instance-manager rollout: which instance is brought to the operator's
-//! executable next, and how.
+//! Rollout: which instance is brought up to date next, and how.
 //!
-//! The target is `status.operatorExecutableHash`; an instance whose manager
-//! reports another hash is stale. One instance moves at a time, and only
+//! An instance is stale when its manager reports another hash than
+//! `status.operatorExecutableHash`, or when its platform reports it
+//! outdated (`Observed::outdated`: on Kubernetes, its Pod was made from
+//! another definition than the Cluster now declares, say another server
+//! image). An outdated instance can only be recreated; a manager-only one
+//! may be upgraded in place. One instance moves at a time, and only
 //! while every other instance in service is ready and caught up (the health
 //! gate): stale replicas in ascending ordinal, the primary last. Fenced and
 //! diverged instances are out of service: skipped, their hash ignored until
@@ -48,21 +51,27 @@ pub enum Next {
         instance: String,
         stale: Vec<String>,
     },
-    /// Recreate `instance` from the new executable. `primary`: it is the
-    /// primary, restarted in place (failover must not treat its absence as
-    /// a failure while it comes back).
+    /// Recreate `instance` from the new executable and the Cluster's
+    /// current definition. `primary`: it is the primary, restarted in place
+    /// (failover must not treat its absence as a failure while it comes
+    /// back).
     Recreate {
         instance: String,
         primary: bool,
         stale: Vec<String>,
         /// Why the primary is restarted rather than switched over.
         note: Option<String>,
+        /// What of its definition changes (None: only its manager).
+        change: Option<String>,
     },
     /// Switch the stale primary over to `to` first.
     Switchover {
         from: String,
         to: String,
         stale: Vec<String>,
+        /// What of the primary's definition changes (None: only its
+        /// manager).
+        change: Option<String>,
     },
     /// `primaryUpdateStrategy: supervised`: nothing moves until a human
     /// switches the primary over.
@@ -86,19 +95,34 @@ impl Next {
         let of = |stale: &[String]| format!("{} remaining", stale.len());
         match self {
             Next::Current => None,
-            Next::Wait { reason, stale } => Some(format!(
-                "Upgrading instance managers: {reason} ({})",
-                of(stale)
-            )),
+            Next::Wait { reason, stale } => Some(format!("{reason} ({})", of(stale))),
             Next::InPlace { instance, stale }
             | Next::Recreate {
-                instance, stale, ..
+                instance,
+                stale,
+                change: None,
+                ..
             } => Some(format!(
                 "Upgrading instance manager on {instance} ({})",
                 of(stale)
             )),
-            Next::Switchover { from, to, stale } => Some(format!(
-                "Upgrading instance manager on {from}: switching over to {to} first ({})",
+            Next::Recreate {
+                instance,
+                stale,
+                change: Some(change),
+                ..
+            } => Some(format!("Updating {instance}: {change} ({})", of(stale))),
+            Next::Switchover {
+                from,
+                to,
+                stale,
+                change,
+            } => Some(format!(
+                "{} on {from}: switching over to {to} first ({})",
+                match change {
+                    None => "Upgrading instance manager".to_string(),
+                    Some(c) => format!("Updating {c}"),
+                },
                 of(stale)
             )),
             Next::WaitingForUser { message, .. } => Some(message.clone()),
@@ -127,6 +151,17 @@ pub fn is_current(s: &Snapshot, name: &str) -> Option<bool> {
     Some(manager_hash(s, name)? == target)
 }
 
+/// What of `name`'s definition its platform reports changed, if anything.
+pub fn outdated<'a>(s: &'a Snapshot, name: &str) -> Option<&'a str> {
+    s.get(name).and_then(|o| o.outdated.as_deref())
+}
+
+/// Whether `name` still needs a rollout step: another manager than the
+/// target, or an outdated definition.
+pub fn is_stale(s: &Snapshot, name: &str) -> bool {
+    outdated(s, name).is_some() || is_current(s, name) == Some(false)
+}
+
 /// The instances a rollout step was last given, and when (Unix ms).
 pub type InFlight = std::collections::BTreeMap<String, i64>;
 
@@ -135,9 +170,6 @@ pub type InFlight = std::collections::BTreeMap<String, i64>;
 /// `consent`: under the supervised strategy, a human switched the primary
 /// over while this rollout waited: it goes on to the end.
 pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
-    let Some(target) = s.status.operator_executable_hash.as_deref() else {
-        return Next::Current;
-    };
     let out_of_service = |n: &str| s.is_fenced(n) || s.is_diverged(n);
     let mut members: Vec<_> = s
         .instances
@@ -147,14 +179,19 @@ pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
     members.sort_by_key(|o| o.ordinal);
     let stale: Vec<String> = members
         .iter()
-        .filter(|o| manager_hash(s, &o.name).is_some_and(|h| h != target))
+        .filter(|o| is_stale(s, &o.name))
         .map(|o| o.name.clone())
         .collect();
     if stale.is_empty() {
         return Next::Current;
     }
+    let title = if stale.iter().any(|n| outdated(s, n).is_some()) {
+        "Updating instances"
+    } else {
+        "Upgrading instance managers"
+    };
     let wait = |reason: String| Next::Wait {
-        reason,
+        reason: format!("{title}: {reason}"),
         stale: stale.clone(),
     };
     let (Some(current), Some(target_primary)) = (
@@ -170,18 +207,25 @@ pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
         return wait(format!("the primary {current} is failing"));
     }
     let primary_stale = stale.iter().any(|n| n == current);
-    let in_place = s.spec.in_place_instance_manager_updates;
+    // In place only applies to a new manager: a changed definition means
+    // a new Pod.
+    let in_place = |n: &str| s.spec.in_place_instance_manager_updates && outdated(s, n).is_none();
+    let primary_change = outdated(s, current).map(str::to_string);
     // Supervised: not even a stale replica moves while the primary is stale.
     if primary_stale
-        && !in_place
+        && !in_place(current)
         && !consent
         && s.spec.instances > 1
         && s.spec.primary_update_strategy == PrimaryUpdateStrategy::Supervised
     {
+        let what = match &primary_change {
+            Some(c) => format!("is outdated ({c})"),
+            None => "runs an old instance manager".to_string(),
+        };
         return Next::WaitingForUser {
             primary: current.to_string(),
             message: format!(
-                "the primary {current} runs an old instance manager and primaryUpdateStrategy is supervised: switch over to an up-to-date replica to continue the rollout"
+                "the primary {current} {what} and primaryUpdateStrategy is supervised: switch over to an up-to-date replica to continue the rollout"
             ),
         };
     }
@@ -209,11 +253,14 @@ pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
         }
     }
     if let Some(n) = stale.iter().find(|n| recent(n)) {
-        return wait(format!("waiting for {n} to report the new manager"));
+        return wait(match outdated(s, n) {
+            Some(c) => format!("waiting for {n} to come back updated ({c})"),
+            None => format!("waiting for {n} to report the new manager"),
+        });
     }
     // Replicas first, in ascending ordinal.
     if let Some(replica) = stale.iter().find(|n| *n != current) {
-        return if in_place {
+        return if in_place(replica) {
             Next::InPlace {
                 instance: replica.clone(),
                 stale,
@@ -222,6 +269,7 @@ pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
             Next::Recreate {
                 instance: replica.clone(),
                 primary: false,
+                change: outdated(s, replica).map(str::to_string),
                 stale,
                 note: None,
             }
@@ -229,7 +277,7 @@ pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
     }
     // Only the primary is left.
     let primary = current.to_string();
-    if in_place {
+    if in_place(current) {
         return Next::InPlace {
             instance: primary,
             stale,
@@ -240,6 +288,7 @@ pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
         primary: true,
         stale: stale.clone(),
         note,
+        change: primary_change.clone(),
     };
     if s.spec.instances <= 1 {
         return restart(Some("a single instance is restarted in place".into()));
@@ -252,6 +301,7 @@ pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
             from: primary,
             to,
             stale,
+            change: primary_change.clone(),
         },
         None => restart(Some(
             "no healthy replica to switch over to: restarting the primary in place".into(),
@@ -331,7 +381,8 @@ mod tests {
                 instance: "db-2".into(),
                 primary: false,
                 stale: all.clone(),
-                note: None
+                note: None,
+                change: None
             }
         );
         assert!(
@@ -342,7 +393,8 @@ mod tests {
             Next::Switchover {
                 from: "db-1".into(),
                 to: "db-2".into(),
-                stale: vec!["db-1".into()]
+                stale: vec!["db-1".into()],
+                change: None
             }
         );
     }
@@ -528,6 +580,88 @@ mod tests {
         assert_eq!(
             n.reason().unwrap(),
             "Upgrading instance manager on db-3 (2 remaining)"
+        );
+    }
+
+    /// `cluster(hashes)` with the named instances' definitions outdated.
+    fn outdated_in(hashes: [&str; 3], outdated: &[&str]) -> Snapshot {
+        let mut s = cluster(hashes);
+        for o in s.instances.iter_mut() {
+            if outdated.contains(&o.name.as_str()) {
+                o.outdated = Some("image mariadb:10.11 → mariadb:10.11.9".into());
+            }
+        }
+        s
+    }
+
+    #[test]
+    fn an_outdated_definition_is_stale_even_with_the_manager_current_or_no_target() {
+        let s = outdated_in([NEW, NEW, NEW], &["db-3"]);
+        assert!(
+            matches!(step(&s), Next::Recreate { instance, change: Some(_), .. } if instance == "db-3")
+        );
+        let mut s = outdated_in([OLD, OLD, OLD], &["db-2"]);
+        s.status.operator_executable_hash = None;
+        assert_eq!(step(&s).stale(), ["db-2"]);
+    }
+
+    #[test]
+    fn an_outdated_instance_is_recreated_even_where_managers_go_in_place() {
+        let mut s = outdated_in([OLD, OLD, NEW], &["db-2"]);
+        s.spec.in_place_instance_manager_updates = true;
+        let n = step(&s);
+        assert!(
+            matches!(&n, Next::Recreate { instance, primary: false, change: Some(_), .. } if instance == "db-2"),
+            "{n:?}"
+        );
+        assert_eq!(
+            n.reason().unwrap(),
+            "Updating db-2: image mariadb:10.11 → mariadb:10.11.9 (2 remaining)"
+        );
+        // A manager-only replica still goes in place.
+        let mut s = outdated_in([NEW, OLD, NEW], &[]);
+        s.spec.in_place_instance_manager_updates = true;
+        assert!(matches!(step(&s), Next::InPlace { .. }));
+        // So does an up-to-date primary's manager, but an outdated primary
+        // is switched over first, in-place or not.
+        let mut s = outdated_in([NEW, NEW, NEW], &["db-1"]);
+        s.spec.in_place_instance_manager_updates = true;
+        let n = step(&s);
+        assert!(
+            matches!(&n, Next::Switchover { from, change: Some(_), .. } if from == "db-1"),
+            "{n:?}"
+        );
+        assert!(n.reason().unwrap().starts_with("Updating image"), "{n:?}");
+    }
+
+    #[test]
+    fn a_supervised_outdated_primary_waits_for_the_user_and_says_why() {
+        let mut s = outdated_in([NEW, NEW, NEW], &["db-1", "db-2", "db-3"]);
+        s.spec.primary_update_strategy = PrimaryUpdateStrategy::Supervised;
+        s.spec.in_place_instance_manager_updates = true;
+        match step(&s) {
+            Next::WaitingForUser { primary, message } => {
+                assert_eq!(primary, "db-1");
+                assert!(message.contains("outdated (image"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn waiting_on_an_outdated_instance_says_updating() {
+        let mut s = outdated_in([NEW, NEW, NEW], &["db-3"]);
+        s.instances[1].status.as_mut().unwrap().ready = false;
+        assert_eq!(
+            step(&s).reason().unwrap(),
+            "Updating instances: waiting for db-2 to be ready (1 remaining)"
+        );
+        let s = outdated_in([NEW, NEW, NEW], &["db-3"]);
+        let mut f = InFlight::new();
+        f.insert("db-3".into(), s.now_ms);
+        assert_eq!(
+            next(&s, &f, false).reason().unwrap(),
+            "Updating instances: waiting for db-3 to come back updated (image mariadb:10.11 → mariadb:10.11.9) (1 remaining)"
         );
     }
 }

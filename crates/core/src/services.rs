@@ -77,6 +77,7 @@ mod tests {
                 }),
                 ..Default::default()
             }),
+            outdated: None,
         }
     }
 

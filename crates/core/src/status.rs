@@ -217,6 +217,11 @@ pub struct Observed {
     pub ordinal: u32,
     /// The last `/status` answer, none if the instance could not be reached.
     pub status: Option<InstanceStatus>,
+    /// Set by the platform when the instance was made from another
+    /// definition than the Cluster now declares (on Kubernetes: its Pod,
+    /// say with another server image); says what changed. Only recreating
+    /// the instance applies it (see `rollout.rs`).
+    pub outdated: Option<String>,
 }
 
 impl Observed {

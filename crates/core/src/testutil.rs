@@ -41,6 +41,7 @@ pub fn replica(name: &str, gtid: &str) -> Observed {
             }),
             ..Default::default()
         }),
+        outdated: None,
     }
 }
 

@@ -3,8 +3,10 @@
 //! Three instances, a shared store (cluster status and primary lease), a
 //! control plane and clients, driven by seeded random schedules of crashes,
 //! restarts, partitions, lagging replicas, clock steps, switchover requests
-//! fencing and operator upgrades (the instance managers' rollout, in place
-//! or by recreating instances, interleaved with all of the above). Instances and the control plane decide only through the pure
+//! fencing, operator upgrades (the instance managers' rollout, in place
+//! or by recreating instances) and changes of the instances' definition
+//! (say a new server image: recreation only), interleaved with all of the
+//! above. Instances and the control plane decide only through the pure
 //! core (`role`, `lease`, `failover`, `switchover`, `fencing`), exactly as the
 //! instance manager and the local platform do. After every action we check:
 //!
@@ -72,6 +74,8 @@ struct Node {
     crashed_writable: bool,
     /// The version of its instance manager.
     hash: u32,
+    /// The definition it was made from (see `target_definition`).
+    definition: u32,
     /// Stopped by the rollout: started again with the new manager.
     recreating: bool,
 }
@@ -105,6 +109,8 @@ struct World {
     fence_early: bool,
     /// The operator's version: the rollout's target.
     target_hash: u32,
+    /// The Cluster's definition (bumped like a new server image).
+    target_definition: u32,
 }
 
 fn ts(ms: i64) -> String {
@@ -133,6 +139,7 @@ impl World {
                 last_renew: (i == 1).then_some(0),
                 crashed_writable: false,
                 hash: 0,
+                definition: 0,
                 recreating: false,
             })
             .collect();
@@ -158,6 +165,7 @@ impl World {
             },
             fence_early: seed % 2 == 1,
             target_hash: 0,
+            target_definition: 0,
         }
     }
 
@@ -388,6 +396,12 @@ impl World {
                     }),
                     ..Default::default()
                 }),
+                outdated: (n.definition != self.target_definition).then(|| {
+                    format!(
+                        "image server:{} → server:{}",
+                        n.definition, self.target_definition
+                    )
+                }),
             })
             .collect();
         Snapshot {
@@ -409,6 +423,7 @@ impl World {
             n.source = None;
             n.last_renew = None;
             n.hash = self.target_hash;
+            n.definition = self.target_definition;
             self.trace.push(format!("recreated {}", n.name));
         }
         self.status.operator_executable_hash = Some(self.target_hash.to_string());
@@ -504,7 +519,7 @@ impl World {
                         self.trace.push(format!("upgraded {instance} in place"));
                     }
                 }
-                Action::Recreate { instance, .. } => {
+                Action::Recreate { instance, then, .. } => {
                     assert!(
                         others_ready(&instance),
                         "recreating {instance} while another instance is not ready\n{}",
@@ -521,8 +536,10 @@ impl World {
                         n.crashed_writable = false;
                         n.recreating = true;
                         self.lease = self.lease.release(&instance);
-                        self.trace
-                            .push(format!("stopped {instance} for the rollout"));
+                        self.trace.push(format!(
+                            "stopped {instance} for the rollout ({})",
+                            then.reason
+                        ));
                     }
                 }
             }
@@ -592,6 +609,13 @@ impl World {
                     self.target_hash, self.spec.in_place_instance_manager_updates
                 ));
             }
+            30 => {
+                self.target_definition += 1;
+                self.trace.push(format!(
+                    "server image changed to server:{}",
+                    self.target_definition
+                ));
+            }
             26..=27 => {
                 let name = self.nodes[k].name.clone();
                 let on = !self.status.fenced_instances.contains(&name);
@@ -613,6 +637,7 @@ fn at_most_one_writable_and_no_acknowledged_write_lost() {
     let mut promotions = 0;
     let mut rollout_steps = 0;
     let mut rollouts_done = 0;
+    let mut definition_changes = 0;
     for seed in 0..seeds {
         let mut w = World::new(seed);
         for step in 0..150 {
@@ -654,6 +679,11 @@ fn at_most_one_writable_and_no_acknowledged_write_lost() {
             .iter()
             .filter(|t| t.starts_with("UpgradeCompleted"))
             .count();
+        definition_changes += w
+            .trace
+            .iter()
+            .filter(|t| t.starts_with("stopped") && t.ends_with("(UpdatingInstance)"))
+            .count();
     }
     // The schedules exercised what they claim to.
     assert!(
@@ -663,6 +693,10 @@ fn at_most_one_writable_and_no_acknowledged_write_lost() {
     assert!(
         rollout_steps > seeds as usize && rollouts_done > seeds as usize / 4,
         "only {rollout_steps} rollout steps and {rollouts_done} completed rollouts in {seeds} schedules"
+    );
+    assert!(
+        definition_changes > seeds as usize / 4,
+        "only {definition_changes} instances recreated for a new definition in {seeds} schedules"
     );
     assert!(
         promotions > seeds as usize / 4,

@@ -234,6 +234,7 @@ impl ControlPlane {
                         name,
                         ordinal: i as u32 + 1,
                         status,
+                        outdated: None,
                     }
                 }
             });

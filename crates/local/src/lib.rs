@@ -609,6 +609,7 @@ pub async fn snapshot(dir: &StateDir) -> anyhow::Result<cnmysql_core::status::Sn
             ordinal: cnmysql_api::names::ordinal_of(&name, &i.name).unwrap_or(0),
             name: i.name,
             status: i.status,
+            outdated: None,
         })
         .collect();
     Ok(cnmysql_core::status::Snapshot {

@@ -173,9 +173,11 @@ fn pod_ip(p: &Pod) -> Option<String> {
         .filter(|ip| !ip.is_empty())
 }
 
-/// Poll every instance's `/status` at its Pod IP.
+/// Poll every instance's `/status` at its Pod IP; say which Pods were made
+/// from another definition than the Cluster's.
 async fn observe(
     client: &ControlClient,
+    cluster: &Cluster,
     names: &[String],
     pods: &BTreeMap<String, Pod>,
 ) -> Vec<Observed> {
@@ -185,6 +187,9 @@ async fn observe(
             .filter(|p| p.metadata.deletion_timestamp.is_none())
             .and_then(pod_ip);
         let client = client.expecting(name);
+        let outdated = pods
+            .get(name)
+            .and_then(|p| crate::objects::definition::outdated(p, cluster));
         async move {
             let status = match target {
                 Some(ip) => tokio::time::timeout(
@@ -200,6 +205,7 @@ async fn observe(
                 name: name.clone(),
                 ordinal: i as u32 + 1,
                 status,
+                outdated,
             }
         }
     });
@@ -296,7 +302,7 @@ pub async fn step(
 ) -> Result<bool, Error> {
     let client = control_client(ctx, cluster).await?;
     let names = objects::instances(cluster);
-    let observed = observe(&client, &names, pods).await;
+    let observed = observe(&client, cluster, &names, pods).await;
     let status = cluster.status.clone().unwrap_or_default();
     let snapshot = Snapshot {
         cluster: cluster.name_any(),
@@ -444,7 +450,8 @@ pub async fn step(
                 }
                 Action::Recreate { instance, then, .. } => {
                     // Its Pod is created again by the next reconcile, with
-                    // the manager of this operator's image.
+                    // the manager of this operator's image and the Cluster's
+                    // current definition (server image, resources...).
                     if let Some(m) = ctx.topology.lock().unwrap().get_mut(&k) {
                         m.core.restarting_primary = memory.restarting_primary.clone();
                     }

@@ -654,3 +654,98 @@ async fn a_new_operator_image_recreates_replicas_then_switches_over_and_loses_no
     );
     e.verify(&o.acked).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+async fn a_new_server_image_recreates_each_instance_primary_last_and_loses_nothing() {
+    const IMAGE: &str = "docker.io/library/mariadb:10.11.9";
+    let e = env("required").await;
+    let primary = e.status().await.current_primary.unwrap();
+    let mut uids = Vec::new();
+    for p in ["db-1", "db-2", "db-3"] {
+        uids.push(e.pod_uid(p).await.unwrap());
+    }
+    let w = e.writer().await;
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+    let began = Instant::now();
+    // In-place manager upgrades do not apply to a new server image: the
+    // Pods must be recreated all the same.
+    e.k.cp
+        .kubectl(
+            &[
+                "-n",
+                NS,
+                "patch",
+                "cluster",
+                "db",
+                "--type",
+                "merge",
+                "-p",
+                &format!(
+                    r#"{{"spec":{{"inPlaceInstanceManagerUpdates":true,"mysql":{{"image":"{IMAGE}"}}}}}}"#
+                ),
+            ],
+            None,
+        )
+        .unwrap();
+    // The phase says a rollout is under way.
+    until(
+        "the rollout to show in the phase",
+        Duration::from_secs(30),
+        || async { (e.status().await.phase == Some(cnmysql_api::Phase::Upgrading)).then_some(()) },
+    )
+    .await
+    .unwrap();
+    until(
+        "every Pod on the new server image",
+        Duration::from_secs(420),
+        || async {
+            let st = e.status().await;
+            let mut on_new = 0;
+            for p in ["db-1", "db-2", "db-3"] {
+                let pod = e.pods.get(p).await.ok()?;
+                let image = pod.spec?.containers.first()?.image.clone();
+                on_new += usize::from(image.as_deref() == Some(IMAGE));
+            }
+            (on_new == 3
+                && st.phase == Some(cnmysql_api::Phase::Healthy)
+                && st.ready_instances == 3)
+                .then_some(())
+        },
+    )
+    .await
+    .unwrap();
+    eprintln!(
+        "server image rollout done {:?} after the patch",
+        began.elapsed()
+    );
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+    let o = w.stop().await;
+    for (p, uid) in ["db-1", "db-2", "db-3"].iter().zip(&uids) {
+        assert_ne!(
+            e.pod_uid(p).await.as_ref(),
+            Some(uid),
+            "{p} was not recreated"
+        );
+    }
+    let now = e.status().await.current_primary.unwrap();
+    assert_ne!(now, primary, "the primary was not switched over");
+    assert_eq!(e.events_named("UpdatingInstance").await, 3);
+    // Each step's event names the change.
+    let events =
+        e.k.cp
+            .kubectl(&["-n", NS, "get", "events", "-o", "json"], None)
+            .unwrap();
+    assert!(
+        events.contains(&format!("image docker.io/library/mariadb:10.11 → {IMAGE}")),
+        "{events}"
+    );
+    assert_eq!(e.events_named("SwitchoverForUpgrade").await, 1);
+    assert_eq!(e.events_named("FailoverCompleted").await, 0);
+    eprintln!(
+        "server image: {} writes acknowledged, longest gap {:?}",
+        o.acked.len(),
+        o.longest_gap
+    );
+    e.verify(&o.acked).await;
+}

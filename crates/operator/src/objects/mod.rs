@@ -2,6 +2,7 @@
 //! (and, for role labels, its status): no API calls in here. The reconciler
 //! applies what these return.
 
+pub mod definition;
 pub mod pdb;
 pub mod pod;
 pub mod rbac;

@@ -157,15 +157,20 @@ fn affinity(cluster: &Cluster) -> Option<Affinity> {
     })
 }
 
-/// The Pod of `instance`, without the role labels (see [`role_labels`]).
-pub fn pod(cluster: &Cluster, instance: &str, env_: &Environment) -> Pod {
-    let name = cluster.name_any();
-    let image = cluster
+/// The server image: `spec.mysql.image`, or the flavour's default.
+pub fn server_image(cluster: &Cluster) -> String {
+    cluster
         .spec
         .mysql
         .image
         .clone()
-        .unwrap_or_else(|| default_image(cluster.spec.mysql.flavor).to_string());
+        .unwrap_or_else(|| default_image(cluster.spec.mysql.flavor).to_string())
+}
+
+/// The Pod of `instance`, without the role labels (see [`role_labels`]).
+pub fn pod(cluster: &Cluster, instance: &str, env_: &Environment) -> Pod {
+    let name = cluster.name_any();
+    let image = server_image(cluster);
     let secrets = &cluster.spec.secrets;
     let app = secrets
         .app_secret
@@ -280,11 +285,17 @@ pub fn pod(cluster: &Cluster, instance: &str, env_: &Environment) -> Pod {
     };
     let a = &cluster.spec.affinity;
     Pod {
-        metadata: super::meta(
-            cluster,
-            instance.to_string(),
-            instance_labels(&name, instance),
-        ),
+        metadata: kube::api::ObjectMeta {
+            annotations: Some(BTreeMap::from([(
+                super::definition::ANNOTATION.to_string(),
+                super::definition::Definition::of(cluster).encode(),
+            )])),
+            ..super::meta(
+                cluster,
+                instance.to_string(),
+                instance_labels(&name, instance),
+            )
+        },
         spec: Some(PodSpec {
             init_containers: Some(vec![bootstrap]),
             containers: vec![mysql],

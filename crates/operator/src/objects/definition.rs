@@ -1,0 +1,156 @@
+//! What of a Cluster's spec an instance's Pod is made from (its
+//! definition): the server image, resources and scheduling, and the Secrets
+//! it mounts. The Pod carries it in the `cnmysql.io/definition`
+//! annotation; when the Cluster's differs, the instance is outdated and the
+//! rollout (`core/rollout.rs`) recreates it, health-gated, one at a time,
+//! the primary last after a switchover.
+//!
+//! The operator's own image is not part of it: a new operator is rolled out
+//! by the instance-manager upgrade (in place or not), never by this.
+
+use serde::{Deserialize, Serialize};
+
+use cnmysql_api::Cluster;
+use k8s_openapi::api::core::v1::Pod;
+
+/// The annotation on an instance's Pod that records its definition.
+pub const ANNOTATION: &str = "cnmysql.io/definition";
+
+/// Each field is named as in the Cluster's spec (`image` is
+/// `spec.mysql.image` or the flavour's default).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Definition {
+    pub image: String,
+    pub resources: serde_json::Value,
+    pub affinity: serde_json::Value,
+    pub secrets: serde_json::Value,
+}
+
+impl Definition {
+    pub fn of(cluster: &Cluster) -> Definition {
+        let spec = &cluster.spec;
+        Definition {
+            image: super::pod::server_image(cluster),
+            resources: serde_json::to_value(&spec.resources).unwrap_or_default(),
+            affinity: serde_json::to_value(&spec.affinity).unwrap_or_default(),
+            secrets: serde_json::to_value(&spec.secrets).unwrap_or_default(),
+        }
+    }
+
+    /// As the annotation stores it.
+    pub fn encode(&self) -> String {
+        serde_json::to_string(self).expect("a definition serialises")
+    }
+}
+
+/// What differs between the definition `pod` was made from and the
+/// Cluster's, in the user's terms; None when it is up to date. Only what
+/// the Pod recorded is compared (a field added to the definition by a newer
+/// operator does not make every Pod outdated); a Pod made before the
+/// annotation existed is compared by its server image alone.
+pub fn outdated(pod: &Pod, cluster: &Cluster) -> Option<String> {
+    let want = serde_json::to_value(Definition::of(cluster)).ok()?;
+    let mut have: serde_json::Map<String, serde_json::Value> = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION))
+        .and_then(|v| serde_json::from_str(v).ok())
+        .unwrap_or_default();
+    if !have.contains_key("image") {
+        have.insert("image".into(), running_image(pod)?.into());
+    }
+    let mut changes = Vec::new();
+    for (field, want) in want.as_object()? {
+        let Some(had) = have.get(field) else {
+            continue;
+        };
+        if had == want {
+            continue;
+        }
+        changes.push(match (field.as_str(), had, want) {
+            ("image", serde_json::Value::String(a), serde_json::Value::String(b)) => {
+                format!("image {a} → {b}")
+            }
+            _ => format!("spec.{field} changed"),
+        });
+    }
+    (!changes.is_empty()).then(|| changes.join(", "))
+}
+
+/// The image of the Pod's server container.
+fn running_image(pod: &Pod) -> Option<String> {
+    let spec = pod.spec.as_ref()?;
+    spec.containers
+        .iter()
+        .find(|c| c.name == "mysql")
+        .or(spec.containers.first())?
+        .image
+        .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::objects::testutil::cluster;
+    use crate::objects::{Environment, pod::pod};
+
+    fn env(image: &str) -> Environment {
+        Environment {
+            operator_image: image.into(),
+        }
+    }
+
+    #[test]
+    fn a_pod_made_from_the_clusters_spec_is_up_to_date_whatever_the_operator_image() {
+        let c = cluster("instances: 3\nmysql:\n  image: mariadb:10.11.8\n");
+        let p = pod(&c, "db-1", &env("op:1"));
+        assert_eq!(outdated(&p, &c), None);
+        // A new operator renders the Pod with its own image: the same
+        // definition (the manager upgrade handles that).
+        let by_new_operator = pod(&c, "db-1", &env("op:2"));
+        assert_ne!(p.spec, by_new_operator.spec);
+        assert_eq!(p.metadata.annotations, by_new_operator.metadata.annotations);
+    }
+
+    #[test]
+    fn a_new_server_image_or_resources_make_it_outdated_naming_what_changed() {
+        let old = cluster("instances: 3\nmysql:\n  image: mariadb:10.11.8\n");
+        let p = pod(&old, "db-2", &env("op:1"));
+        let new = cluster("instances: 3\nmysql:\n  image: mariadb:10.11.9\n");
+        assert_eq!(
+            outdated(&p, &new).as_deref(),
+            Some("image mariadb:10.11.8 → mariadb:10.11.9")
+        );
+        let more = cluster(
+            "instances: 3\nmysql:\n  image: mariadb:10.11.8\nresources:\n  limits:\n    memory: 2Gi\n",
+        );
+        assert_eq!(
+            outdated(&p, &more).as_deref(),
+            Some("spec.resources changed")
+        );
+        // Only what the Pod recorded counts (an older operator's Pod).
+        let mut older = p.clone();
+        let ann = older.metadata.annotations.as_mut().unwrap();
+        ann.insert(ANNOTATION.into(), r#"{"image":"mariadb:10.11.8"}"#.into());
+        assert_eq!(outdated(&older, &more), None);
+        // Scaling is not a change of definition.
+        let scaled = cluster("instances: 5\nmysql:\n  image: mariadb:10.11.8\n");
+        assert_eq!(outdated(&p, &scaled), None);
+    }
+
+    #[test]
+    fn a_pod_without_the_annotation_is_compared_by_its_server_image() {
+        let c = cluster("instances: 3\nmysql:\n  image: mariadb:10.11.8\n");
+        let mut p = pod(&c, "db-1", &env("op:1"));
+        p.metadata.annotations = None;
+        assert_eq!(outdated(&p, &c), None);
+        let new = cluster("instances: 3\nmysql:\n  image: mariadb:10.11.9\n");
+        assert!(
+            outdated(&p, &new)
+                .unwrap()
+                .starts_with("image mariadb:10.11.8")
+        );
+    }
+}
