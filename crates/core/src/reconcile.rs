@@ -171,6 +171,13 @@ impl StatusChange {
                 {
                     st.target_primary = Some(to.clone());
                     st.target_primary_timestamp = Some(at.clone());
+                    // With the target, in the same write: the phase decides
+                    // how the new primary drains (`role::drain_rule`). A
+                    // phase left at FailingOver by the failover just done
+                    // would let it open writes without catching up with
+                    // the old primary.
+                    st.phase = Some(Phase::Switchover);
+                    st.phase_reason = Some(format!("switching over from {from} to {to}"));
                     true
                 } else {
                     false
@@ -844,5 +851,31 @@ mod tests {
                 }
             )));
         }
+    }
+
+    #[test]
+    fn a_rollout_switchover_right_after_a_failover_drains_from_the_old_primary() {
+        // The failover to db-2 is done, but the phase still says
+        // FailingOver (no report since) when the rollout hands over.
+        let mut st = cnmysql_api::ClusterStatus {
+            current_primary: Some("db-2".into()),
+            target_primary: Some("db-2".into()),
+            phase: Some(Phase::FailingOver),
+            ..Default::default()
+        };
+        let change = StatusChange::Switchover {
+            from: "db-2".into(),
+            to: "db-1".into(),
+            at: "2026-01-01T00:00:00Z".into(),
+        };
+        assert!(change.apply(&mut st));
+        assert_eq!(st.target_primary.as_deref(), Some("db-1"));
+        assert_eq!(st.phase, Some(Phase::Switchover));
+        // So db-1 catches up with db-2 before it opens writes (it would
+        // have opened them with what it had, losing acknowledged writes).
+        assert_eq!(
+            crate::role::drain_rule(&st),
+            crate::role::Drain::CatchUpWithOldPrimary
+        );
     }
 }
