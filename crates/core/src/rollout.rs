@@ -235,9 +235,16 @@ pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
             .get(n)
             .is_some_and(|t| s.now_ms - t < STEP_RETRY_MS)
     };
-    // The health gate: every instance in service is reachable, ready and
-    // caught up before another one is touched.
-    for o in &members {
+    // An outdated replica that is down anyway (say the new image does not
+    // start, and the Cluster has since been corrected) is recreated even
+    // though it is not ready: that takes nothing else down, and waiting for
+    // it would wait forever.
+    let down = stale.iter().find(|n| {
+        *n != current && outdated(s, n).is_some() && !s.get(n).is_some_and(|o| o.ready())
+    });
+    // The health gate: every (other) instance in service is reachable,
+    // ready and caught up before another one is touched.
+    for o in members.iter().filter(|o| Some(&o.name) != down) {
         let Some(st) = o.status.as_ref() else {
             return wait(format!("waiting for {} to be reachable", o.name));
         };
@@ -251,6 +258,15 @@ pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
                 st.lag_seconds.unwrap_or_default()
             ));
         }
+    }
+    if let Some(n) = down.filter(|n| !recent(n)) {
+        return Next::Recreate {
+            instance: n.clone(),
+            primary: false,
+            change: outdated(s, n).map(str::to_string),
+            stale,
+            note: None,
+        };
     }
     if let Some(n) = stale.iter().find(|n| recent(n)) {
         return wait(match outdated(s, n) {
@@ -663,5 +679,31 @@ mod tests {
             next(&s, &f, false).reason().unwrap(),
             "Updating instances: waiting for db-3 to come back updated (image mariadb:10.11 → mariadb:10.11.9) (1 remaining)"
         );
+    }
+
+    #[test]
+    fn an_outdated_replica_that_is_down_is_recreated_but_only_when_the_rest_is_healthy() {
+        // db-3's new image did not start; the image has been corrected.
+        let mut s = outdated_in([NEW, NEW, NEW], &["db-1", "db-2", "db-3"]);
+        s.instances[2].status.as_mut().unwrap().ready = false;
+        assert!(
+            matches!(step(&s), Next::Recreate { instance, primary: false, .. } if instance == "db-3")
+        );
+        // Unreachable just the same.
+        s.instances[2].status = None;
+        assert!(matches!(step(&s), Next::Recreate { instance, .. } if instance == "db-3"));
+        // Not while another instance is down too: that would be a second.
+        s.instances[1].status.as_mut().unwrap().ready = false;
+        assert!(matches!(step(&s), Next::Wait { .. }));
+        // Nor a replica that is down with only its manager stale.
+        let mut s = outdated_in([NEW, OLD, OLD], &[]);
+        s.instances[2].status.as_mut().unwrap().ready = false;
+        assert!(
+            matches!(step(&s), Next::Wait { reason, .. } if reason.contains("db-3 to be ready"))
+        );
+        // Nor a down primary: that is the failover's business.
+        let mut s = outdated_in([NEW, NEW, NEW], &["db-1"]);
+        s.instances[0].status.as_mut().unwrap().ready = false;
+        assert!(matches!(step(&s), Next::Wait { .. }));
     }
 }

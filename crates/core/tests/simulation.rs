@@ -540,6 +540,20 @@ impl World {
                             "stopped {instance} for the rollout ({})",
                             then.reason
                         ));
+                    } else if let Some(o) = self.idx(&instance)
+                        && !self.nodes[o].alive
+                        && !self.nodes[o].held_down
+                    {
+                        // Down already (crashed): its Pod is made again
+                        // from the new definition and starts whenever it
+                        // restarts, recovering as any crashed instance.
+                        let n = &mut self.nodes[o];
+                        n.definition = self.target_definition;
+                        n.hash = self.target_hash;
+                        self.trace.push(format!(
+                            "recreated {instance}, down, for the rollout ({})",
+                            then.reason
+                        ));
                     }
                 }
             }
