@@ -544,13 +544,43 @@ impl Env {
         (uid, self.restarts(pod).await, manager, mysqld)
     }
 
-    async fn events_named(&self, reason: &str) -> usize {
+    async fn events_json(&self) -> String {
         self.k
             .cp
             .kubectl(&["-n", NS, "get", "events", "-o", "json"], None)
             .unwrap_or_default()
+    }
+
+    async fn events_named(&self, reason: &str) -> usize {
+        self.events_json()
+            .await
             .matches(&format!("\"reason\": \"{reason}\""))
             .count()
+    }
+
+    /// The uids of the three instance Pods.
+    async fn pod_uids(&self) -> Vec<String> {
+        let mut uids = Vec::new();
+        for p in ["db-1", "db-2", "db-3"] {
+            uids.push(self.pod_uid(p).await.unwrap());
+        }
+        uids
+    }
+
+    /// After a rollout: every Pod recreated (none keeps its uid), the
+    /// primary switched over first (once), never failed over.
+    async fn assert_recreated_primary_last(&self, uids: &[String], old_primary: &str) {
+        for (p, uid) in ["db-1", "db-2", "db-3"].iter().zip(uids) {
+            assert_ne!(
+                self.pod_uid(p).await.as_ref(),
+                Some(uid),
+                "{p} was not recreated"
+            );
+        }
+        let now = self.status().await.current_primary.unwrap();
+        assert_ne!(now, old_primary, "the primary was not switched over");
+        assert_eq!(self.events_named("SwitchoverForUpgrade").await, 1);
+        assert_eq!(self.events_named("FailoverCompleted").await, 0);
     }
 }
 
@@ -623,10 +653,7 @@ async fn a_new_operator_image_recreates_replicas_then_switches_over_and_loses_no
     let dir = tempfile::tempdir().unwrap();
     let e = env_with_images("required", &[next_operator(dir.path())]).await;
     let primary = e.status().await.current_primary.unwrap();
-    let mut uids = Vec::new();
-    for p in ["db-1", "db-2", "db-3"] {
-        uids.push(e.pod_uid(p).await.unwrap());
-    }
+    let uids = e.pod_uids().await;
     let w = e.writer().await;
     w.wait_for_more(50, Duration::from_secs(30)).await;
     let began = Instant::now();
@@ -634,19 +661,7 @@ async fn a_new_operator_image_recreates_replicas_then_switches_over_and_loses_no
     eprintln!("rolling upgrade done {:?} after set image", began.elapsed());
     w.wait_for_more(50, Duration::from_secs(30)).await;
     let o = w.stop().await;
-    // Every Pod recreated from the new image, the primary switched over
-    // first (never failed over).
-    for (p, uid) in ["db-1", "db-2", "db-3"].iter().zip(&uids) {
-        assert_ne!(
-            e.pod_uid(p).await.as_ref(),
-            Some(uid),
-            "{p} was not recreated"
-        );
-    }
-    let now = e.status().await.current_primary.unwrap();
-    assert_ne!(now, primary, "the primary was not switched over");
-    assert_eq!(e.events_named("SwitchoverForUpgrade").await, 1);
-    assert_eq!(e.events_named("FailoverCompleted").await, 0);
+    e.assert_recreated_primary_last(&uids, &primary).await;
     eprintln!(
         "rolling: {} writes acknowledged, longest gap {:?}",
         o.acked.len(),
@@ -661,10 +676,7 @@ async fn a_new_server_image_recreates_each_instance_primary_last_and_loses_nothi
     const IMAGE: &str = "docker.io/library/mariadb:10.11.9";
     let e = env("required").await;
     let primary = e.status().await.current_primary.unwrap();
-    let mut uids = Vec::new();
-    for p in ["db-1", "db-2", "db-3"] {
-        uids.push(e.pod_uid(p).await.unwrap());
-    }
+    let uids = e.pod_uids().await;
     let w = e.writer().await;
     w.wait_for_more(50, Duration::from_secs(30)).await;
     let began = Instant::now();
@@ -721,27 +733,14 @@ async fn a_new_server_image_recreates_each_instance_primary_last_and_loses_nothi
     );
     w.wait_for_more(50, Duration::from_secs(30)).await;
     let o = w.stop().await;
-    for (p, uid) in ["db-1", "db-2", "db-3"].iter().zip(&uids) {
-        assert_ne!(
-            e.pod_uid(p).await.as_ref(),
-            Some(uid),
-            "{p} was not recreated"
-        );
-    }
-    let now = e.status().await.current_primary.unwrap();
-    assert_ne!(now, primary, "the primary was not switched over");
+    e.assert_recreated_primary_last(&uids, &primary).await;
     assert_eq!(e.events_named("UpdatingInstance").await, 3);
     // Each step's event names the change.
-    let events =
-        e.k.cp
-            .kubectl(&["-n", NS, "get", "events", "-o", "json"], None)
-            .unwrap();
+    let events = e.events_json().await;
     assert!(
         events.contains(&format!("image docker.io/library/mariadb:10.11 → {IMAGE}")),
         "{events}"
     );
-    assert_eq!(e.events_named("SwitchoverForUpgrade").await, 1);
-    assert_eq!(e.events_named("FailoverCompleted").await, 0);
     eprintln!(
         "server image: {} writes acknowledged, longest gap {:?}",
         o.acked.len(),
