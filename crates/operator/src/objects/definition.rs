@@ -8,7 +8,7 @@
 //! The operator's own image is not part of it: a new operator is rolled out
 //! by the instance-manager upgrade (in place or not), never by this.
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use cnmysql_api::Cluster;
 use k8s_openapi::api::core::v1::Pod;
@@ -18,7 +18,7 @@ pub const ANNOTATION: &str = "cnmysql.io/definition";
 
 /// Each field is named as in the Cluster's spec (`image` is
 /// `spec.mysql.image` or the flavour's default).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Definition {
     pub image: String,
