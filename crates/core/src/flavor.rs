@@ -223,12 +223,38 @@ pub fn create_replication_user(flavor: Flavor, user: &str, password: &str) -> Ve
 }
 
 /// Queries for the executed history and the read-only flag, one row:
-/// (executed history, position, read_only).
+/// (binary log history, position, read_only, applied position). MariaDB's
+/// history is the binlog state together with the applied position (see
+/// [`executed_history`]); MySQL's `gtid_executed` is complete by itself.
 pub fn gtid_and_read_only(flavor: Flavor) -> Sql {
     Sql::new(match flavor {
-        Flavor::Mariadb => "SELECT @@gtid_binlog_state, @@gtid_current_pos, @@read_only",
-        Flavor::Mysql => "SELECT @@gtid_executed, @@gtid_executed, @@super_read_only",
+        Flavor::Mariadb => {
+            "SELECT @@gtid_binlog_state, @@gtid_current_pos, @@read_only, @@gtid_slave_pos"
+        }
+        Flavor::Mysql => "SELECT @@gtid_executed, @@gtid_executed, @@super_read_only, ''",
     })
+}
+
+/// The executed history an instance reports, from the columns of
+/// [`gtid_and_read_only`]: for MariaDB the binlog state with the applied
+/// position merged in (`BinlogState::with_applied`), so that a server cloned
+/// and promoted before its binary log saw the old primary's writes is not
+/// taken for one that never had them.
+pub fn executed_history(flavor: Flavor, binlog: &str, applied: &str) -> String {
+    match flavor {
+        Flavor::Mysql => binlog.to_string(),
+        Flavor::Mariadb => {
+            let (Ok(state), Ok(pos)) = (
+                binlog.parse::<cnmysql_gtid::mariadb::BinlogState>(),
+                applied.parse::<cnmysql_gtid::mariadb::GtidPos>(),
+            ) else {
+                // Unparseable: report what the server said; the decisions
+                // that read it refuse it with the parse error.
+                return binlog.to_string();
+            };
+            state.with_applied(&pos).to_string()
+        }
+    }
 }
 
 /// Wait until the applied history includes `position` (seconds; -1 = timeout).
@@ -374,5 +400,18 @@ mod tests {
         assert!(recovery_options(Flavor::Mariadb, AsPrimary, true).is_empty());
         assert!(recovery_options(Flavor::Mariadb, AsReplica, false).is_empty());
         assert!(recovery_options(Flavor::Mysql, AsReplica, true).is_empty());
+    }
+
+    #[test]
+    fn mariadb_history_includes_the_applied_position() {
+        // Issue 18: a clone promoted before its binary log saw the old
+        // primary's writes reported only its own server's entry.
+        assert_eq!(
+            executed_history(Flavor::Mariadb, "0-2-224027", "0-1-205380"),
+            "0-1-205380,0-2-224027"
+        );
+        assert_eq!(executed_history(Flavor::Mariadb, "", "0-1-5"), "0-1-5");
+        assert_eq!(executed_history(Flavor::Mariadb, "0-1-9", ""), "0-1-9");
+        assert_eq!(executed_history(Flavor::Mysql, "u:1-5", ""), "u:1-5");
     }
 }

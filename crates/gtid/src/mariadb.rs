@@ -162,6 +162,26 @@ impl BinlogState {
         *e = (*e).max(g.seq);
     }
 
+    /// The history a server holds, from its binary log's state and the
+    /// position its replication applier reached (`@@gtid_slave_pos`).
+    ///
+    /// The binary log alone is not the history: an instance cloned from a
+    /// physical copy starts with an empty binary log while its data already
+    /// holds everything up to the copy's position, and what it applies from
+    /// then on is logged only from then on. Promoted before it had applied
+    /// anything from the old primary, its binlog state names only its own
+    /// writes, and every replica that holds the old primary's last write
+    /// looked errant against it. The applied position is part of the data
+    /// (`mysql.gtid_slave_pos` commits with each applied transaction), so
+    /// each of its GTIDs is held, with everything of that server before it.
+    pub fn with_applied(&self, applied: &GtidPos) -> BinlogState {
+        let mut out = self.clone();
+        for g in applied.gtids() {
+            out.record(*g);
+        }
+        out
+    }
+
     /// The position this state ends at: per domain, the GTID with the highest
     /// sequence number.
     pub fn pos(&self) -> GtidPos {
@@ -290,6 +310,28 @@ mod tests {
     }
     fn pos(s: &str) -> GtidPos {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_cloned_then_promoted_server_holds_what_it_applied() {
+        // Cloned at 0-1-205380 (empty binary log), promoted before applying
+        // anything, then wrote 0-2-205381..224027.
+        let binlog = st("0-2-224027");
+        let applied = pos("0-1-205380");
+        let held = binlog.with_applied(&applied);
+        assert_eq!(held.to_string(), "0-1-205380,0-2-224027");
+        // A replica that followed it holds the same: no errant source.
+        let replica = st("0-1-205380,0-2-224027");
+        assert!(replica.sources_missing_from(&held).is_empty());
+        assert!(!replica.sources_missing_from(&binlog).is_empty());
+        // A later write of server 1 (errant, after the promotion) still shows.
+        let errant = st("0-1-224028,0-2-224027");
+        assert_eq!(
+            errant.sources_missing_from(&held).into_iter().collect::<Vec<_>>(),
+            vec![1]
+        );
+        // An older applied position changes nothing.
+        assert_eq!(st("0-1-300").with_applied(&pos("0-1-200")), st("0-1-300"));
     }
 
     #[test]

@@ -82,10 +82,11 @@ pub struct ServerView {
 }
 
 pub async fn observe(conn: &mut Conn, f: Flavor) -> anyhow::Result<ServerView> {
-    let (executed, position, ro): (String, String, i64) = conn
+    let (binlog, position, ro, applied): (String, String, i64, String) = conn
         .query_first(flavor::gtid_and_read_only(f).text)
         .await?
         .ok_or_else(|| anyhow::anyhow!("no row for the GTID query"))?;
+    let executed = flavor::executed_history(f, &binlog, &applied);
     let rows: Vec<Row> = conn.query(flavor::replica_status(f).text).await?;
     let replication = rows.first().map(|r| {
         let (host, port, io, sql, io_err, sql_err, io_errno, sql_errno, behind, using, received) =
