@@ -5,6 +5,7 @@
 pub mod failover;
 pub mod fencing;
 pub mod flavor;
+pub mod hold_down;
 pub mod isolation;
 pub mod lease;
 pub mod metrics;
@@ -12,6 +13,7 @@ pub mod phase;
 pub mod reconcile;
 pub mod role;
 pub mod rollout;
+pub mod self_fence;
 pub mod semisync;
 pub mod services;
 pub mod status;

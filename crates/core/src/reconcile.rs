@@ -48,6 +48,10 @@ pub struct Memory {
     /// A human switched over while the supervised rollout to this target
     /// hash waited: it goes on to the end.
     pub supervised_consent: Option<String>,
+    /// Instances the step let come back ([`Action::Restart`]) that have not
+    /// answered since: nothing holds them down again meanwhile
+    /// ([`crate::hold_down::keep_down`]).
+    pub released: std::collections::BTreeSet<String>,
 }
 
 impl Memory {
@@ -320,9 +324,14 @@ pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
         }
         memory.last_current = s.status.current_primary.clone();
     }
+    // Let go once seen running again.
+    memory
+        .released
+        .retain(|n| s.get(n).is_some_and(|o| o.status.is_none()));
     if s.status.current_primary == s.status.target_primary {
         for h in o.held_down {
             if Some(h) != s.status.current_primary.as_ref() {
+                memory.released.insert(h.clone());
                 out.push(Action::Restart(h.clone()));
             }
         }
@@ -411,6 +420,7 @@ pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
             }
             // Nothing can take over: let the old primary come back in place.
             if o.held_down.contains(&primary) {
+                memory.released.insert(primary.clone());
                 out.push(Action::Restart(primary.clone()));
             }
         }

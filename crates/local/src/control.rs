@@ -363,12 +363,12 @@ impl ControlPlane {
                     }
                     p.restarts += 1;
                     let status = self.dir.read_status().unwrap_or_default();
-                    let is_primary = status.current_primary.as_deref() == Some(p.name.as_str())
-                        && status.target_primary == status.current_primary;
-                    if is_primary
-                        && self.cluster.spec.failover_delay == 0
-                        && self.cluster.spec.instances > 1
-                    {
+                    if cnmysql_core::hold_down::keep_down(
+                        &self.cluster.spec,
+                        &status,
+                        &p.name,
+                        &memory,
+                    ) {
                         // A dead primary is failed over, not restarted in
                         // place: it comes back as a replica afterwards.
                         p.held_down = true;

@@ -153,20 +153,15 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Action, Err
     Ok(Action::requeue(RESYNC))
 }
 
-/// `instance` is the primary, and no change of primary is under way.
-fn is_steady_primary(status: &cnmysql_api::ClusterStatus, instance: &str) -> bool {
-    status.current_primary.as_deref() == Some(instance)
-        && status.target_primary == status.current_primary
-}
-
 /// Create each instance's Pod when missing (not a held-down former
 /// primary's), and apply the role labels of the existing ones.
 ///
-/// A steady primary's missing Pod is held down for the topology step. A
-/// primary handing over (a switchover under way) is recreated at once: it
-/// comes back read-only, handing over (`role::desired`), so the switchover
-/// can finish instead of timing out into a failover. Holding down lives in
-/// operator memory; a restarted operator derives it again from the status.
+/// Whether a missing Pod is held down is the core's rule
+/// (`cnmysql_core::hold_down`). A primary handing over (a switchover under
+/// way) is recreated at once: it comes back read-only, handing over
+/// (`role::desired`), so the switchover can finish instead of timing out into
+/// a failover. Holding down lives in operator memory; a restarted operator
+/// derives it again from the status.
 pub async fn ensure_pods(cluster: &Cluster, ctx: &Context, want: &[Pod]) -> Result<(), Error> {
     let name = cluster.name_any();
     let ns = cluster.namespace().unwrap_or_default();
@@ -180,8 +175,7 @@ pub async fn ensure_pods(cluster: &Cluster, ctx: &Context, want: &[Pod]) -> Resu
         .into_iter()
         .map(|p| (p.name_any(), p))
         .collect();
-    let held_down = crate::topology::held_down(ctx, cluster);
-    let restarting = crate::topology::restarting_primary(ctx, cluster);
+    let (held_down, memory) = crate::topology::hold_down_memory(ctx, cluster);
     for p in want {
         let mut p = p.clone();
         let instance = p.name_any();
@@ -194,10 +188,7 @@ pub async fn ensure_pods(cluster: &Cluster, ctx: &Context, want: &[Pod]) -> Resu
             // the spot, where it would come back as the primary: the
             // topology step fails over, or, when nothing can take over,
             // lets it come back in place.
-            None if is_steady_primary(&status, &instance)
-                && cluster.spec.instances > 1
-                && restarting.as_deref() != Some(instance.as_str()) =>
-            {
+            None if cnmysql_core::hold_down::keep_down(&cluster.spec, &status, &instance, &memory) => {
                 tracing::warn!(instance = %instance, "the primary's Pod is gone; holding it down for the failover decision");
                 crate::topology::hold_down(ctx, cluster, &instance);
             }

@@ -77,24 +77,15 @@ fn key(cluster: &Cluster) -> String {
     )
 }
 
-/// Instances whose Pods the operator must not recreate now.
-pub fn held_down(ctx: &Context, cluster: &Cluster) -> BTreeSet<String> {
+/// Instances whose Pods the operator must not recreate now, and the core's
+/// memory that [`cnmysql_core::hold_down::keep_down`] judges a missing Pod by.
+pub fn hold_down_memory(ctx: &Context, cluster: &Cluster) -> (BTreeSet<String>, Memory) {
     ctx.topology
         .lock()
         .unwrap()
         .get(&key(cluster))
-        .map(|m| m.held_down.clone())
+        .map(|m| (m.held_down.clone(), m.core.clone()))
         .unwrap_or_default()
-}
-
-/// The primary the rollout is restarting in place (its Pod deleted on
-/// purpose): recreated at once, not held down for a failover decision.
-pub fn restarting_primary(ctx: &Context, cluster: &Cluster) -> Option<String> {
-    ctx.topology
-        .lock()
-        .unwrap()
-        .get(&key(cluster))
-        .and_then(|m| m.core.restarting_primary.as_ref().map(|(p, _)| p.clone()))
 }
 
 /// Keep `instance`'s Pod down until the topology step lets it come back
@@ -493,6 +484,10 @@ pub async fn step(
         }
     }
     if restarted {
+        // What the step released must be known to the Pod rule first.
+        if let Some(m) = ctx.topology.lock().unwrap().get_mut(&k) {
+            m.core = memory.clone();
+        }
         let want = objects::desired(cluster, &ctx.env).pods;
         crate::reconcile::ensure_pods(cluster, ctx, &want).await?;
     }

@@ -165,7 +165,7 @@ async fn a_steady_primary_whose_pod_is_gone_is_held_down_for_the_failover_decisi
         ["db-2", "db-3"],
         "the replica's Pod is recreated, the primary's is not (it would come back as the primary)"
     );
-    let held = cnmysql_operator::topology::held_down(&ctx, &c);
+    let held = cnmysql_operator::topology::hold_down_memory(&ctx, &c).0;
     assert_eq!(held.into_iter().collect::<Vec<_>>(), ["db-1"]);
     // Another pass (the operator's next reconcile) still leaves it down.
     cnmysql_operator::reconcile::ensure_pods(
@@ -200,12 +200,12 @@ async fn a_restarted_operator_holds_the_gone_primary_down_again_from_the_status_
     let c = cluster(&api);
     // A fresh operator: nothing in memory, only the status says db-1 leads.
     let ctx = context(&api);
-    assert!(cnmysql_operator::topology::held_down(&ctx, &c).is_empty());
+    assert!(cnmysql_operator::topology::hold_down_memory(&ctx, &c).0.is_empty());
     assert_eq!(
         pods_after_one_pass(&api, &ctx, &c, &["db-2", "db-3"]).await,
         ["db-2", "db-3"]
     );
-    assert!(cnmysql_operator::topology::held_down(&ctx, &c).contains("db-1"));
+    assert!(cnmysql_operator::topology::hold_down_memory(&ctx, &c).0.contains("db-1"));
 }
 
 #[tokio::test]
@@ -219,7 +219,7 @@ async fn a_primary_handing_over_is_recreated_so_the_switchover_can_finish() {
         pods_after_one_pass(&api, &ctx, &c, &["db-2", "db-3"]).await,
         ["db-1", "db-2", "db-3"]
     );
-    assert!(cnmysql_operator::topology::held_down(&ctx, &c).is_empty());
+    assert!(cnmysql_operator::topology::hold_down_memory(&ctx, &c).0.is_empty());
 }
 
 #[tokio::test]
@@ -229,4 +229,63 @@ async fn a_single_instance_is_recreated_in_place_at_once() {
     c.spec.instances = 1;
     let ctx = context(&api);
     assert_eq!(pods_after_one_pass(&api, &ctx, &c, &[]).await, ["db-1"]);
+}
+
+#[tokio::test]
+async fn a_held_down_primary_the_step_lets_come_back_is_recreated_not_held_down_again() {
+    // Issue 18: failover was blocked, the topology step restarted the old
+    // primary, and the Pod rule held it down again, every 200 ms for five
+    // minutes, while the cluster had no primary.
+    let api = FakeApi::new();
+    let c = cluster(&api);
+    let ctx = context(&api);
+    assert_eq!(
+        pods_after_one_pass(&api, &ctx, &c, &["db-2", "db-3"]).await,
+        ["db-2", "db-3"]
+    );
+    let (held, mut memory) = cnmysql_operator::topology::hold_down_memory(&ctx, &c);
+    assert_eq!(held.iter().cloned().collect::<Vec<_>>(), ["db-1"]);
+    // The core step, with db-1 gone and its last GTID state never observed:
+    // failover is blocked, so it lets db-1 come back in place.
+    let mut snapshot = cnmysql_core::status::Snapshot {
+        cluster: "db".into(),
+        spec: c.spec.clone(),
+        status: c.status.clone().unwrap_or_default(),
+        instances: Vec::new(),
+        now_ms: 1_900_000_000_000,
+    };
+    snapshot.status.primary_failing_since = Some("2026-01-01T00:00:00Z".into());
+    let held: Vec<String> = held.into_iter().collect();
+    let actions = cnmysql_core::reconcile::step(
+        &cnmysql_core::reconcile::Observation {
+            snapshot: &snapshot,
+            lease: None,
+            primary_gone: true,
+            held_down: &held,
+            fence_early: true,
+        },
+        &mut memory,
+    );
+    assert!(
+        actions.contains(&cnmysql_core::reconcile::Action::Restart("db-1".into())),
+        "{actions:?}"
+    );
+    // As the topology task carries that out: no longer held, memory kept.
+    {
+        let mut all = ctx.topology.lock().unwrap();
+        let m = all.values_mut().next().unwrap();
+        m.held_down.remove("db-1");
+        m.core = memory;
+    }
+    for _ in 0..2 {
+        cnmysql_operator::reconcile::ensure_pods(
+            &c,
+            &ctx,
+            &cnmysql_operator::objects::desired(&c, &ctx.env).pods,
+        )
+        .await
+        .unwrap();
+    }
+    assert_eq!(api.pods("prod"), ["db-1", "db-2", "db-3"]);
+    assert!(cnmysql_operator::topology::hold_down_memory(&ctx, &c).0.is_empty());
 }
