@@ -85,8 +85,13 @@ pub enum Desired {
     /// Read-only replica of `source`.
     Replica { source: String },
     /// Read-only, no new replication source, with the reason (fenced,
-    /// diverged, or a primary handing over to its successor).
+    /// diverged, waiting for a primary).
     HoldReadOnly(String),
+    /// The primary in a switchover to `to`: it stays writable, holding its
+    /// lease, until `to` has caught up
+    /// ([`crate::switchover::ready_to_hand_over`]), then turns read-only so
+    /// `to` can drain the rest and take over.
+    HandOver { to: String },
 }
 
 impl Desired {
@@ -110,9 +115,7 @@ pub fn desired(me: &str, status: &ClusterStatus) -> Desired {
     match (target, current) {
         (Some(t), Some(c)) if t == me && c == me => Desired::Primary,
         (Some(t), _) if t == me => Desired::Promote,
-        (Some(t), Some(c)) if c == me => {
-            Desired::HoldReadOnly(format!("handing the primary role over to {t}"))
-        }
+        (Some(t), Some(c)) if c == me => Desired::HandOver { to: t.to_string() },
         (_, Some(c)) => Desired::Replica {
             source: c.to_string(),
         },
@@ -203,7 +206,7 @@ pub fn reconcile(desired: &Desired, local: &Local) -> Vec<Action> {
                 out.push(Action::StartReplication);
             }
         }
-        Desired::HoldReadOnly(_) => {
+        Desired::HoldReadOnly(_) | Desired::HandOver { .. } => {
             if !local.read_only {
                 out.push(Action::SetReadOnly(true));
             }

@@ -28,18 +28,33 @@ impl Routes {
     }
 }
 
+/// Whether `instance` is the primary that may serve rw by the status alone
+/// (the platform then also needs it observed ready and writable): the
+/// current primary of a settled cluster, or the primary of a switchover,
+/// which keeps serving while it waits for its target to catch up
+/// (`switchover::ready_to_hand_over`). In a failover the old primary is
+/// being fenced and never serves.
+pub fn primary_may_serve(status: &cnmysql_api::ClusterStatus, instance: &str) -> bool {
+    let Some(current) = status.current_primary.as_deref() else {
+        return false;
+    };
+    current == instance
+        && match status.target_primary.as_deref() {
+            Some(t) if t == current => true,
+            Some(_) => status.phase != Some(cnmysql_api::Phase::FailingOver),
+            None => false,
+        }
+}
+
 pub fn desired_routes(s: &Snapshot) -> Routes {
     let mut routes = Routes::default();
-    let settled =
-        s.status.target_primary.is_some() && s.status.target_primary == s.status.current_primary;
     for inst in &s.instances {
         let Some(st) = &inst.status else { continue };
         if !st.ready || s.is_fenced(&inst.name) || s.is_diverged(&inst.name) {
             continue;
         }
-        let is_current = s.status.current_primary.as_deref() == Some(inst.name.as_str());
         match st.role {
-            Role::Primary if is_current && !st.read_only && settled => {
+            Role::Primary if !st.read_only && primary_may_serve(&s.status, &inst.name) => {
                 routes.rw = Some(inst.name.clone());
                 routes.r.insert(0, inst.name.clone());
             }
@@ -120,8 +135,19 @@ mod tests {
             "db-1",
         );
         assert_eq!(desired_routes(&s).rw, None);
-        let s = snap(
+        // Failing over: the old primary never keeps rw, writable or not.
+        let mut s = snap(
             vec![inst("db-1", Role::Primary, false, true)],
+            "db-1",
+            "db-2",
+        );
+        s.status.phase = Some(cnmysql_api::Phase::FailingOver);
+        assert_eq!(desired_routes(&s).rw, None);
+        // Switching over: it serves until it turns read-only to hand over.
+        s.status.phase = Some(cnmysql_api::Phase::Switchover);
+        assert_eq!(desired_routes(&s).rw.as_deref(), Some("db-1"));
+        let s = snap(
+            vec![inst("db-1", Role::Primary, true, true)],
             "db-1",
             "db-2",
         );

@@ -95,6 +95,40 @@ pub fn validate(s: &Snapshot, target: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The largest replication lag (seconds) at which a primary hands over to
+/// its switchover target. Writes stop when the primary turns read-only and
+/// resume when the target has applied the rest and opened writes, so the
+/// target's lag is the outage: a target far behind (just recreated, or
+/// applying a backlog) is waited for while the primary keeps serving, for
+/// up to `maxSwitchoverDelay`, after which the switchover is given up with
+/// the primary never having stopped.
+pub const HAND_OVER_MAX_LAG_SECS: u64 = 1;
+
+/// Whether the primary may turn read-only for a switchover to `target`,
+/// given what `target` reports (`None`: it does not answer). `Err` says
+/// what is waited for.
+pub fn ready_to_hand_over(target: &str, st: Option<&crate::status::InstanceStatus>) -> Result<(), String> {
+    let st = st.ok_or_else(|| format!("{target} does not answer"))?;
+    if !st.mysqld_running {
+        return Err(format!("mysqld of {target} is not running"));
+    }
+    let r = st
+        .replication
+        .as_ref()
+        .ok_or_else(|| format!("{target} is not replicating"))?;
+    if !r.healthy() {
+        return Err(format!(
+            "replication of {target} is not healthy (IO {}, SQL running {})",
+            r.io_state, r.sql_running
+        ));
+    }
+    match r.seconds_behind {
+        Some(lag) if lag <= HAND_OVER_MAX_LAG_SECS => Ok(()),
+        Some(lag) => Err(format!("{target} is {lag} s behind")),
+        None => Err(format!("the lag of {target} is unknown")),
+    }
+}
+
 /// How a switchover in progress stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Progress {
@@ -135,6 +169,34 @@ pub fn progress(s: &Snapshot) -> Progress {
         }
     } else {
         Progress::Waiting
+    }
+}
+
+#[cfg(test)]
+mod hand_over_tests {
+    use super::*;
+    use crate::testutil::replica;
+
+    #[test]
+    fn a_primary_hands_over_only_to_a_target_that_caught_up() {
+        let mut o = replica("db-2", "0-1-100");
+        let st = o.status.as_mut().unwrap();
+        st.replication.as_mut().unwrap().io_state = "Yes".into();
+        st.replication.as_mut().unwrap().seconds_behind = Some(0);
+        assert_eq!(ready_to_hand_over("db-2", Some(st)), Ok(()));
+        // Issue 18: a target 52 s behind took the primary's writes away
+        // for 52 s. It is waited for with the primary still writable.
+        st.replication.as_mut().unwrap().seconds_behind = Some(52);
+        assert_eq!(
+            ready_to_hand_over("db-2", Some(st)),
+            Err("db-2 is 52 s behind".into())
+        );
+        st.replication.as_mut().unwrap().seconds_behind = None;
+        assert!(ready_to_hand_over("db-2", Some(st)).is_err());
+        st.replication.as_mut().unwrap().seconds_behind = Some(0);
+        st.replication.as_mut().unwrap().sql_running = false;
+        assert!(ready_to_hand_over("db-2", Some(st)).is_err());
+        assert!(ready_to_hand_over("db-2", None).is_err());
     }
 }
 

@@ -286,7 +286,7 @@ impl World {
                 self.nodes[i].read_only = false;
                 self.trace.push(format!("{me} promoted at {}", self.now));
             }
-            Desired::HoldReadOnly(_) => self.nodes[i].read_only = true,
+            Desired::HoldReadOnly(_) | Desired::HandOver { .. } => self.nodes[i].read_only = true,
             Desired::Replica { source } => {
                 self.nodes[i].read_only = true;
                 let Some(s) = self.idx(&source) else { return };

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use cnmysql_api::Flavor;
@@ -12,7 +13,7 @@ use cnmysql_api::names::REPLICATION_USER;
 use cnmysql_core::flavor::{self, SourceSpec};
 use cnmysql_core::role::{self, Action, Bootstrap, Desired, Local};
 use cnmysql_core::status::{InstancePhase, InstanceStatus, Role, history_reaches, parse_history};
-use cnmysql_core::{isolation, lease, semisync};
+use cnmysql_core::{isolation, lease, self_fence, semisync, switchover};
 use mysql_async::Pool;
 use mysql_async::prelude::*;
 use sha2::Digest;
@@ -52,6 +53,14 @@ pub fn executable_hash() -> String {
     }
 }
 
+/// How a request to become read-only ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fenced {
+    ReadOnly,
+    /// mysqld was killed instead (it starts again read-only).
+    Killed,
+}
+
 pub struct Manager<C: ClusterState> {
     cfg: Arc<InstanceConfig>,
     cluster: C,
@@ -83,6 +92,10 @@ pub struct Manager<C: ClusterState> {
     gate: Arc<api::Gate>,
     peers: ControlClient,
     shutdown: watch::Sender<bool>,
+    /// mysqld was killed because this instance was deposed while writable:
+    /// its next start recovers as a replica (rolls back what waited for an
+    /// acknowledgement), whatever an older view of the status says.
+    deposed: std::sync::atomic::AtomicBool,
 }
 
 impl<C: ClusterState> Backend for Manager<C> {
@@ -189,6 +202,7 @@ impl<C: ClusterState> Manager<C> {
             gate: Default::default(),
             peers: ControlClient::new(material.client_config()?),
             shutdown: watch::channel(false).0,
+            deposed: Default::default(),
             cfg,
         }))
     }
@@ -315,16 +329,32 @@ impl<C: ClusterState> Manager<C> {
             self.set_phase(InstancePhase::Failed, e.to_string());
         }
         self.set_phase(InstancePhase::ShuttingDown, "");
-        if let Some(pool) = self.pool()
-            && let Ok(mut conn) = pool.get_conn().await
+        // Stop accepting writes before anything else, and before giving the
+        // lease up: a deposed primary woken from a freeze gets its Pod's
+        // SIGTERM first, and a grace period is no fence (DESIGN §4). A
+        // request held up by commits that wait for acknowledgements kills
+        // mysqld (self_fence.rs); clients get errors, never a false
+        // acknowledgement.
+        let cause = if self.lease_proven() {
+            self_fence::Cause::Stopping
+        } else {
+            self_fence::Cause::Deposed
+        };
+        let fenced = match self.make_read_only(cause, "shutting down").await {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot make mysqld read-only before stopping it");
+                Fenced::ReadOnly
+            }
+        };
+        if fenced == Fenced::ReadOnly
+            && let Some(pool) = self.pool()
+            && let Ok(Ok(mut conn)) =
+                tokio::time::timeout(Duration::from_secs(1), pool.get_conn()).await
         {
-            // Stop accepting writes before giving the lease up; clients
-            // waiting for a semi-sync acknowledgement get an error (never a
-            // false acknowledgement), then the source side is switched off so
-            // the server can shut down without replicas.
+            // The source side is switched off so the server can shut down
+            // without replicas.
             let f = self.cfg.flavor();
-            let _ = sql::exec_all(&mut conn, &flavor::read_only(f, true)).await;
-            let _ = sql::kill_writers(&mut conn).await;
             let off = semisync::Settings {
                 enabled: false,
                 wait_for_count: 1,
@@ -356,9 +386,14 @@ impl<C: ClusterState> Manager<C> {
     /// How the next start of mysqld recovers from a crash, from the
     /// latest cluster status (see [`role::recovery`]).
     fn set_recovery(&self, status: &cnmysql_api::ClusterStatus) {
+        let recovery = if self.deposed.load(Ordering::SeqCst) {
+            role::Recovery::AsReplica
+        } else {
+            role::recovery(&self.cfg.instance, status)
+        };
         let options = cnmysql_core::flavor::recovery_options(
             self.cfg.flavor(),
-            role::recovery(&self.cfg.instance, status),
+            recovery,
             self.cfg.spec.mysql.semi_sync.enabled,
         );
         self.supervisor.set_start_options(options);
@@ -552,7 +587,7 @@ impl<C: ClusterState> Manager<C> {
             // quickly while a primary change is in flight.
             let busy = matches!(
                 *self.desired.lock().unwrap(),
-                Some(Desired::Promote) | Some(Desired::HoldReadOnly(_))
+                Some(Desired::Promote) | Some(Desired::HoldReadOnly(_)) | Some(Desired::HandOver { .. })
             );
             let period = Duration::from_millis(if busy { 50 } else { 250 });
             let mut stop = self.shutdown.subscribe();
@@ -613,7 +648,10 @@ impl<C: ClusterState> Manager<C> {
         if last.is_none_or(|t| t.elapsed().as_millis() as i64 >= lease::RENEW_EVERY_MS) {
             let attempt = Instant::now();
             match self.cluster.acquire_lease(&self.cfg.instance).await {
-                Ok(()) => *self.last_renew.lock().unwrap() = Some(attempt),
+                Ok(()) => {
+                    *self.last_renew.lock().unwrap() = Some(attempt);
+                    self.deposed.store(false, Ordering::SeqCst);
+                }
                 Err(e) => tracing::warn!(error = %e, "cannot renew the primary lease"),
             }
         }
@@ -623,11 +661,84 @@ impl<C: ClusterState> Manager<C> {
         }
     }
 
-    async fn make_read_only(&self, conn: &mut mysql_async::Conn, why: &str) -> anyhow::Result<()> {
-        sql::exec_all(conn, &flavor::read_only(self.cfg.flavor(), true)).await?;
-        let killed = sql::kill_writers(conn).await?;
-        tracing::info!(why, killed, "read-only");
-        Ok(())
+    /// The primary lease is provably this instance's: renewed within the
+    /// time after which it fences itself (leases off: always).
+    fn lease_proven(&self) -> bool {
+        if !self.cfg.spec.enable_primary_lease {
+            return true;
+        }
+        self.last_renew
+            .lock()
+            .unwrap()
+            .is_some_and(|t| !lease::must_self_fence(0, t.elapsed().as_millis() as i64))
+    }
+
+    /// Make mysqld read-only and close the writers' sessions, within
+    /// [`self_fence::READ_ONLY_BUDGET_MS`]; past it, escalate as
+    /// [`self_fence::escalation`] says for `cause`.
+    async fn make_read_only(&self, cause: self_fence::Cause, why: &str) -> anyhow::Result<Fenced> {
+        let pool = self
+            .pool()
+            .ok_or_else(|| anyhow::anyhow!("no connection to mysqld yet"))?;
+        let f = self.cfg.flavor();
+        let budget = Duration::from_millis(self_fence::READ_ONLY_BUDGET_MS);
+        let began = Instant::now();
+        let mut conn = match tokio::time::timeout(budget, pool.get_conn()).await {
+            Ok(c) => Some(c?),
+            Err(_) => None,
+        };
+        let done = match conn.as_mut() {
+            Some(c) => {
+                let left = budget.saturating_sub(began.elapsed());
+                match tokio::time::timeout(left, sql::exec_all(c, &flavor::read_only(f, true))).await
+                {
+                    Ok(r) => {
+                        r?;
+                        true
+                    }
+                    Err(_) => false,
+                }
+            }
+            None => false,
+        };
+        if !done {
+            // The connection is mid-statement: never reuse it.
+            drop(conn.take());
+            match self_fence::escalation(cause) {
+                self_fence::Escalation::KillServer { as_replica } => {
+                    if as_replica {
+                        self.deposed.store(true, Ordering::SeqCst);
+                        self.supervisor.set_start_options(
+                            cnmysql_core::flavor::recovery_options(
+                                f,
+                                role::Recovery::AsReplica,
+                                self.cfg.spec.mysql.semi_sync.enabled,
+                            ),
+                        );
+                    }
+                    tracing::error!(
+                        why,
+                        ?cause,
+                        budget_ms = self_fence::READ_ONLY_BUDGET_MS,
+                        "mysqld did not become read-only in time (commits wait for acknowledgements that will not come); killing it"
+                    );
+                    // Not started again when the manager is stopping anyway.
+                    self.supervisor.kill_to_fence(*self.shutdown.borrow());
+                    return Ok(Fenced::Killed);
+                }
+                self_fence::Escalation::CloseSessionsAndRetry => {
+                    let mut other = pool.get_conn().await?;
+                    let killed = sql::kill_writers(&mut other).await?;
+                    tracing::warn!(why, killed, "read-only was held up; closed the writers' sessions");
+                    sql::exec_all(&mut other, &flavor::read_only(f, true)).await?;
+                    conn = Some(other);
+                }
+            }
+        }
+        let mut conn = conn.expect("a connection that set read-only");
+        let killed = sql::kill_writers(&mut conn).await?;
+        tracing::info!(why, killed, millis = began.elapsed().as_millis() as u64, "read-only");
+        Ok(Fenced::ReadOnly)
     }
 
     /// Drain replication before promotion. True once everything the old
@@ -706,6 +817,8 @@ impl<C: ClusterState> Manager<C> {
             self.release_lease_if_held().await;
             return Ok(());
         }
+        // The accepted primary again: a crash now keeps what it wrote.
+        self.deposed.store(false, Ordering::SeqCst);
         let healthy = self.cfg.spec.instances.saturating_sub(1).max(0) as u32;
         sql::exec_all(
             conn,
@@ -733,6 +846,23 @@ impl<C: ClusterState> Manager<C> {
         let mut conn = pool.get_conn().await?;
         let f = self.cfg.flavor();
         let view = sql::observe(&mut conn, f).await?;
+        // A switchover's primary keeps serving, lease and all, until its
+        // target has caught up: its writes stop only for what is left.
+        let mut waiting_to_hand_over = String::new();
+        let desired = match desired {
+            Desired::HandOver { to } if !view.read_only => {
+                let target = self.peer_status(&to).await;
+                match switchover::ready_to_hand_over(&to, target.as_ref()) {
+                    Ok(()) => Desired::HandOver { to },
+                    Err(why) => {
+                        waiting_to_hand_over =
+                            format!("handing the primary role over to {to} once it has caught up ({why})");
+                        Desired::Primary
+                    }
+                }
+            }
+            d => d,
+        };
         if desired.releases_lease() {
             self.release_lease_if_held().await;
             if view.semi_sync.source_enabled {
@@ -750,8 +880,10 @@ impl<C: ClusterState> Manager<C> {
         match &desired {
             Desired::Promote => {
                 if !view.read_only {
-                    self.make_read_only(&mut conn, "not yet the accepted primary")
+                    drop(conn);
+                    self.make_read_only(self_fence::Cause::Demotion, "not yet the accepted primary")
                         .await?;
+                    return Ok(());
                 }
                 return self.promote(&mut conn, &status, &view).await;
             }
@@ -761,8 +893,9 @@ impl<C: ClusterState> Manager<C> {
                         tracing::error!(
                             "cannot renew the primary lease in time: making this primary read-only"
                         );
+                        drop(conn);
                         self.make_read_only(
-                            &mut conn,
+                            self_fence::Cause::Deposed,
                             "self-fenced: the primary lease could not be renewed",
                         )
                         .await?;
@@ -774,11 +907,18 @@ impl<C: ClusterState> Manager<C> {
                     return Ok(());
                 }
             }
-            Desired::HoldReadOnly(why) => {
+            Desired::HoldReadOnly(_) | Desired::HandOver { .. } => {
+                let why = match &desired {
+                    Desired::HandOver { to } => format!("handing the primary role over to {to}"),
+                    Desired::HoldReadOnly(why) => why.clone(),
+                    _ => unreachable!(),
+                };
                 if !view.read_only {
-                    self.make_read_only(&mut conn, why).await?;
+                    drop(conn);
+                    self.make_read_only(self_fence::Cause::Demotion, &why).await?;
+                    return Ok(());
                 }
-                self.set_phase(InstancePhase::Running, why.clone());
+                self.set_phase(InstancePhase::Running, why);
                 return Ok(());
             }
             Desired::Replica { .. } => {}
@@ -799,7 +939,16 @@ impl<C: ClusterState> Manager<C> {
         for action in role::reconcile(&desired, &local) {
             tracing::info!(action = ?action, "role change");
             match action {
-                Action::SetReadOnly(true) => self.make_read_only(&mut conn, "replica").await?,
+                Action::SetReadOnly(true) => {
+                    // Writable while another instance is the primary: deposed.
+                    if self
+                        .make_read_only(self_fence::Cause::Deposed, "replica")
+                        .await?
+                        == Fenced::Killed
+                    {
+                        return Ok(());
+                    }
+                }
                 Action::SetReadOnly(false) => {
                     sql::exec_all(&mut conn, &flavor::read_only(f, false)).await?
                 }
@@ -864,7 +1013,7 @@ impl<C: ClusterState> Manager<C> {
         {
             self.cluster.claim_primary(&self.cfg.instance).await?;
         }
-        self.set_phase(InstancePhase::Running, "");
+        self.set_phase(InstancePhase::Running, waiting_to_hand_over);
         Ok(())
     }
 
@@ -968,7 +1117,10 @@ impl<C: ClusterState> Manager<C> {
         };
         st.ready = st.phase == InstancePhase::Running
             && match desired {
-                Some(Desired::Primary) => st.role == Role::Primary && !view.read_only,
+                // A switchover's primary serves until it hands over.
+                Some(Desired::Primary) | Some(Desired::HandOver { .. }) => {
+                    st.role == Role::Primary && !view.read_only
+                }
                 Some(Desired::Promote) => false,
                 Some(Desired::Replica { .. }) => {
                     view.read_only && view.replication.as_ref().is_some_and(|r| r.healthy())

@@ -422,6 +422,17 @@ impl Supervisor {
         }
     }
 
+    /// Kill mysqld at once to stop it accepting writes (self_fence.rs); it
+    /// is started again unless `stop` (the manager is shutting down).
+    pub fn kill_to_fence(&self, stop: bool) {
+        if stop {
+            self.stopping.send_replace(true);
+        }
+        if let ServerState::Running { pid } = self.state() {
+            let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+        }
+    }
+
     /// Stop mysqld cleanly (bounded by the shutdown timeout) and do not restart it.
     pub async fn shutdown(&self) {
         self.stopping.send_replace(true);

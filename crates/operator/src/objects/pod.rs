@@ -344,9 +344,7 @@ pub fn role_labels(
     status: &cnmysql_api::ClusterStatus,
     instance: &str,
 ) -> BTreeMap<String, String> {
-    let settled =
-        status.current_primary.is_some() && status.current_primary == status.target_primary;
-    let primary = settled && status.current_primary.as_deref() == Some(instance);
+    let primary = cnmysql_core::services::primary_may_serve(status, instance);
     let out_of_service = status.fenced_instances.iter().any(|n| n == instance)
         || status.diverged_instances.iter().any(|n| n == instance);
     BTreeMap::from([
@@ -406,7 +404,7 @@ mod tests {
     }
 
     #[test]
-    fn role_labels_follow_the_settled_primary_and_fencing() {
+    fn role_labels_follow_the_serving_primary_and_fencing() {
         let mut st = cnmysql_api::ClusterStatus {
             current_primary: Some("db-1".into()),
             target_primary: Some("db-1".into()),
@@ -414,8 +412,14 @@ mod tests {
         };
         assert_eq!(role_labels(&st, "db-1")[labels::ROLE], "primary");
         assert_eq!(role_labels(&st, "db-2")[labels::ROLE], "replica");
-        // During a switchover nobody is labelled primary.
+        // During a switchover the old primary keeps the label (it serves
+        // while its target catches up, and its readiness drops once it is
+        // read-only); the target gets it once it has taken over.
         st.target_primary = Some("db-2".into());
+        assert_eq!(role_labels(&st, "db-1")[labels::ROLE], "primary");
+        assert_eq!(role_labels(&st, "db-2")[labels::ROLE], "replica");
+        // During a failover nobody is.
+        st.phase = Some(cnmysql_api::Phase::FailingOver);
         assert_eq!(role_labels(&st, "db-1")[labels::ROLE], "replica");
         assert_eq!(role_labels(&st, "db-2")[labels::ROLE], "replica");
         st.fenced_instances = vec!["db-2".into()];
