@@ -149,6 +149,11 @@ impl WriteChecker {
         self.log.lock().unwrap().acked.len()
     }
 
+    /// When each write so far was acknowledged.
+    pub fn ack_times(&self) -> Vec<Instant> {
+        self.log.lock().unwrap().ack_times.clone()
+    }
+
     /// Wait until at least `n` more writes are acknowledged.
     pub async fn wait_for_more(&self, n: usize, timeout: Duration) {
         let start = self.acked();

@@ -96,7 +96,7 @@ pub fn choose_candidate(
         match eligible(s, o, old) {
             Ok(()) => {
                 let st = o.status.as_ref().expect("eligible means observed");
-                match crate::status::parse_history(flavor, &st.gtid_executed) {
+                match crate::status::received_history(flavor, st) {
                     Ok(h) => candidates.push((o, h)),
                     Err(e) => excluded.push(format!("{}: unreadable GTID state ({e})", o.name)),
                 }
@@ -193,7 +193,7 @@ fn required_histories(s: &Snapshot, old: &str) -> Vec<(String, History)> {
         .filter(|o| o.name != old && !s.is_diverged(&o.name))
         .filter_map(|o| {
             let st = o.status.as_ref()?;
-            crate::status::parse_history(s.spec.mysql.flavor, &st.gtid_executed)
+            crate::status::received_history(s.spec.mysql.flavor, st)
                 .ok()
                 .map(|h| (o.name.clone(), h))
         })
@@ -293,6 +293,37 @@ pub fn changing_phase(s: &Snapshot) -> Option<Phase> {
             Phase::Switchover
         }),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod received_tests {
+    use super::*;
+    use crate::testutil::{replica, snapshot};
+
+    #[test]
+    fn the_candidate_that_received_most_is_chosen_not_the_one_that_applied_most() {
+        // Found by the local fault suite: the primary froze; db-2 had
+        // received (and acknowledged) up to 0-1-102 but applied only 100,
+        // db-3 had received and applied 101. Promoting db-3 lost 102 and
+        // left db-2 diverged.
+        let mut db2 = replica("db-2", "0-1-100");
+        db2.status.as_mut().unwrap().replication.as_mut().unwrap().received_gtid =
+            "0-1-102".into();
+        let db3 = replica("db-3", "0-1-101");
+        let mut s = snapshot(vec![
+            Observed {
+                name: "db-1".into(),
+                ordinal: 1,
+                status: None,
+                outdated: None,
+            },
+            db2,
+            db3,
+        ]);
+        s.status.current_primary = Some("db-1".into());
+        let known: History = "0-1-99".parse::<cnmysql_gtid::mariadb::BinlogState>().map(History::Mariadb).unwrap();
+        assert_eq!(choose_candidate(&s, "db-1", Some(&known), "1"), Ok("db-2".into()));
     }
 }
 

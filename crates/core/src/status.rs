@@ -174,6 +174,32 @@ pub fn parse_history(flavor: Flavor, text: &str) -> Result<History, ParseError> 
     })
 }
 
+/// Everything an instance holds once it has applied what it received: its
+/// executed history with the replication position its IO thread reached
+/// (`Gtid_IO_Pos` / `Retrieved_Gtid_Set`). With semi-sync a replica
+/// acknowledges a transaction once it is in its relay log, before applying
+/// it: a replica that applies slowly holds acknowledged writes that its
+/// executed history does not show yet, and a failover that compared
+/// executed histories alone could promote a replica that never received
+/// them. A promoted candidate applies all it received before it opens writes.
+pub fn received_history(flavor: Flavor, st: &InstanceStatus) -> Result<History, ParseError> {
+    let executed = parse_history(flavor, &st.gtid_executed)?;
+    let Some(received) = st
+        .replication
+        .as_ref()
+        .map(|r| r.received_gtid.trim())
+        .filter(|r| !r.is_empty())
+    else {
+        return Ok(executed);
+    };
+    Ok(match executed {
+        History::Mariadb(state) => {
+            History::Mariadb(state.with_applied(&received.parse::<mariadb::GtidPos>()?))
+        }
+        History::Mysql(set) => History::Mysql(set.union(&received.parse::<mysql::GtidSet>()?)),
+    })
+}
+
 /// Does the executed history (`@@gtid_binlog_state` / `@@gtid_executed`)
 /// include everything up to `position` (a position / GTID set)? False on
 /// anything unreadable.

@@ -1,0 +1,476 @@
+//! The randomized fault suite's parts that both platforms share: a seeded
+//! plan of faults, the read-only watcher, a writer that keeps its
+//! connection to whichever instance it reached (as a connection pool does),
+//! and the report of outages per fault kind. The platforms' test files
+//! (`crates/procnode/tests/faults.rs`, `crates/cnmysql/tests/faults.rs`)
+//! carry the faults out.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::*;
+use mysql_async::{Conn, OptsBuilder};
+use rand::{Rng, SeedableRng};
+
+/// One fault of the suite.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Fault {
+    /// The primary's Pod is deleted (Kubernetes).
+    PrimaryPodDeleted,
+    /// SIGKILL of the primary's PID 1 (the instance manager; locally the
+    /// control plane then stops its mysqld, as a container dies with PID 1).
+    PrimaryKilled,
+    /// A planned switchover to a replica chosen at random.
+    Switchover,
+    /// The primary's processes are stopped (SIGSTOP) for [`FREEZE`], then
+    /// continued.
+    PrimaryFrozen,
+    /// The primary's node is cut off the network for [`FREEZE`], then
+    /// healed (Kubernetes).
+    PrimaryCutOff,
+    /// SIGKILL of a replica's PID 1.
+    ReplicaKilled,
+    /// A replica's Pod is deleted (Kubernetes).
+    ReplicaPodDeleted,
+    /// A replica is fenced, then unfenced.
+    FenceReplica,
+}
+
+/// How long a frozen or cut-off node stays so: longer than the lease, so
+/// that failover happens and the old primary wakes up deposed.
+pub const FREEZE: Duration = Duration::from_secs(20);
+
+/// The recovery bound after a fault: healthy again (every instance ready,
+/// one primary) within this long after the fault ended.
+pub const RECOVERY_BOUND: Duration = Duration::from_secs(60);
+
+/// Answers a watcher sample may give in this long after its instance
+/// resumed are not counted as a second writable primary: a frozen process
+/// answers the queries it received while frozen before it can act, and the
+/// requirement is read-only within a second of running again.
+pub const RESUME_GRACE: Duration = Duration::from_secs(1);
+
+impl Fault {
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::PrimaryPodDeleted => "primary-pod-deleted",
+            Fault::PrimaryKilled => "primary-pid1-killed",
+            Fault::Switchover => "switchover",
+            Fault::PrimaryFrozen => "primary-node-frozen",
+            Fault::PrimaryCutOff => "primary-node-cut-off",
+            Fault::ReplicaKilled => "replica-pid1-killed",
+            Fault::ReplicaPodDeleted => "replica-pod-deleted",
+            Fault::FenceReplica => "replica-fenced-and-unfenced",
+        }
+    }
+
+    /// The median outage the issue sets as a goal for this kind.
+    pub fn goal(self) -> Duration {
+        match self {
+            Fault::PrimaryFrozen | Fault::PrimaryCutOff => {
+                Duration::from_millis(cnmysql_core::lease::TTL_MS as u64 + 5_000)
+            }
+            Fault::Switchover => Duration::from_secs(1),
+            _ => Duration::from_secs(5),
+        }
+    }
+}
+
+/// The faults of one platform: those it can inflict.
+pub const KUBERNETES: &[Fault] = &[
+    Fault::PrimaryPodDeleted,
+    Fault::PrimaryKilled,
+    Fault::Switchover,
+    Fault::PrimaryFrozen,
+    Fault::PrimaryCutOff,
+    Fault::ReplicaKilled,
+    Fault::ReplicaPodDeleted,
+    Fault::FenceReplica,
+];
+
+/// The local platform has no Pods and no network to cut.
+pub const LOCAL: &[Fault] = &[
+    Fault::PrimaryKilled,
+    Fault::Switchover,
+    Fault::PrimaryFrozen,
+    Fault::ReplicaKilled,
+    Fault::FenceReplica,
+];
+
+/// The seed of a run: `CNMYSQL_FAULT_SEED` to replay one, else a new one.
+pub fn seed() -> u64 {
+    match std::env::var("CNMYSQL_FAULT_SEED") {
+        Ok(s) => s
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("CNMYSQL_FAULT_SEED={s:?} is not a whole number")),
+        Err(_) => rand::rng().random(),
+    }
+}
+
+/// How many faults a run inflicts: `CNMYSQL_FAULTS`, else `default`.
+pub fn count(default: usize) -> usize {
+    std::env::var("CNMYSQL_FAULTS")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+/// A random sequence of `n` faults drawn from `kinds`, and for each a
+/// random number (to pick a replica, say): the same for the same seed.
+pub fn plan(seed: u64, n: usize, kinds: &[Fault]) -> Vec<(Fault, u64)> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    (0..n)
+        .map(|_| (kinds[rng.random_range(0..kinds.len())], rng.random()))
+        .collect()
+}
+
+/// Where an instance's server answers, for the watcher and the writer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+}
+
+fn opts(t: &Target, password: &str) -> mysql_async::Opts {
+    OptsBuilder::default()
+        .ip_or_hostname(t.host.clone())
+        .tcp_port(t.port)
+        .user(Some("app"))
+        .pass(Some(password.to_string()))
+        .prefer_socket(false)
+        .into()
+}
+
+/// One answer of the watcher.
+#[derive(Clone, Debug)]
+struct Sample {
+    round: u64,
+    instance: String,
+    writable: bool,
+    answered: Instant,
+}
+
+/// Reads `@@read_only` of every instance every 200 ms, all at once, each
+/// over a connection it keeps.
+pub struct Watcher {
+    stop: Arc<AtomicBool>,
+    samples: Arc<Mutex<Vec<Sample>>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Watcher {
+    /// Watch the instances in `targets` (the test keeps it current: Pod
+    /// addresses change when Pods are recreated).
+    pub fn start(targets: Arc<Mutex<Vec<Target>>>, password: String) -> Watcher {
+        let stop = Arc::new(AtomicBool::new(false));
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let (s, out) = (stop.clone(), samples.clone());
+        let task = tokio::spawn(async move {
+            let conns: Arc<tokio::sync::Mutex<BTreeMap<String, (Target, Conn)>>> =
+                Default::default();
+            let mut round = 0u64;
+            while !s.load(Ordering::Relaxed) {
+                round += 1;
+                let list = targets.lock().unwrap().clone();
+                let mut tasks = Vec::new();
+                for t in list {
+                    let (conns, out, password) = (conns.clone(), out.clone(), password.clone());
+                    tasks.push(tokio::spawn(async move {
+                        let held = conns.lock().await.remove(&t.name).filter(|(a, _)| *a == t);
+                        let conn = match held {
+                            Some((_, c)) => Some(c),
+                            None => tokio::time::timeout(
+                                Duration::from_millis(500),
+                                Conn::new(opts(&t, &password)),
+                            )
+                            .await
+                            .ok()
+                            .and_then(Result::ok),
+                        };
+                        let Some(mut c) = conn else { return };
+                        // A frozen server answers when it runs again: the
+                        // answer then counts from that moment.
+                        let r = tokio::time::timeout(
+                            Duration::from_secs(60),
+                            c.query_first::<i64, _>("SELECT @@read_only"),
+                        )
+                        .await;
+                        if let Ok(Ok(Some(ro))) = r {
+                            out.lock().unwrap().push(Sample {
+                                round,
+                                instance: t.name.clone(),
+                                writable: ro == 0,
+                                answered: Instant::now(),
+                            });
+                            conns.lock().await.insert(t.name.clone(), (t, c));
+                        }
+                    }));
+                }
+                // The next round does not wait for a frozen instance.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                drop(tasks);
+            }
+        });
+        Watcher {
+            stop,
+            samples,
+            task: Some(task),
+        }
+    }
+
+    /// Stop, and list the moments two instances answered writable within
+    /// [`OVERLAP`] of each other, leaving out answers given within
+    /// [`RESUME_GRACE`] after their instance resumed (`resumed`).
+    pub async fn stop(mut self, resumed: &[(String, Instant)]) -> WatchReport {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.task.take() {
+            let _ = t.await;
+        }
+        let samples = self.samples.lock().unwrap().clone();
+        let excused = |s: &Sample| {
+            resumed.iter().any(|(n, at)| {
+                *n == s.instance && s.answered >= *at && s.answered < *at + RESUME_GRACE
+            })
+        };
+        let writable: Vec<&Sample> = samples.iter().filter(|s| s.writable).collect();
+        let mut overlaps = Vec::new();
+        let mut excused_answers = 0;
+        for (i, a) in writable.iter().enumerate() {
+            for b in &writable[i + 1..] {
+                if a.instance == b.instance {
+                    continue;
+                }
+                let apart = if a.answered > b.answered {
+                    a.answered - b.answered
+                } else {
+                    b.answered - a.answered
+                };
+                if apart > OVERLAP {
+                    continue;
+                }
+                if excused(a) || excused(b) {
+                    excused_answers += 1;
+                    continue;
+                }
+                overlaps.push(format!(
+                    "{} and {} both writable (rounds {} and {}, {} ms apart)",
+                    a.instance,
+                    b.instance,
+                    a.round,
+                    b.round,
+                    apart.as_millis()
+                ));
+            }
+        }
+        WatchReport {
+            samples: samples.len(),
+            overlaps,
+            excused: excused_answers,
+        }
+    }
+}
+
+/// Two answers this close together count as the same moment.
+pub const OVERLAP: Duration = Duration::from_millis(100);
+
+pub struct WatchReport {
+    pub samples: usize,
+    /// Two writable instances at once: the worst bug this product can have.
+    pub overlaps: Vec<String>,
+    /// Pairs left out because one answer came just after its instance resumed.
+    pub excused: usize,
+}
+
+/// Writes numbered rows (from 10^12 up) straight to the instance it
+/// connected to, and keeps that connection until it fails, as a connection
+/// pool does; then connects to whatever `primary` names now. A deposed
+/// primary that still acknowledges writes is caught by the rows it
+/// acknowledged that the cluster does not have.
+pub struct StickyWriter {
+    stop: Arc<AtomicBool>,
+    acked: Arc<Mutex<Vec<(u64, String)>>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl StickyWriter {
+    pub fn start(primary: Arc<Mutex<Option<Target>>>, password: String) -> StickyWriter {
+        let stop = Arc::new(AtomicBool::new(false));
+        let acked = Arc::new(Mutex::new(Vec::new()));
+        let (s, log) = (stop.clone(), acked.clone());
+        let task = tokio::spawn(async move {
+            let mut next = 1_000_000_000_000u64;
+            let mut conn: Option<(String, Conn)> = None;
+            while !s.load(Ordering::Relaxed) {
+                if conn.is_none() {
+                    let Some(t) = primary.lock().unwrap().clone() else {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    };
+                    match tokio::time::timeout(
+                        Duration::from_secs(1),
+                        Conn::new(opts(&t, &password)),
+                    )
+                    .await
+                    {
+                        Ok(Ok(c)) => conn = Some((t.name, c)),
+                        _ => {
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    }
+                }
+                let (name, c) = conn.as_mut().unwrap();
+                let r = tokio::time::timeout(
+                    Duration::from_secs(120),
+                    c.query_drop(format!("INSERT INTO chk.w (id) VALUES ({next})")),
+                )
+                .await;
+                match r {
+                    Ok(Ok(())) => log.lock().unwrap().push((next, name.clone())),
+                    _ => {
+                        conn = None;
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                }
+                // Unknown outcome or not: never reuse a number.
+                next += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        StickyWriter {
+            stop,
+            acked,
+            task: Some(task),
+        }
+    }
+
+    /// Stop; the acknowledged rows and which instance acknowledged each.
+    pub async fn stop(mut self) -> Vec<(u64, String)> {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.task.take() {
+            t.abort();
+            let _ = t.await;
+        }
+        self.acked.lock().unwrap().clone()
+    }
+}
+
+/// The longest stretch without an acknowledged write between `from` and
+/// `to` (`acks`: the acknowledgement times of the rw writer), counting from
+/// `from`: a fault's outage.
+pub fn outage(acks: &[Instant], from: Instant, to: Instant) -> Duration {
+    let mut prev = from;
+    let mut longest = Duration::ZERO;
+    for t in acks.iter().filter(|t| **t > from && **t <= to) {
+        longest = longest.max(*t - prev);
+        prev = *t;
+    }
+    // Writes that never came back count up to `to`.
+    longest.max(to.saturating_duration_since(prev))
+}
+
+/// Outages and recovery times per fault kind, for the table and JSON.
+#[derive(Default)]
+pub struct Report {
+    by_kind: BTreeMap<Fault, Vec<(Duration, Duration)>>,
+}
+
+impl Report {
+    /// One fault: its write outage, and how long until healthy again.
+    pub fn record(&mut self, f: Fault, outage: Duration, healthy_after: Duration) {
+        self.by_kind
+            .entry(f)
+            .or_default()
+            .push((outage, healthy_after));
+    }
+
+    pub fn faults(&self) -> usize {
+        self.by_kind.values().map(Vec::len).sum()
+    }
+
+    /// Kinds whose median outage misses the goal.
+    pub fn missed_goals(&self) -> Vec<String> {
+        self.by_kind
+            .iter()
+            .filter_map(|(k, v)| {
+                let m = median(v.iter().map(|x| x.0).collect());
+                (m > k.goal()).then(|| format!("{}: median {:.2}s > goal {:.2}s", k.name(), m.as_secs_f64(), k.goal().as_secs_f64()))
+            })
+            .collect()
+    }
+
+    /// A table for a terminal and one JSON line.
+    pub fn render(&self, platform: &str, seed: u64) -> String {
+        let mut out = format!(
+            "fault suite on {platform}, seed {seed}, {} faults\n{:<28} {:>5} {:>12} {:>12} {:>12} {:>14}\n",
+            self.faults(),
+            "KIND",
+            "N",
+            "OUTAGE-MED",
+            "OUTAGE-MAX",
+            "GOAL",
+            "HEALTHY-MAX"
+        );
+        let mut json = Vec::new();
+        for (k, v) in &self.by_kind {
+            let outages: Vec<Duration> = v.iter().map(|x| x.0).collect();
+            let med = median(outages.clone());
+            let max = outages.iter().max().copied().unwrap_or_default();
+            let healthy = v.iter().map(|x| x.1).max().unwrap_or_default();
+            out += &format!(
+                "{:<28} {:>5} {:>11.2}s {:>11.2}s {:>11.2}s {:>13.2}s\n",
+                k.name(),
+                v.len(),
+                med.as_secs_f64(),
+                max.as_secs_f64(),
+                k.goal().as_secs_f64(),
+                healthy.as_secs_f64()
+            );
+            json.push(serde_json::json!({
+                "kind": k.name(),
+                "n": v.len(),
+                "outage_median_s": med.as_secs_f64(),
+                "outage_max_s": max.as_secs_f64(),
+                "goal_s": k.goal().as_secs_f64(),
+                "healthy_after_max_s": healthy.as_secs_f64(),
+            }));
+        }
+        out += &serde_json::json!({"platform": platform, "seed": seed, "kinds": json}).to_string();
+        out
+    }
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    if v.is_empty() {
+        return Duration::ZERO;
+    }
+    v.sort();
+    v[v.len() / 2]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seed_replays_the_same_plan() {
+        assert_eq!(plan(7, 20, KUBERNETES), plan(7, 20, KUBERNETES));
+        assert_ne!(plan(7, 20, KUBERNETES), plan(8, 20, KUBERNETES));
+        let kinds: std::collections::BTreeSet<Fault> =
+            plan(1, 400, LOCAL).into_iter().map(|f| f.0).collect();
+        assert_eq!(kinds.len(), LOCAL.len(), "every kind is drawn");
+    }
+
+    #[test]
+    fn the_outage_is_the_longest_stretch_without_an_acknowledgement() {
+        let t = Instant::now();
+        let s = Duration::from_secs;
+        let acks = [t + s(1), t + s(4), t + s(5)];
+        assert_eq!(outage(&acks, t, t + s(6)), s(3));
+        assert_eq!(outage(&acks, t + s(4), t + s(6)), s(1));
+    }
+}

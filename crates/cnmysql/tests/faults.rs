@@ -1,0 +1,203 @@
+//! The randomized fault suite on the local platform, against real mariadbd:
+//! a seeded random sequence of faults (the primary's manager killed, a
+//! switchover, the primary frozen past its lease, a replica killed, a
+//! replica fenced and unfenced), each from a healthy cluster, under a
+//! writer through rw, a writer that keeps its connection to whichever
+//! instance it reached, and a watcher of every instance's `@@read_only`.
+//! After every fault the cluster must be healthy again within a bound; at
+//! the end no acknowledged row may be missing and no two instances may ever
+//! have been writable. The Kubernetes run of the same suite is
+//! `crates/procnode/tests/faults.rs`.
+//!
+//! `CNMYSQL_FAULT_SEED` replays a run, `CNMYSQL_FAULTS` sets its length.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cnmysql_bench::faults::{self, Fault, Report, StickyWriter, Target, Watcher};
+use common::writer::{start as start_writer, verify_on};
+use common::*;
+use nix::sys::signal::Signal;
+
+fn durable(name: &str) -> String {
+    format!(
+        "{}    semiSync:\n      enabled: true\n      timeoutMillis: 1000\n      dataDurability: required\n  minSyncReplicas: 1\n  maxSyncReplicas: 2\n  failoverDelay: 0\n",
+        manifest(name, 3)
+    )
+}
+
+/// Healthy: every instance ready, one primary, no change under way.
+fn healthy(c: &LocalCluster) -> bool {
+    let st = c.status();
+    st["phase"] == "Cluster in healthy state"
+        && st["readyInstances"].as_u64() == Some(3)
+        && st["currentPrimary"] == st["targetPrimary"]
+        && c.routes().get("rw").is_some_and(|b| b.len() == 1)
+}
+
+fn pick_replica(c: &LocalCluster, primary: &str, r: u64) -> String {
+    let replicas: Vec<String> = (1..=3)
+        .map(|i| c.instance_name(i))
+        .filter(|n| n != primary)
+        .collect();
+    replicas[(r % replicas.len() as u64) as usize].clone()
+}
+
+fn kill_manager(c: &LocalCluster, instance: &str) {
+    let (manager, _) = c.instance_pids(instance);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(manager), Signal::SIGKILL).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn randomized_faults_leave_one_writable_primary_and_lose_no_acknowledged_row() {
+    let seed = faults::seed();
+    let plan = faults::plan(seed, faults::count(6), faults::LOCAL);
+    eprintln!(
+        "fault suite (local): seed {seed} (replay with CNMYSQL_FAULT_SEED={seed}): {:?}",
+        plan.iter().map(|f| f.0.name()).collect::<Vec<_>>()
+    );
+    let c = LocalCluster::start("flt", &durable("flt"));
+    let password = c.app_password();
+    let targets: Vec<Target> = (1..=3)
+        .map(|i| {
+            let name = c.instance_name(i);
+            Target {
+                port: c.instance_port(&name),
+                host: "127.0.0.1".into(),
+                name,
+            }
+        })
+        .collect();
+    let watcher = Watcher::start(Arc::new(Mutex::new(targets.clone())), password.clone());
+    let w = start_writer(&c).await;
+    w.wait_for_more(50, Duration::from_secs(20)).await;
+    // The sticky writer's idea of the primary: the status, as a pool's
+    // reconnect logic would read it.
+    let primary_target: Arc<Mutex<Option<Target>>> = Default::default();
+    let follow = {
+        let (t, targets, state) = (primary_target.clone(), targets.clone(), c.state_arg());
+        tokio::spawn(async move {
+            loop {
+                let st: Option<serde_json::Value> =
+                    std::fs::read_to_string(std::path::Path::new(&state).join("status.json"))
+                        .ok()
+                        .and_then(|s| serde_json::from_str(&s).ok());
+                if let Some(p) = st.as_ref().and_then(|s| s["currentPrimary"].as_str()) {
+                    *t.lock().unwrap() = targets.iter().find(|x| x.name == p).cloned();
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let sticky = StickyWriter::start(primary_target.clone(), password.clone());
+
+    let mut report = Report::default();
+    let mut resumed: Vec<(String, Instant)> = Vec::new();
+    for (i, (fault, r)) in plan.iter().enumerate() {
+        let primary = c.current_primary();
+        let replica = pick_replica(&c, &primary, *r);
+        let before: std::collections::BTreeMap<String, i32> = (1..=3)
+            .map(|i| {
+                let n = c.instance_name(i);
+                let pid = c.instance_pids(&n).0;
+                (n, pid)
+            })
+            .collect();
+        let t0 = Instant::now();
+        let what = format!("fault {} of {} ({}), seed {seed}", i + 1, plan.len(), fault.name());
+        match fault {
+            Fault::PrimaryKilled => kill_manager(&c, &primary),
+            Fault::ReplicaKilled => kill_manager(&c, &replica),
+            Fault::Switchover => {
+                let out = c.local(&["promote", "flt", &replica]);
+                assert!(
+                    out.status.success(),
+                    "{what}: promote {replica}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            Fault::PrimaryFrozen => {
+                c.signal_instance(&primary, Signal::SIGSTOP);
+                tokio::time::sleep(faults::FREEZE).await;
+                c.signal_instance(&primary, Signal::SIGCONT);
+                resumed.push((primary.clone(), Instant::now()));
+            }
+            Fault::FenceReplica => {
+                let out = c.local(&["fence", "on", "flt", &replica]);
+                assert!(out.status.success(), "{what}: fence on: {}", String::from_utf8_lossy(&out.stderr));
+                wait_for(&format!("{what}: {replica} fenced"), Duration::from_secs(30), || async {
+                    let st = c.status();
+                    (st["fencedInstances"].as_array().is_some_and(|a| a.iter().any(|n| n == replica.as_str()))
+                        && c.routes().get("ro").is_some_and(|b| !b.contains(&replica)))
+                    .then_some(())
+                })
+                .await;
+                let out = c.local(&["fence", "off", "flt", &replica]);
+                assert!(out.status.success(), "{what}: fence off: {}", String::from_utf8_lossy(&out.stderr));
+            }
+            other => unreachable!("{other:?} has no local form"),
+        }
+        // The fault has taken effect before health is judged: a killed
+        // manager was started again (the status may still show the moment
+        // before it).
+        if let Fault::PrimaryKilled | Fault::ReplicaKilled = fault {
+            let victim = if *fault == Fault::PrimaryKilled { &primary } else { &replica };
+            wait_for(&format!("{what}: {victim} started again"), faults::RECOVERY_BOUND, || async {
+                let m = std::fs::read_to_string(c.instance_dir(victim).join("manager.pid")).ok()?;
+                (m.trim().parse::<i32>().ok()? != before[victim]).then_some(())
+            })
+            .await;
+        }
+        let ended = Instant::now();
+        let deadline = ended + faults::RECOVERY_BOUND;
+        while !healthy(&c) {
+            if Instant::now() > deadline {
+                panic!(
+                    "{what}: not healthy {:?} after the fault ended\nstatus: {}\n{}",
+                    faults::RECOVERY_BOUND,
+                    c.status(),
+                    c.log_tails()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // Writes flow again.
+        w.wait_for_more(10, Duration::from_secs(20)).await;
+        let healthy_at = Instant::now();
+        let outage = faults::outage(&w.ack_times(), t0, healthy_at);
+        eprintln!(
+            "{what}: primary {primary} → {}, write outage {:.2}s, healthy after {:.2}s",
+            c.current_primary(),
+            outage.as_secs_f64(),
+            (healthy_at - t0).as_secs_f64()
+        );
+        report.record(*fault, outage, healthy_at - t0);
+    }
+
+    let o = w.stop().await;
+    let sticky_acked = sticky.stop().await;
+    follow.abort();
+    let watch = watcher.stop(&resumed).await;
+    println!("{}", report.render("local", seed));
+    eprintln!(
+        "watcher: {} answers, {} pairs left out just after a resume; sticky writer: {} rows acknowledged",
+        watch.samples,
+        watch.excused,
+        sticky_acked.len()
+    );
+    assert!(
+        watch.overlaps.is_empty(),
+        "seed {seed}: two writable instances: {:?}",
+        watch.overlaps
+    );
+    let mut acked = o.acked.clone();
+    acked.extend(sticky_acked.iter().map(|(id, _)| *id));
+    let primary = c.current_primary();
+    for i in 1..=3 {
+        verify_on(&c, &c.instance_name(i), &acked).await;
+    }
+    assert_eq!(c.writable_instances().await, vec![primary]);
+    c.destroy();
+}

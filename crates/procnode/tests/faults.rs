@@ -1,0 +1,317 @@
+//! The randomized fault suite on Kubernetes: a real API server, the process
+//! node running the operator and the instance Pods (real `mariadbd`), and a
+//! seeded random sequence of faults — the primary's Pod deleted, its PID 1
+//! killed, a switchover, its node frozen or cut off past the lease and
+//! healed, a replica's PID 1 killed or its Pod deleted, a replica fenced and
+//! unfenced — each from a healthy cluster. A writer goes through the rw
+//! Service, a second one keeps its connection to whichever instance it
+//! reached (as connection pools do), and a watcher reads every Pod's
+//! `@@read_only` every 200 ms. After every fault the cluster must be healthy
+//! again within a bound; at the end no two instances may ever have been
+//! writable and, under `dataDurability: required`, no acknowledged row may
+//! be missing. The local run of the same suite is
+//! `crates/cnmysql/tests/faults.rs`.
+//!
+//! Run with `scripts/test-kube randomized_faults` (needs KUBEBUILDER_ASSETS and root);
+//! `CNMYSQL_FAULT_SEED` replays a run, `CNMYSQL_FAULTS` sets its length.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cnmysql_bench::faults::{self, Fault, Report, StickyWriter, Target, Watcher};
+use cnmysql_bench::writer::WriteChecker;
+use cnmysql_procnode::harness::{KubeCluster, until};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+
+const NS: &str = "faults";
+
+fn cnmysql_exe() -> std::path::PathBuf {
+    let node = std::path::Path::new(env!("CARGO_BIN_EXE_cnmysql-node"));
+    let exe = node.with_file_name("cnmysql");
+    if !exe.is_file() {
+        let status = std::process::Command::new(env!("CARGO"))
+            .args(["build", "-p", "cnmysql", "--bin", "cnmysql"])
+            .status()
+            .expect("cargo");
+        assert!(status.success(), "building cnmysql");
+    }
+    exe
+}
+
+/// The Cluster of the suite: semi-sync `required` or `preferred`, or off.
+fn manifest(durability: &str) -> String {
+    let m = cnmysql_procnode::harness::cluster_manifest(NS, "db", durability)
+        .replace("maxSyncReplicas: 1", "maxSyncReplicas: 2");
+    if durability == "off" {
+        m.replace("enabled: true", "enabled: false")
+            .replace("dataDurability: off", "dataDurability: preferred")
+    } else {
+        m
+    }
+}
+
+/// Every instance's Pod address, as the watcher reaches it.
+async fn pod_targets(pods: &Api<Pod>) -> Vec<Target> {
+    let Ok(list) = pods.list(&ListParams::default().labels("cnmysql.io/cluster=db")).await else {
+        return Vec::new();
+    };
+    list.items
+        .iter()
+        .filter_map(|p| {
+            Some(Target {
+                name: p.metadata.name.clone()?,
+                host: p.status.as_ref()?.pod_ip.clone()?,
+                port: 3306,
+            })
+        })
+        .collect()
+}
+
+/// A Pod's uid and its container's restart count: either changes when the
+/// instance is replaced or restarted.
+async fn pod_life(pods: &Api<Pod>, name: &str) -> Option<(String, i32)> {
+    let p = pods.get_opt(name).await.ok()??;
+    let restarts = p
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref()?.first().map(|c| c.restart_count))
+        .unwrap_or(0);
+    Some((p.metadata.uid?, restarts))
+}
+
+fn pick_replica(primary: &str, r: u64) -> String {
+    let replicas: Vec<String> = (1..=3)
+        .map(|i| format!("db-{i}"))
+        .filter(|n| n != primary)
+        .collect();
+    replicas[(r % 2) as usize].clone()
+}
+
+async fn kill_pid1(k: &KubeCluster, pod: &str) {
+    let pid = k.pid(NS, pod, "mysql").await.unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+}
+
+async fn suite(durability: &str, default_faults: usize) {
+    let seed = faults::seed();
+    let plan = faults::plan(seed, faults::count(default_faults), faults::KUBERNETES);
+    eprintln!(
+        "fault suite (Kubernetes, {durability}): seed {seed} (replay with CNMYSQL_FAULT_SEED={seed}): {:?}",
+        plan.iter().map(|f| f.0.name()).collect::<Vec<_>>()
+    );
+    let exe = cnmysql_exe();
+    let k = KubeCluster::start(
+        std::path::Path::new(env!("CARGO_BIN_EXE_cnmysql-node")),
+        &exe,
+    )
+    .await
+    .unwrap();
+    let ns: Api<Namespace> = Api::all(k.client.clone());
+    ns.create(
+        &PostParams::default(),
+        &serde_json::from_value(serde_json::json!({"metadata": {"name": NS}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    k.cp.kubectl(&["apply", "-f", "-"], Some(&manifest(durability)))
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(k.client.clone(), NS);
+    k.wait_healthy(NS, "db", 3, Duration::from_secs(180))
+        .await
+        .unwrap();
+    let password = k.app_password(NS, "db").await.unwrap();
+
+    // The watcher's and the sticky writer's view of the Pods, kept current.
+    let targets: Arc<Mutex<Vec<Target>>> = Arc::new(Mutex::new(pod_targets(&pods).await));
+    let primary_target: Arc<Mutex<Option<Target>>> = Default::default();
+    let follow = {
+        let (targets, primary_target, pods, clusters) = (
+            targets.clone(),
+            primary_target.clone(),
+            pods.clone(),
+            k.clusters(NS),
+        );
+        tokio::spawn(async move {
+            loop {
+                let now = pod_targets(&pods).await;
+                if !now.is_empty() {
+                    *targets.lock().unwrap() = now.clone();
+                }
+                if let Ok(c) = clusters.get("db").await
+                    && let Some(p) = c.status.and_then(|s| s.current_primary)
+                {
+                    *primary_target.lock().unwrap() = now.into_iter().find(|t| t.name == p);
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+    let watcher = Watcher::start(targets.clone(), password.clone());
+    let rw = k.wait_service(NS, "db-rw").await.unwrap();
+    let w = WriteChecker::start(rw.port(), password.clone()).await;
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+    let sticky = StickyWriter::start(primary_target.clone(), password.clone());
+
+    let mut report = Report::default();
+    let mut resumed: Vec<(String, Instant)> = Vec::new();
+    for (i, (fault, r)) in plan.iter().enumerate() {
+        let primary = k
+            .cluster_status(NS, "db")
+            .await
+            .unwrap()
+            .current_primary
+            .unwrap();
+        let replica = pick_replica(&primary, *r);
+        let what = format!(
+            "fault {} of {} ({}), seed {seed}, {durability}",
+            i + 1,
+            plan.len(),
+            fault.name()
+        );
+        let victim = match fault {
+            Fault::PrimaryPodDeleted | Fault::PrimaryKilled => Some(primary.clone()),
+            Fault::ReplicaPodDeleted | Fault::ReplicaKilled => Some(replica.clone()),
+            _ => None,
+        };
+        let before = match &victim {
+            Some(v) => pod_life(&pods, v).await,
+            None => None,
+        };
+        let t0 = Instant::now();
+        match fault {
+            Fault::PrimaryPodDeleted => {
+                pods.delete(&primary, &DeleteParams::default()).await.unwrap();
+            }
+            Fault::ReplicaPodDeleted => {
+                pods.delete(&replica, &DeleteParams::default()).await.unwrap();
+            }
+            Fault::PrimaryKilled => kill_pid1(&k, &primary).await,
+            Fault::ReplicaKilled => kill_pid1(&k, &replica).await,
+            Fault::Switchover => {
+                k.plugin(&exe, &["cnmsql", "-n", NS, "promote", "db", &replica])
+                    .unwrap_or_else(|e| panic!("{what}: promote {replica}: {e}"));
+            }
+            Fault::PrimaryFrozen | Fault::PrimaryCutOff => {
+                let kind = if *fault == Fault::PrimaryFrozen {
+                    "freeze"
+                } else {
+                    "cut"
+                };
+                k.fault(kind, NS, &primary).await.unwrap();
+                tokio::time::sleep(faults::FREEZE).await;
+                k.fault("heal", NS, &primary).await.unwrap();
+                resumed.push((primary.clone(), Instant::now()));
+            }
+            Fault::FenceReplica => {
+                k.plugin(&exe, &["cnmsql", "-n", NS, "fence", "on", "db", &replica])
+                    .unwrap_or_else(|e| panic!("{what}: fence on: {e}"));
+                until(&format!("{what}: {replica} fenced"), Duration::from_secs(60), || async {
+                    let st = k.cluster_status(NS, "db").await.ok()?;
+                    st.fenced_instances.contains(&replica).then_some(())
+                })
+                .await
+                .unwrap();
+                k.plugin(&exe, &["cnmsql", "-n", NS, "fence", "off", "db", &replica])
+                    .unwrap_or_else(|e| panic!("{what}: fence off: {e}"));
+            }
+        }
+        // The fault has taken effect before health is judged: the Pod was
+        // replaced or its container restarted (or, for a primary, another
+        // took over).
+        if let Some(v) = &victim {
+            until(&format!("{what}: {v} replaced or restarted"), faults::RECOVERY_BOUND, || async {
+                let now = pod_life(&pods, v).await;
+                let moved = k.cluster_status(NS, "db").await.ok()?.current_primary != Some(primary.clone());
+                (now.is_some() && now != before || moved).then_some(())
+            })
+            .await
+            .unwrap();
+        }
+        let healthy = if durability == "required" {
+            k.wait_healthy(NS, "db", 3, faults::RECOVERY_BOUND).await
+        } else {
+            // Without required durability a frozen primary's last
+            // acknowledged writes may be on it alone: it is then kept out as
+            // diverged (the rest must be healthy), and counted.
+            until("one primary and every other instance ready or kept out", faults::RECOVERY_BOUND, || async {
+                let st = k.cluster_status(NS, "db").await.ok()?;
+                let primaries = st.instance_states.values().filter(|s| s.role == "primary").count();
+                let ready = st.instance_states.values().filter(|s| s.ready).count();
+                (primaries == 1
+                    && st.current_primary == st.target_primary
+                    && ready + st.diverged_instances.len() == 3)
+                    .then_some(st.current_primary.clone()?)
+            })
+            .await
+        }
+        .unwrap_or_else(|e| panic!("{what}: not healthy within {:?} after the fault ended: {e}", faults::RECOVERY_BOUND));
+        let diverged = k.cluster_status(NS, "db").await.unwrap().diverged_instances;
+        if !diverged.is_empty() {
+            eprintln!("{what}: kept out as diverged: {diverged:?}; the suite ends here");
+            report.record(*fault, faults::outage(&w.ack_times(), t0, Instant::now()), t0.elapsed());
+            break;
+        }
+        w.wait_for_more(10, Duration::from_secs(30)).await;
+        let healthy_at = Instant::now();
+        let outage = faults::outage(&w.ack_times(), t0, healthy_at);
+        eprintln!(
+            "{what}: primary {primary} → {healthy}, write outage {:.2}s, healthy after {:.2}s",
+            outage.as_secs_f64(),
+            (healthy_at - t0).as_secs_f64()
+        );
+        report.record(*fault, outage, healthy_at - t0);
+    }
+
+    let o = w.stop().await;
+    let sticky_acked = sticky.stop().await;
+    follow.abort();
+    let watch = watcher.stop(&resumed).await;
+    println!("{}", report.render(&format!("kubernetes/{durability}"), seed));
+    eprintln!(
+        "watcher: {} answers, {} pairs left out just after a resume; sticky writer: {} rows acknowledged",
+        watch.samples,
+        watch.excused,
+        sticky_acked.len()
+    );
+    assert!(
+        watch.overlaps.is_empty(),
+        "seed {seed}: two writable instances: {:?}",
+        watch.overlaps
+    );
+    let mut acked = o.acked.clone();
+    acked.extend(sticky_acked.iter().map(|(id, _)| *id));
+    let diverged = k.cluster_status(NS, "db").await.unwrap().diverged_instances;
+    let all: Vec<String> = ["db-1", "db-2", "db-3"]
+        .map(String::from)
+        .into_iter()
+        .filter(|n| !diverged.contains(n))
+        .collect();
+    let missing = k.rows_missing(NS, "db", &all, &acked).await.unwrap();
+    eprintln!("seed {seed}: {missing} of {} acknowledged rows missing", acked.len());
+    if durability == "required" {
+        assert_eq!(missing, 0, "seed {seed}: acknowledged rows lost");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+async fn randomized_faults_with_required_durability() {
+    suite("required", 12).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+async fn randomized_faults_with_preferred_durability() {
+    suite("preferred", 8).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+async fn randomized_faults_with_semi_sync_off() {
+    suite("off", 8).await;
+}
