@@ -315,7 +315,9 @@ impl<C: ClusterState> Manager<C> {
             let me = self.clone();
             async move {
                 if me.obtain_data().await? {
+                    let watchdog = tokio::spawn(me.clone().self_fence_watchdog());
                     me.reconcile_loop().await;
+                    watchdog.abort();
                 }
                 anyhow::Ok(())
             }
@@ -602,6 +604,52 @@ impl<C: ClusterState> Manager<C> {
         }
     }
 
+    /// Every 200 ms, independently of the reconcile loop (whose calls to
+    /// the cluster state can hang while the network is cut, for as long as
+    /// a connection takes to time out): a server that held the lease and
+    /// can no longer prove it is made read-only. The first thing that runs
+    /// after a freeze, too.
+    async fn self_fence_watchdog(self: Arc<Self>) {
+        loop {
+            let held = self.last_renew.lock().unwrap().is_some();
+            if held
+                && !self.lease_proven()
+                && matches!(self.supervisor.state(), ServerState::Running { .. })
+                && let Some(pool) = self.pool()
+            {
+                let writable = match tokio::time::timeout(Duration::from_millis(500), async {
+                    let mut c = pool.get_conn().await?;
+                    let ro: Option<i64> = c.query_first("SELECT @@read_only").await?;
+                    anyhow::Ok(ro == Some(0))
+                })
+                .await
+                {
+                    Ok(Ok(w)) => w,
+                    Ok(Err(_)) => false,
+                    // No answer within the budget: treat as writable.
+                    Err(_) => true,
+                };
+                if writable {
+                    tracing::error!(
+                        "the primary lease has not been renewed in time: making this primary read-only"
+                    );
+                    if let Err(e) = self
+                        .make_read_only(
+                            self_fence::Cause::Deposed,
+                            "self-fenced: the primary lease could not be renewed",
+                        )
+                        .await
+                    {
+                        tracing::warn!(error = %e, "self-fencing failed; retrying");
+                    }
+                }
+            }
+            if self.sleep_or_stop(Duration::from_millis(200)).await {
+                return;
+            }
+        }
+    }
+
     fn local_source_name(&self, host: &str, port: u16) -> Option<String> {
         self.all_peers()
             .into_iter()
@@ -647,7 +695,14 @@ impl<C: ClusterState> Manager<C> {
         let last = *self.last_renew.lock().unwrap();
         if last.is_none_or(|t| t.elapsed().as_millis() as i64 >= lease::RENEW_EVERY_MS) {
             let attempt = Instant::now();
-            match self.cluster.acquire_lease(&self.cfg.instance).await {
+            // Bounded: a cut-off network must not hold the loop up.
+            let renewal = tokio::time::timeout(
+                Duration::from_millis(lease::RENEW_EVERY_MS as u64),
+                self.cluster.acquire_lease(&self.cfg.instance),
+            )
+            .await
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("timed out")));
+            match renewal {
                 Ok(()) => {
                     *self.last_renew.lock().unwrap() = Some(attempt);
                     self.deposed.store(false, Ordering::SeqCst);
