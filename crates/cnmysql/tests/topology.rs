@@ -702,3 +702,57 @@ async fn a_primary_killed_mid_commit_rolls_back_the_unacknowledged_write_and_rej
     assert_eq!(c.writable_instances().await, vec![c.current_primary()]);
     c.destroy();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_primary_whose_commit_waits_for_an_acknowledgement_stops_at_once_without_acknowledging_it()
+ {
+    // Issue 18: a primary told to stop while a commit waited for a
+    // semi-sync acknowledgement that would never come stayed writable until
+    // its grace period ran out (its read-only request waited behind the
+    // commit). Now the request has 500 ms, then mysqld is killed: the
+    // manager stops at once and the waiting client gets an error.
+    let c = LocalCluster::start("stk", &durable("stk", 2));
+    wait_for("semi-sync on the primary", Duration::from_secs(20), || async {
+        let st = c.status_json();
+        (instances_by_name(&st)["stk-1"]["semiSync"]["sourceEnabled"] == true).then_some(())
+    })
+    .await;
+    let mut app = c.app(c.instance_port("stk-1")).await.unwrap();
+    app.query_drop("CREATE DATABASE IF NOT EXISTS stuck").await.unwrap();
+    app.query_drop("CREATE TABLE stuck.t (i INT PRIMARY KEY)").await.unwrap();
+    // The only replica stops acknowledging: the next commit waits.
+    c.signal_instance("stk-2", Signal::SIGSTOP);
+    let waiting = tokio::spawn(async move { app.query_drop("INSERT INTO stuck.t VALUES (1)").await });
+    wait_for("the commit to wait for an acknowledgement", Duration::from_secs(10), || async {
+        let mut a = c.admin("stk-1").await;
+        let n: Option<i64> = a
+            .query_first(
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE LIKE 'Waiting for semi-sync ACK%'",
+            )
+            .await
+            .ok()
+            .flatten();
+        (n == Some(1)).then_some(())
+    })
+    .await;
+    let (manager, _) = c.instance_pids("stk-1");
+    let asked = Instant::now();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(manager), Signal::SIGTERM).unwrap();
+    wait_for("the manager to stop", Duration::from_secs(10), || async {
+        (!std::path::Path::new(&format!("/proc/{manager}")).exists()
+            || std::fs::read_to_string(format!("/proc/{manager}/stat"))
+                .is_ok_and(|s| s.contains(") Z ")))
+        .then_some(())
+    })
+    .await;
+    let took = asked.elapsed();
+    let answer = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the waiting client is answered")
+        .unwrap();
+    assert!(answer.is_err(), "a commit no replica acknowledged was acknowledged");
+    eprintln!("stopped {took:?} after SIGTERM with a commit waiting; the client got {answer:?}");
+    c.signal_instance("stk-2", Signal::SIGCONT);
+    assert!(took < Duration::from_secs(5), "the manager took {took:?} to stop");
+    c.destroy();
+}
