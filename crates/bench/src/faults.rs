@@ -373,6 +373,78 @@ pub fn outage(acks: &[Instant], from: Instant, to: Instant) -> Duration {
     longest.max(to.saturating_duration_since(prev))
 }
 
+/// What watches one run: the rw writer, the sticky writer, the watcher, and
+/// the report the platform's loop fills in.
+pub struct Run {
+    pub seed: u64,
+    pub rw: crate::writer::WriteChecker,
+    pub sticky: StickyWriter,
+    pub watcher: Watcher,
+    pub report: Report,
+    /// Instances continued after a freeze or healed after a cut, and when.
+    pub resumed: Vec<(String, Instant)>,
+}
+
+impl Run {
+    /// Start watching a run: the watcher over `targets`, the sticky writer
+    /// following `primary`, beside the already running rw writer.
+    pub fn start(
+        seed: u64,
+        rw: crate::writer::WriteChecker,
+        targets: Arc<Mutex<Vec<Target>>>,
+        primary: Arc<Mutex<Option<Target>>>,
+        password: String,
+    ) -> Run {
+        Run {
+            seed,
+            rw,
+            sticky: StickyWriter::start(primary, password.clone()),
+            watcher: Watcher::start(targets, password),
+            report: Report::default(),
+            resumed: Vec::new(),
+        }
+    }
+
+    /// One fault, from `t0` until the cluster was found healthy: its write
+    /// outage, logged with `what` and recorded.
+    pub fn fault_done(&mut self, f: Fault, what: &str, primaries: (&str, &str), t0: Instant) {
+        let healthy_at = Instant::now();
+        let outage = outage(&self.rw.ack_times(), t0, healthy_at);
+        eprintln!(
+            "{what}: primary {} → {}, write outage {:.2}s, healthy after {:.2}s",
+            primaries.0,
+            primaries.1,
+            outage.as_secs_f64(),
+            (healthy_at - t0).as_secs_f64()
+        );
+        self.report.record(f, outage, healthy_at - t0);
+    }
+
+    /// Stop watching; print the table; fail if two instances were ever
+    /// writable at once. Every row either writer got acknowledged.
+    pub async fn finish(self, platform: &str) -> Vec<u64> {
+        let seed = self.seed;
+        let o = self.rw.stop().await;
+        let sticky = self.sticky.stop().await;
+        let watch = self.watcher.stop(&self.resumed).await;
+        println!("{}", self.report.render(platform, seed));
+        eprintln!(
+            "watcher: {} answers, {} pairs left out just after a resume; sticky writer: {} rows acknowledged",
+            watch.samples,
+            watch.excused,
+            sticky.len()
+        );
+        assert!(
+            watch.overlaps.is_empty(),
+            "seed {seed}: two writable instances: {:?}",
+            watch.overlaps
+        );
+        let mut acked = o.acked;
+        acked.extend(sticky.iter().map(|(id, _)| *id));
+        acked
+    }
+}
+
 /// Outages and recovery times per fault kind, for the table and JSON.
 #[derive(Default)]
 pub struct Report {
@@ -398,7 +470,14 @@ impl Report {
             .iter()
             .filter_map(|(k, v)| {
                 let m = median(v.iter().map(|x| x.0).collect());
-                (m > k.goal()).then(|| format!("{}: median {:.2}s > goal {:.2}s", k.name(), m.as_secs_f64(), k.goal().as_secs_f64()))
+                (m > k.goal()).then(|| {
+                    format!(
+                        "{}: median {:.2}s > goal {:.2}s",
+                        k.name(),
+                        m.as_secs_f64(),
+                        k.goal().as_secs_f64()
+                    )
+                })
             })
             .collect()
     }

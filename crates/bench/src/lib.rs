@@ -1,4 +1,4 @@
 //! Shared pieces of the benchmarks and end-to-end tests.
 
-pub mod writer;
 pub mod faults;
+pub mod writer;

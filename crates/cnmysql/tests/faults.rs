@@ -16,7 +16,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cnmysql_bench::faults::{self, Fault, Report, StickyWriter, Target, Watcher};
+use cnmysql_bench::faults::{self, Fault, Target};
 use common::writer::{start as start_writer, verify_on};
 use common::*;
 use nix::sys::signal::Signal;
@@ -70,7 +70,6 @@ async fn randomized_faults_leave_one_writable_primary_and_lose_no_acknowledged_r
             }
         })
         .collect();
-    let watcher = Watcher::start(Arc::new(Mutex::new(targets.clone())), password.clone());
     let w = start_writer(&c).await;
     w.wait_for_more(50, Duration::from_secs(20)).await;
     // The sticky writer's idea of the primary: the status, as a pool's
@@ -91,10 +90,13 @@ async fn randomized_faults_leave_one_writable_primary_and_lose_no_acknowledged_r
             }
         })
     };
-    let sticky = StickyWriter::start(primary_target.clone(), password.clone());
-
-    let mut report = Report::default();
-    let mut resumed: Vec<(String, Instant)> = Vec::new();
+    let mut run = faults::Run::start(
+        seed,
+        w,
+        Arc::new(Mutex::new(targets.clone())),
+        primary_target.clone(),
+        password.clone(),
+    );
     for (i, (fault, r)) in plan.iter().enumerate() {
         let primary = c.current_primary();
         let replica = pick_replica(&c, &primary, *r);
@@ -106,7 +108,12 @@ async fn randomized_faults_leave_one_writable_primary_and_lose_no_acknowledged_r
             })
             .collect();
         let t0 = Instant::now();
-        let what = format!("fault {} of {} ({}), seed {seed}", i + 1, plan.len(), fault.name());
+        let what = format!(
+            "fault {} of {} ({}), seed {seed}",
+            i + 1,
+            plan.len(),
+            fault.name()
+        );
         match fault {
             Fault::PrimaryKilled => kill_manager(&c, &primary),
             Fault::ReplicaKilled => kill_manager(&c, &replica),
@@ -122,20 +129,34 @@ async fn randomized_faults_leave_one_writable_primary_and_lose_no_acknowledged_r
                 c.signal_instance(&primary, Signal::SIGSTOP);
                 tokio::time::sleep(faults::FREEZE).await;
                 c.signal_instance(&primary, Signal::SIGCONT);
-                resumed.push((primary.clone(), Instant::now()));
+                run.resumed.push((primary.clone(), Instant::now()));
             }
             Fault::FenceReplica => {
                 let out = c.local(&["fence", "on", "flt", &replica]);
-                assert!(out.status.success(), "{what}: fence on: {}", String::from_utf8_lossy(&out.stderr));
-                wait_for(&format!("{what}: {replica} fenced"), Duration::from_secs(30), || async {
-                    let st = c.status();
-                    (st["fencedInstances"].as_array().is_some_and(|a| a.iter().any(|n| n == replica.as_str()))
-                        && c.routes().get("ro").is_some_and(|b| !b.contains(&replica)))
-                    .then_some(())
-                })
+                assert!(
+                    out.status.success(),
+                    "{what}: fence on: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                wait_for(
+                    &format!("{what}: {replica} fenced"),
+                    Duration::from_secs(30),
+                    || async {
+                        let st = c.status();
+                        (st["fencedInstances"]
+                            .as_array()
+                            .is_some_and(|a| a.iter().any(|n| n == replica.as_str()))
+                            && c.routes().get("ro").is_some_and(|b| !b.contains(&replica)))
+                        .then_some(())
+                    },
+                )
                 .await;
                 let out = c.local(&["fence", "off", "flt", &replica]);
-                assert!(out.status.success(), "{what}: fence off: {}", String::from_utf8_lossy(&out.stderr));
+                assert!(
+                    out.status.success(),
+                    "{what}: fence off: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
             }
             other => unreachable!("{other:?} has no local form"),
         }
@@ -143,11 +164,20 @@ async fn randomized_faults_leave_one_writable_primary_and_lose_no_acknowledged_r
         // manager was started again (the status may still show the moment
         // before it).
         if let Fault::PrimaryKilled | Fault::ReplicaKilled = fault {
-            let victim = if *fault == Fault::PrimaryKilled { &primary } else { &replica };
-            wait_for(&format!("{what}: {victim} started again"), faults::RECOVERY_BOUND, || async {
-                let m = std::fs::read_to_string(c.instance_dir(victim).join("manager.pid")).ok()?;
-                (m.trim().parse::<i32>().ok()? != before[victim]).then_some(())
-            })
+            let victim = if *fault == Fault::PrimaryKilled {
+                &primary
+            } else {
+                &replica
+            };
+            wait_for(
+                &format!("{what}: {victim} started again"),
+                faults::RECOVERY_BOUND,
+                || async {
+                    let m =
+                        std::fs::read_to_string(c.instance_dir(victim).join("manager.pid")).ok()?;
+                    (m.trim().parse::<i32>().ok()? != before[victim]).then_some(())
+                },
+            )
             .await;
         }
         let ended = Instant::now();
@@ -164,36 +194,12 @@ async fn randomized_faults_leave_one_writable_primary_and_lose_no_acknowledged_r
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         // Writes flow again.
-        w.wait_for_more(10, Duration::from_secs(20)).await;
-        let healthy_at = Instant::now();
-        let outage = faults::outage(&w.ack_times(), t0, healthy_at);
-        eprintln!(
-            "{what}: primary {primary} → {}, write outage {:.2}s, healthy after {:.2}s",
-            c.current_primary(),
-            outage.as_secs_f64(),
-            (healthy_at - t0).as_secs_f64()
-        );
-        report.record(*fault, outage, healthy_at - t0);
+        run.rw.wait_for_more(10, Duration::from_secs(20)).await;
+        run.fault_done(*fault, &what, (&primary, &c.current_primary()), t0);
     }
 
-    let o = w.stop().await;
-    let sticky_acked = sticky.stop().await;
     follow.abort();
-    let watch = watcher.stop(&resumed).await;
-    println!("{}", report.render("local", seed));
-    eprintln!(
-        "watcher: {} answers, {} pairs left out just after a resume; sticky writer: {} rows acknowledged",
-        watch.samples,
-        watch.excused,
-        sticky_acked.len()
-    );
-    assert!(
-        watch.overlaps.is_empty(),
-        "seed {seed}: two writable instances: {:?}",
-        watch.overlaps
-    );
-    let mut acked = o.acked.clone();
-    acked.extend(sticky_acked.iter().map(|(id, _)| *id));
+    let acked = run.finish("local").await;
     let primary = c.current_primary();
     for i in 1..=3 {
         verify_on(&c, &c.instance_name(i), &acked).await;

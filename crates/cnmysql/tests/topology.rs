@@ -712,17 +712,26 @@ async fn a_stopping_primary_whose_commit_waits_for_an_acknowledgement_stops_at_o
     // commit). Now the request has 500 ms, then mysqld is killed: the
     // manager stops at once and the waiting client gets an error.
     let c = LocalCluster::start("stk", &durable("stk", 2));
-    wait_for("semi-sync on the primary", Duration::from_secs(20), || async {
-        let st = c.status_json();
-        (instances_by_name(&st)["stk-1"]["semiSync"]["sourceEnabled"] == true).then_some(())
-    })
+    wait_for(
+        "semi-sync on the primary",
+        Duration::from_secs(20),
+        || async {
+            let st = c.status_json();
+            (instances_by_name(&st)["stk-1"]["semiSync"]["sourceEnabled"] == true).then_some(())
+        },
+    )
     .await;
     let mut app = c.app(c.instance_port("stk-1")).await.unwrap();
-    app.query_drop("CREATE DATABASE IF NOT EXISTS stuck").await.unwrap();
-    app.query_drop("CREATE TABLE stuck.t (i INT PRIMARY KEY)").await.unwrap();
+    app.query_drop("CREATE DATABASE IF NOT EXISTS stuck")
+        .await
+        .unwrap();
+    app.query_drop("CREATE TABLE stuck.t (i INT PRIMARY KEY)")
+        .await
+        .unwrap();
     // The only replica stops acknowledging: the next commit waits.
     c.signal_instance("stk-2", Signal::SIGSTOP);
-    let waiting = tokio::spawn(async move { app.query_drop("INSERT INTO stuck.t VALUES (1)").await });
+    let waiting =
+        tokio::spawn(async move { app.query_drop("INSERT INTO stuck.t VALUES (1)").await });
     wait_for("the commit to wait for an acknowledgement", Duration::from_secs(10), || async {
         let mut a = c.admin("stk-1").await;
         let n: Option<i64> = a
@@ -750,9 +759,15 @@ async fn a_stopping_primary_whose_commit_waits_for_an_acknowledgement_stops_at_o
         .await
         .expect("the waiting client is answered")
         .unwrap();
-    assert!(answer.is_err(), "a commit no replica acknowledged was acknowledged");
+    assert!(
+        answer.is_err(),
+        "a commit no replica acknowledged was acknowledged"
+    );
     eprintln!("stopped {took:?} after SIGTERM with a commit waiting; the client got {answer:?}");
     c.signal_instance("stk-2", Signal::SIGCONT);
-    assert!(took < Duration::from_secs(5), "the manager took {took:?} to stop");
+    assert!(
+        took < Duration::from_secs(5),
+        "the manager took {took:?} to stop"
+    );
     c.destroy();
 }

@@ -308,8 +308,13 @@ mod received_tests {
         // db-3 had received and applied 101. Promoting db-3 lost 102 and
         // left db-2 diverged.
         let mut db2 = replica("db-2", "0-1-100");
-        db2.status.as_mut().unwrap().replication.as_mut().unwrap().received_gtid =
-            "0-1-102".into();
+        db2.status
+            .as_mut()
+            .unwrap()
+            .replication
+            .as_mut()
+            .unwrap()
+            .received_gtid = "0-1-102".into();
         let db3 = replica("db-3", "0-1-101");
         let mut s = snapshot(vec![
             Observed {
@@ -322,8 +327,14 @@ mod received_tests {
             db3,
         ]);
         s.status.current_primary = Some("db-1".into());
-        let known: History = "0-1-99".parse::<cnmysql_gtid::mariadb::BinlogState>().map(History::Mariadb).unwrap();
-        assert_eq!(choose_candidate(&s, "db-1", Some(&known), "1"), Ok("db-2".into()));
+        let known: History = "0-1-99"
+            .parse::<cnmysql_gtid::mariadb::BinlogState>()
+            .map(History::Mariadb)
+            .unwrap();
+        assert_eq!(
+            choose_candidate(&s, "db-1", Some(&known), "1"),
+            Ok("db-2".into())
+        );
     }
 }
 

@@ -20,7 +20,12 @@ use cnmysql_api::{ClusterSpec, ClusterStatus};
 use crate::reconcile::Memory;
 
 /// True when `instance`, whose processes are gone, must not be started now.
-pub fn keep_down(spec: &ClusterSpec, status: &ClusterStatus, instance: &str, memory: &Memory) -> bool {
+pub fn keep_down(
+    spec: &ClusterSpec,
+    status: &ClusterStatus,
+    instance: &str,
+    memory: &Memory,
+) -> bool {
     if memory.released.contains(instance) {
         return false;
     }
@@ -65,7 +70,12 @@ mod tests {
     #[test]
     fn with_a_failover_delay_the_primary_comes_back_in_place() {
         let m = Memory::default();
-        assert!(!keep_down(&spec(3, 30), &status("db-1", "db-1"), "db-1", &m));
+        assert!(!keep_down(
+            &spec(3, 30),
+            &status("db-1", "db-1"),
+            "db-1",
+            &m
+        ));
     }
 
     #[test]

@@ -107,7 +107,10 @@ pub const HAND_OVER_MAX_LAG_SECS: u64 = 1;
 /// Whether the primary may turn read-only for a switchover to `target`,
 /// given what `target` reports (`None`: it does not answer). `Err` says
 /// what is waited for.
-pub fn ready_to_hand_over(target: &str, st: Option<&crate::status::InstanceStatus>) -> Result<(), String> {
+pub fn ready_to_hand_over(
+    target: &str,
+    st: Option<&crate::status::InstanceStatus>,
+) -> Result<(), String> {
     let st = st.ok_or_else(|| format!("{target} does not answer"))?;
     if !st.mysqld_running {
         return Err(format!("mysqld of {target} is not running"));

@@ -327,7 +327,10 @@ mod tests {
         // A later write of server 1 (errant, after the promotion) still shows.
         let errant = st("0-1-224028,0-2-224027");
         assert_eq!(
-            errant.sources_missing_from(&held).into_iter().collect::<Vec<_>>(),
+            errant
+                .sources_missing_from(&held)
+                .into_iter()
+                .collect::<Vec<_>>(),
             vec![1]
         );
         // An older applied position changes nothing.

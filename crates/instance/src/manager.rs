@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cnmysql_api::Flavor;
@@ -589,7 +589,9 @@ impl<C: ClusterState> Manager<C> {
             // quickly while a primary change is in flight.
             let busy = matches!(
                 *self.desired.lock().unwrap(),
-                Some(Desired::Promote) | Some(Desired::HoldReadOnly(_)) | Some(Desired::HandOver { .. })
+                Some(Desired::Promote)
+                    | Some(Desired::HoldReadOnly(_))
+                    | Some(Desired::HandOver { .. })
             );
             let period = Duration::from_millis(if busy { 50 } else { 250 });
             let mut stop = self.shutdown.subscribe();
@@ -745,7 +747,8 @@ impl<C: ClusterState> Manager<C> {
         let done = match conn.as_mut() {
             Some(c) => {
                 let left = budget.saturating_sub(began.elapsed());
-                match tokio::time::timeout(left, sql::exec_all(c, &flavor::read_only(f, true))).await
+                match tokio::time::timeout(left, sql::exec_all(c, &flavor::read_only(f, true)))
+                    .await
                 {
                     Ok(r) => {
                         r?;
@@ -763,13 +766,12 @@ impl<C: ClusterState> Manager<C> {
                 self_fence::Escalation::KillServer { as_replica } => {
                     if as_replica {
                         self.deposed.store(true, Ordering::SeqCst);
-                        self.supervisor.set_start_options(
-                            cnmysql_core::flavor::recovery_options(
+                        self.supervisor
+                            .set_start_options(cnmysql_core::flavor::recovery_options(
                                 f,
                                 role::Recovery::AsReplica,
                                 self.cfg.spec.mysql.semi_sync.enabled,
-                            ),
-                        );
+                            ));
                     }
                     tracing::error!(
                         why,
@@ -784,7 +786,11 @@ impl<C: ClusterState> Manager<C> {
                 self_fence::Escalation::CloseSessionsAndRetry => {
                     let mut other = pool.get_conn().await?;
                     let killed = sql::kill_writers(&mut other).await?;
-                    tracing::warn!(why, killed, "read-only was held up; closed the writers' sessions");
+                    tracing::warn!(
+                        why,
+                        killed,
+                        "read-only was held up; closed the writers' sessions"
+                    );
                     sql::exec_all(&mut other, &flavor::read_only(f, true)).await?;
                     conn = Some(other);
                 }
@@ -792,7 +798,12 @@ impl<C: ClusterState> Manager<C> {
         }
         let mut conn = conn.expect("a connection that set read-only");
         let killed = sql::kill_writers(&mut conn).await?;
-        tracing::info!(why, killed, millis = began.elapsed().as_millis() as u64, "read-only");
+        tracing::info!(
+            why,
+            killed,
+            millis = began.elapsed().as_millis() as u64,
+            "read-only"
+        );
         Ok(Fenced::ReadOnly)
     }
 
@@ -910,8 +921,9 @@ impl<C: ClusterState> Manager<C> {
                 match switchover::ready_to_hand_over(&to, target.as_ref()) {
                     Ok(()) => Desired::HandOver { to },
                     Err(why) => {
-                        waiting_to_hand_over =
-                            format!("handing the primary role over to {to} once it has caught up ({why})");
+                        waiting_to_hand_over = format!(
+                            "handing the primary role over to {to} once it has caught up ({why})"
+                        );
                         Desired::Primary
                     }
                 }
@@ -936,8 +948,11 @@ impl<C: ClusterState> Manager<C> {
             Desired::Promote => {
                 if !view.read_only {
                     drop(conn);
-                    self.make_read_only(self_fence::Cause::Demotion, "not yet the accepted primary")
-                        .await?;
+                    self.make_read_only(
+                        self_fence::Cause::Demotion,
+                        "not yet the accepted primary",
+                    )
+                    .await?;
                     return Ok(());
                 }
                 return self.promote(&mut conn, &status, &view).await;
@@ -970,7 +985,8 @@ impl<C: ClusterState> Manager<C> {
                 };
                 if !view.read_only {
                     drop(conn);
-                    self.make_read_only(self_fence::Cause::Demotion, &why).await?;
+                    self.make_read_only(self_fence::Cause::Demotion, &why)
+                        .await?;
                     return Ok(());
                 }
                 self.set_phase(InstancePhase::Running, why);

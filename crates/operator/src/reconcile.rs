@@ -188,7 +188,13 @@ pub async fn ensure_pods(cluster: &Cluster, ctx: &Context, want: &[Pod]) -> Resu
             // the spot, where it would come back as the primary: the
             // topology step fails over, or, when nothing can take over,
             // lets it come back in place.
-            None if cnmysql_core::hold_down::keep_down(&cluster.spec, &status, &instance, &memory) => {
+            None if cnmysql_core::hold_down::keep_down(
+                &cluster.spec,
+                &status,
+                &instance,
+                &memory,
+            ) =>
+            {
                 tracing::warn!(instance = %instance, "the primary's Pod is gone; holding it down for the failover decision");
                 crate::topology::hold_down(ctx, cluster, &instance);
             }

@@ -200,12 +200,20 @@ async fn a_restarted_operator_holds_the_gone_primary_down_again_from_the_status_
     let c = cluster(&api);
     // A fresh operator: nothing in memory, only the status says db-1 leads.
     let ctx = context(&api);
-    assert!(cnmysql_operator::topology::hold_down_memory(&ctx, &c).0.is_empty());
+    assert!(
+        cnmysql_operator::topology::hold_down_memory(&ctx, &c)
+            .0
+            .is_empty()
+    );
     assert_eq!(
         pods_after_one_pass(&api, &ctx, &c, &["db-2", "db-3"]).await,
         ["db-2", "db-3"]
     );
-    assert!(cnmysql_operator::topology::hold_down_memory(&ctx, &c).0.contains("db-1"));
+    assert!(
+        cnmysql_operator::topology::hold_down_memory(&ctx, &c)
+            .0
+            .contains("db-1")
+    );
 }
 
 #[tokio::test]
@@ -219,7 +227,11 @@ async fn a_primary_handing_over_is_recreated_so_the_switchover_can_finish() {
         pods_after_one_pass(&api, &ctx, &c, &["db-2", "db-3"]).await,
         ["db-1", "db-2", "db-3"]
     );
-    assert!(cnmysql_operator::topology::hold_down_memory(&ctx, &c).0.is_empty());
+    assert!(
+        cnmysql_operator::topology::hold_down_memory(&ctx, &c)
+            .0
+            .is_empty()
+    );
 }
 
 #[tokio::test]
@@ -287,5 +299,9 @@ async fn a_held_down_primary_the_step_lets_come_back_is_recreated_not_held_down_
         .unwrap();
     }
     assert_eq!(api.pods("prod"), ["db-1", "db-2", "db-3"]);
-    assert!(cnmysql_operator::topology::hold_down_memory(&ctx, &c).0.is_empty());
+    assert!(
+        cnmysql_operator::topology::hold_down_memory(&ctx, &c)
+            .0
+            .is_empty()
+    );
 }

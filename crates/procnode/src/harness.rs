@@ -52,6 +52,20 @@ spec:
     )
 }
 
+/// The `cnmysql` beside the test's `cnmysql-node` (the node runs it as the
+/// operator image), built first if it is not there yet.
+pub fn cnmysql_exe(node_exe: &Path) -> PathBuf {
+    let exe = node_exe.with_file_name("cnmysql");
+    if !exe.is_file() {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-p", "cnmysql", "--bin", "cnmysql"])
+            .status()
+            .expect("cargo");
+        assert!(status.success(), "building cnmysql");
+    }
+    exe
+}
+
 /// A connection as the application user, or None.
 pub async fn connect(host: &str, port: u16, password: &str) -> Option<mysql_async::Conn> {
     let opts: mysql_async::Opts = mysql_async::OptsBuilder::default()
@@ -282,6 +296,23 @@ impl KubeCluster {
 
 /// What tests and benchmarks ask of a Cluster running on the node.
 impl KubeCluster {
+    /// Create `namespace` and `kubectl apply` `manifest` in it.
+    pub async fn apply_in_new_namespace(
+        &self,
+        namespace: &str,
+        manifest: &str,
+    ) -> anyhow::Result<()> {
+        let ns: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+            kube::Api::all(self.client.clone());
+        ns.create(
+            &kube::api::PostParams::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": namespace}}))?,
+        )
+        .await?;
+        self.cp.kubectl(&["apply", "-f", "-"], Some(manifest))?;
+        Ok(())
+    }
+
     pub fn clusters(&self, namespace: &str) -> kube::Api<cnmysql_api::Cluster> {
         kube::Api::namespaced(self.client.clone(), namespace)
     }

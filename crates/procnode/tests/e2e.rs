@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use cnmysql_api::Cluster;
 use cnmysql_bench::writer::WriteChecker;
 use cnmysql_procnode::harness::{KubeCluster, until};
-use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{Api, DeleteParams, ListParams};
 use mysql_async::prelude::*;
 
 const NS: &str = "e2e";
@@ -21,16 +21,7 @@ fn cluster_yaml(durability: &str) -> String {
 }
 
 fn cnmysql_exe() -> std::path::PathBuf {
-    let node = std::path::Path::new(env!("CARGO_BIN_EXE_cnmysql-node"));
-    let exe = node.with_file_name("cnmysql");
-    if !exe.is_file() {
-        let status = std::process::Command::new(env!("CARGO"))
-            .args(["build", "-p", "cnmysql", "--bin", "cnmysql"])
-            .status()
-            .expect("cargo");
-        assert!(status.success(), "building cnmysql");
-    }
-    exe
+    cnmysql_procnode::harness::cnmysql_exe(std::path::Path::new(env!("CARGO_BIN_EXE_cnmysql-node")))
 }
 
 struct Env {
@@ -53,14 +44,8 @@ async fn env_with_images(durability: &str, images: &[String]) -> Env {
     )
     .await
     .unwrap();
-    let ns: Api<Namespace> = Api::all(k.client.clone());
-    ns.create(
-        &PostParams::default(),
-        &serde_json::from_value(serde_json::json!({"metadata": {"name": NS}})).unwrap(),
-    )
-    .await
-    .unwrap();
-    k.cp.kubectl(&["apply", "-f", "-"], Some(&cluster_yaml(durability)))
+    k.apply_in_new_namespace(NS, &cluster_yaml(durability))
+        .await
         .unwrap();
     let e = Env {
         clusters: Api::namespaced(k.client.clone(), NS),

@@ -18,25 +18,16 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cnmysql_bench::faults::{self, Fault, Report, StickyWriter, Target, Watcher};
+use cnmysql_bench::faults::{self, Fault, Target};
 use cnmysql_bench::writer::WriteChecker;
 use cnmysql_procnode::harness::{KubeCluster, until};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams};
 
 const NS: &str = "faults";
 
 fn cnmysql_exe() -> std::path::PathBuf {
-    let node = std::path::Path::new(env!("CARGO_BIN_EXE_cnmysql-node"));
-    let exe = node.with_file_name("cnmysql");
-    if !exe.is_file() {
-        let status = std::process::Command::new(env!("CARGO"))
-            .args(["build", "-p", "cnmysql", "--bin", "cnmysql"])
-            .status()
-            .expect("cargo");
-        assert!(status.success(), "building cnmysql");
-    }
-    exe
+    cnmysql_procnode::harness::cnmysql_exe(std::path::Path::new(env!("CARGO_BIN_EXE_cnmysql-node")))
 }
 
 /// The Cluster of the suite: semi-sync `required` or `preferred`, or off.
@@ -53,7 +44,10 @@ fn manifest(durability: &str) -> String {
 
 /// Every instance's Pod address, as the watcher reaches it.
 async fn pod_targets(pods: &Api<Pod>) -> Vec<Target> {
-    let Ok(list) = pods.list(&ListParams::default().labels("cnmysql.io/cluster=db")).await else {
+    let Ok(list) = pods
+        .list(&ListParams::default().labels("cnmysql.io/cluster=db"))
+        .await
+    else {
         return Vec::new();
     };
     list.items
@@ -75,7 +69,12 @@ async fn pod_life(pods: &Api<Pod>, name: &str) -> Option<(String, i32)> {
     let restarts = p
         .status
         .as_ref()
-        .and_then(|s| s.container_statuses.as_ref()?.first().map(|c| c.restart_count))
+        .and_then(|s| {
+            s.container_statuses
+                .as_ref()?
+                .first()
+                .map(|c| c.restart_count)
+        })
         .unwrap_or(0);
     Some((p.metadata.uid?, restarts))
 }
@@ -111,14 +110,8 @@ async fn suite(durability: &str, default_faults: usize) {
     )
     .await
     .unwrap();
-    let ns: Api<Namespace> = Api::all(k.client.clone());
-    ns.create(
-        &PostParams::default(),
-        &serde_json::from_value(serde_json::json!({"metadata": {"name": NS}})).unwrap(),
-    )
-    .await
-    .unwrap();
-    k.cp.kubectl(&["apply", "-f", "-"], Some(&manifest(durability)))
+    k.apply_in_new_namespace(NS, &manifest(durability))
+        .await
         .unwrap();
     let pods: Api<Pod> = Api::namespaced(k.client.clone(), NS);
     k.wait_healthy(NS, "db", 3, Duration::from_secs(180))
@@ -151,14 +144,16 @@ async fn suite(durability: &str, default_faults: usize) {
             }
         })
     };
-    let watcher = Watcher::start(targets.clone(), password.clone());
     let rw = k.wait_service(NS, "db-rw").await.unwrap();
     let w = WriteChecker::start(rw.port(), password.clone()).await;
     w.wait_for_more(50, Duration::from_secs(30)).await;
-    let sticky = StickyWriter::start(primary_target.clone(), password.clone());
-
-    let mut report = Report::default();
-    let mut resumed: Vec<(String, Instant)> = Vec::new();
+    let mut run = faults::Run::start(
+        seed,
+        w,
+        targets.clone(),
+        primary_target.clone(),
+        password.clone(),
+    );
     for (i, (fault, r)) in plan.iter().enumerate() {
         let primary = k
             .cluster_status(NS, "db")
@@ -185,10 +180,14 @@ async fn suite(durability: &str, default_faults: usize) {
         let t0 = Instant::now();
         match fault {
             Fault::PrimaryPodDeleted => {
-                pods.delete(&primary, &DeleteParams::default()).await.unwrap();
+                pods.delete(&primary, &DeleteParams::default())
+                    .await
+                    .unwrap();
             }
             Fault::ReplicaPodDeleted => {
-                pods.delete(&replica, &DeleteParams::default()).await.unwrap();
+                pods.delete(&replica, &DeleteParams::default())
+                    .await
+                    .unwrap();
             }
             Fault::PrimaryKilled => kill_pid1(&k, &primary).await,
             Fault::ReplicaKilled => kill_pid1(&k, &replica).await,
@@ -205,15 +204,19 @@ async fn suite(durability: &str, default_faults: usize) {
                 k.fault(kind, NS, &primary).await.unwrap();
                 tokio::time::sleep(faults::FREEZE).await;
                 k.fault("heal", NS, &primary).await.unwrap();
-                resumed.push((primary.clone(), Instant::now()));
+                run.resumed.push((primary.clone(), Instant::now()));
             }
             Fault::FenceReplica => {
                 k.plugin(&exe, &["cnmsql", "-n", NS, "fence", "on", "db", &replica])
                     .unwrap_or_else(|e| panic!("{what}: fence on: {e}"));
-                until(&format!("{what}: {replica} fenced"), Duration::from_secs(60), || async {
-                    let st = k.cluster_status(NS, "db").await.ok()?;
-                    st.fenced_instances.contains(&replica).then_some(())
-                })
+                until(
+                    &format!("{what}: {replica} fenced"),
+                    Duration::from_secs(60),
+                    || async {
+                        let st = k.cluster_status(NS, "db").await.ok()?;
+                        st.fenced_instances.contains(&replica).then_some(())
+                    },
+                )
                 .await
                 .unwrap();
                 k.plugin(&exe, &["cnmsql", "-n", NS, "fence", "off", "db", &replica])
@@ -224,11 +227,16 @@ async fn suite(durability: &str, default_faults: usize) {
         // replaced or its container restarted (or, for a primary, another
         // took over).
         if let Some(v) = &victim {
-            until(&format!("{what}: {v} replaced or restarted"), faults::RECOVERY_BOUND, || async {
-                let now = pod_life(&pods, v).await;
-                let moved = k.cluster_status(NS, "db").await.ok()?.current_primary != Some(primary.clone());
-                (now.is_some() && now != before || moved).then_some(())
-            })
+            until(
+                &format!("{what}: {v} replaced or restarted"),
+                faults::RECOVERY_BOUND,
+                || async {
+                    let now = pod_life(&pods, v).await;
+                    let moved = k.cluster_status(NS, "db").await.ok()?.current_primary
+                        != Some(primary.clone());
+                    (now.is_some() && now != before || moved).then_some(())
+                },
+            )
             .await
             .unwrap();
         }
@@ -238,53 +246,43 @@ async fn suite(durability: &str, default_faults: usize) {
             // Without required durability a frozen primary's last
             // acknowledged writes may be on it alone: it is then kept out as
             // diverged (the rest must be healthy), and counted.
-            until("one primary and every other instance ready or kept out", faults::RECOVERY_BOUND, || async {
-                let st = k.cluster_status(NS, "db").await.ok()?;
-                let primaries = st.instance_states.values().filter(|s| s.role == "primary").count();
-                let ready = st.instance_states.values().filter(|s| s.ready).count();
-                (primaries == 1
-                    && st.current_primary == st.target_primary
-                    && ready + st.diverged_instances.len() == 3)
-                    .then_some(st.current_primary.clone()?)
-            })
+            until(
+                "one primary and every other instance ready or kept out",
+                faults::RECOVERY_BOUND,
+                || async {
+                    let st = k.cluster_status(NS, "db").await.ok()?;
+                    let primaries = st
+                        .instance_states
+                        .values()
+                        .filter(|s| s.role == "primary")
+                        .count();
+                    let ready = st.instance_states.values().filter(|s| s.ready).count();
+                    (primaries == 1
+                        && st.current_primary == st.target_primary
+                        && ready + st.diverged_instances.len() == 3)
+                        .then_some(st.current_primary.clone()?)
+                },
+            )
             .await
         }
-        .unwrap_or_else(|e| panic!("{what}: not healthy within {:?} after the fault ended: {e}", faults::RECOVERY_BOUND));
+        .unwrap_or_else(|e| {
+            panic!(
+                "{what}: not healthy within {:?} after the fault ended: {e}",
+                faults::RECOVERY_BOUND
+            )
+        });
         let diverged = k.cluster_status(NS, "db").await.unwrap().diverged_instances;
         if !diverged.is_empty() {
             eprintln!("{what}: kept out as diverged: {diverged:?}; the suite ends here");
-            report.record(*fault, faults::outage(&w.ack_times(), t0, Instant::now()), t0.elapsed());
+            run.fault_done(*fault, &what, (&primary, &healthy), t0);
             break;
         }
-        w.wait_for_more(10, Duration::from_secs(30)).await;
-        let healthy_at = Instant::now();
-        let outage = faults::outage(&w.ack_times(), t0, healthy_at);
-        eprintln!(
-            "{what}: primary {primary} → {healthy}, write outage {:.2}s, healthy after {:.2}s",
-            outage.as_secs_f64(),
-            (healthy_at - t0).as_secs_f64()
-        );
-        report.record(*fault, outage, healthy_at - t0);
+        run.rw.wait_for_more(10, Duration::from_secs(30)).await;
+        run.fault_done(*fault, &what, (&primary, &healthy), t0);
     }
 
-    let o = w.stop().await;
-    let sticky_acked = sticky.stop().await;
     follow.abort();
-    let watch = watcher.stop(&resumed).await;
-    println!("{}", report.render(&format!("kubernetes/{durability}"), seed));
-    eprintln!(
-        "watcher: {} answers, {} pairs left out just after a resume; sticky writer: {} rows acknowledged",
-        watch.samples,
-        watch.excused,
-        sticky_acked.len()
-    );
-    assert!(
-        watch.overlaps.is_empty(),
-        "seed {seed}: two writable instances: {:?}",
-        watch.overlaps
-    );
-    let mut acked = o.acked.clone();
-    acked.extend(sticky_acked.iter().map(|(id, _)| *id));
+    let acked = run.finish(&format!("kubernetes/{durability}")).await;
     let diverged = k.cluster_status(NS, "db").await.unwrap().diverged_instances;
     let all: Vec<String> = ["db-1", "db-2", "db-3"]
         .map(String::from)
@@ -292,7 +290,10 @@ async fn suite(durability: &str, default_faults: usize) {
         .filter(|n| !diverged.contains(n))
         .collect();
     let missing = k.rows_missing(NS, "db", &all, &acked).await.unwrap();
-    eprintln!("seed {seed}: {missing} of {} acknowledged rows missing", acked.len());
+    eprintln!(
+        "seed {seed}: {missing} of {} acknowledged rows missing",
+        acked.len()
+    );
     if durability == "required" {
         assert_eq!(missing, 0, "seed {seed}: acknowledged rows lost");
     }
