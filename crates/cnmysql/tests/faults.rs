@@ -175,7 +175,10 @@ async fn randomized_faults_leave_one_writable_primary_and_lose_no_acknowledged_r
                 || async {
                     let m =
                         std::fs::read_to_string(c.instance_dir(victim).join("manager.pid")).ok()?;
-                    (m.trim().parse::<i32>().ok()? != before[victim]).then_some(())
+                    let pid = m.trim().parse::<i32>().ok()?;
+                    (pid != before[victim]
+                        && std::path::Path::new(&format!("/proc/{pid}")).exists())
+                    .then_some(())
                 },
             )
             .await;

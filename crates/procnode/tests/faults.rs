@@ -79,6 +79,18 @@ async fn pod_life(pods: &Api<Pod>, name: &str) -> Option<(String, i32)> {
     Some((p.metadata.uid?, restarts))
 }
 
+/// The Pod exists, is not being deleted, and is Ready.
+async fn running_and_ready(pods: &Api<Pod>, name: &str) -> bool {
+    let Ok(Some(p)) = pods.get_opt(name).await else {
+        return false;
+    };
+    p.metadata.deletion_timestamp.is_none()
+        && p.status
+            .iter()
+            .flat_map(|s| s.conditions.iter().flatten())
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
 fn pick_replica(primary: &str, r: u64) -> String {
     let replicas: Vec<String> = (1..=3)
         .map(|i| format!("db-{i}"))
@@ -228,13 +240,15 @@ async fn suite(durability: &str, default_faults: usize) {
         // took over).
         if let Some(v) = &victim {
             until(
-                &format!("{what}: {v} replaced or restarted"),
+                &format!("{what}: {v} replaced or restarted, and running"),
                 faults::RECOVERY_BOUND,
                 || async {
                     let now = pod_life(&pods, v).await;
                     let moved = k.cluster_status(NS, "db").await.ok()?.current_primary
                         != Some(primary.clone());
-                    (now.is_some() && now != before || moved).then_some(())
+                    let running =
+                        running_and_ready(&pods, v).await && k.pid(NS, v, "mysql").await.is_ok();
+                    ((now.is_some() && now != before || moved) && running).then_some(())
                 },
             )
             .await
