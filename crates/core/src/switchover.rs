@@ -95,14 +95,15 @@ pub fn validate(s: &Snapshot, target: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// The largest replication lag (seconds) at which a primary hands over to
-/// its switchover target. Writes stop when the primary turns read-only and
-/// resume when the target has applied the rest and opened writes, so the
-/// target's lag is the outage: a target far behind (just recreated, or
-/// applying a backlog) is waited for while the primary keeps serving, for
-/// up to `maxSwitchoverDelay`, after which the switchover is given up with
-/// the primary never having stopped.
-pub const HAND_OVER_MAX_LAG_SECS: u64 = 1;
+/// The largest replication lag (whole seconds, as the server reports it) at
+/// which a primary hands over to its switchover target: 0, less than a
+/// second. Writes stop when the primary turns read-only and resume when the
+/// target has applied the rest and opened writes, so the target's lag is
+/// the outage: a target further behind (just recreated, or applying a
+/// backlog) is waited for while the primary keeps serving, for up to
+/// `maxSwitchoverDelay`, after which the switchover is given up with the
+/// primary never having stopped.
+pub const HAND_OVER_MAX_LAG_SECS: u64 = 0;
 
 /// Whether the primary may turn read-only for a switchover to `target`,
 /// given what `target` reports (`None`: it does not answer). `Err` says
