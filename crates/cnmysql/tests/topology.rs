@@ -771,3 +771,54 @@ async fn a_stopping_primary_whose_commit_waits_for_an_acknowledgement_stops_at_o
     );
     c.destroy();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preferred_durability_falls_back_when_no_replica_acknowledges() {
+    // With `preferred` the server never falls back by itself (a primary
+    // frozen with a commit waiting would acknowledge it the moment it ran
+    // again, deposed or not). Semi-sync is switched off instead — by the
+    // control plane once no replica is healthy, or by the manager, holding
+    // the lease, once a commit has waited timeoutMillis — which releases the
+    // waiting commit.
+    let m = format!(
+        "{}    semiSync:\n      enabled: true\n      timeoutMillis: 1000\n      dataDurability: preferred\n  minSyncReplicas: 1\n  maxSyncReplicas: 1\n  failoverDelay: 0\n",
+        manifest("pfb", 2)
+    );
+    let c = LocalCluster::start("pfb", &m);
+    wait_for(
+        "semi-sync on the primary",
+        Duration::from_secs(20),
+        || async {
+            let st = c.status_json();
+            (instances_by_name(&st)["pfb-1"]["semiSync"]["sourceEnabled"] == true).then_some(())
+        },
+    )
+    .await;
+    let mut app = c.app(c.instance_port("pfb-1")).await.unwrap();
+    app.query_drop("CREATE DATABASE IF NOT EXISTS fb")
+        .await
+        .unwrap();
+    app.query_drop("CREATE TABLE fb.t (i INT PRIMARY KEY)")
+        .await
+        .unwrap();
+    c.signal_instance("pfb-2", Signal::SIGSTOP);
+    let began = Instant::now();
+    let r = tokio::time::timeout(
+        Duration::from_secs(10),
+        app.query_drop("INSERT INTO fb.t VALUES (1)"),
+    )
+    .await
+    .expect("the commit is released once semi-sync falls back");
+    let took = began.elapsed();
+    c.signal_instance("pfb-2", Signal::SIGCONT);
+    r.unwrap();
+    eprintln!("commit released after {took:?}");
+    // The server's own timeout is never what released it.
+    let st = c.status_json();
+    assert_eq!(
+        instances_by_name(&st)["pfb-1"]["semiSync"]["timeoutMillis"],
+        4294967295u64,
+        "{st}"
+    );
+    c.destroy();
+}

@@ -257,6 +257,21 @@ pub fn executed_history(flavor: Flavor, binlog: &str, applied: &str) -> String {
     }
 }
 
+/// How long (ms) the longest commit has waited for a semi-sync
+/// acknowledgement (0 when none waits). MySQL reports whole seconds.
+pub fn longest_ack_wait_ms(flavor: Flavor) -> Sql {
+    Sql::new(match flavor {
+        Flavor::Mariadb => {
+            "SELECT CAST(COALESCE(MAX(TIME_MS), 0) AS UNSIGNED) FROM information_schema.PROCESSLIST \
+             WHERE STATE LIKE 'Waiting for semi-sync ACK%'"
+        }
+        Flavor::Mysql => {
+            "SELECT CAST(COALESCE(MAX(TIME), 0) * 1000 AS UNSIGNED) FROM performance_schema.processlist \
+             WHERE STATE LIKE 'Waiting for semi-sync ACK%'"
+        }
+    })
+}
+
 /// Wait until the applied history includes `position` (seconds; -1 = timeout).
 pub fn wait_for_position(flavor: Flavor, position: &str, timeout_secs: f64) -> Sql {
     Sql::new(match flavor {

@@ -596,10 +596,16 @@ fn semi_sync(s: &Snapshot, memory: &mut Memory) -> Option<Action> {
             false,
             "SemiSyncAdjusted",
             Some(&primary),
-            format!(
-                "semi-sync enabled={} waitForCount={} timeoutMillis={}",
-                want.enabled, want.wait_for_count, want.timeout_millis
-            ),
+            match semisync::fallback_after_ms(spec) {
+                Some(after) => format!(
+                    "semi-sync enabled={} waitForCount={}; the primary falls back to asynchronous after {after} ms without an acknowledgement",
+                    want.enabled, want.wait_for_count
+                ),
+                None => format!(
+                    "semi-sync enabled={} waitForCount={} timeoutMillis={}",
+                    want.enabled, want.wait_for_count, want.timeout_millis
+                ),
+            },
         ),
     })
 }

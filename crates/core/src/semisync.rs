@@ -14,8 +14,33 @@ pub struct Settings {
     pub timeout_millis: u64,
 }
 
-/// `required` never falls back to asynchronous replication.
+/// The server itself never falls back to asynchronous replication: with
+/// `required` nothing does, with `preferred` the primary's manager does
+/// ([`fall_back`]).
 pub const NEVER_FALL_BACK_MS: u64 = 4_294_967_295;
+
+/// How long a commit may wait for an acknowledgement before the primary's
+/// manager falls back to asynchronous replication (`preferred`), or `None`
+/// (`required`, or semi-sync off).
+///
+/// The fallback is not left to the server's own timeout: a primary frozen
+/// with a commit waiting would, the moment it runs again, see the timeout
+/// passed and acknowledge that commit without any replica holding it —
+/// after a failover has replaced it, a write the cluster never sees. The
+/// manager falls back only while it provably holds the primary lease; a
+/// deposed one fences itself instead (`self_fence.rs`), and the waiting
+/// commit is rolled back, its client told nothing was committed.
+pub fn fallback_after_ms(spec: &ClusterSpec) -> Option<u64> {
+    let semi = &spec.mysql.semi_sync;
+    (semi.enabled && semi.data_durability == DataDurability::Preferred)
+        .then(|| semi.timeout_millis.max(1) as u64)
+}
+
+/// Whether the primary's manager switches semi-sync off now: `preferred`,
+/// the lease provably its own, and a commit has waited `fallback_after_ms`.
+pub fn fall_back(spec: &ClusterSpec, lease_proven: bool, longest_wait_ms: u64) -> bool {
+    lease_proven && fallback_after_ms(spec).is_some_and(|after| longest_wait_ms >= after)
+}
 
 pub fn desired(spec: &ClusterSpec, healthy_replicas: u32) -> Settings {
     let semi = &spec.mysql.semi_sync;
@@ -31,7 +56,7 @@ pub fn desired(spec: &ClusterSpec, healthy_replicas: u32) -> Settings {
         (Flavor::Mysql, DataDurability::Preferred) => Settings {
             enabled: true,
             wait_for_count: healthy_replicas.clamp(1, min),
-            timeout_millis: semi.timeout_millis.max(1) as u64,
+            timeout_millis: NEVER_FALL_BACK_MS,
         },
         (Flavor::Mysql, DataDurability::Required) => Settings {
             enabled: true,
@@ -44,7 +69,7 @@ pub fn desired(spec: &ClusterSpec, healthy_replicas: u32) -> Settings {
         (Flavor::Mariadb, DataDurability::Preferred) => Settings {
             enabled: healthy_replicas >= 1,
             wait_for_count: 1,
-            timeout_millis: semi.timeout_millis.max(1) as u64,
+            timeout_millis: NEVER_FALL_BACK_MS,
         },
         (Flavor::Mariadb, DataDurability::Required) => Settings {
             enabled: true,
@@ -100,9 +125,29 @@ mod tests {
         let p = spec("mariadb", "preferred", 1);
         assert!(desired(&p, 1).enabled);
         assert!(!desired(&p, 0).enabled);
-        assert_eq!(desired(&p, 1).timeout_millis, 1000);
         let r = spec("mariadb", "required", 1);
         assert!(desired(&r, 0).enabled);
         assert_eq!(desired(&r, 0).timeout_millis, NEVER_FALL_BACK_MS);
+    }
+
+    #[test]
+    fn only_a_primary_holding_its_lease_falls_back_and_only_when_preferred() {
+        // Issue 18: a primary frozen with a commit waiting acknowledged it
+        // the moment it ran again (the server's own timeout had passed),
+        // after a failover had replaced it.
+        for flavor in ["mariadb", "mysql"] {
+            let p = spec(flavor, "preferred", 1);
+            assert_eq!(desired(&p, 1).timeout_millis, NEVER_FALL_BACK_MS);
+            assert_eq!(fallback_after_ms(&p), Some(1000));
+            assert!(fall_back(&p, true, 1000));
+            assert!(!fall_back(&p, true, 999));
+            assert!(
+                !fall_back(&p, false, 60_000),
+                "deposed: fence, never fall back"
+            );
+            let r = spec(flavor, "required", 1);
+            assert_eq!(fallback_after_ms(&r), None);
+            assert!(!fall_back(&r, true, 60_000));
+        }
     }
 }

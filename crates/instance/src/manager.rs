@@ -613,6 +613,7 @@ impl<C: ClusterState> Manager<C> {
     /// after a freeze, too.
     async fn self_fence_watchdog(self: Arc<Self>) {
         loop {
+            self.fall_back_if_due().await;
             let held = self.last_renew.lock().unwrap().is_some();
             if held
                 && !self.lease_proven()
@@ -649,6 +650,46 @@ impl<C: ClusterState> Manager<C> {
             if self.sleep_or_stop(Duration::from_millis(200)).await {
                 return;
             }
+        }
+    }
+
+    /// `preferred` semi-sync: the primary falls back to asynchronous
+    /// replication itself once a commit has waited `timeoutMillis`, and only
+    /// while it provably holds the lease (`semisync::fall_back`).
+    async fn fall_back_if_due(&self) {
+        let spec = &self.cfg.spec;
+        if semisync::fallback_after_ms(spec).is_none()
+            || !matches!(
+                *self.desired.lock().unwrap(),
+                Some(Desired::Primary) | Some(Desired::HandOver { .. })
+            )
+            || !matches!(self.supervisor.state(), ServerState::Running { .. })
+        {
+            return;
+        }
+        let Some(pool) = self.pool() else { return };
+        let f = self.cfg.flavor();
+        let waited = tokio::time::timeout(Duration::from_millis(500), async {
+            let mut c = pool.get_conn().await?;
+            let ms: Option<u64> = c.query_first(flavor::longest_ack_wait_ms(f).text).await?;
+            anyhow::Ok(ms.unwrap_or(0))
+        })
+        .await;
+        let Ok(Ok(waited)) = waited else { return };
+        if !semisync::fall_back(spec, self.lease_proven(), waited) {
+            return;
+        }
+        let off = semisync::Settings {
+            enabled: false,
+            wait_for_count: 1,
+            timeout_millis: semisync::NEVER_FALL_BACK_MS,
+        };
+        match self.apply_semi_sync(&off).await {
+            Ok(()) => tracing::warn!(
+                waited_ms = waited,
+                "no replica acknowledged in time: falling back to asynchronous replication (dataDurability: preferred)"
+            ),
+            Err(e) => tracing::warn!(error = %e, "cannot fall back to asynchronous replication"),
         }
     }
 
