@@ -20,7 +20,9 @@
 //!    while every other instance in service is ready: it never takes a
 //!    second instance down.
 //!
-//! A restarted former primary recovers as MariaDB does with
+//! A replica acknowledges what it received; its applier lags behind by a
+//! random amount (what it reports as executed), and applies everything it
+//! kept when it starts again. A restarted former primary recovers as MariaDB does with
 //! `--init-rpl-role=SLAVE` when `role::recovery` says so: its own trailing
 //! transactions whose acknowledgement it never got are rolled back, whether
 //! or not a replica received them.
@@ -65,7 +67,11 @@ struct Node {
     partitioned: bool,
     /// Held down by the control plane after being fenced out in a failover.
     held_down: bool,
+    /// Its binary log, or for a replica what it received (relay log).
     log: Vec<Gtid>,
+    /// How much of `log` is applied (a replica's applier lags behind what
+    /// it received, and acknowledges on receipt: semi-sync AFTER_SYNC).
+    applied: usize,
     read_only: bool,
     source: Option<usize>,
     last_renew: Option<i64>,
@@ -81,12 +87,17 @@ struct Node {
 }
 
 impl Node {
+    /// The executed history: what it applied.
     fn state(&self) -> BinlogState {
         let mut s = BinlogState::default();
-        for g in &self.log {
+        for g in &self.log[..self.applied.min(self.log.len())] {
             s.record(*g);
         }
         s
+    }
+    /// Apply everything received (a promotion drains its relay log first).
+    fn apply_all(&mut self) {
+        self.applied = self.log.len();
     }
     fn writable(&self) -> bool {
         self.alive && !self.read_only
@@ -134,6 +145,7 @@ impl World {
                 partitioned: false,
                 held_down: false,
                 log: Vec::new(),
+                applied: 0,
                 read_only: i != 1,
                 source: (i != 1).then_some(0),
                 last_renew: (i == 1).then_some(0),
@@ -236,6 +248,7 @@ impl World {
         match desired {
             Desired::Primary => {
                 self.nodes[i].source = None;
+                self.nodes[i].apply_all();
                 if let Ok(l) = self.lease.acquire(&me, self.now) {
                     self.lease = l;
                     self.nodes[i].last_renew = Some(self.now);
@@ -283,6 +296,7 @@ impl World {
                 self.status.current_primary_timestamp = Some(ts(self.now));
                 self.status.primary_failing_since = None;
                 self.nodes[i].source = None;
+                self.nodes[i].apply_all();
                 self.nodes[i].read_only = false;
                 self.trace.push(format!("{me} promoted at {}", self.now));
             }
@@ -332,6 +346,16 @@ impl World {
             let add: Vec<Gtid> = src.log[n.log.len()..upto].to_vec();
             self.nodes[i].log.extend(add);
         }
+        // Appliers lag behind what was received, by a random amount.
+        for i in 0..self.nodes.len() {
+            let n = &self.nodes[i];
+            if !n.alive || n.applied >= n.log.len() {
+                continue;
+            }
+            let behind = n.log.len() - n.applied;
+            let step = self.rng.below(behind as u64 + 1) as usize;
+            self.nodes[i].applied += step;
+        }
     }
 
     /// A client writes to every writable instance it can reach; semi-sync
@@ -349,6 +373,7 @@ impl World {
                 seq,
             };
             self.nodes[p].log.push(g);
+            self.nodes[p].apply_all();
             let ackers: Vec<usize> = (0..self.nodes.len())
                 .filter(|&r| {
                     let n = &self.nodes[r];
@@ -392,6 +417,7 @@ impl World {
                     replication: n.source.map(|_| ReplicationStatus {
                         io_state: "Yes".into(),
                         sql_running: true,
+                        received_gtid: n.log.last().map(|g| g.to_string()).unwrap_or_default(),
                         ..Default::default()
                     }),
                     ..Default::default()
@@ -420,6 +446,9 @@ impl World {
             n.recreating = false;
             n.alive = true;
             n.read_only = true;
+            // Its replication settings persist: the applier starts with
+            // the server and applies the relay log it kept.
+            n.apply_all();
             n.source = None;
             n.last_renew = None;
             n.hash = self.target_hash;
@@ -587,6 +616,7 @@ impl World {
                         n.log.pop();
                         cut += 1;
                     }
+                    n.applied = n.applied.min(n.log.len());
                     self.trace.push(format!(
                         "{} recovers as a replica, rolls back {cut}",
                         n.name
@@ -595,6 +625,7 @@ impl World {
                 n.crashed_writable = false;
                 n.alive = true;
                 n.read_only = true;
+                n.apply_all();
                 n.source = None;
                 n.last_renew = None;
                 self.trace.push(format!("restart {}", n.name));
