@@ -192,7 +192,7 @@ fn required_histories(s: &Snapshot, old: &str) -> Vec<(String, History)> {
         .iter()
         .filter(|o| o.name != old && !s.is_diverged(&o.name))
         .filter_map(|o| {
-            let st = o.status.as_ref()?;
+            let st = o.status.as_ref().filter(|st| st.mysqld_running)?;
             crate::status::received_history(s.spec.mysql.flavor, st)
                 .ok()
                 .map(|h| (o.name.clone(), h))

@@ -303,14 +303,40 @@ impl Snapshot {
         }
     }
 
+    /// The GTID history of every instance whose server was observed. A
+    /// manager that answers before it has reached its mysqld (just
+    /// restarted, say) reports no history at all: recorded as the
+    /// instance's last known history, that empty text made every replica
+    /// look errant against it, and failover was blocked (issue 18).
     pub fn gtid_by_instance(&self) -> BTreeMap<String, String> {
         self.instances
             .iter()
             .filter_map(|i| {
                 i.status
                     .as_ref()
+                    .filter(|s| s.mysqld_running)
                     .map(|s| (i.name.clone(), s.gtid_executed.clone()))
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+
+    #[test]
+    fn a_history_is_recorded_only_from_an_observed_server() {
+        let mut up = crate::testutil::replica("db-2", "0-1-100");
+        let mut starting = crate::testutil::replica("db-3", "");
+        starting.status.as_mut().unwrap().mysqld_running = false;
+        up.status.as_mut().unwrap().mysqld_running = true;
+        let s = crate::testutil::snapshot(vec![up, starting]);
+        let g = s.gtid_by_instance();
+        assert_eq!(g.get("db-2").map(String::as_str), Some("0-1-100"));
+        assert_eq!(
+            g.get("db-3"),
+            None,
+            "a manager that has not reached mysqld yet"
+        );
     }
 }

@@ -84,6 +84,9 @@ struct Node {
     definition: u32,
     /// Stopped by the rollout: started again with the new manager.
     recreating: bool,
+    /// Just started: its manager answers before it has reached mysqld
+    /// (no history to report yet), until its first tick.
+    starting: bool,
 }
 
 impl Node {
@@ -146,6 +149,7 @@ impl World {
                 held_down: false,
                 log: Vec::new(),
                 applied: 0,
+                starting: false,
                 read_only: i != 1,
                 source: (i != 1).then_some(0),
                 last_renew: (i == 1).then_some(0),
@@ -231,6 +235,7 @@ impl World {
             return;
         }
         let me = self.nodes[i].name.clone();
+        self.nodes[i].starting = false;
         if self.nodes[i].partitioned {
             // Cannot reach the store: only the self-fencing clock runs.
             let last = self.nodes[i].last_renew.unwrap_or(i64::MIN / 2);
@@ -398,30 +403,43 @@ impl World {
             .map(|(k, n)| Observed {
                 name: n.name.clone(),
                 ordinal: k as u32 + 1,
-                status: (n.alive && !n.partitioned).then(|| InstanceStatus {
-                    instance: n.name.clone(),
-                    phase: InstancePhase::Running,
-                    mysqld_running: true,
-                    read_only: n.read_only,
-                    ready: true,
-                    role: if n.source.is_some() {
-                        Role::Replica
-                    } else if !n.read_only {
-                        Role::Primary
-                    } else {
-                        Role::Unknown
-                    },
-                    gtid_executed: n.state().to_string(),
-                    source_id: n.server.to_string(),
-                    executable_hash: n.hash.to_string(),
-                    replication: n.source.map(|_| ReplicationStatus {
-                        io_state: "Yes".into(),
-                        sql_running: true,
-                        received_gtid: n.log.last().map(|g| g.to_string()).unwrap_or_default(),
+                status: (n.alive && !n.partitioned && n.starting)
+                    .then(|| InstanceStatus {
+                        instance: n.name.clone(),
+                        phase: InstancePhase::Starting,
+                        executable_hash: n.hash.to_string(),
                         ..Default::default()
+                    })
+                    .or_else(|| {
+                        (n.alive && !n.partitioned).then(|| InstanceStatus {
+                            instance: n.name.clone(),
+                            phase: InstancePhase::Running,
+                            mysqld_running: true,
+                            read_only: n.read_only,
+                            ready: true,
+                            role: if n.source.is_some() {
+                                Role::Replica
+                            } else if !n.read_only {
+                                Role::Primary
+                            } else {
+                                Role::Unknown
+                            },
+                            gtid_executed: n.state().to_string(),
+                            source_id: n.server.to_string(),
+                            executable_hash: n.hash.to_string(),
+                            replication: n.source.map(|_| ReplicationStatus {
+                                io_state: "Yes".into(),
+                                sql_running: true,
+                                received_gtid: n
+                                    .log
+                                    .last()
+                                    .map(|g| g.to_string())
+                                    .unwrap_or_default(),
+                                ..Default::default()
+                            }),
+                            ..Default::default()
+                        })
                     }),
-                    ..Default::default()
-                }),
                 outdated: (n.definition != self.target_definition).then(|| {
                     format!(
                         "image server:{} → server:{}",
@@ -445,6 +463,7 @@ impl World {
         for n in self.nodes.iter_mut().filter(|n| n.recreating) {
             n.recreating = false;
             n.alive = true;
+            n.starting = true;
             n.read_only = true;
             // Its replication settings persist: the applier starts with
             // the server and applies the relay log it kept.
@@ -624,6 +643,7 @@ impl World {
                 }
                 n.crashed_writable = false;
                 n.alive = true;
+                n.starting = true;
                 n.read_only = true;
                 n.apply_all();
                 n.source = None;

@@ -1075,8 +1075,13 @@ impl<C: ClusterState> Manager<C> {
                     sql::exec_all(&mut conn, &[flavor::start_replica(f)]).await?;
                 }
                 Action::Follow(source) => {
-                    // Never follow a source whose history lacks ours.
-                    let Some(src) = self.peer_status(&source).await else {
+                    // Never follow a source whose history lacks ours, and
+                    // judge only a history it has read from its server: a
+                    // manager that answers before reaching its mysqld (just
+                    // restarted) reports none, and every replica would take
+                    // itself for diverged.
+                    let Some(src) = self.peer_status(&source).await.filter(|s| s.mysqld_running)
+                    else {
                         self.set_phase(
                             InstancePhase::Running,
                             format!("waiting for {source} to answer"),
