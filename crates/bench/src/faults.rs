@@ -151,7 +151,12 @@ struct Sample {
     round: u64,
     instance: String,
     writable: bool,
-    answered: Instant,
+    /// When the server evaluated the query (its clock: every instance runs
+    /// on this machine), as seconds since the epoch. Not when the answer
+    /// arrived: an answer computed just before a network cut arrives
+    /// seconds after the heal, when TCP retransmits it, and says nothing
+    /// about that later moment.
+    evaluated: f64,
 }
 
 /// Reads `@@read_only` of every instance every 200 ms, all at once, each
@@ -196,15 +201,17 @@ impl Watcher {
                         // answer then counts from that moment.
                         let r = tokio::time::timeout(
                             Duration::from_secs(60),
-                            c.query_first::<i64, _>("SELECT @@read_only"),
+                            c.query_first::<(i64, f64), _>(
+                                "SELECT @@read_only, CAST(UNIX_TIMESTAMP(NOW(6)) AS DOUBLE)",
+                            ),
                         )
                         .await;
-                        if let Ok(Ok(Some(ro))) = r {
+                        if let Ok(Ok(Some((ro, evaluated)))) = r {
                             out.lock().unwrap().push(Sample {
                                 round,
                                 instance: t.name.clone(),
                                 writable: ro == 0,
-                                answered: Instant::now(),
+                                evaluated,
                             });
                             conns.lock().await.insert(t.name.clone(), (t, c));
                         }
@@ -231,9 +238,21 @@ impl Watcher {
             let _ = t.await;
         }
         let samples = self.samples.lock().unwrap().clone();
+        // Instants of this process as the servers' clock reads them.
+        let (base, base_unix) = (
+            Instant::now(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs_f64(),
+        );
+        let unix = |at: Instant| base_unix - (base - at).as_secs_f64();
         let excused = |s: &Sample| {
             resumed.iter().any(|(n, at)| {
-                *n == s.instance && s.answered >= *at && s.answered < *at + RESUME_GRACE
+                let at = unix(*at);
+                *n == s.instance
+                    && s.evaluated >= at
+                    && s.evaluated < at + RESUME_GRACE.as_secs_f64()
             })
         };
         let writable: Vec<&Sample> = samples.iter().filter(|s| s.writable).collect();
@@ -244,11 +263,7 @@ impl Watcher {
                 if a.instance == b.instance {
                     continue;
                 }
-                let apart = if a.answered > b.answered {
-                    a.answered - b.answered
-                } else {
-                    b.answered - a.answered
-                };
+                let apart = Duration::from_secs_f64((a.evaluated - b.evaluated).abs());
                 if apart > OVERLAP {
                     continue;
                 }
