@@ -201,12 +201,15 @@ impl Watcher {
                         // answer then counts from that moment.
                         let r = tokio::time::timeout(
                             Duration::from_secs(60),
-                            c.query_first::<(i64, f64), _>(
-                                "SELECT @@read_only, CAST(UNIX_TIMESTAMP(NOW(6)) AS DOUBLE)",
+                            c.query_first::<(i64, f64, u64), _>(
+                                "SELECT @@read_only, CAST(UNIX_TIMESTAMP(NOW(6)) AS DOUBLE), CONNECTION_ID()",
                             ),
                         )
                         .await;
-                        if let Ok(Ok(Some((ro, evaluated)))) = r {
+                        if let Ok(Ok(Some((ro, evaluated, conn_id)))) = r {
+                            if std::env::var_os("CNMYSQL_WATCH_DEBUG").is_some() && ro == 0 {
+                                eprintln!("watch {} round {round} writable at {evaluated:.3} conn {conn_id} answered {:.3}", t.name, std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64());
+                            }
                             out.lock().unwrap().push(Sample {
                                 round,
                                 instance: t.name.clone(),
@@ -272,12 +275,14 @@ impl Watcher {
                     continue;
                 }
                 overlaps.push(format!(
-                    "{} and {} both writable (rounds {} and {}, {} ms apart)",
+                    "{} and {} both writable (rounds {} and {}, {} ms apart, evaluated at {:.3} and {:.3})",
                     a.instance,
                     b.instance,
                     a.round,
                     b.round,
-                    apart.as_millis()
+                    apart.as_millis(),
+                    a.evaluated,
+                    b.evaluated
                 ));
             }
         }

@@ -202,6 +202,22 @@ async fn randomized_faults_leave_one_writable_primary_and_lose_no_acknowledged_r
     }
 
     follow.abort();
+    // CNMYSQL_WATCH_DEBUG: the control plane's and managers' logs, and every
+    // writable answer of the watcher, for a failing seed.
+    if std::env::var_os("CNMYSQL_WATCH_DEBUG").is_some() {
+        let control =
+            std::fs::read_to_string(std::path::Path::new(&c.state_arg()).join("control.log"))
+                .unwrap_or_default();
+        eprintln!("{control}");
+        for i in 1..=3 {
+            let m =
+                std::fs::read_to_string(c.instance_dir(&c.instance_name(i)).join("manager.log"))
+                    .unwrap_or_default();
+            for l in m.lines().filter(|l| !l.contains("\"source\":\"mysqld\"")) {
+                eprintln!("[{}] {l}", c.instance_name(i));
+            }
+        }
+    }
     let acked = run.finish("local").await;
     let primary = c.current_primary();
     for i in 1..=3 {

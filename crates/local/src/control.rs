@@ -764,6 +764,14 @@ impl ControlPlane {
 
     /// Stop an instance's manager and mysqld at once (fencing a failed primary).
     async fn kill_instance(&self, p: &mut ManagedProcess) {
+        // mysqld first. Killed first, the manager would leave mysqld's
+        // process group orphaned, and the kernel continues an orphaned group
+        // that has a stopped member (SIGHUP, SIGCONT): a frozen primary's
+        // mysqld would run, writable, until its own kill (seen by the fault
+        // suite as two writable instances).
+        if let Some(pid) = self.dir.live_mysqld_pid(&p.name) {
+            stop_orphan(pid).await;
+        }
         if let Some(c) = p.child.as_mut() {
             c.kill().await;
         }
