@@ -82,7 +82,21 @@ pub struct Observation<'a> {
     /// termination), a primary proven gone early needs no lease wait.
     /// Locally fencing is instant and waits for the lease instead.
     pub fence_early: bool,
+    /// When the platform last saw the primary's processes start again in
+    /// place (Kubernetes: its container restarted in the same Pod after
+    /// its PID 1 died), Unix ms. See [`IN_PLACE_RESTART_GRACE_MS`].
+    pub primary_restarted_at_ms: Option<i64>,
 }
+
+/// A primary whose processes were started again in place within this long
+/// is given the time to come back rather than failed over. Recovering as
+/// the primary (its status says so), it keeps the transactions it had
+/// prepared; fenced out and replaced meanwhile, it would then hold
+/// transactions the new primary never had and be kept out as diverged
+/// (issue 18: one in about fifteen primary PID 1 kills on Kubernetes).
+/// A restart that does not bring it back within the grace fails over as
+/// usual.
+pub const IN_PLACE_RESTART_GRACE_MS: i64 = 15_000;
 
 /// An event for `kubectl describe` / `cnmysql local events`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -361,10 +375,22 @@ pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
             memory.restarting_primary = None;
         }
     }
+    let restarting_in_place = !o.primary_gone
+        && o.primary_restarted_at_ms
+            .is_some_and(|t| s.now_ms.saturating_sub(t) < IN_PLACE_RESTART_GRACE_MS);
     let decision = if memory.restarting_primary.is_some() {
         Decision::Nothing
     } else {
-        failover::decide(s, o.lease, o.primary_gone)
+        match failover::decide(s, o.lease, o.primary_gone) {
+            // Nothing against a primary that is coming back in place.
+            Decision::WaitForLease { .. } | Decision::Promote { .. } if restarting_in_place => {
+                Decision::Failing {
+                    since_ms: s.now_ms,
+                    reason: format!("{primary} is restarting in place"),
+                }
+            }
+            d => d,
+        }
     };
     if !matches!(decision, Decision::Blocked { .. }) {
         memory.last_block.clear();
@@ -723,6 +749,7 @@ mod tests {
                 primary_gone: true,
                 held_down: &[],
                 fence_early: false,
+                primary_restarted_at_ms: None,
             },
             &mut m,
         );
@@ -789,6 +816,7 @@ mod tests {
                 primary_gone: false,
                 held_down: &held,
                 fence_early: false,
+                primary_restarted_at_ms: None,
             },
             &mut m,
         );
@@ -803,6 +831,7 @@ mod tests {
                 primary_gone: false,
                 held_down: &[],
                 fence_early: false,
+                primary_restarted_at_ms: None,
             },
             &mut m,
         );
@@ -850,6 +879,7 @@ mod tests {
                     primary_gone: false,
                     held_down: &[],
                     fence_early: early,
+                    primary_restarted_at_ms: None,
                 },
                 &mut m,
             );
@@ -893,5 +923,49 @@ mod tests {
             crate::role::drain_rule(&st),
             crate::role::Drain::CatchUpWithOldPrimary
         );
+    }
+
+    #[test]
+    fn a_primary_restarting_in_place_is_not_fenced_out_within_the_grace() {
+        let mut s = snapshot(vec![
+            crate::status::Observed {
+                name: "db-1".into(),
+                ordinal: 1,
+                status: None,
+                outdated: None,
+            },
+            replica("db-2", "0-1-100"),
+            replica("db-3", "0-1-100"),
+        ]);
+        settled(&mut s, "db-1");
+        s.status.primary_failing_since = Some("2026-01-01T00:00:00Z".into());
+        s.now_ms = 1_767_225_610_000; // 10 s after failing
+        let observe = |restarted: Option<i64>, gone: bool| {
+            let mut m = Memory {
+                last_current: Some("db-1".into()),
+                ..Default::default()
+            };
+            step(
+                &Observation {
+                    snapshot: &s,
+                    lease: None,
+                    primary_gone: gone,
+                    held_down: &[],
+                    fence_early: true,
+                    primary_restarted_at_ms: restarted,
+                },
+                &mut m,
+            )
+        };
+        let fences = |a: &[Action]| a.iter().any(|a| matches!(a, Action::FenceOut(_)));
+        // Its container restarted 2 s ago: wait for it.
+        assert!(!fences(&observe(Some(s.now_ms - 2_000), false)));
+        // No restart seen, the restart too long ago, or its Pod gone: fail over.
+        assert!(fences(&observe(None, false)));
+        assert!(fences(&observe(
+            Some(s.now_ms - IN_PLACE_RESTART_GRACE_MS),
+            false
+        )));
+        assert!(fences(&observe(Some(s.now_ms - 2_000), true)));
     }
 }

@@ -511,6 +511,7 @@ impl World {
                 primary_gone: old_gone,
                 held_down: &held,
                 fence_early: self.fence_early,
+                primary_restarted_at_ms: None,
             },
             &mut memory,
         );

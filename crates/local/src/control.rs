@@ -578,6 +578,7 @@ impl ControlPlane {
                 primary_gone,
                 held_down: &held,
                 fence_early: false,
+                primary_restarted_at_ms: None,
             },
             memory,
         );

@@ -156,6 +156,37 @@ async fn control_client(ctx: &Context, cluster: &Cluster) -> Result<ControlClien
     Ok(client)
 }
 
+/// When the Pod's container last stopped or started again in place, if
+/// it has been restarted (Unix ms): the kubelet restarts a container whose
+/// PID 1 died in the same Pod.
+fn restarted_in_place_at_ms(p: &Pod) -> Option<i64> {
+    // A Pod being deleted is not coming back in place.
+    if p.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    let c = p.status.as_ref()?.container_statuses.as_ref()?.first()?;
+    let ms = |t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time| t.0.as_millisecond();
+    let stopped = c
+        .state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .or_else(|| c.last_state.as_ref().and_then(|s| s.terminated.as_ref()))
+        .and_then(|t| t.finished_at.as_ref())
+        .map(ms);
+    let started = (c.restart_count > 0)
+        .then(|| {
+            c.state
+                .as_ref()?
+                .running
+                .as_ref()?
+                .started_at
+                .as_ref()
+                .map(ms)
+        })
+        .flatten();
+    stopped.max(started)
+}
+
 fn pod_ip(p: &Pod) -> Option<String> {
     p.status
         .as_ref()?
@@ -341,6 +372,7 @@ pub async fn step(
         // Proof the old primary cannot write: its Pod is gone (the kubelet
         // confirmed its containers stopped, or it never existed).
         let primary_gone = !primary.is_empty() && !pods.contains_key(&primary);
+        let primary_restarted_at_ms = pods.get(&primary).and_then(restarted_in_place_at_ms);
         let actions = reconcile::step(
             &Observation {
                 snapshot: &snapshot,
@@ -349,6 +381,7 @@ pub async fn step(
                 held_down: &held,
                 // A Pod's termination takes time: start it at once.
                 fence_early: true,
+                primary_restarted_at_ms,
             },
             &mut memory,
         );

@@ -275,6 +275,7 @@ async fn a_held_down_primary_the_step_lets_come_back_is_recreated_not_held_down_
             primary_gone: true,
             held_down: &held,
             fence_early: true,
+            primary_restarted_at_ms: None,
         },
         &mut memory,
     );
