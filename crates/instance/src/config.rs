@@ -331,13 +331,15 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn required_durability_never_falls_back() {
+    fn the_server_itself_never_falls_back() {
+        // `required` never falls back; with `preferred` the primary's
+        // manager does, holding the lease (core semisync::fall_back).
         let mut c = sample(Path::new("/x"));
         c.spec.mysql.semi_sync.enabled = true;
         c.spec.mysql.semi_sync.timeout_millis = 1000;
-        assert!(render_mycnf(&c).contains("rpl_semi_sync_master_timeout = 1000\n"));
-        c.spec.mysql.semi_sync.data_durability = DataDurability::Required;
         let never = cnmysql_core::semisync::NEVER_FALL_BACK_MS;
+        assert!(render_mycnf(&c).contains(&format!("rpl_semi_sync_master_timeout = {never}\n")));
+        c.spec.mysql.semi_sync.data_durability = DataDurability::Required;
         assert!(render_mycnf(&c).contains(&format!("rpl_semi_sync_master_timeout = {never}\n")));
     }
 }
