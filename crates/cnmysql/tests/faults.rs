@@ -128,8 +128,8 @@ async fn randomized_faults_leave_one_writable_primary_and_lose_no_acknowledged_r
             Fault::PrimaryFrozen => {
                 c.signal_instance(&primary, Signal::SIGSTOP);
                 tokio::time::sleep(faults::FREEZE).await;
-                c.signal_instance(&primary, Signal::SIGCONT);
                 run.resumed.push((primary.clone(), Instant::now()));
+                c.signal_instance(&primary, Signal::SIGCONT);
             }
             Fault::FenceReplica => {
                 let out = c.local(&["fence", "on", "flt", &replica]);

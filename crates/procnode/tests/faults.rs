@@ -215,11 +215,14 @@ async fn suite(durability: &str, default_faults: usize) {
                 };
                 k.fault(kind, NS, &primary).await.unwrap();
                 tokio::time::sleep(faults::FREEZE).await;
+                // Before the heal: the process may run (and answer) before
+                // the request returns.
+                let healing = Instant::now();
                 k.fault("heal", NS, &primary).await.unwrap();
                 // A frozen process answers what it received while frozen
                 // before it can act; a cut-off one fenced itself 10 s in.
                 if *fault == Fault::PrimaryFrozen {
-                    run.resumed.push((primary.clone(), Instant::now()));
+                    run.resumed.push((primary.clone(), healing));
                 }
             }
             Fault::FenceReplica => {
