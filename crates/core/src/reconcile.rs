@@ -723,8 +723,9 @@ mod tests {
             .insert(primary.into(), "0-1-100".into());
     }
 
-    #[test]
-    fn a_dead_primary_is_fenced_then_the_candidate_targeted() {
+    /// db-1 the settled primary, unreachable and failing since T0; db-2
+    /// at 0-1-100, db-3 at `db3`.
+    fn failing_primary(db3: &str) -> Snapshot {
         let mut s = snapshot(vec![
             crate::status::Observed {
                 name: "db-1".into(),
@@ -733,10 +734,16 @@ mod tests {
                 outdated: None,
             },
             replica("db-2", "0-1-100"),
-            replica("db-3", "0-1-90"),
+            replica("db-3", db3),
         ]);
         settled(&mut s, "db-1");
         s.status.primary_failing_since = Some("2026-01-01T00:00:00Z".into());
+        s
+    }
+
+    #[test]
+    fn a_dead_primary_is_fenced_then_the_candidate_targeted() {
+        let mut s = failing_primary("0-1-90");
         s.now_ms = i64::MAX / 4;
         let mut m = Memory {
             last_current: Some("db-1".into()),
@@ -927,18 +934,7 @@ mod tests {
 
     #[test]
     fn a_primary_restarting_in_place_is_not_fenced_out_within_the_grace() {
-        let mut s = snapshot(vec![
-            crate::status::Observed {
-                name: "db-1".into(),
-                ordinal: 1,
-                status: None,
-                outdated: None,
-            },
-            replica("db-2", "0-1-100"),
-            replica("db-3", "0-1-100"),
-        ]);
-        settled(&mut s, "db-1");
-        s.status.primary_failing_since = Some("2026-01-01T00:00:00Z".into());
+        let mut s = failing_primary("0-1-100");
         s.now_ms = 1_767_225_610_000; // 10 s after failing
         let observe = |restarted: Option<i64>, gone: bool| {
             let mut m = Memory {

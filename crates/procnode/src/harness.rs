@@ -66,6 +66,15 @@ pub fn cnmysql_exe(node_exe: &Path) -> PathBuf {
     exe
 }
 
+/// How many instances the status shows as primary, and as ready.
+pub fn primaries_and_ready(st: &cnmysql_api::ClusterStatus) -> (usize, usize) {
+    let states = st.instance_states.values();
+    (
+        states.clone().filter(|s| s.role == "primary").count(),
+        states.filter(|s| s.ready).count(),
+    )
+}
+
 /// A connection as the application user, or None.
 pub async fn connect(host: &str, port: u16, password: &str) -> Option<mysql_async::Conn> {
     let opts: mysql_async::Opts = mysql_async::OptsBuilder::default()
@@ -343,12 +352,7 @@ impl KubeCluster {
         let pods: kube::Api<Pod> = kube::Api::namespaced(self.client.clone(), namespace);
         let r = until("a healthy cluster", timeout, || async {
             let st = self.cluster_status(namespace, name).await.ok()?;
-            let primaries = st
-                .instance_states
-                .values()
-                .filter(|s| s.role == "primary")
-                .count();
-            let ready = st.instance_states.values().filter(|s| s.ready).count();
+            let (primaries, ready) = primaries_and_ready(&st);
             let list = pods
                 .list(
                     &kube::api::ListParams::default().labels(&format!("cnmysql.io/cluster={name}")),

@@ -272,12 +272,7 @@ async fn suite(durability: &str, default_faults: usize) {
                 faults::RECOVERY_BOUND,
                 || async {
                     let st = k.cluster_status(NS, "db").await.ok()?;
-                    let primaries = st
-                        .instance_states
-                        .values()
-                        .filter(|s| s.role == "primary")
-                        .count();
-                    let ready = st.instance_states.values().filter(|s| s.ready).count();
+                    let (primaries, ready) = cnmysql_procnode::harness::primaries_and_ready(&st);
                     (primaries == 1
                         && st.current_primary == st.target_primary
                         && ready + st.diverged_instances.len() == 3)
