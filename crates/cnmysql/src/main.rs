@@ -249,6 +249,8 @@ struct OperatorArgs {
     operator_image: String,
 }
 
+// Parsed once at start: the size of a variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum InstanceCommand {
     /// Copy this executable to DEST (the bootstrap-controller init container
@@ -266,12 +268,52 @@ enum InstanceCommand {
         #[arg(long, required_unless_present = "kubernetes")]
         state_file: Option<PathBuf>,
         /// Kubernetes: PID 1 of an instance Pod, configured from the
-        /// environment the Pod spec sets (CNMYSQL_CLUSTER, CNMYSQL_INSTANCE,
-        /// CNMYSQL_NAMESPACE, CNMYSQL_POD_IP, CNMYSQL_DATA, CNMYSQL_RUN,
-        /// CNMYSQL_TLS, CNMYSQL_SECRETS) and its ServiceAccount.
+        /// environment the Pod spec sets (the options below) and its
+        /// ServiceAccount.
         #[arg(long, conflicts_with_all = ["config", "state_file"])]
         kubernetes: bool,
+        #[command(flatten)]
+        pod: PodOptions,
     },
+}
+
+/// The in-pod manager's configuration: options, or the environment the
+/// operator's Pod spec sets.
+#[derive(clap::Args, Debug)]
+struct PodOptions {
+    /// The Cluster the Pod belongs to.
+    #[arg(long, env = "CNMYSQL_CLUSTER", hide_env_values = true)]
+    cluster: Option<String>,
+    /// This instance (the Pod's name).
+    #[arg(long, env = "CNMYSQL_INSTANCE")]
+    instance: Option<String>,
+    #[arg(long, env = "CNMYSQL_NAMESPACE")]
+    namespace: Option<String>,
+    #[arg(long, env = "CNMYSQL_POD_IP")]
+    pod_ip: Option<String>,
+    /// The data volume's mount point (the data directory is `data/` in it).
+    #[arg(long, env = "CNMYSQL_DATA")]
+    data: Option<PathBuf>,
+    /// A private directory for sockets and the rendered my.cnf.
+    #[arg(long, env = "CNMYSQL_RUN")]
+    run: Option<PathBuf>,
+    /// The instance's certificate, key and CA (`tls.crt`, `tls.key`,
+    /// `ca.crt`).
+    #[arg(long, env = "CNMYSQL_TLS")]
+    tls: Option<PathBuf>,
+    /// The cluster's passwords (`admin-password`, `replication-password`,
+    /// `app-password`).
+    #[arg(long, env = "CNMYSQL_SECRETS")]
+    secrets: Option<PathBuf>,
+    /// Where mysqld and the control API listen (default: the Pod IP).
+    #[arg(long, env = "CNMYSQL_BIND")]
+    bind: Option<String>,
+    #[arg(long, env = "CNMYSQL_MYSQL_PORT", default_value_t = cnmysql_api::names::MYSQL_PORT)]
+    mysql_port: u16,
+    #[arg(long, env = "CNMYSQL_CONTROL_PORT", default_value_t = cnmysql_api::names::CONTROL_PORT)]
+    control_port: u16,
+    #[arg(long, env = "CNMYSQL_PROBE_PORT", default_value_t = cnmysql_api::names::PROBE_PORT)]
+    probe_port: u16,
 }
 
 fn init_json_logs() {
@@ -364,34 +406,28 @@ async fn supervise<C: cnmysql_instance::ClusterState>(
 
 /// The instance configuration of a Pod, from the environment its spec sets,
 /// the Cluster it belongs to, and the ServiceAccount's access to both.
-async fn kubernetes_instance() -> anyhow::Result<(
+async fn kubernetes_instance(
+    pod: PodOptions,
+) -> anyhow::Result<(
     cnmysql_instance::InstanceConfig,
     cnmysql_k8s::cluster_state::KubeClusterState,
 )> {
     use anyhow::Context as _;
-    use cnmysql_api::names::{CONTROL_PORT, MYSQL_PORT, PROBE_PORT};
-    let var = |k: &str| {
-        std::env::var(k)
-            .ok()
-            .filter(|v| !v.is_empty())
-            .with_context(|| format!("{k} is not set: the instance Pod spec sets it (is this a Pod the operator made?)"))
-    };
-    let port = |k: &str, default: u16| -> anyhow::Result<u16> {
-        match std::env::var(k) {
-            Ok(v) => v
-                .parse()
-                .with_context(|| format!("{k}={v:?} is not a port number")),
-            Err(_) => Ok(default),
-        }
-    };
-    let cluster = var("CNMYSQL_CLUSTER")?;
-    let instance = var("CNMYSQL_INSTANCE")?;
-    let namespace = var("CNMYSQL_NAMESPACE")?;
-    let pod_ip = var("CNMYSQL_POD_IP")?;
-    let data = PathBuf::from(var("CNMYSQL_DATA")?);
-    let run = PathBuf::from(var("CNMYSQL_RUN")?);
-    let tls = PathBuf::from(var("CNMYSQL_TLS")?);
-    let secrets = PathBuf::from(var("CNMYSQL_SECRETS")?);
+    fn need<T>(v: Option<T>, env: &str) -> anyhow::Result<T> {
+        v.with_context(|| {
+            format!(
+                "{env} is not set: the instance Pod spec sets it (is this a Pod the operator made?)"
+            )
+        })
+    }
+    let cluster = need(pod.cluster.filter(|v| !v.is_empty()), "CNMYSQL_CLUSTER")?;
+    let instance = need(pod.instance.filter(|v| !v.is_empty()), "CNMYSQL_INSTANCE")?;
+    let namespace = need(pod.namespace.filter(|v| !v.is_empty()), "CNMYSQL_NAMESPACE")?;
+    let pod_ip = need(pod.pod_ip.filter(|v| !v.is_empty()), "CNMYSQL_POD_IP")?;
+    let data = need(pod.data, "CNMYSQL_DATA")?;
+    let run = need(pod.run, "CNMYSQL_RUN")?;
+    let tls = need(pod.tls, "CNMYSQL_TLS")?;
+    let secrets = need(pod.secrets, "CNMYSQL_SECRETS")?;
     let ordinal = cnmysql_api::names::ordinal_of(&cluster, &instance).with_context(|| {
         format!("CNMYSQL_INSTANCE={instance} is not an instance of cluster {cluster}")
     })?;
@@ -402,15 +438,16 @@ async fn kubernetes_instance() -> anyhow::Result<(
     if cnmysql_k8s::cluster_state::pod_is_terminating(&client, &namespace, &instance).await? {
         anyhow::bail!("Pod {namespace}/{instance} is being deleted: not starting");
     }
-    let spec = cnmysql_k8s::plugin::ClusterHandle::new(client.clone(), &namespace, &cluster)
-        .get()
-        .await?
-        .spec;
+    let spec =
+        cnmysql_k8s::cluster_handle::ClusterHandle::new(client.clone(), &namespace, &cluster)
+            .get()
+            .await?
+            .spec;
     let state =
         cnmysql_k8s::cluster_state::KubeClusterState::start(client, &namespace, &cluster).await?;
     let programs = cnmysql_instance::config::Programs::discover(spec.mysql.flavor)
         .map_err(anyhow::Error::msg)?;
-    let bind = std::env::var("CNMYSQL_BIND").unwrap_or_else(|_| pod_ip.clone());
+    let bind = pod.bind.unwrap_or_else(|| pod_ip.clone());
     let cfg = cnmysql_instance::InstanceConfig {
         cluster,
         instance,
@@ -431,13 +468,13 @@ async fn kubernetes_instance() -> anyhow::Result<(
         },
         programs,
         mysql_bind: bind.clone(),
-        mysql_port: port("CNMYSQL_MYSQL_PORT", MYSQL_PORT)?,
+        mysql_port: pod.mysql_port,
         control_bind: bind,
-        control_port: port("CNMYSQL_CONTROL_PORT", CONTROL_PORT)?,
+        control_port: pod.control_port,
         peers: Default::default(),
         shutdown_timeout_secs: 90,
         exit_with_parent: false,
-        probe_port: Some(port("CNMYSQL_PROBE_PORT", PROBE_PORT)?),
+        probe_port: Some(pod.probe_port),
     };
     Ok((cfg, state))
 }
@@ -591,13 +628,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             LocalCommand::Destroy { target } => cnmysql_local::destroy(&target.dir()?),
         },
         Command::Instance {
-            command: InstanceCommand::Run {
-                kubernetes: true, ..
-            },
+            command:
+                InstanceCommand::Run {
+                    kubernetes: true,
+                    pod,
+                    ..
+                },
         } => {
             let signals = StopSignals::listen()?;
             init_json_logs();
-            let (cfg, state) = kubernetes_instance().await?;
+            let (cfg, state) = kubernetes_instance(pod).await?;
             supervise(signals, cfg, state).await
         }
         Command::Instance {

@@ -212,10 +212,21 @@ async fn promote_and_fence_write_the_cluster_status() {
             .unwrap_or("")
             .to_string()
     };
-    assert!(line("db-1").contains("primary, fenced"), "{table}");
-    // Live per-instance columns from the operator's report.
+    assert!(line("db-1").contains("primary (fenced)"), "{table}");
+    // The status view, as `cnmysql local status` shows it, with live
+    // per-instance columns from the operator's report.
     assert!(
-        table.lines().any(|l| l.starts_with("INSTANCE  ROLE  ")),
+        table.lines().any(|l| l.split_whitespace().eq([
+            "INSTANCE",
+            "ROLE",
+            "READY",
+            "READ-ONLY",
+            "PHASE",
+            "GTID",
+            "LAG",
+            "SEMI-SYNC",
+            "MANAGER"
+        ])),
         "{table}"
     );
     let cols = |inst: &str| {
@@ -224,10 +235,17 @@ async fn promote_and_fence_write_the_cluster_status() {
             .map(str::to_string)
             .collect::<Vec<_>>()
     };
-    assert_eq!(cols("db-2")[1..4], ["replica", "running", "yes"], "{table}");
-    assert_eq!(cols("db-3")[1..4], ["unreachable", "-", "no"], "{table}");
-    assert!(line("db-2").contains("target"), "{table}");
-    assert!(line("db-3").contains("fenced"), "{table}");
+    // INSTANCE, ROLE (marks), READY, READ-ONLY, PHASE
+    assert_eq!(
+        cols("db-2")[1..6],
+        ["replica", "(target)", "yes", "yes", "running"],
+        "{table}"
+    );
+    assert_eq!(
+        cols("db-3")[1..6],
+        ["unreachable", "(fenced)", "no", "-", "-"],
+        "{table}"
+    );
     let out = k
         .run("kubectl-cnmsql", &["status", "db", "-o", "json"])
         .await;

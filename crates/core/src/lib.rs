@@ -17,6 +17,7 @@ pub mod self_fence;
 pub mod semisync;
 pub mod services;
 pub mod status;
+pub mod status_view;
 pub mod switchover;
 #[cfg(test)]
 mod testutil;

@@ -10,7 +10,7 @@
 //! live in `failover.rs`, `switchover.rs`, `semisync.rs`, `rollout.rs` and
 //! `phase.rs`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use cnmysql_api::{ClusterStatus, Flavor, Phase};
 
@@ -51,10 +51,35 @@ pub struct Memory {
     /// Instances the step let come back ([`Action::Restart`]) that have not
     /// answered since: nothing holds them down again meanwhile
     /// ([`crate::hold_down::keep_down`]).
-    pub released: std::collections::BTreeSet<String>,
+    pub released: BTreeSet<String>,
+    /// Instances kept stopped: a vanished steady primary
+    /// ([`crate::hold_down::keep_down`]) and fenced-out former primaries,
+    /// until the step lets them come back ([`Action::Restart`]). The
+    /// platforms start no process (create no Pod) for them.
+    pub held_down: BTreeSet<String>,
+    /// When this controller first stepped this cluster (Unix ms): see
+    /// [`WARM_UP_MS`].
+    pub first_step_ms: Option<i64>,
+    /// Instances that have answered since then.
+    pub answered: BTreeSet<String>,
 }
 
 impl Memory {
+    /// Whether a platform may start `instance`, whose processes are gone
+    /// (a manager that exited, a missing Pod), now: not while it is held
+    /// down, nor while [`crate::hold_down::keep_down`] says the step will
+    /// hold it down. The step records the hold-down from the absence the
+    /// platform reports; this only reads.
+    pub fn may_start(
+        &self,
+        spec: &cnmysql_api::ClusterSpec,
+        status: &ClusterStatus,
+        instance: &str,
+    ) -> bool {
+        !self.held_down.contains(instance)
+            && !crate::hold_down::keep_down(spec, status, instance, self)
+    }
+
     /// Whether the supervised rollout to the current target has consent.
     fn consent(&self, s: &Snapshot) -> bool {
         self.supervised_consent.is_some()
@@ -66,17 +91,19 @@ impl Memory {
 /// failover treats it as failed.
 pub const PRIMARY_RESTART_MS: i64 = 120_000;
 
-/// What the platform observed, beyond the snapshot.
+/// What the platform observed, beyond the snapshot: facts only; what to
+/// make of them is the step's.
 #[derive(Clone, Copy, Debug)]
 pub struct Observation<'a> {
     pub snapshot: &'a Snapshot,
-    /// The primary Lease as last read (None when it could not be read).
+    /// The primary Lease as last read (None when it could not be read, or
+    /// was not read: see [`needs_lease`]).
     pub lease: Option<&'a Lease>,
-    /// The platform proved that no process of the recorded primary can
-    /// still write (its processes are gone, or its Pod is deleted and gone).
-    pub primary_gone: bool,
-    /// Instances the platform keeps stopped: fenced-out former primaries.
-    pub held_down: &'a [String],
+    /// Instances the platform proved have no process that can still write:
+    /// locally neither the manager nor mysqld runs; on Kubernetes the Pod
+    /// is gone (deleted and its containers confirmed stopped, or never
+    /// created).
+    pub absent: &'a [String],
     /// Start fencing the failed primary as soon as failover is decided,
     /// while its lease runs out: where fencing takes time (a Pod's
     /// termination), a primary proven gone early needs no lease wait.
@@ -97,6 +124,69 @@ pub struct Observation<'a> {
 /// A restart that does not bring it back within the grace fails over as
 /// usual.
 pub const IN_PLACE_RESTART_GRACE_MS: i64 = 15_000;
+
+/// Decisions wait this long after a controller first steps a cluster
+/// unless every instance not held down has answered: a fresh control plane
+/// (just started, restarted or newly leading) must not take its own
+/// missing observations for a failed primary.
+pub const WARM_UP_MS: i64 = 15_000;
+
+/// How often a platform polls the instances: `steady_ms` normally,
+/// `changing_ms` while the primary is moving or failing (see
+/// [`Cadence::next_poll_ms`]). Each platform picks its own figures by what
+/// a poll costs it (locally nothing; on Kubernetes a status read per
+/// instance and possibly API writes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cadence {
+    pub steady_ms: u64,
+    pub changing_ms: u64,
+}
+
+impl Cadence {
+    /// One machine: polls are loopback requests.
+    pub const LOCAL: Cadence = Cadence {
+        steady_ms: 200,
+        changing_ms: 50,
+    };
+    /// Kubernetes: polls are Pod-network requests from the operator.
+    pub const KUBERNETES: Cadence = Cadence {
+        steady_ms: 1_000,
+        changing_ms: 200,
+    };
+
+    /// When to poll next, after a step that left `status`.
+    pub fn next_poll_ms(&self, status: &ClusterStatus) -> u64 {
+        if changing(status) {
+            self.changing_ms
+        } else {
+            self.steady_ms
+        }
+    }
+}
+
+/// The primary is moving (a switchover or failover under way) or failing.
+pub fn changing(status: &ClusterStatus) -> bool {
+    status.current_primary != status.target_primary || status.primary_failing_since.is_some()
+}
+
+/// Whether the step needs the primary Lease now: only to decide a
+/// failover (a platform reads it from the API only then).
+pub fn needs_lease(s: &Snapshot) -> bool {
+    s.spec.enable_primary_lease && crate::failover::primary_failure(s).is_some()
+}
+
+/// Whether decisions still wait for the first observations (see
+/// [`WARM_UP_MS`]); remembers who answered.
+pub fn warming_up(s: &Snapshot, memory: &mut Memory) -> bool {
+    let first = *memory.first_step_ms.get_or_insert(s.now_ms);
+    for o in s.instances.iter().filter(|o| o.reachable()) {
+        memory.answered.insert(o.name.clone());
+    }
+    s.now_ms.saturating_sub(first) < WARM_UP_MS
+        && s.instances
+            .iter()
+            .any(|o| !memory.answered.contains(&o.name) && !memory.held_down.contains(&o.name))
+}
 
 /// An event for `kubectl describe` / `cnmysql local events`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -187,15 +277,7 @@ impl StatusChange {
                 if st.current_primary.as_ref() == Some(from)
                     && st.target_primary.as_ref() == Some(from)
                 {
-                    st.target_primary = Some(to.clone());
-                    st.target_primary_timestamp = Some(at.clone());
-                    // With the target, in the same write: the phase decides
-                    // how the new primary drains (`role::drain_rule`). A
-                    // phase left at FailingOver by the failover just done
-                    // would let it open writes without catching up with
-                    // the old primary.
-                    st.phase = Some(Phase::Switchover);
-                    st.phase_reason = Some(format!("switching over from {from} to {to}"));
+                    crate::switchover::write(st, to, at);
                     true
                 } else {
                     false
@@ -315,8 +397,12 @@ pub enum Action {
 }
 
 /// One step: everything the controller does about the topology now.
+/// Nothing before the cluster has a target primary, or while warming up.
 pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
     let s = o.snapshot;
+    if warming_up(s, memory) || s.status.target_primary.is_none() {
+        return Vec::new();
+    }
     let at = timestamp(s.now_ms);
     let mut out = Vec::new();
 
@@ -342,11 +428,26 @@ pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
     memory
         .released
         .retain(|n| s.get(n).is_some_and(|o| o.status.is_none()));
+    // A vanished steady primary is held down for the failover decision
+    // (`hold_down.rs`): recorded here, from the platform's facts.
+    for a in o.absent {
+        if !memory.held_down.contains(a)
+            && crate::hold_down::keep_down(&s.spec, &s.status, a, memory)
+        {
+            memory.held_down.insert(a.clone());
+            out.push(Action::Event(Event::new(
+                true,
+                "PrimaryDown",
+                Some(a),
+                format!("the processes of the primary {a} are gone; it is held down for the failover decision"),
+            )));
+        }
+    }
     if s.status.current_primary == s.status.target_primary {
-        for h in o.held_down {
-            if Some(h) != s.status.current_primary.as_ref() {
-                memory.released.insert(h.clone());
-                out.push(Action::Restart(h.clone()));
+        let held: Vec<String> = memory.held_down.iter().cloned().collect();
+        for h in held {
+            if Some(&h) != s.status.current_primary.as_ref() {
+                out.push(restart(memory, &h));
             }
         }
     }
@@ -375,13 +476,14 @@ pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
             memory.restarting_primary = None;
         }
     }
-    let restarting_in_place = !o.primary_gone
+    let primary_gone = !primary.is_empty() && o.absent.contains(&primary);
+    let restarting_in_place = !primary_gone
         && o.primary_restarted_at_ms
             .is_some_and(|t| s.now_ms.saturating_sub(t) < IN_PLACE_RESTART_GRACE_MS);
     let decision = if memory.restarting_primary.is_some() {
         Decision::Nothing
     } else {
-        match failover::decide(s, o.lease, o.primary_gone) {
+        match failover::decide(s, o.lease, primary_gone) {
             // Nothing against a primary that is coming back in place.
             Decision::WaitForLease { .. } | Decision::Promote { .. } if restarting_in_place => {
                 Decision::Failing {
@@ -418,8 +520,8 @@ pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
             }
         }
         Decision::WaitForLease { until_ms } => {
-            if o.fence_early && !o.held_down.contains(&primary) {
-                out.push(Action::FenceOut(primary.clone()));
+            if o.fence_early && !memory.held_down.contains(&primary) {
+                out.push(fence_out(memory, &primary));
             }
             if !memory.last_wait {
                 memory.last_wait = true;
@@ -445,13 +547,12 @@ pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
                 memory.last_block = reason;
             }
             // Nothing can take over: let the old primary come back in place.
-            if o.held_down.contains(&primary) {
-                memory.released.insert(primary.clone());
-                out.push(Action::Restart(primary.clone()));
+            if memory.held_down.contains(&primary) {
+                out.push(restart(memory, &primary));
             }
         }
         Decision::Promote { old, candidate } => {
-            out.push(Action::FenceOut(old.clone()));
+            out.push(fence_out(memory, &old));
             out.push(Action::ReleaseLease {
                 holder: old.clone(),
             });
@@ -480,6 +581,20 @@ pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
         out.extend(rollout_step(s, memory));
     }
     out
+}
+
+/// Fence `instance` out: held down from now on.
+fn fence_out(memory: &mut Memory, instance: &str) -> Action {
+    memory.held_down.insert(instance.to_string());
+    Action::FenceOut(instance.to_string())
+}
+
+/// Let a held-down `instance` start again; nothing holds it down again
+/// until it has been seen running.
+fn restart(memory: &mut Memory, instance: &str) -> Action {
+    memory.held_down.remove(instance);
+    memory.released.insert(instance.to_string());
+    Action::Restart(instance.to_string())
 }
 
 /// The rollout's next step as actions, with an event per step.
@@ -704,7 +819,7 @@ pub fn report(s: &Snapshot, memory: &Memory) -> Report {
     }
 }
 
-fn timestamp(ms: i64) -> String {
+pub(crate) fn timestamp(ms: i64) -> String {
     k8s_openapi::jiff::Timestamp::from_millisecond(ms)
         .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)
         .to_string()
@@ -714,6 +829,14 @@ fn timestamp(ms: i64) -> String {
 mod tests {
     use super::*;
     use crate::testutil::{replica, snapshot};
+
+    /// A controller past its warm-up.
+    fn warm() -> Memory {
+        Memory {
+            first_step_ms: Some(0),
+            ..Default::default()
+        }
+    }
 
     fn settled(s: &mut Snapshot, primary: &str) {
         s.status.current_primary = Some(primary.into());
@@ -747,20 +870,23 @@ mod tests {
         s.now_ms = i64::MAX / 4;
         let mut m = Memory {
             last_current: Some("db-1".into()),
-            ..Default::default()
+            ..warm()
         };
+        let gone = ["db-1".to_string()];
         let actions = step(
             &Observation {
                 snapshot: &s,
                 lease: None,
-                primary_gone: true,
-                held_down: &[],
+                absent: &gone,
                 fence_early: false,
                 primary_restarted_at_ms: None,
             },
             &mut m,
         );
-        // Fence first, then the lease, then the target: in that order.
+        // Said; then fence first, then the lease, then the target: in that
+        // order.
+        assert!(matches!(&actions[0], Action::Event(e) if e.reason == "PrimaryDown"));
+        let actions = &actions[1..];
         assert_eq!(actions[0], Action::FenceOut("db-1".into()));
         assert_eq!(
             actions[1],
@@ -813,15 +939,14 @@ mod tests {
         s.status.phase = Some(Phase::FailingOver);
         let mut m = Memory {
             last_current: Some("db-1".into()),
-            ..Default::default()
+            held_down: ["db-1".to_string()].into(),
+            ..warm()
         };
-        let held = ["db-1".to_string()];
         let actions = step(
             &Observation {
                 snapshot: &s,
                 lease: None,
-                primary_gone: false,
-                held_down: &held,
+                absent: &[],
                 fence_early: false,
                 primary_restarted_at_ms: None,
             },
@@ -829,14 +954,14 @@ mod tests {
         );
         assert!(matches!(&actions[0], Action::Event(e) if e.reason == "FailoverCompleted"));
         assert!(actions.contains(&Action::Restart("db-1".into())));
+        assert!(m.held_down.is_empty() && m.released.contains("db-1"));
         assert_eq!(m.last_current.as_deref(), Some("db-2"));
         // Said once.
         let again = step(
             &Observation {
                 snapshot: &s,
                 lease: None,
-                primary_gone: false,
-                held_down: &[],
+                absent: &[],
                 fence_early: false,
                 primary_restarted_at_ms: None,
             },
@@ -878,13 +1003,12 @@ mod tests {
         s.now_ms = 1_767_225_700_000;
         let lease = Lease::default().acquire("db-1", s.now_ms - 1_000).unwrap();
         for (early, fenced) in [(false, false), (true, true)] {
-            let mut m = Memory::default();
+            let mut m = warm();
             let actions = step(
                 &Observation {
                     snapshot: &s,
                     lease: Some(&lease),
-                    primary_gone: false,
-                    held_down: &[],
+                    absent: &[],
                     fence_early: early,
                     primary_restarted_at_ms: None,
                 },
@@ -939,14 +1063,18 @@ mod tests {
         let observe = |restarted: Option<i64>, gone: bool| {
             let mut m = Memory {
                 last_current: Some("db-1".into()),
-                ..Default::default()
+                ..warm()
+            };
+            let absent = if gone {
+                vec!["db-1".to_string()]
+            } else {
+                vec![]
             };
             step(
                 &Observation {
                     snapshot: &s,
                     lease: None,
-                    primary_gone: gone,
-                    held_down: &[],
+                    absent: &absent,
                     fence_early: true,
                     primary_restarted_at_ms: restarted,
                 },
@@ -963,5 +1091,108 @@ mod tests {
             false
         )));
         assert!(fences(&observe(Some(s.now_ms - 2_000), true)));
+    }
+}
+
+#[cfg(test)]
+mod platform_rule_tests {
+    use super::*;
+    use crate::testutil::{primary, replica, snapshot};
+
+    fn settled(primary_name: &str) -> Snapshot {
+        let mut s = snapshot(vec![
+            primary("db-1", "0-1-100"),
+            replica("db-2", "0-1-100"),
+            replica("db-3", "0-1-100"),
+        ]);
+        s.status.current_primary = Some(primary_name.into());
+        s.status.target_primary = Some(primary_name.into());
+        s.status
+            .gtid_executed_by_instance
+            .insert(primary_name.into(), "0-1-100".into());
+        s.now_ms = 1_767_225_600_000;
+        s
+    }
+
+    fn observe<'a>(s: &'a Snapshot, absent: &'a [String]) -> Observation<'a> {
+        Observation {
+            snapshot: s,
+            lease: None,
+            absent,
+            fence_early: false,
+            primary_restarted_at_ms: None,
+        }
+    }
+
+    #[test]
+    fn nothing_is_decided_while_warming_up_unless_everyone_answered() {
+        let mut s = settled("db-1");
+        s.instances[0].status = None;
+        s.status.primary_failing_since = Some("2025-01-01T00:00:00Z".into());
+        let gone = ["db-1".to_string()];
+        let mut m = Memory::default();
+        assert!(step(&observe(&s, &gone), &mut m).is_empty());
+        assert_eq!(m.first_step_ms, Some(s.now_ms));
+        // Past the warm-up, the missing primary is failed over.
+        s.now_ms += WARM_UP_MS;
+        let a = step(&observe(&s, &gone), &mut m);
+        assert!(a.contains(&Action::FenceOut("db-1".into())), "{a:?}");
+        // Everyone answering ends the warm-up at once.
+        let s = settled("db-1");
+        let mut m = Memory::default();
+        assert!(!warming_up(&s, &mut m));
+    }
+
+    #[test]
+    fn an_absent_steady_primary_is_held_down_once_and_said_so() {
+        let mut s = settled("db-1");
+        s.instances[0].status = None;
+        let gone = ["db-1".to_string()];
+        let mut m = Memory {
+            first_step_ms: Some(0),
+            ..Default::default()
+        };
+        assert!(
+            !m.may_start(&s.spec, &s.status, "db-1"),
+            "the platform waits for the step"
+        );
+        let a = step(&observe(&s, &gone), &mut m);
+        assert!(
+            a.iter()
+                .any(|a| matches!(a, Action::Event(e) if e.reason == "PrimaryDown"))
+        );
+        assert!(m.held_down.contains("db-1"));
+        let again = step(&observe(&s, &gone), &mut m);
+        assert!(
+            !again
+                .iter()
+                .any(|a| matches!(a, Action::Event(e) if e.reason == "PrimaryDown"))
+        );
+        // An absent replica is started again by its platform.
+        let gone = ["db-2".to_string()];
+        let mut m = Memory {
+            first_step_ms: Some(0),
+            ..Default::default()
+        };
+        step(&observe(&s, &gone), &mut m);
+        assert!(m.held_down.is_empty() && m.may_start(&s.spec, &s.status, "db-2"));
+        // With a failover delay, the primary is started again in place.
+        s.spec.failover_delay = 30;
+        let gone = ["db-1".to_string()];
+        step(&observe(&s, &gone), &mut m);
+        assert!(m.may_start(&s.spec, &s.status, "db-1"));
+    }
+
+    #[test]
+    fn polls_are_fast_while_the_primary_moves_or_fails() {
+        let s = settled("db-1");
+        assert_eq!(Cadence::LOCAL.next_poll_ms(&s.status), 200);
+        let mut st = s.status.clone();
+        st.target_primary = Some("db-2".into());
+        assert_eq!(Cadence::LOCAL.next_poll_ms(&st), 50);
+        let mut st = s.status.clone();
+        st.primary_failing_since = Some("x".into());
+        assert_eq!(Cadence::KUBERNETES.next_poll_ms(&st), 200);
+        assert_eq!(Cadence::KUBERNETES.next_poll_ms(&s.status), 1_000);
     }
 }

@@ -1,12 +1,91 @@
 //! Planned switchover: a request to make a named healthy replica primary.
 //! Like CloudNativePG, the request is a status transition (targetPrimary);
-//! this module validates it and watches it complete or time out.
+//! this module validates it ([`request`] for every platform: the local CLI,
+//! the `kubectl` plugin, the rollout's own switchovers), and watches it
+//! complete or time out.
 
 use cnmysql_gtid::Relation;
 
-use cnmysql_api::{ClusterSpec, ClusterStatus};
+use cnmysql_api::{ClusterSpec, ClusterStatus, Phase};
 
 use crate::status::{Role, Snapshot};
+
+/// Why a switchover is refused. [`Refusal::reason`] is the event reason
+/// and metric label; the text (`Display`) says what to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The name is not one of the Cluster's instances.
+    NotAMember(String),
+    NoPrimaryYet,
+    /// A primary change to this instance is already under way.
+    ChangeInProgress(String),
+    AlreadyPrimary,
+    Fenced,
+    Diverged,
+    Unreachable,
+    /// Not ready: its phase and message.
+    NotReady(String),
+    NotAReplica,
+    /// Its replication threads: the IO state, SQL running, the errors.
+    ReplicationUnhealthy(String),
+    NoReplication,
+    /// The current primary does not answer: failover's business.
+    PrimaryUnreachable(String),
+    /// A history that cannot be read: whose, and why.
+    UnreadableHistory(String),
+    /// Its GTID history has diverged from the primary's.
+    HistoryDiverged,
+}
+
+impl Refusal {
+    /// A CamelCase word for events and metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Refusal::NotAMember(_) => "NotAMember",
+            Refusal::NoPrimaryYet => "NoPrimaryYet",
+            Refusal::ChangeInProgress(_) => "ChangeInProgress",
+            Refusal::AlreadyPrimary => "AlreadyPrimary",
+            Refusal::Fenced => "TargetFenced",
+            Refusal::Diverged => "TargetDiverged",
+            Refusal::Unreachable => "TargetUnreachable",
+            Refusal::NotReady(_) => "TargetNotReady",
+            Refusal::NotAReplica => "TargetNotAReplica",
+            Refusal::ReplicationUnhealthy(_) => "ReplicationUnhealthy",
+            Refusal::NoReplication => "NoReplication",
+            Refusal::PrimaryUnreachable(_) => "PrimaryUnreachable",
+            Refusal::UnreadableHistory(_) => "UnreadableHistory",
+            Refusal::HistoryDiverged => "HistoryDiverged",
+        }
+    }
+
+    /// What the person who asked for `target` is told.
+    pub fn explain(&self, target: &str) -> String {
+        match self {
+            Refusal::NotAMember(why) => why.clone(),
+            Refusal::NoPrimaryYet => "the cluster has no primary yet".into(),
+            Refusal::ChangeInProgress(to) => {
+                format!("a primary change to {to} is already in progress")
+            }
+            Refusal::AlreadyPrimary => format!("{target} is already the primary"),
+            Refusal::Fenced => format!("{target} is fenced; unfence it first"),
+            Refusal::Diverged => format!("{target} has diverged from the primary"),
+            Refusal::Unreachable => format!("{target} is unreachable"),
+            Refusal::NotReady(what) => format!("{target} is not ready ({what})"),
+            Refusal::NotAReplica => format!("{target} is not a replica"),
+            Refusal::ReplicationUnhealthy(what) => {
+                format!("{target} replication is not healthy ({what})")
+            }
+            Refusal::NoReplication => format!("{target} has no replication configured"),
+            Refusal::PrimaryUnreachable(p) => format!(
+                "the primary {p} is not reachable; a switchover needs it (failover handles a failed primary)"
+            ),
+            Refusal::UnreadableHistory(why) => why.clone(),
+            Refusal::HistoryDiverged => {
+                format!("the GTID history of {target} has diverged from the primary's")
+            }
+        }
+    }
+}
 
 /// Check what can be checked of a switchover request from the Cluster alone
 /// (its spec and status), before any instance is asked: the plugin runs this
@@ -16,81 +95,128 @@ pub fn validate_request(
     spec: &ClusterSpec,
     status: &ClusterStatus,
     target: &str,
-) -> Result<(), String> {
-    crate::status::check_member(cluster, spec, target)?;
+) -> Result<(), Refusal> {
+    crate::status::check_member(cluster, spec, target).map_err(Refusal::NotAMember)?;
     let current = status
         .current_primary
         .as_deref()
-        .ok_or("the cluster has no primary yet")?;
+        .ok_or(Refusal::NoPrimaryYet)?;
     if status.target_primary.as_deref() != Some(current) {
-        return Err(format!(
-            "a primary change to {} is already in progress",
-            status.target_primary.as_deref().unwrap_or("?")
+        return Err(Refusal::ChangeInProgress(
+            status.target_primary.clone().unwrap_or_else(|| "?".into()),
         ));
     }
     if target == current {
-        return Err(format!("{target} is already the primary"));
+        return Err(Refusal::AlreadyPrimary);
     }
     if status.fenced_instances.iter().any(|n| n == target) {
-        return Err(format!("{target} is fenced; unfence it first"));
+        return Err(Refusal::Fenced);
     }
     if status.diverged_instances.iter().any(|n| n == target) {
-        return Err(format!("{target} has diverged from the primary"));
+        return Err(Refusal::Diverged);
     }
     Ok(())
 }
 
+/// A switchover written into a status by [`request`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Requested {
+    pub from: String,
+    pub to: String,
+}
+
+impl Requested {
+    /// The Event every platform records: (reason, message).
+    pub fn event(&self) -> (&'static str, String) {
+        (
+            "SwitchoverRequested",
+            format!("switchover from {} to {} requested", self.from, self.to),
+        )
+    }
+}
+
+/// Ask for a switchover to `target` in `status`: checked against the
+/// Cluster alone ([`validate_request`]; a platform that can see the
+/// instances runs [`validate`] first), then targetPrimary, its timestamp
+/// and the phase are set, in one write. The platform writes the changed
+/// status only while it is still the one this was computed from.
+pub fn request(
+    cluster: &str,
+    spec: &ClusterSpec,
+    status: &mut ClusterStatus,
+    target: &str,
+    now_ms: i64,
+) -> Result<Requested, Refusal> {
+    validate_request(cluster, spec, status, target)?;
+    Ok(write(status, target, &crate::reconcile::timestamp(now_ms)))
+}
+
+/// Write a switchover from the current primary to `target` into `status`:
+/// targetPrimary, its timestamp (`at`, RFC 3339) and the phase, in one
+/// write. Every switchover is written here: a user's ([`request`]) and the
+/// rollout's (`reconcile::StatusChange::Switchover`).
+pub fn write(status: &mut ClusterStatus, target: &str, at: &str) -> Requested {
+    let from = status.current_primary.clone().unwrap_or_default();
+    status.target_primary = Some(target.to_string());
+    status.target_primary_timestamp = Some(at.to_string());
+    // With the target, in the same write: the phase decides how the new
+    // primary drains (`role::drain_rule`). A phase left at FailingOver by a
+    // failover just done would let it open writes without catching up with
+    // the old primary.
+    status.phase = Some(Phase::Switchover);
+    status.phase_reason = Some(format!("switching over from {from} to {target}"));
+    Requested {
+        from,
+        to: target.to_string(),
+    }
+}
+
 /// Check that `target` may become primary now.
-pub fn validate(s: &Snapshot, target: &str) -> Result<(), String> {
+pub fn validate(s: &Snapshot, target: &str) -> Result<(), Refusal> {
     validate_request(&s.cluster, &s.spec, &s.status, target)?;
     let current = s.status.current_primary.as_deref().unwrap_or_default();
-    let o = s
+    let st = s
         .get(target)
-        .ok_or_else(|| format!("{target} is not an instance of cluster {}", s.cluster))?;
-    let st = o
-        .status
-        .as_ref()
-        .ok_or_else(|| format!("{target} is unreachable"))?;
+        .and_then(|o| o.status.as_ref())
+        .ok_or(Refusal::Unreachable)?;
     if !st.ready {
-        return Err(format!(
-            "{target} is not ready ({:?}{})",
+        return Err(Refusal::NotReady(format!(
+            "{:?}{}",
             st.phase,
             if st.message.is_empty() {
                 String::new()
             } else {
                 format!(": {}", st.message)
             }
-        ));
+        )));
     }
     if st.role != Role::Replica {
-        return Err(format!("{target} is not a replica"));
+        return Err(Refusal::NotAReplica);
     }
     match &st.replication {
         Some(r) if r.healthy() => {}
         Some(r) => {
-            return Err(format!(
-                "{target} replication is not healthy (IO {}, SQL running {}, {} {})",
+            return Err(Refusal::ReplicationUnhealthy(format!(
+                "IO {}, SQL running {}, {} {}",
                 r.io_state, r.sql_running, r.last_io_error, r.last_sql_error
-            ));
+            )));
         }
-        None => return Err(format!("{target} has no replication configured")),
+        None => return Err(Refusal::NoReplication),
     }
     let flavor = s.spec.mysql.flavor;
     let mine = crate::status::parse_history(flavor, &st.gtid_executed)
-        .map_err(|e| format!("{target}: {e}"))?;
+        .map_err(|e| Refusal::UnreadableHistory(format!("{target}: {e}")))?;
     // A planned switchover needs the old primary: it hands over its last
     // transactions. A primary that is down is failover's business.
     let p = s
         .get(current)
         .and_then(|o| o.status.as_ref())
         .filter(|p| p.mysqld_running)
-        .ok_or_else(|| format!("the primary {current} is not reachable; a switchover needs it (failover handles a failed primary)"))?;
+        .ok_or_else(|| Refusal::PrimaryUnreachable(current.to_string()))?;
     let primary = crate::status::parse_history(flavor, &p.gtid_executed)
-        .map_err(|e| format!("{current}: {e}"))?;
+        .map_err(|e| Refusal::UnreadableHistory(format!("{current}: {e}")))?;
     if mine.relation(&primary) == Relation::Diverged {
-        return Err(format!(
-            "the GTID history of {target} has diverged from the primary's"
-        ));
+        return Err(Refusal::HistoryDiverged);
     }
     Ok(())
 }
@@ -126,6 +252,8 @@ pub fn ready_to_hand_over(
             r.io_state, r.sql_running
         ));
     }
+    // The bound is a tunable constant that happens to be 0 today.
+    #[allow(clippy::absurd_extreme_comparisons)]
     match r.seconds_behind {
         Some(lag) if lag <= HAND_OVER_MAX_LAG_SECS => Ok(()),
         Some(lag) => Err(format!("{target} is {lag} s behind")),
@@ -233,62 +361,82 @@ mod tests {
     fn requests_are_checked_against_the_cluster_alone() {
         let s = healthy();
         let check = |t: &str, st: &ClusterStatus| validate_request("db", &s.spec, st, t);
-        assert!(
-            check("db-4", &s.status)
-                .unwrap_err()
-                .contains("not an instance")
-        );
+        let e = check("db-4", &s.status).unwrap_err();
+        assert_eq!(e.reason(), "NotAMember");
+        assert!(e.explain("db-4").contains("not an instance"));
         assert!(
             check("other-2", &s.status)
                 .unwrap_err()
+                .explain("other-2")
                 .contains("db-1 to db-3")
         );
-        assert!(
-            check("db-1", &s.status)
-                .unwrap_err()
-                .contains("already the primary")
-        );
+        assert_eq!(check("db-1", &s.status), Err(Refusal::AlreadyPrimary));
         let mut st = s.status.clone();
         st.fenced_instances = vec!["db-2".into()];
-        assert!(check("db-2", &st).unwrap_err().contains("unfence it first"));
+        assert_eq!(check("db-2", &st), Err(Refusal::Fenced));
+        assert!(Refusal::Fenced.explain("db-2").contains("unfence it first"));
         let mut st = s.status.clone();
         st.diverged_instances = vec!["db-2".into()];
-        assert!(check("db-2", &st).unwrap_err().contains("diverged"));
+        assert_eq!(check("db-2", &st), Err(Refusal::Diverged));
         let mut st = s.status.clone();
         st.target_primary = Some("db-3".into());
-        assert!(
-            check("db-2", &st)
-                .unwrap_err()
-                .contains("already in progress")
+        assert_eq!(
+            check("db-2", &st),
+            Err(Refusal::ChangeInProgress("db-3".into()))
         );
         let mut st = s.status.clone();
         st.current_primary = None;
-        assert!(check("db-2", &st).unwrap_err().contains("no primary yet"));
+        assert_eq!(check("db-2", &st), Err(Refusal::NoPrimaryYet));
         assert_eq!(check("db-2", &s.status), Ok(()));
+    }
+
+    #[test]
+    fn a_request_sets_the_target_and_the_phase_in_one_write() {
+        let s = healthy();
+        let mut st = s.status.clone();
+        let r = request("db", &s.spec, &mut st, "db-2", 1_767_225_600_000).unwrap();
+        assert_eq!((r.from.as_str(), r.to.as_str()), ("db-1", "db-2"));
+        assert_eq!(st.target_primary.as_deref(), Some("db-2"));
+        assert_eq!(st.phase, Some(cnmysql_api::Phase::Switchover));
+        assert_eq!(
+            st.target_primary_timestamp.as_deref(),
+            Some("2026-01-01T00:00:00Z")
+        );
+        assert_eq!(r.event().0, "SwitchoverRequested");
+        // A second request meets the first one in progress; nothing changes.
+        let before = st.clone();
+        assert_eq!(
+            request("db", &s.spec, &mut st, "db-3", 0),
+            Err(Refusal::ChangeInProgress("db-2".into()))
+        );
+        assert_eq!(st, before);
     }
 
     #[test]
     fn the_target_must_be_a_ready_healthy_replica() {
         let mut s = healthy();
         s.instances[1].status = None;
-        assert!(validate(&s, "db-2").unwrap_err().contains("unreachable"));
+        assert_eq!(validate(&s, "db-2"), Err(Refusal::Unreachable));
 
         let mut s = healthy();
         s.instances[1].status.as_mut().unwrap().ready = false;
-        assert!(validate(&s, "db-2").unwrap_err().contains("not ready"));
+        assert!(matches!(validate(&s, "db-2"), Err(Refusal::NotReady(_))));
 
         let mut s = healthy();
         s.instances[1].status.as_mut().unwrap().role = Role::Primary;
-        assert!(validate(&s, "db-2").unwrap_err().contains("not a replica"));
+        assert_eq!(validate(&s, "db-2"), Err(Refusal::NotAReplica));
 
         let mut s = healthy();
         let r = s.instances[1].status.as_mut().unwrap();
         r.replication.as_mut().unwrap().sql_running = false;
-        assert!(validate(&s, "db-2").unwrap_err().contains("not healthy"));
+        assert!(matches!(
+            validate(&s, "db-2"),
+            Err(Refusal::ReplicationUnhealthy(_))
+        ));
 
         let mut s = healthy();
         s.instances[1].status.as_mut().unwrap().replication = None;
-        assert!(validate(&s, "db-2").unwrap_err().contains("no replication"));
+        assert_eq!(validate(&s, "db-2"), Err(Refusal::NoReplication));
     }
 
     #[test]
@@ -296,10 +444,13 @@ mod tests {
         let mut s = healthy();
         s.instances[0].status.as_mut().unwrap().gtid_executed = "0-1-102".into();
         s.instances[1].status.as_mut().unwrap().gtid_executed = "0-2-101".into();
-        assert!(validate(&s, "db-2").unwrap_err().contains("diverged"));
+        assert_eq!(validate(&s, "db-2"), Err(Refusal::HistoryDiverged));
 
         let mut s = healthy();
         s.instances[0].status = None;
-        assert!(validate(&s, "db-2").unwrap_err().contains("not reachable"));
+        assert_eq!(
+            validate(&s, "db-2"),
+            Err(Refusal::PrimaryUnreachable("db-1".into()))
+        );
     }
 }

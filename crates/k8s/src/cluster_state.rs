@@ -26,7 +26,6 @@ use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
-use serde_json::json;
 
 use cnmysql_api::names::{CONTROL_PORT, MYSQL_PORT};
 use cnmysql_api::{Cluster, ClusterStatus};
@@ -34,8 +33,8 @@ use cnmysql_core::lease::Lease;
 use cnmysql_instance::ClusterState;
 use cnmysql_instance::config::PeerAddr;
 
+use crate::cluster_handle::ClusterHandle;
 use crate::events::{self, Kind};
-use crate::plugin::ClusterHandle;
 
 /// Who reports the managers' Events.
 pub const REPORTER: &str = "mysql.cnmysql.io/instance-manager";
@@ -184,24 +183,16 @@ impl KubeClusterState {
         }
     }
 
-    /// Change the status with `f` from the latest Cluster, conditional on
-    /// its resourceVersion; retried on conflict. Returns the Cluster it was
-    /// computed from and what `f` returned.
+    /// Change the status with the conditional status write
+    /// ([`ClusterHandle::update_status`]); a request that went through
+    /// proves the API server reachable.
     async fn update_status<T>(
         &self,
-        mut f: impl FnMut(&ClusterStatus) -> (Option<serde_json::Value>, T),
-    ) -> anyhow::Result<(Cluster, T)> {
-        for _ in 0..10 {
-            let c = self.fresh().await?;
-            let (patch, out) = f(&c.status.clone().unwrap_or_default());
-            let Some(patch) = patch else {
-                return Ok((c, out));
-            };
-            if self.handle.patch_status_from(&c, patch).await? {
-                return Ok((c, out));
-            }
-        }
-        anyhow::bail!("the Cluster status kept changing under us; will retry")
+        change: impl FnMut(&Cluster, &mut ClusterStatus) -> T,
+    ) -> anyhow::Result<(Cluster, T, bool)> {
+        let done = self.handle.update_status(change).await?;
+        self.mark_verified();
+        Ok((done.cluster, done.value, done.written))
     }
 }
 
@@ -223,22 +214,17 @@ impl ClusterState for KubeClusterState {
 
     async fn claim_primary(&self, instance: &str) -> anyhow::Result<bool> {
         let now = Timestamp::now().to_string();
-        let (c, (claimed, changed)) = self
-            .update_status(|st| {
+        let (c, claimed, changed) = self
+            .update_status(|_, st| {
                 if st.target_primary.as_deref() != Some(instance) {
-                    return (None, (false, false));
+                    return false;
                 }
-                if st.current_primary.as_deref() == Some(instance) {
-                    return (None, (true, false));
+                if st.current_primary.as_deref() != Some(instance) {
+                    st.current_primary = Some(instance.to_string());
+                    st.current_primary_timestamp = Some(now.clone());
+                    st.primary_failing_since = None;
                 }
-                (
-                    Some(json!({
-                        "currentPrimary": instance,
-                        "currentPrimaryTimestamp": now,
-                        "primaryFailingSince": null,
-                    })),
-                    (true, true),
-                )
+                true
             })
             .await?;
         if changed {
@@ -255,15 +241,12 @@ impl ClusterState for KubeClusterState {
     }
 
     async fn mark_diverged(&self, instance: &str, reason: &str) -> anyhow::Result<()> {
-        let (c, added) = self
-            .update_status(|st| {
-                if st.diverged_instances.iter().any(|n| n == instance) {
-                    return (None, false);
+        let (c, (), added) = self
+            .update_status(|_, st| {
+                if !st.diverged_instances.iter().any(|n| n == instance) {
+                    st.diverged_instances.push(instance.to_string());
+                    st.diverged_instances.sort();
                 }
-                let mut list = st.diverged_instances.clone();
-                list.push(instance.to_string());
-                list.sort();
-                (Some(json!({ "divergedInstances": list })), true)
             })
             .await?;
         if added {

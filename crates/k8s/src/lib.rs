@@ -4,6 +4,7 @@
 //! writes API objects.
 
 pub mod client;
+pub mod cluster_handle;
 pub mod cluster_state;
 pub mod events;
 pub mod plugin;

@@ -101,7 +101,7 @@ async fn promote_sets_the_target_with_a_guarded_status_patch() {
 
 #[tokio::test]
 async fn a_refused_promote_writes_no_status() {
-    for (status, target, why) in [
+    for (status, target, why, reason) in [
         (
             ClusterStatus {
                 fenced_instances: vec!["db-2".into()],
@@ -109,6 +109,7 @@ async fn a_refused_promote_writes_no_status() {
             },
             "db-2",
             "fenced",
+            "TargetFenced",
         ),
         (
             ClusterStatus {
@@ -117,9 +118,15 @@ async fn a_refused_promote_writes_no_status() {
             },
             "db-3",
             "diverged",
+            "TargetDiverged",
         ),
-        (healthy(), "db-1", "already the primary"),
-        (healthy(), "db-4", "not an instance of cluster db"),
+        (healthy(), "db-1", "already the primary", "AlreadyPrimary"),
+        (
+            healthy(),
+            "db-4",
+            "not an instance of cluster db",
+            "NotAMember",
+        ),
         (
             ClusterStatus {
                 target_primary: Some("db-3".into()),
@@ -127,8 +134,14 @@ async fn a_refused_promote_writes_no_status() {
             },
             "db-2",
             "already in progress",
+            "ChangeInProgress",
         ),
-        (ClusterStatus::default(), "db-2", "no primary yet"),
+        (
+            ClusterStatus::default(),
+            "db-2",
+            "no primary yet",
+            "NoPrimaryYet",
+        ),
     ] {
         let (api, h) = setup(status.clone());
         let err = plugin::request_switchover(&h, target)
@@ -144,6 +157,9 @@ async fn a_refused_promote_writes_no_status() {
         let ev = &api.events()[0];
         assert_eq!(ev["reason"], "SwitchoverRefused");
         assert_eq!(ev["type"], "Warning");
+        // The refusal's typed reason, for a reader and for alerting.
+        let note = ev["note"].as_str().unwrap_or_default();
+        assert!(note.contains(&format!("({})", reason)), "{target}: {note}");
     }
 }
 

@@ -2,7 +2,6 @@
 //! need, the operator's executable hash, the metrics, the watch caches the
 //! topology tasks read, and what those tasks remember.
 
-use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use k8s_openapi::api::core::v1::{Pod, Secret};
@@ -19,8 +18,8 @@ pub struct Context {
     /// SHA-256 of the running operator executable (`status.operatorExecutableHash`).
     pub operator_hash: String,
     pub metrics: Metrics,
-    /// What the topology step remembers per Cluster (`namespace/name`).
-    pub topology: Mutex<BTreeMap<String, crate::topology::ClusterMemory>>,
+    /// What the operator remembers per Cluster.
+    pub memory: crate::memory::Memories,
     /// The controllers' Cluster caches and the Pod caches (one per watched
     /// namespace, or one for all).
     pub clusters: Mutex<Vec<Store<Cluster>>>,

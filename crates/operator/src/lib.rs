@@ -8,12 +8,18 @@
 //! `cnmysql-operator` (in the operator's namespace) reconciles. `/metrics`,
 //! `/healthz` and `/readyz` are served on one plain-HTTP port.
 
+// In the order of the pipeline; each module imports only ones above it.
+pub mod apply;
 pub mod context;
 pub mod deploy;
+pub mod error;
+pub mod events;
 pub mod http;
 pub mod labels;
+pub mod memory;
 pub mod metrics;
 pub mod objects;
+pub mod pods;
 pub mod reconcile;
 pub mod restart;
 pub mod topology;
@@ -203,7 +209,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         .unwrap_or_else(|| opts.operator_image.clone());
     tracing::info!(image = %operator_image, "instance Pods take their manager from this image");
     let ctx = Arc::new(Context {
-        topology: Default::default(),
+        memory: Default::default(),
         clusters: Default::default(),
         pods: Default::default(),
         secrets: Default::default(),

@@ -27,7 +27,8 @@ use crate::context::Context;
 /// How long the operator waits for a restarted manager to answer ready
 /// (the topology step of this Cluster waits with it).
 const RESTART_LIMIT: std::time::Duration = std::time::Duration::from_secs(15);
-use crate::reconcile::{Error, publish};
+use crate::error::{At, Error};
+use crate::events::publish;
 
 /// The request a Pod carries that has not been answered yet.
 pub fn pending(pod: &Pod) -> Option<&str> {
@@ -72,7 +73,8 @@ pub async fn carry_out(
             RESTART_INPLACE_ERROR_ANNOTATION: error,
         }}});
         api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
+            .await
+            .at(Error::Restart)?;
         let (kind, reason, note) = match &outcome {
             Ok(done) => (Kind::Normal, "RestartedInPlace", done.clone()),
             Err(why) => (

@@ -18,7 +18,7 @@ fn context(api: &FakeApi) -> Context {
         },
         operator_hash: "0".repeat(64),
         metrics: Metrics::default(),
-        topology: Default::default(),
+        memory: Default::default(),
         clusters: Default::default(),
         pods: Default::default(),
         secrets: Default::default(),
@@ -125,6 +125,46 @@ async fn a_change_that_no_longer_applies_to_the_fresh_object_writes_nothing() {
     assert_eq!(st["targetPrimary"], "db-2");
 }
 
+/// One topology step of the core over `c` with `absent` instances' Pods
+/// gone, its memory kept as the topology task keeps it.
+/// `failing`: the primary has been failing for long (failover is decided).
+fn topology_step(
+    ctx: &Context,
+    c: &Cluster,
+    absent: &[&str],
+    failing: bool,
+) -> Vec<cnmysql_core::reconcile::Action> {
+    let mut memory = ctx.memory.core(c);
+    memory.first_step_ms.get_or_insert(0);
+    let mut snapshot = cnmysql_core::status::Snapshot {
+        cluster: "db".into(),
+        spec: c.spec.clone(),
+        status: c.status.clone().unwrap_or_default(),
+        instances: Vec::new(),
+        now_ms: 1_900_000_000_000,
+    };
+    if failing {
+        snapshot.status.primary_failing_since = Some("2026-01-01T00:00:00Z".into());
+    }
+    let absent: Vec<String> = absent.iter().map(|s| s.to_string()).collect();
+    let actions = cnmysql_core::reconcile::step(
+        &cnmysql_core::reconcile::Observation {
+            snapshot: &snapshot,
+            lease: None,
+            absent: &absent,
+            fence_early: true,
+            primary_restarted_at_ms: None,
+        },
+        &mut memory,
+    );
+    ctx.memory.set_core(c, &memory);
+    actions
+}
+
+fn held_down(ctx: &Context, c: &Cluster) -> Vec<String> {
+    ctx.memory.core(c).held_down.into_iter().collect()
+}
+
 /// The Pods `ensure_pods` leaves in the fake after one pass over `c`, with
 /// `existing` instances' Pods already there.
 async fn pods_after_one_pass(
@@ -148,7 +188,7 @@ async fn pods_after_one_pass(
         p.metadata.labels.get_or_insert_default().extend(roles);
         api.put_pod(serde_json::to_value(&p).unwrap());
     }
-    cnmysql_operator::reconcile::ensure_pods(c, ctx, &desired.pods)
+    cnmysql_operator::pods::ensure_pods(c, ctx, &desired.pods)
         .await
         .unwrap();
     api.pods("prod")
@@ -165,10 +205,11 @@ async fn a_steady_primary_whose_pod_is_gone_is_held_down_for_the_failover_decisi
         ["db-2", "db-3"],
         "the replica's Pod is recreated, the primary's is not (it would come back as the primary)"
     );
-    let held = cnmysql_operator::topology::hold_down_memory(&ctx, &c).0;
-    assert_eq!(held.into_iter().collect::<Vec<_>>(), ["db-1"]);
+    // The topology step records the hold-down from the Pod's absence.
+    topology_step(&ctx, &c, &["db-1", "db-3"], false);
+    assert_eq!(held_down(&ctx, &c), ["db-1"]);
     // Another pass (the operator's next reconcile) still leaves it down.
-    cnmysql_operator::reconcile::ensure_pods(
+    cnmysql_operator::pods::ensure_pods(
         &c,
         &ctx,
         &cnmysql_operator::objects::desired(&c, &ctx.env).pods,
@@ -200,20 +241,13 @@ async fn a_restarted_operator_holds_the_gone_primary_down_again_from_the_status_
     let c = cluster(&api);
     // A fresh operator: nothing in memory, only the status says db-1 leads.
     let ctx = context(&api);
-    assert!(
-        cnmysql_operator::topology::hold_down_memory(&ctx, &c)
-            .0
-            .is_empty()
-    );
+    assert!(held_down(&ctx, &c).is_empty());
     assert_eq!(
         pods_after_one_pass(&api, &ctx, &c, &["db-2", "db-3"]).await,
         ["db-2", "db-3"]
     );
-    assert!(
-        cnmysql_operator::topology::hold_down_memory(&ctx, &c)
-            .0
-            .contains("db-1")
-    );
+    topology_step(&ctx, &c, &["db-1"], false);
+    assert_eq!(held_down(&ctx, &c), ["db-1"]);
 }
 
 #[tokio::test]
@@ -227,11 +261,7 @@ async fn a_primary_handing_over_is_recreated_so_the_switchover_can_finish() {
         pods_after_one_pass(&api, &ctx, &c, &["db-2", "db-3"]).await,
         ["db-1", "db-2", "db-3"]
     );
-    assert!(
-        cnmysql_operator::topology::hold_down_memory(&ctx, &c)
-            .0
-            .is_empty()
-    );
+    assert!(held_down(&ctx, &c).is_empty());
 }
 
 #[tokio::test]
@@ -255,43 +285,17 @@ async fn a_held_down_primary_the_step_lets_come_back_is_recreated_not_held_down_
         pods_after_one_pass(&api, &ctx, &c, &["db-2", "db-3"]).await,
         ["db-2", "db-3"]
     );
-    let (held, mut memory) = cnmysql_operator::topology::hold_down_memory(&ctx, &c);
-    assert_eq!(held.iter().cloned().collect::<Vec<_>>(), ["db-1"]);
+    topology_step(&ctx, &c, &["db-1"], false);
+    assert_eq!(held_down(&ctx, &c), ["db-1"]);
     // The core step, with db-1 gone and its last GTID state never observed:
     // failover is blocked, so it lets db-1 come back in place.
-    let mut snapshot = cnmysql_core::status::Snapshot {
-        cluster: "db".into(),
-        spec: c.spec.clone(),
-        status: c.status.clone().unwrap_or_default(),
-        instances: Vec::new(),
-        now_ms: 1_900_000_000_000,
-    };
-    snapshot.status.primary_failing_since = Some("2026-01-01T00:00:00Z".into());
-    let held: Vec<String> = held.into_iter().collect();
-    let actions = cnmysql_core::reconcile::step(
-        &cnmysql_core::reconcile::Observation {
-            snapshot: &snapshot,
-            lease: None,
-            primary_gone: true,
-            held_down: &held,
-            fence_early: true,
-            primary_restarted_at_ms: None,
-        },
-        &mut memory,
-    );
+    let actions = topology_step(&ctx, &c, &["db-1"], true);
     assert!(
         actions.contains(&cnmysql_core::reconcile::Action::Restart("db-1".into())),
         "{actions:?}"
     );
-    // As the topology task carries that out: no longer held, memory kept.
-    {
-        let mut all = ctx.topology.lock().unwrap();
-        let m = all.values_mut().next().unwrap();
-        m.held_down.remove("db-1");
-        m.core = memory;
-    }
     for _ in 0..2 {
-        cnmysql_operator::reconcile::ensure_pods(
+        cnmysql_operator::pods::ensure_pods(
             &c,
             &ctx,
             &cnmysql_operator::objects::desired(&c, &ctx.env).pods,
@@ -300,9 +304,5 @@ async fn a_held_down_primary_the_step_lets_come_back_is_recreated_not_held_down_
         .unwrap();
     }
     assert_eq!(api.pods("prod"), ["db-1", "db-2", "db-3"]);
-    assert!(
-        cnmysql_operator::topology::hold_down_memory(&ctx, &c)
-            .0
-            .is_empty()
-    );
+    assert!(held_down(&ctx, &c).is_empty());
 }

@@ -1,0 +1,348 @@
+//! The status view: one table of a cluster for people, rendered the same
+//! by `cnmysql local status` and `kubectl cnmsql status`. Built from the
+//! cluster status alone (what the control plane last reported), and
+//! refined with what each instance answers now where the reader can ask it
+//! (locally).
+
+use cnmysql_api::ClusterStatus;
+
+use crate::status::{InstanceStatus, Role};
+
+/// One instance's row. `None` or `-` where the reader cannot know.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Row {
+    pub instance: String,
+    pub role: String,
+    pub ready: Option<bool>,
+    pub read_only: Option<bool>,
+    pub phase: String,
+    pub gtid: String,
+    pub lag_seconds: Option<u64>,
+    pub semi_sync: String,
+    pub manager: String,
+}
+
+/// The cluster as the table shows it.
+#[derive(Clone, Debug, Default)]
+pub struct View {
+    pub cluster: String,
+    /// Where it runs and whether: `running`, `stopped`, `namespace prod`.
+    pub place: String,
+    pub status: ClusterStatus,
+    pub declared: i32,
+    /// Lines under the phase: `("Services", "rw=…")`, `("Metrics", …)`.
+    pub extra: Vec<(String, String)>,
+    /// The status could not be read (it is then empty).
+    pub status_error: Option<String>,
+    pub rows: Vec<Row>,
+}
+
+impl View {
+    /// From the cluster status: every declared instance as the control
+    /// plane last reported it.
+    pub fn from_status(cluster: &str, declared: i32, status: &ClusterStatus) -> View {
+        let rows = (1..=declared.max(0) as u32)
+            .map(|n| {
+                let name = cnmysql_api::names::instance_name(cluster, n);
+                let live = status.instance_states.get(&name);
+                Row {
+                    role: live.map(|l| l.role.clone()).unwrap_or_else(|| "-".into()),
+                    ready: live.map(|l| l.ready),
+                    read_only: live
+                        .filter(|l| l.role != "unreachable")
+                        .map(|l| l.read_only),
+                    phase: live
+                        .map(|l| l.phase.clone())
+                        .filter(|p| !p.is_empty())
+                        .unwrap_or_else(|| "-".into()),
+                    gtid: status
+                        .gtid_executed_by_instance
+                        .get(&name)
+                        .cloned()
+                        .unwrap_or_else(|| "-".into()),
+                    lag_seconds: None,
+                    semi_sync: "-".into(),
+                    manager: status
+                        .executable_hash_by_instance
+                        .get(&name)
+                        .cloned()
+                        .unwrap_or_else(|| "-".into()),
+                    instance: name,
+                }
+            })
+            .collect();
+        View {
+            cluster: cluster.to_string(),
+            place: String::new(),
+            status: status.clone(),
+            declared,
+            extra: Vec::new(),
+            status_error: None,
+            rows,
+        }
+    }
+
+    /// What `instance` answers now replaces what the status last said;
+    /// `None`: it did not answer.
+    pub fn refine(&mut self, instance: &str, now: Option<&InstanceStatus>) {
+        let Some(row) = self.rows.iter_mut().find(|r| r.instance == instance) else {
+            return;
+        };
+        *row = match now {
+            // As the control plane reports it (`instanceStates`).
+            None => Row {
+                instance: instance.to_string(),
+                role: "unreachable".into(),
+                ready: Some(false),
+                read_only: None,
+                phase: "-".into(),
+                gtid: row.gtid.clone(),
+                lag_seconds: None,
+                semi_sync: "-".into(),
+                manager: row.manager.clone(),
+            },
+            Some(s) => Row {
+                instance: instance.to_string(),
+                role: match s.role {
+                    Role::Primary => "primary",
+                    Role::Replica => "replica",
+                    Role::Unknown => "-",
+                }
+                .into(),
+                ready: Some(s.ready),
+                read_only: Some(s.read_only),
+                phase: format!("{:?}", s.phase).to_lowercase(),
+                gtid: if s.gtid_position.is_empty() {
+                    "-".into()
+                } else {
+                    s.gtid_position.clone()
+                },
+                lag_seconds: s.lag_seconds,
+                semi_sync: semi_sync_cell(s),
+                manager: s.executable_hash.clone(),
+            },
+        };
+    }
+
+    /// The table; colours only when `color`.
+    pub fn render(&self, color: bool) -> String {
+        let paint = |code: &str, s: &str| {
+            if color {
+                format!("\x1b[{code}m{s}\x1b[0m")
+            } else {
+                s.to_string()
+            }
+        };
+        let st = &self.status;
+        let mut out = String::new();
+        out.push_str(&format!("Cluster:   {}  ({})\n", self.cluster, self.place));
+        out.push_str(&format!(
+            "Phase:     {}{}\n",
+            st.phase.map(|p| p.as_str()).unwrap_or("Unknown"),
+            st.phase_reason
+                .as_deref()
+                .map(|r| format!(" — {r}"))
+                .unwrap_or_default()
+        ));
+        if let Some(e) = &self.status_error {
+            out.push_str(&paint(
+                "31",
+                &format!("Status:    cannot be read ({e}); no topology changes until it can"),
+            ));
+            out.push('\n');
+        }
+        out.push_str(&format!(
+            "Primary:   current {}  target {}\n",
+            st.current_primary.as_deref().unwrap_or("-"),
+            st.target_primary.as_deref().unwrap_or("-")
+        ));
+        out.push_str(&format!(
+            "Instances: {} declared, {} ready\n",
+            self.declared, st.ready_instances
+        ));
+        if let Some(since) = &st.primary_failing_since {
+            out.push_str(&paint("31", &format!("Primary failing since {since}")));
+            out.push('\n');
+        }
+        for (k, v) in &self.extra {
+            out.push_str(&format!("{:<11}{v}\n", format!("{k}:")));
+        }
+        out.push('\n');
+        let header = [
+            "INSTANCE",
+            "ROLE",
+            "READY",
+            "READ-ONLY",
+            "PHASE",
+            "GTID",
+            "LAG",
+            "SEMI-SYNC",
+            "MANAGER",
+        ]
+        .map(String::from);
+        let yes_no = |b: Option<bool>| match b {
+            Some(true) => "yes".to_string(),
+            Some(false) => "no".to_string(),
+            None => "-".to_string(),
+        };
+        let rows: Vec<[String; 9]> = self
+            .rows
+            .iter()
+            .map(|r| {
+                // Markers a reader must not miss.
+                let mut marks = Vec::new();
+                if st.fenced_instances.contains(&r.instance) {
+                    marks.push("fenced");
+                }
+                if st.diverged_instances.contains(&r.instance) {
+                    marks.push("diverged");
+                }
+                if st.target_primary.as_deref() == Some(r.instance.as_str())
+                    && st.current_primary != st.target_primary
+                {
+                    marks.push("target");
+                }
+                let role = if marks.is_empty() {
+                    r.role.clone()
+                } else {
+                    format!("{} ({})", r.role, marks.join(", "))
+                };
+                [
+                    r.instance.clone(),
+                    role,
+                    yes_no(r.ready),
+                    yes_no(r.read_only),
+                    r.phase.clone(),
+                    short(&r.gtid, 28),
+                    r.lag_seconds
+                        .map(|l| format!("{l}s"))
+                        .unwrap_or_else(|| "-".into()),
+                    r.semi_sync.clone(),
+                    short(&r.manager, 12),
+                ]
+            })
+            .collect();
+        let widths: Vec<usize> = (0..header.len())
+            .map(|c| {
+                rows.iter()
+                    .map(|r| r[c].chars().count())
+                    .chain([header[c].len()])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let line = |cells: &[String]| -> String {
+            cells
+                .iter()
+                .zip(&widths)
+                .map(|(s, w)| format!("{s:<w$}"))
+                .collect::<Vec<_>>()
+                .join("  ")
+                .trim_end()
+                .to_string()
+        };
+        out.push_str(&paint("1", &line(&header)));
+        out.push('\n');
+        for row in &rows {
+            let l = line(row);
+            let l = match row[2].as_str() {
+                "yes" => paint("32", &l),
+                "no" => paint("31", &l),
+                _ => l,
+            };
+            out.push_str(&l);
+            out.push('\n');
+        }
+        if !st.conditions.is_empty() {
+            out.push_str("\nCONDITIONS\n");
+            for c in &st.conditions {
+                out.push_str(&format!(
+                    "{:<12} {:<6} {:<24} {}\n",
+                    c.type_, c.status, c.reason, c.message
+                ));
+            }
+        }
+        out
+    }
+}
+
+fn short(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        format!("{}…", s.chars().take(n - 1).collect::<String>())
+    }
+}
+
+/// Semi-sync as a reader wants it: on a primary, how many acknowledgements
+/// each commit waits for out of the replicas connected, or that it fell
+/// back to asynchronous; on a replica, whether it acknowledges.
+fn semi_sync_cell(s: &InstanceStatus) -> String {
+    let Some(semi) = &s.semi_sync else {
+        return "-".into();
+    };
+    match s.role {
+        Role::Primary if semi.source_active => {
+            format!("waits {} of {}", semi.wait_for_count.max(1), semi.clients)
+        }
+        Role::Primary if semi.source_enabled => "fell back to async".into(),
+        Role::Replica if semi.replica_active => "acks".into(),
+        Role::Replica if semi.replica_enabled => "enabled".into(),
+        _ => "off".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::{primary, replica};
+
+    fn status() -> ClusterStatus {
+        let mut st = ClusterStatus {
+            current_primary: Some("db-1".into()),
+            target_primary: Some("db-2".into()),
+            fenced_instances: vec!["db-3".into()],
+            ready_instances: 2,
+            ..Default::default()
+        };
+        st.instance_states.insert(
+            "db-1".into(),
+            cnmysql_api::InstanceState {
+                role: "primary".into(),
+                phase: "running".into(),
+                ready: true,
+                read_only: false,
+            },
+        );
+        st.gtid_executed_by_instance
+            .insert("db-1".into(), "0-1-100".into());
+        st
+    }
+
+    #[test]
+    fn both_platforms_show_the_same_columns_and_marks() {
+        let from_status = View::from_status("db", 3, &status()).render(false);
+        let mut live = View::from_status("db", 3, &status());
+        live.refine("db-1", primary("db-1", "0-1-100").status.as_ref());
+        live.refine("db-2", replica("db-2", "0-1-100").status.as_ref());
+        live.refine("db-3", None);
+        let live = live.render(false);
+        let header = "INSTANCE  ROLE";
+        for t in [&from_status, &live] {
+            let h = t.lines().find(|l| l.starts_with("INSTANCE")).unwrap();
+            assert!(h.starts_with(header), "{t}");
+            assert!(h.ends_with("SEMI-SYNC  MANAGER"), "{t}");
+            assert!(t.contains("Primary:   current db-1  target db-2"), "{t}");
+        }
+        let row = |t: &str, i: &str| t.lines().find(|l| l.starts_with(i)).unwrap().to_string();
+        // From the status: what was reported, and `-` for the unknown.
+        assert!(row(&from_status, "db-1").contains("primary"));
+        assert!(row(&from_status, "db-1").contains("0-1-100"));
+        assert!(row(&from_status, "db-2").contains("- (target)"));
+        assert!(row(&from_status, "db-3").contains("- (fenced)"));
+        // Refined by what the instances answer.
+        assert!(row(&live, "db-2").contains("replica (target)"), "{live}");
+        assert!(row(&live, "db-3").contains("unreachable"), "{live}");
+        assert!(!from_status.contains('\x1b'), "no colours when piped");
+    }
+}

@@ -1,0 +1,19 @@
+//! The topology engine: what every platform does with the core's decisions.
+//!
+//! The core (`cnmysql-core`) decides, without I/O, from a snapshot and what
+//! the controller remembers. This crate runs that decision as one
+//! [`pass`](pass::pass) for a platform that implements [`Platform`]: read the
+//! primary Lease when a failover needs it, take the core's step, carry its
+//! actions out in order ([`executor`]), and report the status. It also polls
+//! the instances' `/status` ([`poller`]). The local control plane, the
+//! Kubernetes operator and the simulation (`tests/simulation.rs`) are its
+//! platforms; each only observes and carries out single actions.
+
+pub mod executor;
+pub mod pass;
+pub mod platform;
+pub mod poller;
+
+pub use executor::carry_out;
+pub use pass::{Facts, pass};
+pub use platform::{ControlRequest, Platform};

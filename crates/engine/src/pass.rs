@@ -1,0 +1,52 @@
+//! One topology pass: from what the platform observed to the status it
+//! reports.
+
+use cnmysql_core::reconcile::{self, Memory, Observation, StatusChange};
+use cnmysql_core::status::Snapshot;
+
+use crate::executor::carry_out;
+use crate::platform::Platform;
+
+/// What a platform observed for one pass.
+pub struct Facts<'a> {
+    pub snapshot: &'a Snapshot,
+    /// See [`Observation::absent`].
+    pub absent: &'a [String],
+    /// See [`Observation::fence_early`].
+    pub fence_early: bool,
+    /// See [`Observation::primary_restarted_at_ms`].
+    pub primary_restarted_at_ms: Option<i64>,
+}
+
+/// Read the Lease if the step needs it, take the core's step, carry its
+/// actions out, then report the summary (a report computed before a
+/// primary change this pass wrote is stale and not applied; the next
+/// pass reports).
+pub async fn pass<P: Platform>(
+    platform: &mut P,
+    facts: &Facts<'_>,
+    memory: &mut Memory,
+) -> anyhow::Result<()> {
+    let s = facts.snapshot;
+    let lease = if reconcile::needs_lease(s) {
+        platform.lease().await?
+    } else {
+        None
+    };
+    let actions = reconcile::step(
+        &Observation {
+            snapshot: s,
+            lease: lease.as_ref(),
+            absent: facts.absent,
+            fence_early: facts.fence_early,
+            primary_restarted_at_ms: facts.primary_restarted_at_ms,
+        },
+        memory,
+    );
+    carry_out(platform, actions, memory).await?;
+    if s.status.target_primary.is_some() {
+        let report = StatusChange::Report(reconcile::report(s, memory));
+        platform.change_status(&report).await?;
+    }
+    Ok(())
+}

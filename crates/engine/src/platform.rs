@@ -1,0 +1,114 @@
+//! What a platform provides to the engine: single actions on its
+//! instances, its cluster status and its Lease. Each method is one
+//! platform operation; the order, the events around them and what they are
+//! for are the engine's and the core's.
+
+use std::future::Future;
+
+use cnmysql_core::lease::Lease;
+use cnmysql_core::reconcile::{Event, Memory, StatusChange};
+use cnmysql_core::semisync::Settings;
+use cnmysql_instance::client::ControlClient;
+
+/// A request to an instance's control API.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ControlRequest {
+    /// `POST /semisync`: the primary's semi-sync settings.
+    SemiSync(Settings),
+    /// `POST /instance/manager/upgrade`: stream the control plane's own
+    /// executable (SHA-256 `hash`); the manager re-execs, mysqld keeps
+    /// running.
+    Upgrade { hash: String },
+}
+
+impl ControlRequest {
+    /// Send it to the control API at `host:port`.
+    pub async fn send(&self, client: &ControlClient, host: &str, port: u16) -> anyhow::Result<()> {
+        match self {
+            ControlRequest::SemiSync(s) => {
+                let body = serde_json::json!({
+                    "enabled": s.enabled,
+                    "waitForCount": s.wait_for_count,
+                    "timeoutMillis": s.timeout_millis,
+                });
+                let (code, text) = client
+                    .post(
+                        host,
+                        port,
+                        "/semisync",
+                        &[("content-type", "application/json".into())],
+                        body.to_string().into(),
+                    )
+                    .await?;
+                anyhow::ensure!(code == 200, "refused ({code}): {text}");
+                Ok(())
+            }
+            ControlRequest::Upgrade { hash } => {
+                cnmysql_instance::upgrade::push(client, host, port, hash).await
+            }
+        }
+    }
+}
+
+/// A platform the engine carries the core's actions out on. `memory` is
+/// the controller's memory as the step left it (which instances are held
+/// down or released): a platform whose other controllers read it (the
+/// operator's Pod rule) publishes it before acting.
+pub trait Platform {
+    /// The SHA-256 of the control plane's executable (the rollout target).
+    fn executable_hash(&self) -> &str;
+
+    /// The primary Lease as stored now; `None` when there is none.
+    fn lease(&mut self) -> impl Future<Output = anyhow::Result<Option<Lease>>> + Send;
+
+    /// Apply `change` to the cluster status if it still applies, under a
+    /// lock or a resourceVersion precondition, retrying on conflict. True
+    /// when it was written.
+    fn change_status(
+        &mut self,
+        change: &StatusChange,
+    ) -> impl Future<Output = anyhow::Result<bool>> + Send;
+
+    /// Record an event (and tell whoever watches).
+    fn record(&mut self, event: &Event) -> impl Future<Output = ()> + Send;
+
+    /// Stop every process of `instance` now, keep its data, and start
+    /// nothing for it while `memory` holds it down.
+    fn fence_out(
+        &mut self,
+        instance: &str,
+        memory: &Memory,
+    ) -> impl Future<Output = anyhow::Result<()>> + Send;
+
+    /// Release the primary Lease held by `holder`, only with proof that
+    /// none of its processes can still write; otherwise do nothing (the
+    /// lease runs out).
+    fn release_lease(&mut self, holder: &str) -> impl Future<Output = anyhow::Result<()>> + Send;
+
+    /// `instance` is no longer held down (see `memory`): start it again.
+    fn allow_start(
+        &mut self,
+        instance: &str,
+        memory: &Memory,
+    ) -> impl Future<Output = anyhow::Result<()>> + Send;
+
+    /// Stop `instance` cleanly and start it again from the control plane's
+    /// executable and the Cluster's current definition (`primary`: it is
+    /// the primary, restarted in place on purpose). True when it was
+    /// started on its way; false when there was nothing to recreate.
+    fn recreate(
+        &mut self,
+        instance: &str,
+        primary: bool,
+        memory: &Memory,
+    ) -> impl Future<Output = anyhow::Result<bool>> + Send;
+
+    /// Send `request` to `instance`'s control API (see
+    /// [`ControlRequest::send`]); an error when it has no address now or
+    /// refused.
+    fn control(
+        &mut self,
+        instance: &str,
+        request: &ControlRequest,
+    ) -> impl Future<Output = anyhow::Result<()>> + Send;
+}

@@ -1,0 +1,124 @@
+//! Writing the objects a Cluster is made of: server-side apply of what the
+//! operator fully owns, creation of what is created once and never
+//! rewritten (claims, Pods, Secrets), removal of Services no longer
+//! declared, generation of the Secrets.
+
+use k8s_openapi::api::core::v1::{Secret, Service};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use cnmysql_api::Cluster;
+
+use crate::context::Context;
+use crate::labels::{CLUSTER, FIELD_MANAGER};
+use crate::objects::secrets;
+
+/// Server-side apply of an object the operator fully owns. An apply that
+/// changes nothing is not written by the API server (the resourceVersion
+/// stays), so an unchanged Cluster costs requests but no writes.
+pub async fn apply<K>(ctx: &Context, ns: &str, obj: &K, pp: &PatchParams) -> anyhow::Result<()>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + Serialize
+        + DeserializeOwned
+        + std::fmt::Debug,
+    <K as Resource>::DynamicType: Default,
+{
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
+    let mut body = serde_json::to_value(obj).expect("objects serialise");
+    body["apiVersion"] = json!(K::api_version(&Default::default()));
+    body["kind"] = json!(K::kind(&Default::default()));
+    api.patch(&obj.name_any(), pp, &Patch::Apply(&body)).await?;
+    Ok(())
+}
+
+/// Create an object if it does not exist; an existing one is left as it is.
+pub async fn create_missing<K>(ctx: &Context, ns: &str, obj: &K) -> anyhow::Result<bool>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + Serialize
+        + DeserializeOwned
+        + std::fmt::Debug,
+    <K as Resource>::DynamicType: Default,
+{
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
+    let pp = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match api.create(&pp, obj).await {
+        Ok(_) => {
+            tracing::info!(kind = %K::kind(&Default::default()), name = %obj.name_any(), namespace = ns, "created");
+            Ok(true)
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Services the Cluster no longer declares (a disabled default, a removed
+/// additional Service) are deleted.
+pub async fn remove_stale_services(
+    cluster: &Cluster,
+    ctx: &Context,
+    ns: &str,
+    want: &[Service],
+) -> anyhow::Result<()> {
+    let api: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
+    let have = api
+        .list(&ListParams::default().labels(&format!("{CLUSTER}={}", cluster.name_any())))
+        .await?;
+    let uid = cluster.uid();
+    for s in have.items {
+        let owned = s
+            .owner_references()
+            .iter()
+            .any(|o| Some(&o.uid) == uid.as_ref() && o.controller == Some(true));
+        if owned && !want.iter().any(|w| w.name_any() == s.name_any()) {
+            tracing::info!(service = %s.name_any(), "deleting a Service the Cluster no longer declares");
+            match api.delete(&s.name_any(), &Default::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Generate the Secrets that do not exist yet: the CA first, since the
+/// certificates are issued from it.
+pub async fn ensure_secrets(cluster: &Cluster, ctx: &Context, ns: &str) -> anyhow::Result<()> {
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let have: Vec<String> = api
+        .list(&ListParams::default().labels(&format!("{CLUSTER}={}", cluster.name_any())))
+        .await?
+        .items
+        .iter()
+        .map(|s| s.name_any())
+        .collect();
+    let missing: Vec<_> = secrets::needed(cluster)
+        .into_iter()
+        .filter(|(n, _)| !have.contains(n))
+        .collect();
+    let mut ca = None;
+    let ca_name = secrets::ca_secret_name(cluster);
+    for (name, what) in &missing {
+        if matches!(what, secrets::Needed::Certificate { .. }) && ca.is_none() {
+            let s = api.get_opt(&ca_name).await?.ok_or_else(|| {
+                anyhow::anyhow!(
+                    "the CA Secret {ca_name} does not exist (spec.secrets.caSecret names it): create it with ca.crt and ca.key"
+                )
+            })?;
+            ca = Some(secrets::ca_from(&s).map_err(anyhow::Error::msg)?);
+        }
+        let secret = secrets::generate(cluster, name, what, ca.as_ref())?;
+        create_missing(ctx, ns, &secret).await?;
+    }
+    Ok(())
+}

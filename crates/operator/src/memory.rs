@@ -1,0 +1,101 @@
+//! What the operator remembers per Cluster between topology passes: the
+//! core's controller memory (which instances are held down or released,
+//! what was said), the control-API client, and which task polls it. The
+//! topology task writes the core's memory; the Pod rule (`pods.rs`) reads
+//! it to know which missing Pods not to create.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use kube::ResourceExt;
+
+use cnmysql_api::Cluster;
+use cnmysql_core::reconcile::Memory;
+use cnmysql_instance::client::ControlClient;
+
+#[derive(Default)]
+struct ClusterMemory {
+    core: Memory,
+    /// The control-API client and the Secret resourceVersion it was made
+    /// from.
+    client: Option<(String, ControlClient)>,
+    /// The uid of the Cluster a task is polling, while one runs.
+    task: Option<String>,
+}
+
+/// Per-Cluster memory, keyed by namespace and name.
+#[derive(Default)]
+pub struct Memories {
+    all: Mutex<BTreeMap<(String, String), ClusterMemory>>,
+}
+
+fn key(cluster: &Cluster) -> (String, String) {
+    (cluster.namespace().unwrap_or_default(), cluster.name_any())
+}
+
+impl Memories {
+    /// The core's memory of `cluster` (empty for one never stepped).
+    pub fn core(&self, cluster: &Cluster) -> Memory {
+        self.all
+            .lock()
+            .unwrap()
+            .get(&key(cluster))
+            .map(|m| m.core.clone())
+            .unwrap_or_default()
+    }
+
+    /// Remember the core's memory of `cluster`.
+    pub fn set_core(&self, cluster: &Cluster, memory: &Memory) {
+        self.all
+            .lock()
+            .unwrap()
+            .entry(key(cluster))
+            .or_default()
+            .core = memory.clone();
+    }
+
+    /// The control-API client made from the Secret at `version`.
+    pub fn client(&self, cluster: &Cluster, version: &str) -> Option<ControlClient> {
+        let all = self.all.lock().unwrap();
+        let (v, c) = all.get(&key(cluster))?.client.as_ref()?;
+        (v == version).then(|| c.clone())
+    }
+
+    pub fn set_client(&self, cluster: &Cluster, version: String, client: ControlClient) {
+        self.all
+            .lock()
+            .unwrap()
+            .entry(key(cluster))
+            .or_default()
+            .client = Some((version, client));
+    }
+
+    /// Claim the polling of `cluster` (uid `uid`) for a new task: false
+    /// when a task already polls it.
+    pub fn claim_task(&self, cluster: &Cluster, uid: &str) -> bool {
+        let mut all = self.all.lock().unwrap();
+        let m = all.entry(key(cluster)).or_default();
+        if m.task.as_deref() == Some(uid) {
+            return false;
+        }
+        m.task = Some(uid.to_string());
+        true
+    }
+
+    /// The task of Cluster `namespace/name` (uid `uid`) ends: forget the
+    /// Cluster if the task was still its. True when forgotten.
+    pub fn end_task(&self, namespace: &str, name: &str, uid: &str) -> bool {
+        let mut all = self.all.lock().unwrap();
+        let k = (namespace.to_string(), name.to_string());
+        if all.get(&k).and_then(|m| m.task.as_deref()) == Some(uid) {
+            all.remove(&k);
+            return true;
+        }
+        false
+    }
+
+    /// Forget a deleted Cluster.
+    pub fn forget(&self, cluster: &Cluster) {
+        self.all.lock().unwrap().remove(&key(cluster));
+    }
+}

@@ -1,0 +1,162 @@
+//! The instances' Pods: created when missing (unless held down), labelled
+//! by role, removed highest first on scale-down (never the primary).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use cnmysql_api::Cluster;
+use cnmysql_k8s::events::Kind;
+
+use crate::apply::create_missing;
+use crate::context::Context;
+use crate::error::{At, Error};
+use crate::events::publish;
+use crate::labels::{CLUSTER, FIELD_MANAGER};
+use crate::objects::pod;
+
+/// Create each instance's Pod when missing and the controller lets it
+/// start ([`Memory::may_start`]: not a held-down instance, not a vanished
+/// steady primary the topology step is about to hold down), and apply the
+/// role labels of the existing ones.
+///
+/// A primary handing over (a switchover under way) is recreated at once:
+/// it comes back read-only, handing over (`role::desired`), so the
+/// switchover can finish instead of timing out into a failover. Holding
+/// down lives in operator memory; a restarted operator derives it again
+/// from the status.
+pub async fn ensure_pods(cluster: &Cluster, ctx: &Context, want: &[Pod]) -> Result<(), Error> {
+    let name = cluster.name_any();
+    let ns = cluster.namespace().unwrap_or_default();
+    let status = cluster.status.clone().unwrap_or_default();
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let live: BTreeMap<String, Pod> = pods
+        .list(&ListParams::default().labels(&format!("{CLUSTER}={name}")))
+        .await
+        .at(Error::Pods)?
+        .items
+        .into_iter()
+        .map(|p| (p.name_any(), p))
+        .collect();
+    let memory = ctx.memory.core(cluster);
+    for p in want {
+        let mut p = p.clone();
+        let instance = p.name_any();
+        let roles = pod::role_labels(&status, &instance);
+        match live.get(&instance) {
+            // A fenced-out former primary stays down until failover is
+            // done. A steady primary whose Pod is gone (deleted, evicted,
+            // its node lost) has failed: its Pod is not recreated on the
+            // spot, where it would come back as the primary; the topology
+            // step holds it down and fails over, or, when nothing can take
+            // over, lets it come back in place.
+            None if !memory.may_start(&cluster.spec, &status, &instance) => {}
+            None => {
+                p.metadata.labels.get_or_insert_default().extend(roles);
+                create_missing(ctx, &ns, &p).await.at(Error::Pods)?;
+            }
+            Some(have) => {
+                let labels = have.metadata.labels.clone().unwrap_or_default();
+                if roles.iter().any(|(k, v)| labels.get(k) != Some(v)) {
+                    let patch = json!({
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "metadata": { "name": instance, "labels": roles },
+                    });
+                    pods.patch(&instance, &pp, &Patch::Apply(&patch))
+                        .await
+                        .at(Error::Pods)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Instances above `spec.instances` are removed, highest first — never the
+/// primary: lowering `instances` below the primary's ordinal waits, with a
+/// Warning, for a switchover to a lower ordinal. Their claims go too unless
+/// `spec.storage.retainOnScaleDown`.
+pub async fn scale_down(cluster: &Cluster, ctx: &Context) -> Result<(), Error> {
+    let name = cluster.name_any();
+    let ns = cluster.namespace().unwrap_or_default();
+    let declared = cluster.spec.instances.max(0) as u32;
+    let extra = |n: &str| cnmysql_api::names::ordinal_of(&name, n).is_some_and(|o| o > declared);
+    let selector = ListParams::default().labels(&format!("{CLUSTER}={name}"));
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut gone: Vec<String> = pods
+        .list(&selector)
+        .await
+        .at(Error::Pods)?
+        .items
+        .iter()
+        .map(|p| p.name_any())
+        .filter(|n| extra(n))
+        .collect();
+    let claim_names: Vec<String> = claims
+        .list(&selector)
+        .await
+        .at(Error::Pods)?
+        .items
+        .iter()
+        .map(|c| c.name_any())
+        .filter(|n| extra(n))
+        .collect();
+    if gone.is_empty() && (claim_names.is_empty() || cluster.spec.storage.retain_on_scale_down) {
+        return Ok(());
+    }
+    let status = cluster.status.clone().unwrap_or_default();
+    for p in [&status.current_primary, &status.target_primary]
+        .into_iter()
+        .flatten()
+    {
+        if extra(p) {
+            let msg = format!(
+                "spec.instances is {declared} but {p} is the primary: switch over to an instance up to {name}-{declared} first (kubectl cnmsql promote {name} {name}-1)"
+            );
+            publish(
+                ctx,
+                cluster,
+                Kind::Warning,
+                "ScaleDown",
+                "ScaleDownBlocked",
+                &msg,
+            )
+            .await;
+            return Ok(());
+        }
+    }
+    gone.sort_by_key(|n| std::cmp::Reverse(cnmysql_api::names::ordinal_of(&name, n)));
+    for p in &gone {
+        match pods.delete(p, &Default::default()).await {
+            Ok(_) => {
+                publish(
+                    ctx,
+                    cluster,
+                    Kind::Normal,
+                    "ScaleDown",
+                    "InstanceRemoved",
+                    &format!("{p} removed: spec.instances is {declared}"),
+                )
+                .await;
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(Error::Pods(e.into())),
+        }
+    }
+    if !cluster.spec.storage.retain_on_scale_down {
+        for c in &claim_names {
+            match claims.delete(c, &Default::default()).await {
+                Ok(_) => tracing::info!(claim = %c, "deleted the claim of a removed instance"),
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(Error::Pods(e.into())),
+            }
+        }
+    }
+    Ok(())
+}
