@@ -1,0 +1,509 @@
+//! Role convergence: the loop that turns the cluster's intent and what the
+//! server reports into the core's role actions (`cnmysql_core::role`) and
+//! carries them out — follow, promote, drain, hand over, become read-only
+//! (self-fencing with its own watchdog), semi-sync.
+
+use super::*;
+
+impl<C: ClusterState> Manager<C> {
+    pub(super) async fn reconcile_loop(&self) {
+        let mut last_error = String::new();
+        loop {
+            match self.reconcile_once().await {
+                Ok(()) => last_error.clear(),
+                Err(e) => {
+                    let msg = e.to_string();
+                    if msg != last_error {
+                        tracing::warn!(error = msg, "reconcile step failed; retrying");
+                        last_error = msg;
+                    }
+                }
+            }
+            // Periodic, but at once when the cluster status changes, and
+            // quickly while a primary change is in flight.
+            let busy = matches!(
+                *self.desired.lock().unwrap(),
+                Some(Desired::Promote)
+                    | Some(Desired::HoldReadOnly(_))
+                    | Some(Desired::HandOver { .. })
+            );
+            let period = Duration::from_millis(if busy { 50 } else { 250 });
+            let mut stop = self.shutdown.subscribe();
+            tokio::select! {
+                _ = tokio::time::sleep(period) => {}
+                _ = self.cluster.changed() => {}
+                _ = crate::stopped(&mut stop) => return,
+            }
+            if *self.shutdown.borrow() {
+                return;
+            }
+        }
+    }
+
+    pub(super) async fn reconcile_once(&self) -> anyhow::Result<()> {
+        let status = self.cluster.get().await?;
+        *self.last_cluster_ok.lock().unwrap() = Instant::now();
+        self.set_recovery(&status);
+        let desired = role::desired(&self.cfg.instance, &status);
+        *self.desired.lock().unwrap() = Some(desired.clone());
+        let Some(pool) = self.pool() else {
+            return Ok(());
+        };
+        if !matches!(self.supervisor.state(), ServerState::Running { .. }) {
+            self.set_phase(InstancePhase::Restarting, "waiting for mysqld");
+            return Ok(());
+        }
+        let mut conn = pool.get_conn().await?;
+        let f = self.cfg.flavor();
+        let view = sql::observe(&mut conn, f).await?;
+        // A switchover's primary keeps serving, lease and all, until its
+        // target has caught up: its writes stop only for what is left.
+        let mut waiting_to_hand_over = String::new();
+        let desired = match desired {
+            Desired::HandOver { to } if !view.read_only => {
+                let target = self.peer_status(&to).await;
+                match switchover::ready_to_hand_over(&to, target.as_ref()) {
+                    Ok(()) => Desired::HandOver { to },
+                    Err(why) => {
+                        waiting_to_hand_over = format!(
+                            "handing the primary role over to {to} once it has caught up ({why})"
+                        );
+                        Desired::Primary
+                    }
+                }
+            }
+            d => d,
+        };
+        if desired.releases_lease() {
+            self.release_lease_if_held().await;
+            if view.semi_sync.source_enabled {
+                // A former primary must not wait for acknowledgements of the
+                // transactions it now only applies: its applier would stall.
+                let off = semisync::Settings {
+                    enabled: false,
+                    wait_for_count: 1,
+                    timeout_millis: view.semi_sync.timeout_millis.max(1),
+                };
+                sql::exec_all(&mut conn, &sql::semi_sync_source(f, &off)).await?;
+                tracing::info!("semi-sync source side switched off on a non-primary");
+            }
+        }
+        match &desired {
+            Desired::Promote => {
+                if !view.read_only {
+                    drop(conn);
+                    self.make_read_only(
+                        self_fence::Cause::Demotion,
+                        "not yet the accepted primary",
+                    )
+                    .await?;
+                    return Ok(());
+                }
+                return self.promote(&mut conn, &status, &view).await;
+            }
+            Desired::Primary => {
+                if !self.keep_lease().await {
+                    if !view.read_only {
+                        tracing::error!(
+                            "cannot renew the primary lease in time: making this primary read-only"
+                        );
+                        drop(conn);
+                        self.make_read_only(
+                            self_fence::Cause::Deposed,
+                            "self-fenced: the primary lease could not be renewed",
+                        )
+                        .await?;
+                    }
+                    self.set_phase(
+                        InstancePhase::Running,
+                        "self-fenced: cannot renew the primary lease",
+                    );
+                    return Ok(());
+                }
+            }
+            Desired::HoldReadOnly(_) | Desired::HandOver { .. } => {
+                let why = match &desired {
+                    Desired::HandOver { to } => format!("handing the primary role over to {to}"),
+                    Desired::HoldReadOnly(why) => why.clone(),
+                    _ => unreachable!(),
+                };
+                if !view.read_only {
+                    drop(conn);
+                    self.make_read_only(self_fence::Cause::Demotion, &why)
+                        .await?;
+                    return Ok(());
+                }
+                self.set_phase(InstancePhase::Running, why);
+                return Ok(());
+            }
+            Desired::Replica { .. } => {}
+        }
+        let local = Local {
+            read_only: view.read_only,
+            source: view
+                .replication
+                .as_ref()
+                .filter(|r| !r.source_host.is_empty())
+                .and_then(|r| self.local_source_name(&r.source_host, r.source_port)),
+            io_running: view
+                .replication
+                .as_ref()
+                .is_some_and(|r| r.io_state == "Yes" || r.io_state == "Connecting"),
+            sql_running: view.replication.as_ref().is_some_and(|r| r.sql_running),
+        };
+        for action in role::reconcile(&desired, &local) {
+            tracing::info!(action = ?action, "role change");
+            match action {
+                Action::SetReadOnly(true) => {
+                    // Writable while another instance is the primary: deposed.
+                    if self
+                        .make_read_only(self_fence::Cause::Deposed, "replica")
+                        .await?
+                        == Fenced::Killed
+                    {
+                        return Ok(());
+                    }
+                }
+                Action::SetReadOnly(false) => {
+                    sql::exec_all(&mut conn, &flavor::read_only(f, false)).await?
+                }
+                Action::ResetReplication => {
+                    sql::exec_all(
+                        &mut conn,
+                        &[flavor::stop_replica(f), flavor::reset_replica(f)],
+                    )
+                    .await?;
+                }
+                Action::StartReplication => {
+                    sql::exec_all(&mut conn, &[flavor::start_replica(f)]).await?;
+                }
+                Action::Follow(source) => {
+                    // Never follow a source whose history lacks ours, and
+                    // judge only a history it has read from its server: a
+                    // manager that answers before reaching its mysqld (just
+                    // restarted) reports none, and every replica would take
+                    // itself for diverged.
+                    let Some(src) = self.peer_status(&source).await.filter(|s| s.mysqld_running)
+                    else {
+                        self.set_phase(
+                            InstancePhase::Running,
+                            format!("waiting for {source} to answer"),
+                        );
+                        return Ok(());
+                    };
+                    let mine = parse_history(f, &view.gtid_executed)?;
+                    let theirs = parse_history(f, &src.gtid_executed)?;
+                    if let Err(why) = role::may_follow(&mine, &theirs) {
+                        tracing::error!(
+                            source,
+                            why,
+                            "diverged from the primary; staying read-only and out of service"
+                        );
+                        self.cluster.mark_diverged(&self.cfg.instance, &why).await?;
+                        return Ok(());
+                    }
+                    let peer = self
+                        .peer(&source)
+                        .ok_or_else(|| anyhow::anyhow!("no address known for {source}"))?;
+                    let spec = SourceSpec {
+                        host: peer.host.clone(),
+                        port: peer.mysql_port,
+                        user: REPLICATION_USER.into(),
+                        password: read_secret(&self.cfg.secrets.replication_password)?,
+                        ssl_ca: self.cfg.tls.ca.display().to_string(),
+                        ssl_cert: self.cfg.tls.cert.display().to_string(),
+                        ssl_key: self.cfg.tls.key.display().to_string(),
+                        use_current_pos: true,
+                        verify_host: peer.tls_name.is_none(),
+                    };
+                    sql::exec_all(
+                        &mut conn,
+                        &[
+                            flavor::stop_replica(f),
+                            flavor::change_source(f, &spec),
+                            flavor::start_replica(f),
+                        ],
+                    )
+                    .await?;
+                }
+            }
+        }
+        if desired == Desired::Primary
+            && status.current_primary.as_deref() != Some(self.cfg.instance.as_str())
+        {
+            self.cluster.claim_primary(&self.cfg.instance).await?;
+        }
+        self.set_phase(InstancePhase::Running, waiting_to_hand_over);
+        Ok(())
+    }
+
+    /// Drain replication before promotion. True once everything the old
+    /// primary wrote (or, if it is gone, everything received) is applied.
+    pub(super) async fn drained(
+        &self,
+        conn: &mut mysql_async::Conn,
+        status: &cnmysql_api::ClusterStatus,
+        view: &sql::ServerView,
+    ) -> anyhow::Result<bool> {
+        let f = self.cfg.flavor();
+        let Some(repl) = &view.replication else {
+            return Ok(true);
+        };
+        let old = status
+            .current_primary
+            .clone()
+            .filter(|c| c != &self.cfg.instance);
+        let wait_for = match old {
+            Some(old) => match self.peer_status(&old).await {
+                Some(st) if st.mysqld_running && !st.read_only => {
+                    self.set_phase(
+                        InstancePhase::Running,
+                        format!("waiting for {old} to become read-only"),
+                    );
+                    return Ok(false);
+                }
+                Some(st) if st.mysqld_running => st.gtid_position,
+                _ if role::drain_rule(status) == role::Drain::CatchUpWithOldPrimary => {
+                    self.set_phase(
+                        InstancePhase::Running,
+                        format!("waiting for {old} to hand over (switchover)"),
+                    );
+                    return Ok(false);
+                }
+                _ => repl.received_gtid.clone(),
+            },
+            None => repl.received_gtid.clone(),
+        };
+        if wait_for.is_empty() || history_reaches(f, &view.gtid_executed, &wait_for) {
+            return Ok(true);
+        }
+        self.set_phase(
+            InstancePhase::Running,
+            format!("catching up to {wait_for} before promotion"),
+        );
+        // Wait briefly for the applier, then judge by the executed history
+        // (the replication position alone misses a former primary's own writes).
+        let _: Option<i64> = conn
+            .query_first(flavor::wait_for_position(f, &wait_for, 0.2).text)
+            .await?;
+        let now = sql::observe(conn, f).await?;
+        Ok(history_reaches(f, &now.gtid_executed, &wait_for))
+    }
+
+    pub(super) async fn promote(
+        &self,
+        conn: &mut mysql_async::Conn,
+        status: &cnmysql_api::ClusterStatus,
+        view: &sql::ServerView,
+    ) -> anyhow::Result<()> {
+        let f = self.cfg.flavor();
+        if !self.drained(conn, status, view).await? {
+            return Ok(());
+        }
+        if view.replication.is_some() {
+            sql::exec_all(conn, &[flavor::stop_replica(f), flavor::reset_replica(f)]).await?;
+        }
+        if self.cfg.spec.enable_primary_lease {
+            let attempt = Instant::now();
+            self.cluster.acquire_lease(&self.cfg.instance).await?;
+            *self.last_renew.lock().unwrap() = Some(attempt);
+        }
+        if !self.cluster.claim_primary(&self.cfg.instance).await? {
+            tracing::warn!("the target primary changed while promoting; staying read-only");
+            self.release_lease_if_held().await;
+            return Ok(());
+        }
+        // The accepted primary again: a crash now keeps what it wrote.
+        self.deposed.store(false, Ordering::SeqCst);
+        let healthy = self.cfg.spec.instances.saturating_sub(1).max(0) as u32;
+        sql::exec_all(
+            conn,
+            &sql::semi_sync_source(f, &semisync::desired(&self.cfg.spec, healthy)),
+        )
+        .await?;
+        sql::exec_all(conn, &flavor::read_only(f, false)).await?;
+        tracing::info!("promoted: writable primary");
+        Ok(())
+    }
+
+    /// Make mysqld read-only and close the writers' sessions, within
+    /// [`self_fence::READ_ONLY_BUDGET_MS`]; past it, escalate as
+    /// [`self_fence::escalation`] says for `cause`.
+    pub(super) async fn make_read_only(
+        &self,
+        cause: self_fence::Cause,
+        why: &str,
+    ) -> anyhow::Result<Fenced> {
+        let pool = self
+            .pool()
+            .ok_or_else(|| anyhow::anyhow!("no connection to mysqld yet"))?;
+        let f = self.cfg.flavor();
+        let budget = Duration::from_millis(self_fence::READ_ONLY_BUDGET_MS);
+        let began = Instant::now();
+        let mut conn = match tokio::time::timeout(budget, pool.get_conn()).await {
+            Ok(c) => Some(c?),
+            Err(_) => None,
+        };
+        let done = match conn.as_mut() {
+            Some(c) => {
+                let left = budget.saturating_sub(began.elapsed());
+                match tokio::time::timeout(left, sql::exec_all(c, &flavor::read_only(f, true)))
+                    .await
+                {
+                    Ok(r) => {
+                        r?;
+                        true
+                    }
+                    Err(_) => false,
+                }
+            }
+            None => false,
+        };
+        if !done {
+            // The connection is mid-statement: never reuse it.
+            drop(conn.take());
+            match self_fence::escalation(cause) {
+                self_fence::Escalation::KillServer { as_replica } => {
+                    if as_replica {
+                        self.deposed.store(true, Ordering::SeqCst);
+                        self.supervisor
+                            .set_start_options(cnmysql_core::flavor::recovery_options(
+                                f,
+                                role::Recovery::AsReplica,
+                                self.cfg.spec.mysql.semi_sync.enabled,
+                            ));
+                    }
+                    tracing::error!(
+                        why,
+                        ?cause,
+                        budget_ms = self_fence::READ_ONLY_BUDGET_MS,
+                        "mysqld did not become read-only in time (commits wait for acknowledgements that will not come); killing it"
+                    );
+                    // Not started again when the manager is stopping anyway.
+                    self.supervisor.kill_to_fence(*self.shutdown.borrow());
+                    return Ok(Fenced::Killed);
+                }
+                self_fence::Escalation::CloseSessionsAndRetry => {
+                    let mut other = pool.get_conn().await?;
+                    let killed = sql::kill_writers(&mut other).await?;
+                    tracing::warn!(
+                        why,
+                        killed,
+                        "read-only was held up; closed the writers' sessions"
+                    );
+                    sql::exec_all(&mut other, &flavor::read_only(f, true)).await?;
+                    conn = Some(other);
+                }
+            }
+        }
+        let mut conn = conn.expect("a connection that set read-only");
+        let killed = sql::kill_writers(&mut conn).await?;
+        tracing::info!(
+            why,
+            killed,
+            millis = began.elapsed().as_millis() as u64,
+            "read-only"
+        );
+        Ok(Fenced::ReadOnly)
+    }
+
+    /// Every 200 ms, independently of the reconcile loop (whose calls to
+    /// the cluster state can hang while the network is cut, for as long as
+    /// a connection takes to time out): a server that held the lease and
+    /// can no longer prove it is made read-only. The first thing that runs
+    /// after a freeze, too.
+    pub(super) async fn self_fence_watchdog(self: Arc<Self>) {
+        loop {
+            self.fall_back_if_due().await;
+            let held = self.last_renew.lock().unwrap().is_some();
+            if held
+                && !self.lease_proven()
+                && matches!(self.supervisor.state(), ServerState::Running { .. })
+                && let Some(pool) = self.pool()
+            {
+                let writable = match tokio::time::timeout(Duration::from_millis(500), async {
+                    let mut c = pool.get_conn().await?;
+                    let ro: Option<i64> = c.query_first("SELECT @@read_only").await?;
+                    anyhow::Ok(ro == Some(0))
+                })
+                .await
+                {
+                    Ok(Ok(w)) => w,
+                    Ok(Err(_)) => false,
+                    // No answer within the budget: treat as writable.
+                    Err(_) => true,
+                };
+                if writable {
+                    tracing::error!(
+                        "the primary lease has not been renewed in time: making this primary read-only"
+                    );
+                    if let Err(e) = self
+                        .make_read_only(
+                            self_fence::Cause::Deposed,
+                            "self-fenced: the primary lease could not be renewed",
+                        )
+                        .await
+                    {
+                        tracing::warn!(error = %e, "self-fencing failed; retrying");
+                    }
+                }
+            }
+            if self.sleep_or_stop(Duration::from_millis(200)).await {
+                return;
+            }
+        }
+    }
+
+    /// `preferred` semi-sync: the primary falls back to asynchronous
+    /// replication itself once a commit has waited `timeoutMillis`, and only
+    /// while it provably holds the lease (`semisync::fall_back`).
+    pub(super) async fn fall_back_if_due(&self) {
+        let spec = &self.cfg.spec;
+        if semisync::fallback_after_ms(spec).is_none()
+            || !matches!(
+                *self.desired.lock().unwrap(),
+                Some(Desired::Primary) | Some(Desired::HandOver { .. })
+            )
+            || !matches!(self.supervisor.state(), ServerState::Running { .. })
+        {
+            return;
+        }
+        let Some(pool) = self.pool() else { return };
+        let f = self.cfg.flavor();
+        let waited = tokio::time::timeout(Duration::from_millis(500), async {
+            let mut c = pool.get_conn().await?;
+            let ms: Option<u64> = c.query_first(flavor::longest_ack_wait_ms(f).text).await?;
+            anyhow::Ok(ms.unwrap_or(0))
+        })
+        .await;
+        let Ok(Ok(waited)) = waited else { return };
+        if !semisync::fall_back(spec, self.lease_proven(), waited) {
+            return;
+        }
+        let off = semisync::Settings {
+            enabled: false,
+            wait_for_count: 1,
+            timeout_millis: semisync::NEVER_FALL_BACK_MS,
+        };
+        match self.apply_semi_sync(&off).await {
+            Ok(()) => tracing::warn!(
+                waited_ms = waited,
+                "no replica acknowledged in time: falling back to asynchronous replication (dataDurability: preferred)"
+            ),
+            Err(e) => tracing::warn!(error = %e, "cannot fall back to asynchronous replication"),
+        }
+    }
+
+    /// Apply semi-sync settings on this primary (the operator's steady-state adjustment).
+    pub async fn apply_semi_sync(&self, settings: &semisync::Settings) -> anyhow::Result<()> {
+        let pool = self
+            .pool()
+            .ok_or_else(|| anyhow::anyhow!("mysqld is not connected"))?;
+        let mut conn = pool.get_conn().await?;
+        sql::exec_all(
+            &mut conn,
+            &sql::semi_sync_source(self.cfg.flavor(), settings),
+        )
+        .await
+    }
+}

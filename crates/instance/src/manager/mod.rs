@@ -1,0 +1,345 @@
+//! The instance manager: its state and lifecycle (this file), the backend
+//! of its control API including the in-place re-exec (`backend.rs`),
+//! obtaining data (`obtain.rs`), role convergence (`converge.rs`), the
+//! primary lease (`primary_lease.rs`) and observation (`observe.rs`). mysqld's
+//! supervision is `crate::mysqld`.
+
+mod backend;
+mod converge;
+mod observe;
+mod obtain;
+mod primary_lease;
+
+use std::collections::BTreeMap;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cnmysql_api::Flavor;
+use cnmysql_api::names::REPLICATION_USER;
+use cnmysql_core::flavor::{self, SourceSpec};
+use cnmysql_core::role::{self, Action, Bootstrap, Desired, Local};
+use cnmysql_core::status::{InstancePhase, InstanceStatus, Role, history_reaches, parse_history};
+use cnmysql_core::{isolation, lease, self_fence, semisync, switchover};
+use mysql_async::Pool;
+use mysql_async::prelude::*;
+use sha2::Digest;
+use tokio::sync::watch;
+use tracing::Instrument;
+
+use crate::api::{self, Backend};
+use crate::bootstrap::{self, read_secret};
+use crate::client::ControlClient;
+use crate::clone::{self, ProgressCell};
+use crate::cluster_state::ClusterState;
+use crate::config::{InstanceConfig, PeerAddr, render_mycnf};
+use crate::mysqld::{self, ServerState, Supervisor};
+use crate::sql;
+
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// A starting mysqld that neither accepts connections nor writes a log line
+/// for this long is hung. (Long crash recovery keeps logging progress.)
+const STARTUP_SILENCE: Duration = Duration::from_secs(30);
+
+/// The path this process was started from (not `/proc/self/exe`, which
+/// names the old, deleted file once an upgrade replaced it).
+fn current_exe_path() -> std::path::PathBuf {
+    let p = std::env::current_exe().unwrap_or_default();
+    let s = p.to_string_lossy();
+    match s.strip_suffix(" (deleted)") {
+        Some(t) => t.into(),
+        None => p,
+    }
+}
+
+/// SHA-256 of the running executable, hex encoded.
+pub fn executable_hash() -> String {
+    match std::fs::read("/proc/self/exe") {
+        Ok(bytes) => hex::encode(sha2::Sha256::digest(&bytes)),
+        Err(_) => String::new(),
+    }
+}
+
+/// How a request to become read-only ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fenced {
+    ReadOnly,
+    /// mysqld was killed instead (it starts again read-only).
+    Killed,
+}
+
+pub struct Manager<C: ClusterState> {
+    cfg: Arc<InstanceConfig>,
+    cluster: C,
+    supervisor: Arc<Supervisor>,
+    pool: Mutex<Option<Pool>>,
+    phase: Mutex<(InstancePhase, String)>,
+    progress: ProgressCell,
+    desired: Mutex<Option<Desired>>,
+    /// When the lease was last taken or renewed (monotonic: a wall-clock
+    /// step must not postpone self-fencing).
+    last_renew: Mutex<Option<Instant>>,
+    /// When mysqld last wrote a log line.
+    mysqld_output: Mutex<Option<Arc<Mutex<Instant>>>>,
+    /// Last successful read of the cluster state.
+    last_cluster_ok: Mutex<Instant>,
+    exe_hash: String,
+    started_at: String,
+    /// The manager's own binary (its private copy): what an in-place
+    /// upgrade replaces.
+    exe_path: std::path::PathBuf,
+    /// The log FIFO's descriptor, handed on across a re-exec.
+    log_fd: Mutex<Option<std::os::fd::RawFd>>,
+    /// A re-exec is scheduled: no second one meanwhile.
+    reexec_pending: std::sync::atomic::AtomicBool,
+    /// The listening sockets (control API, probes), handed on across a
+    /// re-exec so that nobody is refused during it.
+    listen_fds: Mutex<Vec<(&'static str, std::os::fd::RawFd)>>,
+    /// Holds the control API still just before a re-exec.
+    gate: Arc<api::Gate>,
+    peers: ControlClient,
+    shutdown: watch::Sender<bool>,
+    /// mysqld was killed because this instance was deposed while writable:
+    /// its next start recovers as a replica (rolls back what waited for an
+    /// acknowledgement), whatever an older view of the status says.
+    deposed: std::sync::atomic::AtomicBool,
+}
+
+impl<C: ClusterState> Manager<C> {
+    pub fn new(cfg: InstanceConfig, cluster: C) -> anyhow::Result<Arc<Self>> {
+        let cfg = Arc::new(cfg);
+        let material = cfg.tls.load()?;
+        Ok(Arc::new(Manager {
+            supervisor: Supervisor::new(cfg.clone()),
+            cluster,
+            pool: Mutex::new(None),
+            phase: Mutex::new((InstancePhase::Initializing, String::new())),
+            progress: Arc::new(Mutex::new(None)),
+            desired: Mutex::new(None),
+            last_renew: Mutex::new(None),
+            mysqld_output: Mutex::new(None),
+            last_cluster_ok: Mutex::new(Instant::now()),
+            exe_hash: executable_hash(),
+            started_at: jiff::Timestamp::now().to_string(),
+            exe_path: current_exe_path(),
+            log_fd: Mutex::new(None),
+            reexec_pending: Default::default(),
+            listen_fds: Mutex::new(Vec::new()),
+            gate: Default::default(),
+            peers: ControlClient::new(material.client_config()?),
+            shutdown: watch::channel(false).0,
+            deposed: Default::default(),
+            cfg,
+        }))
+    }
+
+    /// Ask the manager to stop (as SIGTERM does).
+    pub fn request_shutdown(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    fn set_phase(&self, phase: InstancePhase, message: impl Into<String>) {
+        let message = message.into();
+        let mut p = self.phase.lock().unwrap();
+        if p.0 != phase || p.1 != message {
+            tracing::info!(phase = ?phase, reason = %message, "instance phase");
+        }
+        *p = (phase, message);
+        if phase != InstancePhase::Starting {
+            // After a re-exec: the state is known, the control API answers.
+            self.gate.adopted();
+        }
+    }
+
+    fn pool(&self) -> Option<Pool> {
+        self.pool.lock().unwrap().clone()
+    }
+
+    /// Run until shutdown is requested; then stop mysqld cleanly. Logs
+    /// carry a span naming the cluster and the instance.
+    pub async fn run(self: Arc<Self>) -> anyhow::Result<()> {
+        let span = tracing::info_span!(
+            "instance",
+            cluster = %self.cfg.cluster,
+            instance = %self.cfg.instance
+        );
+        self.run_in_span().instrument(span).await
+    }
+
+    async fn run_in_span(self: Arc<Self>) -> anyhow::Result<()> {
+        let cfg = self.cfg.clone();
+        std::fs::create_dir_all(&cfg.run_dir)?;
+        std::fs::set_permissions(
+            &cfg.run_dir,
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )?;
+        std::fs::write(cfg.mycnf(), render_mycnf(&cfg))?;
+        // After an in-place upgrade or restart: the running mysqld and the
+        // log FIFO the previous image handed on.
+        let adopted = crate::upgrade::adopt(&cfg);
+        let logs = mysqld::start_log_forwarder(&cfg.log_fifo(), adopted.log_fifo)?;
+        *self.log_fd.lock().unwrap() = Some(logs.fd());
+        *self.mysqld_output.lock().unwrap() = Some(logs.last_output());
+        match adopted.mysqld_pid {
+            Some(pid) => {
+                self.supervisor.adopt(pid);
+                // Requests wait in the inherited listener until this image
+                // has taken up the running server (a few milliseconds), or
+                // at most ADOPT_HOLD.
+                self.gate.hold_until_adopted();
+                let gate = self.gate.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(crate::upgrade::ADOPT_HOLD).await;
+                    gate.adopted();
+                });
+            }
+            None => mysqld::stop_leftover(&cfg).await,
+        }
+
+        // After a re-exec the listening sockets are the previous image's,
+        // still open: requests that came meanwhile are waiting in them.
+        let mut inherited = crate::inherit::take_all(crate::upgrade::LISTENERS_ENV);
+        let listener = listen(
+            inherited.remove("control"),
+            &cfg.control_bind,
+            cfg.control_port,
+            "control API",
+        )
+        .await?;
+        self.listen_fds
+            .lock()
+            .unwrap()
+            .push(("control", listener.as_raw_fd()));
+        let tls = cfg.tls.load()?.server_config()?;
+        let api_task = tokio::spawn(
+            api::serve(
+                listener,
+                tls,
+                api::router(self.clone()),
+                self.shutdown.subscribe(),
+                self.gate.clone(),
+            )
+            .in_current_span(),
+        );
+        if let Some(port) = cfg.probe_port {
+            let probes = listen(
+                inherited.remove("probes"),
+                &cfg.control_bind,
+                port,
+                "probes",
+            )
+            .await?;
+            self.listen_fds
+                .lock()
+                .unwrap()
+                .push(("probes", probes.as_raw_fd()));
+            let app = api::probe_router(self.clone());
+            let mut stop = self.shutdown.subscribe();
+            tokio::spawn(async move {
+                let _ = axum::serve(probes, app)
+                    .with_graceful_shutdown(async move { crate::stopped(&mut stop).await })
+                    .await;
+            });
+        }
+        tracing::info!(
+            instance = cfg.instance,
+            control = format!("{}:{}", cfg.control_bind, cfg.control_port),
+            version = VERSION,
+            hash = self.exe_hash,
+            "instance manager started"
+        );
+
+        let mut stop = self.shutdown.subscribe();
+        let work = {
+            let me = self.clone();
+            async move {
+                if me.obtain_data().await? {
+                    let watchdog = tokio::spawn(me.clone().self_fence_watchdog().in_current_span());
+                    me.reconcile_loop().await;
+                    watchdog.abort();
+                }
+                anyhow::Ok(())
+            }
+        };
+        let result = tokio::select! {
+            r = work => r,
+            _ = crate::stopped(&mut stop) => Ok(()),
+        };
+        if let Err(e) = &result {
+            tracing::error!(error = %e, "instance manager failed");
+            self.set_phase(InstancePhase::Failed, e.to_string());
+        }
+        self.set_phase(InstancePhase::ShuttingDown, "");
+        // Stop accepting writes before anything else, and before giving the
+        // lease up: a deposed primary woken from a freeze gets its Pod's
+        // SIGTERM first, and a grace period is no fence (DESIGN §4). A
+        // request held up by commits that wait for acknowledgements kills
+        // mysqld (self_fence.rs); clients get errors, never a false
+        // acknowledgement.
+        let cause = if self.lease_proven() {
+            self_fence::Cause::Stopping
+        } else {
+            self_fence::Cause::Deposed
+        };
+        let fenced = match self.make_read_only(cause, "shutting down").await {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot make mysqld read-only before stopping it");
+                Fenced::ReadOnly
+            }
+        };
+        if fenced == Fenced::ReadOnly
+            && let Some(pool) = self.pool()
+            && let Ok(Ok(mut conn)) =
+                tokio::time::timeout(Duration::from_secs(1), pool.get_conn()).await
+        {
+            // The source side is switched off so the server can shut down
+            // without replicas.
+            let f = self.cfg.flavor();
+            let off = semisync::Settings {
+                enabled: false,
+                wait_for_count: 1,
+                timeout_millis: 1,
+            };
+            let _ = sql::exec_all(&mut conn, &sql::semi_sync_source(f, &off)).await;
+        }
+        self.release_lease_if_held().await;
+        self.supervisor.shutdown().await;
+        logs.drain().await;
+        let pool = self.pool.lock().unwrap().take();
+        if let Some(p) = pool {
+            let _ = tokio::time::timeout(Duration::from_secs(1), p.disconnect()).await;
+        }
+        self.shutdown.send_replace(true);
+        let _ = api_task.await;
+        tracing::info!("instance manager stopped");
+        result
+    }
+
+    async fn sleep_or_stop(&self, d: Duration) -> bool {
+        let mut stop = self.shutdown.subscribe();
+        tokio::select! {
+            _ = tokio::time::sleep(d) => *self.shutdown.borrow(),
+            _ = crate::stopped(&mut stop) => true,
+        }
+    }
+}
+
+/// A listening socket: the one the previous image handed on, or a new one.
+async fn listen(
+    inherited: Option<std::os::fd::OwnedFd>,
+    host: &str,
+    port: u16,
+    what: &str,
+) -> anyhow::Result<tokio::net::TcpListener> {
+    if let Some(fd) = inherited {
+        let l = std::net::TcpListener::from(fd);
+        l.set_nonblocking(true)?;
+        return Ok(tokio::net::TcpListener::from_std(l)?);
+    }
+    tokio::net::TcpListener::bind((host, port))
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {host}:{port} ({what}): {e}"))
+}

@@ -1,0 +1,131 @@
+//! Observation: the instance's `/status` — phase, role, GTID history, lag,
+//! semi-sync, readiness — and the isolation check behind its liveness.
+
+use super::*;
+
+impl<C: ClusterState> Manager<C> {
+    pub(super) fn local_source_name(&self, host: &str, port: u16) -> Option<String> {
+        self.all_peers()
+            .into_iter()
+            .find(|(_, p)| p.host == host && p.mysql_port == port)
+            .map(|(n, _)| n)
+            .or_else(|| Some(format!("{host}:{port}")))
+    }
+
+    /// Status of a peer instance over the control API, if it answers quickly.
+    pub(super) async fn peer_status(&self, name: &str) -> Option<InstanceStatus> {
+        let peer = self.peer(name)?;
+        tokio::time::timeout(
+            Duration::from_millis(1500),
+            self.peers.for_peer(&peer).get_json::<InstanceStatus>(
+                &peer.host,
+                peer.control_port,
+                "/status",
+            ),
+        )
+        .await
+        .ok()?
+        .ok()
+    }
+
+    /// The liveness isolation check: cluster state unreachable for long and
+    /// no peer answering.
+    pub async fn isolated(&self) -> bool {
+        let unreachable_for = self.last_cluster_ok.lock().unwrap().elapsed();
+        if unreachable_for < isolation::UNREACHABLE_FOR {
+            return false;
+        }
+        let mut any_peer = false;
+        for (name, peer) in &self.all_peers() {
+            if name == &self.cfg.instance {
+                continue;
+            }
+            let probe = tokio::net::TcpStream::connect((peer.host.as_str(), peer.control_port));
+            if matches!(
+                tokio::time::timeout(Duration::from_millis(500), probe).await,
+                Ok(Ok(_))
+            ) {
+                any_peer = true;
+                break;
+            }
+        }
+        isolation::isolated(unreachable_for, any_peer)
+    }
+
+    /// A fresh look at the server for `/status`.
+    pub async fn observe(&self) -> InstanceStatus {
+        let (phase, message) = self.phase.lock().unwrap().clone();
+        let mut st = InstanceStatus {
+            instance: self.cfg.instance.clone(),
+            flavor: Some(self.cfg.flavor()),
+            phase,
+            message,
+            executable_hash: self.exe_hash.clone(),
+            manager_version: VERSION.into(),
+            manager_pid: std::process::id(),
+            manager_started_at: self.started_at.clone(),
+            clone: self
+                .progress
+                .lock()
+                .unwrap()
+                .clone()
+                .filter(|p| p.stage != "done"),
+            ..Default::default()
+        };
+        if let ServerState::Running { pid } = self.supervisor.state() {
+            st.mysqld_pid = Some(pid);
+        }
+        st.isolated = self.isolated().await;
+        let Some(pool) = self.pool() else { return st };
+        let observed = tokio::time::timeout(Duration::from_secs(2), async {
+            let mut conn = pool.get_conn().await?;
+            sql::observe(&mut conn, self.cfg.flavor()).await
+        })
+        .await;
+        let view = match observed {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => {
+                st.message = format!("cannot query mysqld: {e}");
+                return st;
+            }
+            Err(_) => {
+                st.message = "mysqld did not answer within 2s".into();
+                return st;
+            }
+        };
+        st.mysqld_running = true;
+        st.read_only = view.read_only;
+        st.source_id = view.source_id.clone();
+        st.holds_lease = self
+            .last_renew
+            .lock()
+            .unwrap()
+            .is_some_and(|t| (t.elapsed().as_millis() as i64) < lease::TTL_MS);
+        st.gtid_executed = view.gtid_executed;
+        st.gtid_position = view.gtid_position;
+        st.uptime_seconds = Some(view.uptime_seconds);
+        st.semi_sync = Some(view.semi_sync);
+        st.lag_seconds = view.replication.as_ref().and_then(|r| r.seconds_behind);
+        let desired = self.desired.lock().unwrap().clone();
+        st.role = match (&view.replication, &desired) {
+            (Some(_), _) => Role::Replica,
+            (None, _) if !view.read_only => Role::Primary,
+            (None, Some(Desired::Primary)) => Role::Primary,
+            _ => Role::Unknown,
+        };
+        st.ready = st.phase == InstancePhase::Running
+            && match desired {
+                // A switchover's primary serves until it hands over.
+                Some(Desired::Primary) | Some(Desired::HandOver { .. }) => {
+                    st.role == Role::Primary && !view.read_only
+                }
+                Some(Desired::Promote) => false,
+                Some(Desired::Replica { .. }) => {
+                    view.read_only && view.replication.as_ref().is_some_and(|r| r.healthy())
+                }
+                _ => false,
+            };
+        st.replication = view.replication;
+        st
+    }
+}

@@ -1,0 +1,193 @@
+//! Obtaining data: recover an existing data directory, initialise a new
+//! primary, or clone a replica from a peer; starting and reaching mysqld.
+
+use super::*;
+
+impl<C: ClusterState> Manager<C> {
+    /// How the next start of mysqld recovers from a crash, from the
+    /// latest cluster status (see [`role::recovery`]).
+    pub(super) fn set_recovery(&self, status: &cnmysql_api::ClusterStatus) {
+        let recovery = if self.deposed.load(Ordering::SeqCst) {
+            role::Recovery::AsReplica
+        } else {
+            role::recovery(&self.cfg.instance, status)
+        };
+        let options = cnmysql_core::flavor::recovery_options(
+            self.cfg.flavor(),
+            recovery,
+            self.cfg.spec.mysql.semi_sync.enabled,
+        );
+        self.supervisor.set_start_options(options);
+    }
+
+    pub(super) fn start_server(&self) {
+        self.supervisor.start();
+    }
+
+    pub(super) async fn connect_admin(&self) -> anyhow::Result<()> {
+        let admin = read_secret(&self.cfg.secrets.admin_password)?;
+        let opts = sql::socket_opts(
+            &self.cfg.socket(),
+            cnmysql_api::names::ADMIN_USER,
+            Some(&admin),
+        );
+        // A server that neither accepts connections nor logs anything for
+        // STARTUP_SILENCE is hung (seen: MariaDB stuck in init_slave under
+        // load): kill it and let supervision start it again.
+        let began = Instant::now();
+        let conn = loop {
+            if let Ok(c) = sql::wait_connectable(&opts, Duration::from_secs(1)).await {
+                break c;
+            }
+            let quiet = self
+                .mysqld_output
+                .lock()
+                .unwrap()
+                .as_ref()
+                .map(|l| l.lock().unwrap().elapsed())
+                .unwrap_or_default();
+            if quiet >= STARTUP_SILENCE
+                && matches!(self.supervisor.state(), ServerState::Running { .. })
+            {
+                tracing::warn!(
+                    quiet_secs = quiet.as_secs(),
+                    "mysqld is silent and not accepting connections"
+                );
+                self.supervisor.kill_hung();
+                if let Some(l) = self.mysqld_output.lock().unwrap().as_ref() {
+                    *l.lock().unwrap() = Instant::now();
+                }
+            }
+            if *self.shutdown.borrow() {
+                anyhow::bail!("shutting down");
+            }
+            if began.elapsed() > Duration::from_secs(3600) {
+                anyhow::bail!("mysqld did not accept connections within an hour");
+            }
+        };
+        conn.disconnect().await.ok();
+        *self.pool.lock().unwrap() = Some(sql::admin_pool(&self.cfg.socket(), &admin));
+        Ok(())
+    }
+
+    /// Get an initialised data directory and a running server. False when
+    /// shutdown came first.
+    pub(super) async fn obtain_data(&self) -> anyhow::Result<bool> {
+        loop {
+            let status = match self.cluster.get().await {
+                Ok(s) => s,
+                Err(e) => {
+                    self.set_phase(
+                        InstancePhase::Initializing,
+                        format!("cannot read the cluster state: {e}"),
+                    );
+                    if self.sleep_or_stop(Duration::from_millis(500)).await {
+                        return Ok(false);
+                    }
+                    continue;
+                }
+            };
+            let has_data = bootstrap::is_initialized(&self.cfg);
+            self.set_recovery(&status);
+            match role::bootstrap(&self.cfg.instance, &status, has_data) {
+                Bootstrap::UseExisting => {
+                    self.set_phase(InstancePhase::Starting, "starting on existing data");
+                    self.start_server();
+                    self.connect_admin().await?;
+                    return Ok(true);
+                }
+                Bootstrap::InitPrimary => {
+                    self.set_phase(InstancePhase::Initializing, "initialising a new server");
+                    let began = Instant::now();
+                    let cfg = self.cfg.clone();
+                    tokio::task::spawn_blocking(move || bootstrap::prepare_empty_datadir(&cfg))
+                        .await??;
+                    self.start_server();
+                    bootstrap::init_primary_accounts(&self.cfg).await?;
+                    bootstrap::mark_initialized(&self.cfg, "initialised as the first primary")?;
+                    self.connect_admin().await?;
+                    tracing::info!(
+                        millis = began.elapsed().as_millis() as u64,
+                        "new server initialised"
+                    );
+                    return Ok(true);
+                }
+                Bootstrap::CloneFrom(source) => {
+                    match self.clone_replica(&source).await {
+                        Ok(()) => return Ok(true),
+                        Err(e) => {
+                            tracing::error!(source, error = %e, "clone failed; retrying");
+                            self.set_phase(
+                                InstancePhase::Cloning,
+                                format!("clone from {source} failed: {e}"),
+                            );
+                            *self.progress.lock().unwrap() = None;
+                            if self.supervisor.is_active() {
+                                self.supervisor.shutdown().await;
+                                // A fresh supervisor for the next attempt.
+                                anyhow::bail!("clone failed after the server started: {e}");
+                            }
+                            if self.sleep_or_stop(Duration::from_secs(2)).await {
+                                return Ok(false);
+                            }
+                        }
+                    }
+                }
+                Bootstrap::Wait(reason) => {
+                    self.set_phase(InstancePhase::Initializing, reason);
+                    if self.sleep_or_stop(Duration::from_millis(300)).await {
+                        return Ok(false);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every instance's address: the platform's current view (Pod IPs on
+    /// Kubernetes) over the static configuration.
+    pub(super) fn all_peers(&self) -> BTreeMap<String, PeerAddr> {
+        let mut all = self.cfg.peers.clone();
+        all.extend(self.cluster.peers());
+        all
+    }
+
+    pub(super) fn peer(&self, name: &str) -> Option<PeerAddr> {
+        self.cluster
+            .peers()
+            .remove(name)
+            .or_else(|| self.cfg.peers.get(name).cloned())
+    }
+
+    pub(super) async fn clone_replica(&self, source: &str) -> anyhow::Result<()> {
+        let peer = self
+            .peer(source)
+            .ok_or_else(|| anyhow::anyhow!("no address known for {source}"))?;
+        self.set_phase(InstancePhase::Cloning, format!("cloning from {source}"));
+        let gtid = clone::clone_from(&self.cfg, source, &peer, &self.peers, &self.progress).await?;
+        self.set_phase(
+            InstancePhase::Starting,
+            format!("starting the clone of {source} at {gtid:?}"),
+        );
+        self.start_server();
+        self.connect_admin().await?;
+        let pool = self.pool().expect("connected");
+        let mut conn = pool.get_conn().await?;
+        let mut stmts = Vec::new();
+        if !gtid.is_empty() {
+            if self.cfg.flavor() == Flavor::Mariadb {
+                // The copy's own binlog starts empty: give it the history it
+                // holds, so comparisons of GTID state see what it contains.
+                stmts.push(flavor::Sql::new("RESET MASTER"));
+                stmts.push(flavor::Sql::new(format!(
+                    "SET GLOBAL gtid_binlog_state = {}",
+                    flavor::quote(&gtid)
+                )));
+            }
+            stmts.extend(flavor::seed_gtid_position(self.cfg.flavor(), &gtid));
+        }
+        sql::exec_all(&mut conn, &stmts).await?;
+        drop(conn);
+        bootstrap::mark_initialized(&self.cfg, &format!("cloned from {source} at {gtid}"))?;
+        Ok(())
+    }
+}
