@@ -177,10 +177,31 @@ async fn down_then_up_resumes_with_data_and_without_a_new_clone() {
         1,
         "the replica was cloned again"
     );
-    // And writes work again through rw.
+    // And writes work again through rw, on the same primary: starting the
+    // cluster is not a failure of its primary (the primary was once held
+    // down for the failover decision on resume, for the warm-up's 15 s).
     let mut rw = c.app(c.service_port("rw")).await.unwrap();
     rw.query_drop("INSERT INTO d.t VALUES (4)").await.unwrap();
     drop(rw);
+    let said: Vec<String> = c
+        .events()
+        .iter()
+        .filter_map(|e| e["reason"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(
+        c.status_json()["status"]["currentPrimary"],
+        "resume-1",
+        "{:#?}",
+        c.events()
+    );
+    for not in [
+        "PrimaryDown",
+        "FailoverBlocked",
+        "FailingOver",
+        "PrimaryFailing",
+    ] {
+        assert!(!said.iter().any(|r| r == not), "{not} on resume: {said:?}");
+    }
     c.destroy();
 }
 

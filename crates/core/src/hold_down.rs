@@ -1,8 +1,9 @@
 //! Whether an instance whose processes are gone (a manager that exited, a
 //! Pod deleted, evicted or lost with its node) is started again, or held
-//! down for the failover decision. One rule for every platform: the local
-//! control plane asks it when a manager exits, the operator when a Pod is
-//! missing.
+//! down for the failover decision. One rule for every platform: the
+//! topology step records the hold-down from the absence the platform
+//! reports, and a platform asks [`crate::reconcile::Memory::may_start`]
+//! before it starts a manager (locally) or creates a Pod (the operator).
 //!
 //! A steady primary that vanished is not started again on the spot where,
 //! recovering as the primary, it would race the failover; with

@@ -176,11 +176,24 @@ pub fn needs_lease(s: &Snapshot) -> bool {
 }
 
 /// Whether decisions still wait for the first observations (see
-/// [`WARM_UP_MS`]); remembers who answered.
+/// [`WARM_UP_MS`]); remembers who answered. A manager that answers while
+/// it is still starting its server has not told its state yet: a cluster
+/// starting again (or a control plane meeting it) would otherwise take
+/// its primary, a few hundred milliseconds from serving, for a failing one.
 pub fn warming_up(s: &Snapshot, memory: &mut Memory) -> bool {
     let first = *memory.first_step_ms.get_or_insert(s.now_ms);
-    for o in s.instances.iter().filter(|o| o.reachable()) {
-        memory.answered.insert(o.name.clone());
+    for o in &s.instances {
+        let told = o.status.as_ref().is_some_and(|st| {
+            st.mysqld_running
+                || !matches!(
+                    st.phase,
+                    crate::status::InstancePhase::Initializing
+                        | crate::status::InstancePhase::Starting
+                )
+        });
+        if told {
+            memory.answered.insert(o.name.clone());
+        }
     }
     s.now_ms.saturating_sub(first) < WARM_UP_MS
         && s.instances
@@ -1137,10 +1150,18 @@ mod platform_rule_tests {
         s.now_ms += WARM_UP_MS;
         let a = step(&observe(&s, &gone), &mut m);
         assert!(a.contains(&Action::FenceOut("db-1".into())), "{a:?}");
-        // Everyone answering ends the warm-up at once.
-        let s = settled("db-1");
+        // Everyone answering ends the warm-up at once ...
+        let mut s = settled("db-1");
         let mut m = Memory::default();
         assert!(!warming_up(&s, &mut m));
+        // ... once they have told their state: a primary whose manager
+        // answers while its server is still starting (a cluster starting
+        // again) is waited for, not failed.
+        let st = s.instances[0].status.as_mut().unwrap();
+        st.mysqld_running = false;
+        st.phase = crate::status::InstancePhase::Starting;
+        let mut m = Memory::default();
+        assert!(warming_up(&s, &mut m));
     }
 
     #[test]

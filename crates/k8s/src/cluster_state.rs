@@ -317,21 +317,8 @@ impl ClusterState for KubeClusterState {
         let Some(existing) = self.leases.get_opt(&self.lease_name).await? else {
             return Ok(());
         };
-        if lease_from(&existing).holder_identity.as_deref() != Some(instance) {
-            return Ok(());
-        }
-        let dp = DeleteParams {
-            preconditions: Some(Preconditions {
-                resource_version: existing.resource_version(),
-                uid: None,
-            }),
-            ..Default::default()
-        };
-        match self.leases.delete(&self.lease_name, &dp).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
-            Err(e) => Err(e.into()),
-        }
+        release_lease_of(&self.leases, &existing, instance).await?;
+        Ok(())
     }
 
     fn peers(&self) -> BTreeMap<String, PeerAddr> {
@@ -371,6 +358,30 @@ impl ClusterState for KubeClusterState {
                 ))
             })
             .collect()
+    }
+}
+
+/// Delete `lease` if `holder` holds it, only at the version read (a lease
+/// renewed or taken over since is left alone). True when it was deleted.
+pub async fn release_lease_of(
+    leases: &Api<KubeLease>,
+    lease: &KubeLease,
+    holder: &str,
+) -> anyhow::Result<bool> {
+    if lease_from(lease).holder_identity.as_deref() != Some(holder) {
+        return Ok(false);
+    }
+    let dp = DeleteParams {
+        preconditions: Some(Preconditions {
+            resource_version: lease.resource_version(),
+            uid: None,
+        }),
+        ..Default::default()
+    };
+    match leases.delete(&lease.name_any(), &dp).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(false),
+        Err(e) => Err(e.into()),
     }
 }
 

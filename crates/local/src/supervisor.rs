@@ -27,6 +27,10 @@ pub struct ManagedProcess {
     /// plane's executable as soon as it has stopped.
     recreating: bool,
     next_start: Instant,
+    /// Its processes went away under this control plane (exited, killed):
+    /// from then on it starts only when the controller lets it. Starting
+    /// the cluster is not a vanishing: every instance is started then.
+    vanished: bool,
 }
 
 impl ManagedProcess {
@@ -57,6 +61,7 @@ impl Supervisor {
             .map(|n| ManagedProcess {
                 child: adopted.get(&n).map(|pid| Handle::Adopted(*pid)),
                 recreating: false,
+                vanished: false,
                 name: n,
                 restarts: 0,
                 next_start: Instant::now(),
@@ -131,6 +136,7 @@ impl Supervisor {
                 continue;
             }
             p.restarts += 1;
+            p.vanished = true;
             p.next_start =
                 Instant::now() + Duration::from_millis(500 * u64::from(p.restarts.min(10)));
             if memory.may_start(spec, status, &name) {
@@ -161,7 +167,10 @@ impl Supervisor {
         let now = Instant::now();
         for i in 0..self.procs.len() {
             let p = &self.procs[i];
-            if p.child.is_some() || now < p.next_start || !memory.may_start(spec, status, &p.name) {
+            if p.child.is_some()
+                || now < p.next_start
+                || (p.vanished && !memory.may_start(spec, status, &p.name))
+            {
                 continue;
             }
             let name = p.name.clone();
@@ -272,6 +281,7 @@ impl Supervisor {
             c.kill().await;
         }
         p.child = None;
+        p.vanished = true;
         if let Some(pid) = dir.live_mysqld_pid(name) {
             stop_orphan(pid).await;
         }

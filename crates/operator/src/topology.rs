@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease as KubeLease;
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube::api::{DeleteParams, Preconditions};
+use kube::api::DeleteParams;
 use kube::{Api, Resource, ResourceExt};
 use tracing::Instrument;
 
@@ -33,7 +33,7 @@ use cnmysql_engine::poller::{self, Target};
 use cnmysql_engine::{ControlRequest, Facts, Platform};
 use cnmysql_instance::client::ControlClient;
 use cnmysql_k8s::cluster_handle::ClusterHandle;
-use cnmysql_k8s::cluster_state::lease_from;
+use cnmysql_k8s::cluster_state::{lease_from, release_lease_of};
 use cnmysql_k8s::events::Kind;
 
 use crate::context::Context;
@@ -192,22 +192,8 @@ impl Platform for KubePlatform<'_> {
         let Some(l) = &self.lease else {
             return Ok(());
         };
-        if lease_from(l).holder_identity.as_deref() != Some(holder) {
-            return Ok(());
-        }
-        let dp = DeleteParams {
-            preconditions: Some(Preconditions {
-                resource_version: l.resource_version(),
-                uid: None,
-            }),
-            ..Default::default()
-        };
-        match self.leases.delete(&l.name_any(), &dp).await {
-            Ok(_) => {
-                tracing::info!(holder = %holder, "released the lease of a primary whose Pod is gone")
-            }
-            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-            Err(e) => return Err(e.into()),
+        if release_lease_of(&self.leases, l, holder).await? {
+            tracing::info!(holder = %holder, "released the lease of a primary whose Pod is gone");
         }
         Ok(())
     }
