@@ -77,3 +77,122 @@ pub fn upgrade_failed(instance: &str, e: &anyhow::Error) -> Event {
         message: format!("in-place upgrade of {instance} failed (retried later): {e:#}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cnmysql_core::lease::Lease;
+    use cnmysql_core::reconcile::StatusChange;
+
+    /// A platform that records what it was asked, in order.
+    #[derive(Default)]
+    struct Recorder {
+        calls: Vec<String>,
+        status_applies: bool,
+        control_fails: bool,
+    }
+
+    impl Platform for Recorder {
+        fn executable_hash(&self) -> &str {
+            "abc"
+        }
+        async fn lease(&mut self) -> anyhow::Result<Option<Lease>> {
+            Ok(None)
+        }
+        async fn change_status(&mut self, _: &StatusChange) -> anyhow::Result<bool> {
+            self.calls.push("status".into());
+            Ok(self.status_applies)
+        }
+        async fn record(&mut self, e: &Event) {
+            self.calls.push(format!("event {}", e.reason));
+        }
+        async fn fence_out(&mut self, i: &str, m: &Memory) -> anyhow::Result<()> {
+            self.calls
+                .push(format!("fence {i} held={}", m.held_down.contains(i)));
+            Ok(())
+        }
+        async fn release_lease(&mut self, h: &str) -> anyhow::Result<()> {
+            self.calls.push(format!("release {h}"));
+            Ok(())
+        }
+        async fn allow_start(&mut self, i: &str, _: &Memory) -> anyhow::Result<()> {
+            self.calls.push(format!("start {i}"));
+            Ok(())
+        }
+        async fn recreate(&mut self, i: &str, _: bool, _: &Memory) -> anyhow::Result<bool> {
+            self.calls.push(format!("recreate {i}"));
+            Ok(true)
+        }
+        async fn control(&mut self, i: &str, r: &ControlRequest) -> anyhow::Result<()> {
+            self.calls.push(format!("control {i} {r:?}"));
+            anyhow::ensure!(!self.control_fails, "refused");
+            Ok(())
+        }
+    }
+
+    fn event(reason: &'static str) -> Event {
+        Event {
+            warning: false,
+            reason,
+            instance: None,
+            message: String::new(),
+        }
+    }
+
+    fn failover() -> Vec<Action> {
+        vec![
+            Action::FenceOut("db-1".into()),
+            Action::ReleaseLease {
+                holder: "db-1".into(),
+            },
+            Action::Status {
+                change: StatusChange::PrimaryFailingSince(None),
+                then: vec![event("FailingOver")],
+            },
+        ]
+    }
+
+    #[test]
+    fn actions_are_carried_out_in_order_and_events_follow_what_took_effect() {
+        let mut memory = Memory::default();
+        memory.held_down.insert("db-1".into());
+        let mut p = Recorder {
+            status_applies: true,
+            ..Default::default()
+        };
+        futures::executor::block_on(carry_out(&mut p, failover(), &memory)).unwrap();
+        assert_eq!(
+            p.calls,
+            [
+                "fence db-1 held=true",
+                "release db-1",
+                "status",
+                "event FailingOver"
+            ]
+        );
+        // A change that no longer applies records no event.
+        let mut p = Recorder::default();
+        futures::executor::block_on(carry_out(&mut p, failover(), &memory)).unwrap();
+        assert_eq!(p.calls.last().map(String::as_str), Some("status"));
+    }
+
+    #[test]
+    fn a_failed_in_place_upgrade_is_said_once_with_its_reason() {
+        let mut p = Recorder {
+            control_fails: true,
+            ..Default::default()
+        };
+        let actions = vec![Action::UpgradeInPlace {
+            instance: "db-2".into(),
+            then: event("UpgradingInstanceManager"),
+        }];
+        futures::executor::block_on(carry_out(&mut p, actions, &Memory::default())).unwrap();
+        assert_eq!(
+            p.calls,
+            [
+                "control db-2 Upgrade { hash: \"abc\" }",
+                "event UpgradeFailed"
+            ]
+        );
+    }
+}
