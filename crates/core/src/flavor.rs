@@ -135,6 +135,21 @@ pub fn start_replica(flavor: Flavor) -> Sql {
     })
 }
 
+/// Connect the IO thread again at once (it was waiting for its next
+/// connect retry).
+pub fn reconnect_io_thread(flavor: Flavor) -> [Sql; 2] {
+    match flavor {
+        Flavor::Mariadb => [
+            Sql::new("STOP SLAVE IO_THREAD"),
+            Sql::new("START SLAVE IO_THREAD"),
+        ],
+        Flavor::Mysql => [
+            Sql::new("STOP REPLICA IO_THREAD"),
+            Sql::new("START REPLICA IO_THREAD"),
+        ],
+    }
+}
+
 /// Forget the source entirely (a promoted instance).
 pub fn reset_replica(flavor: Flavor) -> Sql {
     Sql::new(match flavor {

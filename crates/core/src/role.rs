@@ -168,6 +168,11 @@ pub struct Local {
     pub source: Option<String>,
     pub io_running: bool,
     pub sql_running: bool,
+    /// The IO thread is retrying a connection that failed (the server
+    /// retries once a second at best) while its source is known to accept
+    /// connections now: a cluster starting again, whose replicas were
+    /// quicker than their primary.
+    pub io_retrying_a_ready_source: bool,
 }
 
 /// One step towards the desired role.
@@ -180,6 +185,8 @@ pub enum Action {
     Follow(String),
     /// Replication is configured but a thread is stopped: start it.
     StartReplication,
+    /// Connect the IO thread again now rather than at its next retry.
+    Reconnect,
 }
 
 /// The steps from `local` to `desired`, in order. Read-only always comes first
@@ -204,6 +211,8 @@ pub fn reconcile(desired: &Desired, local: &Local) -> Vec<Action> {
                 out.push(Action::Follow(source.clone()));
             } else if !local.io_running || !local.sql_running {
                 out.push(Action::StartReplication);
+            } else if local.io_retrying_a_ready_source {
+                out.push(Action::Reconnect);
             }
         }
         Desired::HoldReadOnly(_) | Desired::HandOver { .. } => {
@@ -298,6 +307,7 @@ mod tests {
             source: Some("db-1".into()),
             io_running: true,
             sql_running: true,
+            io_retrying_a_ready_source: false,
         };
         assert!(
             reconcile(
@@ -324,6 +334,21 @@ mod tests {
         assert_eq!(
             reconcile(&Desired::Primary, &following),
             vec![Action::ResetReplication, Action::SetReadOnly(false)]
+        );
+        // Waiting for the next connect retry while the source is ready
+        // already: connect now.
+        let retrying = Local {
+            io_retrying_a_ready_source: true,
+            ..following.clone()
+        };
+        assert_eq!(
+            reconcile(
+                &Desired::Replica {
+                    source: "db-1".into()
+                },
+                &retrying
+            ),
+            vec![Action::Reconnect]
         );
     }
 

@@ -150,7 +150,21 @@ impl<C: ClusterState> Manager<C> {
                 .as_ref()
                 .is_some_and(|r| r.io_state == "Yes" || r.io_state == "Connecting"),
             sql_running: view.replication.as_ref().is_some_and(|r| r.sql_running),
+            io_retrying_a_ready_source: false,
         };
+        // Only asked while the IO thread waits to retry a connection its
+        // source refused (not one it rejected: that would only fail again).
+        let mut local = local;
+        if let (Desired::Replica { source }, Some(r)) = (&desired, view.replication.as_ref())
+            && r.io_state == "Connecting"
+            && r.last_io_error.contains("Can't connect")
+            && local.source.as_deref() == Some(source.as_str())
+        {
+            local.io_retrying_a_ready_source = self
+                .peer_status(source)
+                .await
+                .is_some_and(|p| p.mysqld_running && p.ready);
+        }
         for action in role::reconcile(&desired, &local) {
             tracing::info!(action = ?action, "role change");
             match action {
@@ -176,6 +190,9 @@ impl<C: ClusterState> Manager<C> {
                 }
                 Action::StartReplication => {
                     sql::exec_all(&mut conn, &[flavor::start_replica(f)]).await?;
+                }
+                Action::Reconnect => {
+                    sql::exec_all(&mut conn, &flavor::reconnect_io_thread(f)).await?;
                 }
                 Action::Follow(source) => {
                     // Never follow a source whose history lacks ours, and
