@@ -16,18 +16,34 @@ use crate::context::Context;
 use crate::labels::{CLUSTER, FIELD_MANAGER};
 use crate::objects::secrets;
 
-/// Server-side apply of an object the operator fully owns. An apply that
-/// changes nothing is not written by the API server (the resourceVersion
-/// stays), so an unchanged Cluster costs requests but no writes.
-pub async fn apply<K>(ctx: &Context, ns: &str, obj: &K, pp: &PatchParams) -> anyhow::Result<()>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+/// A namespaced API object the operator writes whole.
+pub trait Namespaced:
+    Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + Serialize
+    + DeserializeOwned
+    + std::fmt::Debug
+{
+}
+
+impl<K> Namespaced for K where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
         + Clone
         + Serialize
         + DeserializeOwned
-        + std::fmt::Debug,
-    <K as Resource>::DynamicType: Default,
+        + std::fmt::Debug
 {
+}
+
+/// Server-side apply of an object the operator fully owns. An apply that
+/// changes nothing is not written by the API server (the resourceVersion
+/// stays), so an unchanged Cluster costs requests but no writes.
+pub async fn apply<K: Namespaced>(
+    ctx: &Context,
+    ns: &str,
+    obj: &K,
+    pp: &PatchParams,
+) -> anyhow::Result<()> {
     let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
     let mut body = serde_json::to_value(obj).expect("objects serialise");
     body["apiVersion"] = json!(K::api_version(&Default::default()));
@@ -37,15 +53,11 @@ where
 }
 
 /// Create an object if it does not exist; an existing one is left as it is.
-pub async fn create_missing<K>(ctx: &Context, ns: &str, obj: &K) -> anyhow::Result<bool>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + Serialize
-        + DeserializeOwned
-        + std::fmt::Debug,
-    <K as Resource>::DynamicType: Default,
-{
+pub async fn create_missing<K: Namespaced>(
+    ctx: &Context,
+    ns: &str,
+    obj: &K,
+) -> anyhow::Result<bool> {
     let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
     let pp = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
