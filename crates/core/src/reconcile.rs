@@ -3,10 +3,13 @@
 //! switchover stalls, when a primary change completes, when semi-sync must
 //! follow the healthy replicas, and what the status then says.
 //!
-//! [`step`] is pure: it turns an [`Observation`] and what the controller
-//! remembers ([`Memory`]) into a list of [`Action`]s. The local control
-//! plane carries them out with processes and files, the Kubernetes operator
-//! with Pods, the Cluster status and the Lease. The decisions themselves
+//! [`step`] is pure: it turns an [`Observation`] (facts the platform
+//! reports) and what the controller remembers ([`Memory`]: held-down
+//! instances, the warm-up, what was said) into a list of [`Action`]s. The
+//! topology engine (`cnmysql-engine`) carries them out on a platform: the
+//! local control plane with processes and files, the Kubernetes operator
+//! with Pods, the Cluster status and the Lease, the simulation in memory.
+//! How often a platform polls is [`Cadence`]. The decisions themselves
 //! live in `failover.rs`, `switchover.rs`, `semisync.rs`, `rollout.rs` and
 //! `phase.rs`.
 
