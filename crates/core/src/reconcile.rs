@@ -168,7 +168,7 @@ impl Cadence {
 }
 
 /// The primary is moving (a switchover or failover under way) or failing.
-pub fn changing(status: &ClusterStatus) -> bool {
+fn changing(status: &ClusterStatus) -> bool {
     status.current_primary != status.target_primary || status.primary_failing_since.is_some()
 }
 

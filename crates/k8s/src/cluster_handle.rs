@@ -114,6 +114,23 @@ impl ClusterHandle {
         )
     }
 
+    /// [`Self::update_status`], tried first on `seen` (a watch cache's copy
+    /// of the Cluster): when `change` leaves that status as it is, nothing
+    /// is asked of the API server and `None` is returned.
+    pub async fn update_status_if_changed<T>(
+        &self,
+        seen: &Cluster,
+        mut change: impl FnMut(&Cluster, &mut ClusterStatus) -> T,
+    ) -> anyhow::Result<Option<Updated<T>>> {
+        let before = seen.status.clone().unwrap_or_default();
+        let mut probe = before.clone();
+        change(seen, &mut probe);
+        if probe == before {
+            return Ok(None);
+        }
+        Ok(Some(self.update_status(change).await?))
+    }
+
     /// Merge `status` into the Cluster's status, only if it is still at
     /// the resourceVersion of `seen`. `Ok(false)`: someone wrote first.
     async fn patch_status_at(

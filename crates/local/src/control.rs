@@ -222,7 +222,7 @@ impl ControlPlane {
             supervisor.start_due(&memory, &self.cluster.spec, &status);
             let observed = self.poll().await;
             supervisor.check_liveness(&observed).await;
-            let snapshot = Snapshot {
+            let mut snapshot = Snapshot {
                 cluster: name.clone(),
                 spec: self.cluster.spec.clone(),
                 status,
@@ -250,17 +250,12 @@ impl ControlPlane {
                     tracing::warn!(error = %e, "topology pass failed");
                 }
             }
-            metrics_tx.send_replace(Some(snapshot));
+            metrics_tx.send_replace(Some(snapshot.clone()));
             // Routing follows the status the pass left.
-            let status = self.dir.read_status().unwrap_or_default();
+            snapshot.status = self.dir.read_status().unwrap_or_default();
+            snapshot.now_ms = jiff::Timestamp::now().as_millisecond();
+            let status = snapshot.status.clone();
             period = Duration::from_millis(Cadence::LOCAL.next_poll_ms(&status));
-            let snapshot = Snapshot {
-                cluster: name.clone(),
-                spec: self.cluster.spec.clone(),
-                status: status.clone(),
-                instances: observed.clone(),
-                now_ms: jiff::Timestamp::now().as_millisecond(),
-            };
             let routes = desired_routes(&snapshot);
             let table = proxy::table(&routes, &svc);
             if *routes_tx.borrow() != table {

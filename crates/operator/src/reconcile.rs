@@ -193,18 +193,12 @@ async fn write_status(
     ctx: &Context,
     change: impl Fn(&mut ClusterStatus),
 ) -> Result<(), Error> {
-    let mut probe = cluster.status.clone().unwrap_or_default();
-    let before = probe.clone();
-    change(&mut probe);
-    if probe == before {
-        return Ok(());
-    }
     ClusterHandle::new(
         ctx.client.clone(),
         &cluster.namespace().unwrap_or_default(),
         &cluster.name_any(),
     )
-    .update_status(|_, st| change(st))
+    .update_status_if_changed(cluster, |_, st| change(st))
     .await
     .map_err(Error::Report)?;
     Ok(())

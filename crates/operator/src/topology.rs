@@ -234,19 +234,15 @@ async fn write_status(
     cluster: &Cluster,
     change: &StatusChange,
 ) -> anyhow::Result<Option<ClusterStatus>> {
-    let mut probe = cluster.status.clone().unwrap_or_default();
-    if !change.apply(&mut probe) {
-        return Ok(None);
-    }
     let mut latest = None;
     let done = handle
-        .update_status(|_, st| {
+        .update_status_if_changed(cluster, |_, st| {
             let applied = change.apply(st);
             latest = Some(st.clone());
             applied
         })
         .await?;
-    Ok(latest.filter(|_| done.value && done.written))
+    Ok(latest.filter(|_| done.is_some_and(|d| d.value && d.written)))
 }
 
 /// [`write_status`] for `cluster`: true when it was written.
