@@ -1,4 +1,5 @@
-//! End-to-end tests of the local platform against real mariadbd processes.
+//! End-to-end tests of the local platform against real server processes
+//! (the flavour under test, see common::flavor).
 
 mod common;
 
@@ -19,7 +20,10 @@ async fn three_instances_replicate_from_rw_to_ro() {
     for r in ["trio-2", "trio-3"] {
         assert_eq!(by_name[r]["role"], "replica");
         assert_eq!(by_name[r]["readOnly"], true);
-        assert_eq!(by_name[r]["replication"]["usingGtid"], "Current_Pos");
+        assert_eq!(
+            by_name[r]["replication"]["usingGtid"],
+            sql("Current_Pos", "1")
+        );
     }
     // Every manager reports the operator's own executable hash.
     let op = status["status"]["operatorExecutableHash"]
@@ -75,23 +79,31 @@ async fn three_instances_replicate_from_rw_to_ro() {
     // account refuses anyone without one.
     let mut admin = c.admin("trio-2").await;
     let st: mysql_async::Row = admin
-        .query_first("SHOW SLAVE STATUS")
+        .query_first(sql("SHOW SLAVE STATUS", "SHOW REPLICA STATUS"))
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(st.get::<String, _>("Master_SSL_Allowed").unwrap(), "Yes");
+    let col = |c: &str| format!("{}_{c}", sql("Master", "Source"));
+    assert_eq!(st.get::<String, _>(col("SSL_Allowed").as_str()).unwrap(), "Yes");
     assert_eq!(
-        st.get::<String, _>("Master_SSL_Verify_Server_Cert")
+        st.get::<String, _>(col("SSL_Verify_Server_Cert").as_str())
             .unwrap(),
         "Yes"
     );
     assert!(
-        st.get::<String, _>("Master_SSL_Cert")
+        st.get::<String, _>(col("SSL_Cert").as_str())
             .unwrap()
             .ends_with("trio-2.crt")
     );
     let mut primary = c.admin("trio-1").await;
-    let grants = rows(&mut primary, "SHOW GRANTS FOR 'cnmysql_replication'@'%'").await;
+    let grants = rows(
+        &mut primary,
+        sql(
+            "SHOW GRANTS FOR 'cnmysql_replication'@'%'",
+            "SHOW CREATE USER 'cnmysql_replication'@'%'",
+        ),
+    )
+    .await;
     assert!(grants[0][0].contains("REQUIRE X509"), "{grants:?}");
     let dumps: i64 = primary
         .query_first(
@@ -173,7 +185,7 @@ async fn down_then_up_resumes_with_data_and_without_a_new_clone() {
     );
     let log = std::fs::read_to_string(c.instance_dir("resume-2").join("manager.log")).unwrap();
     assert_eq!(
-        log.matches("\"clone prepared\"").count(),
+        log.matches("\"clone complete\"").count(),
         1,
         "the replica was cloned again"
     );
@@ -219,17 +231,27 @@ async fn a_replica_cloned_from_200mb_has_identical_checksums() {
         .await
         .unwrap();
     rw.query_drop("USE big").await.unwrap();
+    // Recursive queries that count to 20,000 (MySQL stops at 1,000 by default).
+    if flavor() == Flavor::Mysql {
+        rw.query_drop("SET SESSION cte_max_recursion_depth = 100000")
+            .await
+            .unwrap();
+    }
     // 200,000 rows of ~1 KiB: about 200 MB of table data (more on disk).
     for chunk in 0..10 {
         let lo = chunk * 20_000 + 1;
         let hi = lo + 19_999;
         rw.query_drop(format!(
-            "INSERT INTO big.blobs SELECT seq, REPEAT(MD5(seq), 32) FROM seq_{lo}_to_{hi}"
+            "INSERT INTO big.blobs {}",
+            sequence(lo, hi, "seq, REPEAT(SHA2(seq, 256), 16)")
         ))
         .await
         .unwrap();
     }
-    rw.query_drop("INSERT INTO big.small SELECT seq, seq * 7 FROM seq_1_to_1000")
+    rw.query_drop(format!(
+        "INSERT INTO big.small {}",
+        sequence(1, 1000, "seq, seq * 7")
+    ))
         .await
         .unwrap();
     drop(rw);
@@ -240,7 +262,7 @@ async fn a_replica_cloned_from_200mb_has_identical_checksums() {
     c.down();
     c.up(&manifest("big", 2));
     let log = std::fs::read_to_string(c.instance_dir("big-2").join("manager.log")).unwrap();
-    assert!(log.contains("\"clone prepared\""), "big-2 was not cloned");
+    assert!(log.contains("\"clone complete\""), "big-2 was not cloned");
     assert!(
         log.contains("\"clone progress\""),
         "no progress was reported while cloning"
@@ -262,12 +284,12 @@ async fn a_replica_cloned_from_200mb_has_identical_checksums() {
         assert_ne!(a[0][1], "0");
     }
     let gp: String = p
-        .query_first("SELECT @@gtid_binlog_pos")
+        .query_first(binlog_gtids())
         .await
         .unwrap()
         .unwrap();
     let gr: String = r
-        .query_first("SELECT @@gtid_slave_pos")
+        .query_first(sql("SELECT @@gtid_slave_pos", "SELECT @@gtid_executed"))
         .await
         .unwrap()
         .unwrap();
@@ -323,7 +345,7 @@ async fn a_crashed_mysqld_is_restarted_by_its_manager() {
     .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     let starting = loop {
-        if let Some(p) = child_mariadbd(manager).filter(|p| *p != current) {
+        if let Some(p) = child_server(manager).filter(|p| *p != current) {
             break p;
         }
         assert!(Instant::now() < deadline, "no new mysqld");
@@ -348,14 +370,14 @@ async fn a_crashed_mysqld_is_restarted_by_its_manager() {
     c.destroy();
 }
 
-/// The pid of a `mariadbd` whose parent is `parent`, if one runs.
-fn child_mariadbd(parent: i32) -> Option<i32> {
+/// The pid of a server whose parent is `parent`, if one runs.
+fn child_server(parent: i32) -> Option<i32> {
     std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
         let pid: i32 = e.file_name().to_str()?.parse().ok()?;
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
         let (comm, rest) = stat.split_once(") ")?;
         let ppid: i32 = rest.split_whitespace().nth(1)?.parse().ok()?;
-        (comm.ends_with("(mariadbd") && ppid == parent).then_some(pid)
+        (comm.ends_with(&format!("({}", server_program())) && ppid == parent).then_some(pid)
     })
 }
 

@@ -1,4 +1,5 @@
-//! Safe topology changes on the local platform, against real mariadbd:
+//! Safe topology changes on the local platform, against real servers (the
+//! flavour under test, see common::flavor):
 //! switchover, failover, blocked failover, rejoin, divergence, fencing, the
 //! primary lease and failoverDelay. Every test that changes the primary
 //! checks that no acknowledged write is lost and that one instance at most
@@ -301,7 +302,7 @@ async fn a_diverged_former_primary_is_kept_out_with_its_data() {
     }
     for n in ["div-2", "div-3"] {
         let mut a = c.admin(n).await;
-        a.query_drop("STOP SLAVE IO_THREAD").await.unwrap();
+        a.query_drop(stop_io_thread()).await.unwrap();
     }
     rw.query_drop("INSERT INTO d.t VALUES (1), (2)")
         .await
@@ -622,14 +623,14 @@ async fn a_primary_killed_mid_commit_rolls_back_the_unacknowledged_write_and_rej
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(manager), Signal::SIGSTOP).unwrap();
         c.admin(r)
             .await
-            .query_drop("STOP SLAVE IO_THREAD")
+            .query_drop(stop_io_thread())
             .await
             .unwrap();
     }
     let before: String = c
         .admin("mid-1")
         .await
-        .query_first("SELECT @@gtid_binlog_pos")
+        .query_first(binlog_gtids())
         .await
         .unwrap()
         .unwrap();
@@ -641,7 +642,7 @@ async fn a_primary_killed_mid_commit_rolls_back_the_unacknowledged_write_and_rej
         Duration::from_secs(10),
         || async {
             let mut p = c.admin("mid-1").await;
-            let now: String = p.query_first("SELECT @@gtid_binlog_pos").await.ok()??;
+            let now: String = p.query_first(binlog_gtids()).await.ok()??;
             (now != before).then_some(())
         },
     )

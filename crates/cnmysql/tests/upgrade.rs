@@ -1,4 +1,5 @@
-//! Instance-manager upgrades on the local platform, against real mariadbd:
+//! Instance-manager upgrades on the local platform, against real servers
+//! (the flavour under test, see common::flavor):
 //! `cnmysql local upgrade` run from a different executable replaces the
 //! control plane without stopping any instance, then the managers are
 //! rolled — in place (re-exec, mysqld adopted) or by recreating them (the
@@ -209,8 +210,8 @@ async fn in_place_upgrade_keeps_every_mysqld_running_and_loses_no_write() {
     // thread restart logs lines after the swap.
     let offset = std::fs::metadata(&log).unwrap().len() as usize;
     let mut a = c.admin("inp-2").await;
-    a.query_drop("STOP SLAVE IO_THREAD").await.unwrap();
-    a.query_drop("START SLAVE IO_THREAD").await.unwrap();
+    a.query_drop(stop_io_thread()).await.unwrap();
+    a.query_drop(start_io_thread()).await.unwrap();
     wait_for(
         "mysqld log lines in the upgraded manager's log",
         Duration::from_secs(20),

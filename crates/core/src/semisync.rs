@@ -61,7 +61,7 @@ pub fn desired(spec: &ClusterSpec, healthy_replicas: u32) -> Settings {
         (Flavor::Mysql, DataDurability::Required) => Settings {
             enabled: true,
             wait_for_count: min,
-            timeout_millis: semi.timeout_millis.max(1) as u64,
+            timeout_millis: NEVER_FALL_BACK_MS,
         },
         // MariaDB waits for one acknowledgement and has no count. Preferred:
         // wait while a healthy replica can acknowledge, else replicate
@@ -118,6 +118,8 @@ mod tests {
         let s = spec("mysql", "required", 2);
         assert_eq!(desired(&s, 0).wait_for_count, 2);
         assert_eq!(desired(&s, 3).wait_for_count, 2);
+        // Nor does the server fall back to asynchronous on its own.
+        assert_eq!(desired(&s, 0).timeout_millis, NEVER_FALL_BACK_MS);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use cnmysql_api::Flavor;
 use cnmysql_api::names::{APP_USER, REPLICATION_USER};
 use cnmysql_core::flavor::{self, Sql, quote};
 use mysql_async::prelude::*;
@@ -19,21 +20,31 @@ const APP_PRIVILEGES: &str = "SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, INDE
     ALTER ROUTINE, EVENT, TRIGGER, REFERENCES";
 
 /// Run the flavour's install program into an empty directory.
-pub fn install_db(programs: &Programs, target: &Path) -> anyhow::Result<()> {
+pub fn install_db(flavor: Flavor, programs: &Programs, target: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(target)?;
-    let mut cmd = std::process::Command::new(&programs.install_db);
+    let mut cmd = programs.command(&programs.install_db);
     cmd.arg("--no-defaults")
-        .arg(format!("--datadir={}", target.display()))
-        .arg("--auth-root-authentication-method=normal")
-        .arg("--skip-test-db")
-        .arg("--skip-name-resolve")
-        .arg("--innodb-log-file-size=48M");
+        .arg(format!("--datadir={}", target.display()));
+    match flavor {
+        Flavor::Mariadb => {
+            cmd.arg("--auth-root-authentication-method=normal")
+                .arg("--skip-test-db")
+                .arg("--skip-name-resolve")
+                .arg("--innodb-log-file-size=48M");
+        }
+        // root@localhost without a password, reachable only over the
+        // private socket until init_primary_accounts secures it.
+        Flavor::Mysql => {
+            cmd.arg("--initialize-insecure")
+                .arg("--innodb-redo-log-capacity=48M");
+        }
+    }
     if nix::unistd::geteuid().is_root() {
         cmd.arg("--user=root");
     }
     let out = cmd
         .output()
-        .map_err(|e| anyhow::anyhow!("cannot run {}: {e}", programs.install_db.display()))?;
+        .map_err(|e| programs.start_error(&programs.install_db, &e))?;
     if !out.status.success() {
         anyhow::bail!(
             "{} failed ({}): {}",
@@ -47,23 +58,26 @@ pub fn install_db(programs: &Programs, target: &Path) -> anyhow::Result<()> {
                 .join(" | ")
         );
     }
+    // A data directory made to be copied carries no server identity: each
+    // copy makes its own server_uuid at its first start.
+    let _ = std::fs::remove_file(target.join("auto.cnf"));
     Ok(())
 }
 
-/// Fill the data directory with an empty server: copy the template, or run
-/// the install program.
-pub fn prepare_empty_datadir(cfg: &InstanceConfig) -> anyhow::Result<()> {
-    if cfg.data_dir.exists() {
-        std::fs::remove_dir_all(&cfg.data_dir)?;
+/// Fill `dir` with an empty server: copy the template, or run the install
+/// program.
+pub fn prepare_empty_datadir_at(cfg: &InstanceConfig, dir: &Path) -> anyhow::Result<()> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir)?;
     }
     match &cfg.template_dir {
         Some(t) if t.join("mysql").is_dir() => {
-            std::fs::create_dir_all(&cfg.data_dir)?;
+            std::fs::create_dir_all(dir)?;
             let out = std::process::Command::new("cp")
                 .arg("-a")
                 .arg("--reflink=auto")
                 .arg(format!("{}/.", t.display()))
-                .arg(&cfg.data_dir)
+                .arg(dir)
                 .output()?;
             if !out.status.success() {
                 anyhow::bail!(
@@ -71,10 +85,17 @@ pub fn prepare_empty_datadir(cfg: &InstanceConfig) -> anyhow::Result<()> {
                     String::from_utf8_lossy(&out.stderr)
                 );
             }
+            // Older templates kept the identity of the server that made them.
+            let _ = std::fs::remove_file(dir.join("auto.cnf"));
             Ok(())
         }
-        _ => install_db(&cfg.programs, &cfg.data_dir),
+        _ => install_db(cfg.flavor(), &cfg.programs, dir),
     }
+}
+
+/// Fill the data directory with an empty server.
+pub fn prepare_empty_datadir(cfg: &InstanceConfig) -> anyhow::Result<()> {
+    prepare_empty_datadir_at(cfg, &cfg.data_dir)
 }
 
 pub fn read_secret(path: &Path) -> anyhow::Result<String> {
@@ -98,6 +119,11 @@ pub async fn init_primary_accounts(cfg: &InstanceConfig) -> anyhow::Result<()> {
     let opts = sql::socket_opts(&cfg.socket(), "root", None);
     let mut conn = sql::wait_connectable(&opts, Duration::from_secs(120)).await?;
     conn.query_drop("SET SESSION sql_log_bin = 0").await?;
+    if cfg.flavor() == Flavor::Mysql {
+        // Even root cannot write under super_read_only, which the server
+        // starts with; it is set again below, before anything else runs.
+        sql::exec_all(&mut conn, &flavor::read_only(Flavor::Mysql, false)).await?;
+    }
     let extra: Vec<(String, String)> = conn
         .query("SELECT User, Host FROM mysql.user WHERE (User = 'root' AND Host <> 'localhost') OR User = ''")
         .await?;
@@ -127,6 +153,7 @@ pub async fn init_primary_accounts(cfg: &InstanceConfig) -> anyhow::Result<()> {
         quote(APP_USER)
     )));
     sql::exec_all(&mut conn, &stmts).await?;
+    sql::exec_all(&mut conn, &flavor::read_only(cfg.flavor(), true)).await?;
     conn.disconnect().await.ok();
     Ok(())
 }

@@ -1,7 +1,8 @@
-//! Physical clones: the source's manager streams `mariadb-backup --backup
-//! --stream=mbstream` (XtraBackup's xbstream for MySQL) over its mTLS control
-//! API; the new replica's manager extracts it, prepares it, and learns the
-//! GTID position the copy is consistent with.
+//! Physical clones. MariaDB: the source's manager streams `mariadb-backup
+//! --backup --stream=mbstream` over its mTLS control API; the new replica's
+//! manager extracts it, prepares it, and learns the GTID position the copy
+//! is consistent with. MySQL copies with its clone plugin instead
+//! (clone_plugin.rs).
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -15,7 +16,6 @@ use cnmysql_core::status::CloneProgress;
 use futures::Stream;
 use http_body_util::BodyExt;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::Command;
 
 use crate::bootstrap::read_secret;
 use crate::client::ControlClient;
@@ -43,15 +43,8 @@ pub fn dir_size(dir: &Path) -> u64 {
     total
 }
 
-fn stream_format(f: Flavor) -> &'static str {
-    match f {
-        Flavor::Mariadb => "mbstream",
-        Flavor::Mysql => "xbstream",
-    }
-}
-
 /// Keep the last lines a tool printed, to explain a failure.
-fn tail_lines(
+pub(crate) fn tail_lines(
     stderr: tokio::process::ChildStderr,
     what: &'static str,
 ) -> Arc<Mutex<VecDeque<String>>> {
@@ -71,7 +64,7 @@ fn tail_lines(
     tail
 }
 
-fn tail_text(t: &Arc<Mutex<VecDeque<String>>>) -> String {
+pub(crate) fn tail_text(t: &Arc<Mutex<VecDeque<String>>>) -> String {
     t.lock()
         .unwrap()
         .iter()
@@ -101,10 +94,11 @@ pub fn start_backup(
         .as_nanos();
     let target = unique_dir(&cfg.run_dir.join(format!("backup-{nanos}")));
     std::fs::create_dir_all(&target)?;
-    let mut cmd = Command::new(&cfg.programs.backup);
+    let (backup, _) = cfg.programs.mariadb_backup()?;
+    let mut cmd = cfg.programs.tokio_command(backup);
     cmd.arg(format!("--defaults-file={}", cfg.backup_cnf().display()))
         .arg("--backup")
-        .arg(format!("--stream={}", stream_format(cfg.flavor())))
+        .arg("--stream=mbstream")
         .arg(format!("--target-dir={}", target.display()))
         .arg("--parallel=2")
         .stdin(Stdio::null())
@@ -113,7 +107,7 @@ pub fn start_backup(
         .kill_on_drop(true);
     let mut child = cmd
         .spawn()
-        .map_err(|e| anyhow::anyhow!("cannot run {}: {e}", cfg.programs.backup.display()))?;
+        .map_err(|e| cfg.programs.start_error(backup, &e))?;
     let stdout = child.stdout.take().expect("piped");
     grow_pipe(&stdout);
     let tail = tail_lines(child.stderr.take().expect("piped"), "backup");
@@ -220,6 +214,31 @@ pub fn backup_gtid(dir: &Path) -> anyhow::Result<String> {
 /// Shared, readable progress of a running clone.
 pub type ProgressCell = Arc<Mutex<Option<CloneProgress>>>;
 
+/// Record where a clone from `source` that began at `started` stands.
+pub(crate) fn report(
+    progress: &ProgressCell,
+    source: &str,
+    started: Instant,
+    stage: &str,
+    bytes: u64,
+    expected: Option<u64>,
+) {
+    let secs = started.elapsed().as_secs_f64();
+    let rate = bytes as f64 / secs.max(1e-3);
+    let eta = expected
+        .filter(|_| rate > 0.0)
+        .map(|e| (e.saturating_sub(bytes)) as f64 / rate);
+    *progress.lock().unwrap() = Some(CloneProgress {
+        source: source.to_string(),
+        bytes,
+        bytes_per_second: rate,
+        expected_bytes: expected,
+        eta_seconds: eta,
+        elapsed_seconds: secs,
+        stage: stage.to_string(),
+    });
+}
+
 /// Clone `source` into this instance's data directory (which must not hold
 /// an initialised server). Returns the GTID position of the copy.
 pub async fn clone_from(
@@ -229,6 +248,10 @@ pub async fn clone_from(
     client: &ControlClient,
     progress: &ProgressCell,
 ) -> anyhow::Result<String> {
+    if cfg.flavor() == Flavor::Mysql {
+        crate::clone_plugin::clone_from(cfg, source, peer, progress).await?;
+        return Ok(String::new());
+    }
     let tmp = cfg.data_dir.with_extension("clone");
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp)?;
@@ -236,20 +259,7 @@ pub async fn clone_from(
     std::fs::create_dir_all(&tmp)?;
     let started = Instant::now();
     let set = |stage: &str, bytes: u64, expected: Option<u64>| {
-        let secs = started.elapsed().as_secs_f64();
-        let rate = bytes as f64 / secs.max(1e-3);
-        let eta = expected
-            .filter(|_| rate > 0.0)
-            .map(|e| (e.saturating_sub(bytes)) as f64 / rate);
-        *progress.lock().unwrap() = Some(CloneProgress {
-            source: source.to_string(),
-            bytes,
-            bytes_per_second: rate,
-            expected_bytes: expected,
-            eta_seconds: eta,
-            elapsed_seconds: secs,
-            stage: stage.to_string(),
-        });
+        report(progress, source, started, stage, bytes, expected)
     };
     set("connecting", 0, None);
     let resp = client
@@ -276,7 +286,10 @@ pub async fn clone_from(
         .get(SIZE_HEADER)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    let mut extract = Command::new(&cfg.programs.stream_extract)
+    let (backup, extractor) = cfg.programs.mariadb_backup()?;
+    let mut extract = cfg
+        .programs
+        .tokio_command(extractor)
         .arg("-x")
         .arg("-C")
         .arg(&tmp)
@@ -285,9 +298,7 @@ pub async fn clone_from(
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .map_err(|e| {
-            anyhow::anyhow!("cannot run {}: {e}", cfg.programs.stream_extract.display())
-        })?;
+        .map_err(|e| cfg.programs.start_error(extractor, &e))?;
     let extract_tail = tail_lines(extract.stderr.take().expect("piped"), "extract");
     let mut stdin = extract.stdin.take().expect("piped");
     grow_pipe(&stdin);
@@ -336,7 +347,7 @@ pub async fn clone_from(
         "backup copied; preparing"
     );
     set("preparing", bytes, expected);
-    let mut prep = Command::new(&cfg.programs.backup);
+    let mut prep = cfg.programs.tokio_command(backup);
     prep.arg("--prepare")
         .arg(format!("--target-dir={}", tmp.display()))
         .arg("--use-memory=256M")
@@ -367,7 +378,7 @@ pub async fn clone_from(
         source,
         gtid,
         seconds = started.elapsed().as_secs_f64(),
-        "clone prepared"
+        "clone complete"
     );
     Ok(gtid)
 }

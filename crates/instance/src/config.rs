@@ -24,52 +24,179 @@ pub struct PeerAddr {
     pub tls_name: Option<String>,
 }
 
-/// Paths of the server programs on this host.
+/// The server programs an instance manager runs, and where they come from.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Programs {
     pub mysqld: PathBuf,
-    pub backup: PathBuf,
-    pub stream_extract: PathBuf,
+    /// The program that makes a new data directory (MySQL: mysqld itself,
+    /// with `--initialize-insecure`).
     pub install_db: PathBuf,
+    /// MariaDB's physical backup tool (MySQL clones with its clone plugin).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<PathBuf>,
+    /// MariaDB's backup stream extractor (`mbstream`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_extract: Option<PathBuf>,
+    /// The server image the programs come from (their paths are inside
+    /// it); none: this machine's own programs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageRoot>,
+}
+
+/// A server image as the instance manager uses it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageRoot {
+    pub reference: String,
+    pub root: PathBuf,
+    pub server_version: String,
+}
+
+/// The program names of a flavour: mysqld, install, backup, extract.
+fn program_names(flavor: Flavor) -> [&'static [&'static str]; 4] {
+    match flavor {
+        Flavor::Mariadb => [
+            &["mariadbd", "mysqld"],
+            &["mariadb-install-db", "mysql_install_db"],
+            &["mariadb-backup", "mariabackup"],
+            &["mbstream"],
+        ],
+        Flavor::Mysql => [&["mysqld"], &["mysqld"], &[], &[]],
+    }
 }
 
 impl Programs {
     /// Find the programs of a flavour on `PATH` (and the usual sbin dirs).
     pub fn discover(flavor: Flavor) -> Result<Programs, String> {
-        let names: [&[&str]; 4] = match flavor {
-            Flavor::Mariadb => [
-                &["mariadbd", "mysqld"],
-                &["mariadb-backup", "mariabackup"],
-                &["mbstream"],
-                &["mariadb-install-db", "mysql_install_db"],
-            ],
-            Flavor::Mysql => [&["mysqld"], &["xtrabackup"], &["xbstream"], &["mysqld"]],
-        };
-        let mut found = Vec::new();
-        for alternatives in names {
-            let hit = alternatives.iter().find_map(|n| which(n));
-            match hit {
-                Some(p) => found.push(p),
-                None => {
-                    return Err(format!(
-                        "cannot find {} on PATH; install the {} server packages (Debian: apt-get install {})",
-                        alternatives[0],
-                        flavor.as_str(),
-                        match flavor {
-                            Flavor::Mariadb => "mariadb-server mariadb-backup",
-                            Flavor::Mysql => "percona-server-server percona-xtrabackup-80",
-                        }
-                    ));
+        Self::find(flavor, |name| which(name), |missing| {
+            format!(
+                "cannot find {missing} on PATH; install the {} server packages (Debian: apt-get install {}), or name a server image in spec.mysql.image (scripts/images builds them)",
+                flavor.as_str(),
+                match flavor {
+                    Flavor::Mariadb => "mariadb-server mariadb-backup",
+                    Flavor::Mysql => "mysql-server-core",
                 }
+            )
+        })
+    }
+
+    /// The programs a Cluster asks for on this machine: those of the server
+    /// image `spec.mysql.image` names (from `store`), or the machine's own.
+    pub fn for_spec(spec: &ClusterSpec, store: &Path) -> Result<Programs, String> {
+        let Some(reference) = spec.mysql.image.as_deref() else {
+            return Self::discover(spec.mysql.flavor);
+        };
+        let image = crate::server_image::resolve(store, reference)
+            .map_err(|e| format!("spec.mysql.image: {e}"))?;
+        if image.manifest.flavor != spec.mysql.flavor {
+            return Err(format!(
+                "spec.mysql.image: {} holds a {} server ({}) but spec.mysql.flavor is {}: set spec.mysql.flavor: {}, or name a {} image",
+                image.reference,
+                image.manifest.flavor.as_str(),
+                image.manifest.server_version,
+                spec.mysql.flavor.as_str(),
+                image.manifest.flavor.as_str(),
+                spec.mysql.flavor.as_str(),
+            ));
+        }
+        Self::from_image(&image)
+    }
+
+    /// The programs of a server image (scripts/images), run from it.
+    pub fn from_image(image: &crate::server_image::ServerImage) -> Result<Programs, String> {
+        let flavor = image.manifest.flavor;
+        let mut p = Self::find(
+            flavor,
+            |name| {
+                ["usr/sbin", "usr/bin"]
+                    .iter()
+                    .map(|d| Path::new("/").join(d).join(name))
+                    .find(|p| image.root.join(p.strip_prefix("/").unwrap()).is_file())
+            },
+            |missing| {
+                format!(
+                    "server image {} has no {missing}; rebuild it with `scripts/images --rebuild {}`",
+                    image.reference, image.reference
+                )
+            },
+        )?;
+        p.image = Some(ImageRoot {
+            reference: image.reference.clone(),
+            root: image.root.clone(),
+            server_version: image.manifest.server_version.clone(),
+        });
+        Ok(p)
+    }
+
+    fn find(
+        flavor: Flavor,
+        lookup: impl Fn(&str) -> Option<PathBuf>,
+        missing: impl Fn(&str) -> String,
+    ) -> Result<Programs, String> {
+        let mut found = Vec::new();
+        for alternatives in program_names(flavor) {
+            if alternatives.is_empty() {
+                found.push(None);
+                continue;
+            }
+            match alternatives.iter().find_map(|n| lookup(n)) {
+                Some(p) => found.push(Some(p)),
+                None => return Err(missing(alternatives[0])),
             }
         }
+        let mut it = found.into_iter();
+        let mut next = || it.next().flatten();
         Ok(Programs {
-            mysqld: found[0].clone(),
-            backup: found[1].clone(),
-            stream_extract: found[2].clone(),
-            install_db: found[3].clone(),
+            mysqld: next().expect("mysqld is required"),
+            install_db: next().expect("the install program is required"),
+            backup: next(),
+            stream_extract: next(),
+            image: None,
         })
+    }
+
+    /// A command that runs `program` (one of these programs): from the
+    /// server image when there is one.
+    pub fn command(&self, program: &Path) -> std::process::Command {
+        use std::os::unix::process::CommandExt as _;
+        let mut cmd = std::process::Command::new(program);
+        if let Some(img) = &self.image {
+            let entry = crate::server_image::Entry::new(&img.root);
+            // SAFETY: `enter` only makes system calls on prepared strings.
+            unsafe {
+                cmd.pre_exec(move || entry.enter());
+            }
+        }
+        cmd
+    }
+
+    /// [`Programs::command`] for tokio.
+    pub fn tokio_command(&self, program: &Path) -> tokio::process::Command {
+        tokio::process::Command::from(self.command(program))
+    }
+
+    /// The error of a program that did not start, naming the image and
+    /// what it needs.
+    pub fn start_error(&self, program: &Path, e: &std::io::Error) -> anyhow::Error {
+        match &self.image {
+            Some(img) => anyhow::anyhow!(crate::server_image::explain_start_error(
+                &img.reference,
+                program,
+                e
+            )),
+            None => anyhow::anyhow!("cannot run {}: {e}", program.display()),
+        }
+    }
+
+    /// MariaDB's backup tool and extractor, or why there are none.
+    pub fn mariadb_backup(&self) -> anyhow::Result<(&Path, &Path)> {
+        match (&self.backup, &self.stream_extract) {
+            (Some(b), Some(x)) => Ok((b, x)),
+            _ => anyhow::bail!(
+                "no mariadb-backup and mbstream: install mariadb-backup, or use a server image that has them"
+            ),
+        }
     }
 }
 
@@ -173,20 +300,34 @@ impl InstanceConfig {
 /// Settings we choose unless the user overrides them in `spec.mysql.parameters`.
 const TUNABLE_DEFAULTS: &[(&str, &str)] = &[
     ("innodb_buffer_pool_size", "64M"),
-    ("innodb_log_file_size", "48M"),
     ("max_connections", "151"),
     ("skip_name_resolve", "ON"),
     ("performance_schema", "OFF"),
     ("innodb_flush_log_at_trx_commit", "1"),
     ("sync_binlog", "1"),
-    ("slave_net_timeout", "10"),
 ];
+
+/// The same, per flavour (the names differ).
+fn flavour_defaults(f: Flavor) -> &'static [(&'static str, &'static str)] {
+    match f {
+        Flavor::Mariadb => &[("innodb_log_file_size", "48M"), ("slave_net_timeout", "10")],
+        Flavor::Mysql => &[
+            ("innodb_redo_log_capacity", "48M"),
+            ("replica_net_timeout", "10"),
+        ],
+    }
+}
+
+/// MySQL's plugins the operator relies on: the clone plugin (physical
+/// copies) and both sides of semi-synchronous replication.
+pub const MYSQL_PLUGINS: &str = "mysql_clone.so;semisync_source.so;semisync_replica.so";
 
 /// Render the server configuration: our defaults, the user's parameters, then
 /// the settings the operator owns (which validation keeps users from setting).
 pub fn render_mycnf(c: &InstanceConfig) -> String {
     let mut settings: BTreeMap<String, String> = TUNABLE_DEFAULTS
         .iter()
+        .chain(flavour_defaults(c.flavor()))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     for (k, v) in &c.spec.mysql.parameters {
@@ -203,7 +344,6 @@ pub fn render_mycnf(c: &InstanceConfig) -> String {
         ("log_bin", "mysql-bin".into()),
         ("log_bin_index", "mysql-bin.index".into()),
         ("relay_log", "relay-bin".into()),
-        ("binlog_format", "ROW".into()),
         ("read_only", "ON".into()),
         ("ssl_ca", c.tls.ca.display().to_string()),
         ("ssl_cert", c.tls.cert.display().to_string()),
@@ -212,6 +352,7 @@ pub fn render_mycnf(c: &InstanceConfig) -> String {
     match c.flavor() {
         Flavor::Mariadb => {
             owned.extend([
+                ("binlog_format", "ROW".to_string()),
                 ("log_slave_updates", "ON".to_string()),
                 ("gtid_strict_mode", "ON".to_string()),
                 ("gtid_domain_id", "0".to_string()),
@@ -238,6 +379,27 @@ pub fn render_mycnf(c: &InstanceConfig) -> String {
                 ("enforce_gtid_consistency", "ON".to_string()),
                 ("skip_replica_start", "ON".to_string()),
                 ("super_read_only", "ON".to_string()),
+                // A replica that crashed fetches its relay log again from
+                // the source instead of trusting a torn one.
+                ("relay_log_recovery", "ON".to_string()),
+                ("plugin_load_add", MYSQL_PLUGINS.to_string()),
+                ("rpl_semi_sync_source_enabled", "OFF".to_string()),
+                (
+                    "rpl_semi_sync_replica_enabled",
+                    if semi.enabled { "ON" } else { "OFF" }.to_string(),
+                ),
+                ("rpl_semi_sync_source_wait_point", "AFTER_SYNC".to_string()),
+                (
+                    "rpl_semi_sync_source_timeout",
+                    cnmysql_core::semisync::desired(&c.spec, 0)
+                        .timeout_millis
+                        .to_string(),
+                ),
+                // No file import or export (the packaged default names a
+                // directory that need not exist, and the server refuses it).
+                ("secure_file_priv", "NULL".to_string()),
+                // The X protocol would claim port 33060 on every instance.
+                ("mysqlx", "OFF".to_string()),
             ]);
         }
     }
@@ -290,9 +452,10 @@ pub(crate) mod tests {
             },
             programs: Programs {
                 mysqld: "/usr/sbin/mariadbd".into(),
-                backup: "/usr/bin/mariadb-backup".into(),
-                stream_extract: "/usr/bin/mbstream".into(),
                 install_db: "/usr/bin/mariadb-install-db".into(),
+                backup: Some("/usr/bin/mariadb-backup".into()),
+                stream_extract: Some("/usr/bin/mbstream".into()),
+                image: None,
             },
             mysql_bind: "127.0.0.1".into(),
             mysql_port: 3307,

@@ -5,11 +5,13 @@ pub mod api;
 pub mod bootstrap;
 pub mod client;
 pub mod clone;
+pub mod clone_plugin;
 pub mod cluster_state;
 pub mod config;
 pub mod inherit;
 pub mod manager;
 pub mod mysqld;
+pub mod server_image;
 pub mod sql;
 pub mod upgrade;
 

@@ -227,7 +227,8 @@ impl Supervisor {
         let fifo = std::fs::OpenOptions::new()
             .write(true)
             .open(self.cfg.log_fifo())?;
-        let mut cmd = std::process::Command::new(&self.cfg.programs.mysqld);
+        let programs = &self.cfg.programs;
+        let mut cmd = programs.command(&programs.mysqld);
         cmd.arg(format!("--defaults-file={}", self.cfg.mycnf().display()));
         if nix::unistd::geteuid().is_root() {
             cmd.arg("--user=root");
@@ -243,9 +244,9 @@ impl Supervisor {
             // Its own process group: a Ctrl-C in the terminal reaches the
             // manager, which then shuts the server down in order.
             .process_group(0);
-        let child = cmd.spawn().map_err(|e| {
-            anyhow::anyhow!("cannot start {}: {e}", self.cfg.programs.mysqld.display())
-        })?;
+        let child = cmd
+            .spawn()
+            .map_err(|e| programs.start_error(&programs.mysqld, &e))?;
         Ok(child.id())
     }
 

@@ -6,7 +6,6 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use cnmysql_api::Flavor;
 use cnmysql_instance::config::Programs;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -90,7 +89,9 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<()> {
             }
         }
     }
-    let programs = Programs::discover(cluster.spec.mysql.flavor).map_err(|e| anyhow::anyhow!(e))?;
+    let programs =
+        Programs::for_spec(&cluster.spec, &cnmysql_instance::server_image::default_store())
+            .map_err(|e| anyhow::anyhow!(e))?;
     // A first start that fails before any instance ran leaves nothing that
     // would block the retry its error suggests (saved ports above all).
     let first_start = (!dir.exists()).then(|| dir.root.exists());
@@ -103,10 +104,10 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<()> {
             return Err(e);
         }
     };
-    let template = match cluster.spec.mysql.flavor {
-        Flavor::Mariadb => Some(template::ensure_template(&programs)?),
-        Flavor::Mysql => None,
-    };
+    let template = Some(template::ensure_template(
+        cluster.spec.mysql.flavor,
+        &programs,
+    )?);
     if opts.detach && std::env::var_os(DETACHED_ENV).is_none() {
         return detach(&opts, &dir);
     }

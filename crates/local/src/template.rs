@@ -5,12 +5,14 @@
 use std::fs::File;
 use std::path::PathBuf;
 
+use cnmysql_api::Flavor;
 use cnmysql_instance::bootstrap::install_db;
 use cnmysql_instance::config::Programs;
 use nix::fcntl::{Flock, FlockArg};
 
 fn server_version(programs: &Programs) -> String {
-    std::process::Command::new(&programs.mysqld)
+    programs
+        .command(&programs.mysqld)
         .arg("--version")
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
@@ -18,7 +20,7 @@ fn server_version(programs: &Programs) -> String {
 }
 
 /// The template directory for these programs, created on first use.
-pub fn ensure_template(programs: &Programs) -> anyhow::Result<PathBuf> {
+pub fn ensure_template(flavor: Flavor, programs: &Programs) -> anyhow::Result<PathBuf> {
     let version = server_version(programs);
     let key: String = version
         .split_whitespace()
@@ -60,7 +62,7 @@ pub fn ensure_template(programs: &Programs) -> anyhow::Result<PathBuf> {
     }
     let tmp = base.join(format!(".tmp-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
-    install_db(programs, &tmp)?;
+    install_db(flavor, programs, &tmp)?;
     std::fs::rename(&tmp, &dir)?;
     Ok(dir)
 }

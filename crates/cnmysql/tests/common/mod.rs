@@ -39,10 +39,76 @@ pub fn local_up(manifest: &Path, state: &Path, port_base: &str, more: &[&str]) -
     cnmysql(&args)
 }
 
-/// A manifest for a cluster of `instances` with small memory settings.
+/// The server flavour the end-to-end suites run against:
+/// `CNMYSQL_TEST_FLAVOR=mysql` runs them on MySQL from the server image
+/// `CNMYSQL_TEST_IMAGE` (default `mysql:9.7`, built by `scripts/images`);
+/// unset or `mariadb`, on this machine's MariaDB.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flavor {
+    Mariadb,
+    Mysql,
+}
+
+pub fn flavor() -> Flavor {
+    match std::env::var("CNMYSQL_TEST_FLAVOR").as_deref() {
+        Ok("mysql") => Flavor::Mysql,
+        Ok("mariadb") | Ok("") | Err(_) => Flavor::Mariadb,
+        Ok(other) => panic!("CNMYSQL_TEST_FLAVOR={other}: expected mysql or mariadb"),
+    }
+}
+
+/// The statement of the flavour under test.
+pub fn sql(mariadb: &'static str, mysql: &'static str) -> &'static str {
+    match flavor() {
+        Flavor::Mariadb => mariadb,
+        Flavor::Mysql => mysql,
+    }
+}
+
+pub fn stop_io_thread() -> &'static str {
+    sql("STOP SLAVE IO_THREAD", "STOP REPLICA IO_THREAD")
+}
+
+pub fn start_io_thread() -> &'static str {
+    sql("START SLAVE IO_THREAD", "START REPLICA IO_THREAD")
+}
+
+/// The transactions a server wrote to its binary log (its own and those it
+/// replicated).
+pub fn binlog_gtids() -> &'static str {
+    sql("SELECT @@gtid_binlog_pos", "SELECT @@gtid_executed")
+}
+
+/// `SELECT <columns> FROM` the numbers `lo..=hi` as column `seq`, in a form
+/// both flavours run.
+pub fn sequence(lo: u64, hi: u64, columns: &str) -> String {
+    format!(
+        "WITH RECURSIVE s (seq) AS (SELECT {lo} UNION ALL SELECT seq + 1 FROM s WHERE seq < {hi}) SELECT {columns} FROM s"
+    )
+}
+
+/// The server program's process name.
+pub fn server_program() -> &'static str {
+    sql("mariadbd", "mysqld")
+}
+
+/// The `spec.mysql` lines that choose the flavour under test.
+pub fn flavor_lines() -> String {
+    match flavor() {
+        Flavor::Mariadb => String::new(),
+        Flavor::Mysql => format!(
+            "    flavor: mysql\n    image: {}\n",
+            std::env::var("CNMYSQL_TEST_IMAGE").unwrap_or_else(|_| "mysql:9.7".into())
+        ),
+    }
+}
+
+/// A manifest for a cluster of `instances` with small memory settings, on
+/// the flavour under test. It ends inside `spec.mysql`.
 pub fn manifest(name: &str, instances: u32) -> String {
     format!(
-        "apiVersion: mysql.cnmysql.io/v1\nkind: Cluster\nmetadata:\n  name: {name}\nspec:\n  instances: {instances}\n  mysql:\n    parameters:\n      innodb_buffer_pool_size: 32M\n"
+        "apiVersion: mysql.cnmysql.io/v1\nkind: Cluster\nmetadata:\n  name: {name}\nspec:\n  instances: {instances}\n  mysql:\n{}    parameters:\n      innodb_buffer_pool_size: 32M\n",
+        flavor_lines()
     )
 }
 

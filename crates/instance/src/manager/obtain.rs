@@ -115,6 +115,17 @@ impl<C: ClusterState> Manager<C> {
                 Bootstrap::CloneFrom(source) => {
                     match self.clone_replica(&source).await {
                         Ok(()) => return Ok(true),
+                        Err(e)
+                            if e
+                                .downcast_ref::<crate::clone_plugin::SourceBusy>()
+                                .is_some() =>
+                        {
+                            tracing::info!(source, "{e}");
+                            self.set_phase(InstancePhase::Cloning, e.to_string());
+                            if self.sleep_or_stop(Duration::from_millis(500)).await {
+                                return Ok(false);
+                            }
+                        }
                         Err(e) => {
                             tracing::error!(source, error = %e, "clone failed; retrying");
                             self.set_phase(
@@ -163,26 +174,31 @@ impl<C: ClusterState> Manager<C> {
             .peer(source)
             .ok_or_else(|| anyhow::anyhow!("no address known for {source}"))?;
         self.set_phase(InstancePhase::Cloning, format!("cloning from {source}"));
-        let gtid = clone::clone_from(&self.cfg, source, &peer, &self.peers, &self.progress).await?;
+        let mut gtid =
+            clone::clone_from(&self.cfg, source, &peer, &self.peers, &self.progress).await?;
         self.set_phase(
             InstancePhase::Starting,
-            format!("starting the clone of {source} at {gtid:?}"),
+            format!("starting the clone of {source}"),
         );
         self.start_server();
         self.connect_admin().await?;
         let pool = self.pool().expect("connected");
         let mut conn = pool.get_conn().await?;
         let mut stmts = Vec::new();
-        if !gtid.is_empty() {
-            if self.cfg.flavor() == Flavor::Mariadb {
-                // The copy's own binlog starts empty: give it the history it
-                // holds, so comparisons of GTID state see what it contains.
-                stmts.push(flavor::Sql::new("RESET MASTER"));
-                stmts.push(flavor::Sql::new(format!(
-                    "SET GLOBAL gtid_binlog_state = {}",
-                    flavor::quote(&gtid)
-                )));
-            }
+        if self.cfg.flavor() == Flavor::Mysql {
+            // The clone plugin's copy knows its own history.
+            gtid = conn
+                .query_first::<String, _>("SELECT @@gtid_executed")
+                .await?
+                .unwrap_or_default();
+        } else if !gtid.is_empty() {
+            // The copy's own binlog starts empty: give it the history it
+            // holds, so comparisons of GTID state see what it contains.
+            stmts.push(flavor::Sql::new("RESET MASTER"));
+            stmts.push(flavor::Sql::new(format!(
+                "SET GLOBAL gtid_binlog_state = {}",
+                flavor::quote(&gtid)
+            )));
             stmts.extend(flavor::seed_gtid_position(self.cfg.flavor(), &gtid));
         }
         sql::exec_all(&mut conn, &stmts).await?;

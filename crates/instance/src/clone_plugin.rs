@@ -1,0 +1,225 @@
+//! MySQL's physical copy: the clone plugin. The new replica's manager
+//! starts a short-lived recipient server on an empty data directory (no
+//! network, its own socket), and has it run `CLONE INSTANCE FROM` the
+//! source's server over TLS, presenting this instance's certificate to an
+//! account that requires one (X509). The copy lands in a directory of its
+//! own (`DATA DIRECTORY`), so the recipient never restarts itself; once the
+//! copy is complete the recipient stops and the copy becomes the data
+//! directory. The copy carries the donor's `gtid_executed`: the new server
+//! knows what it holds without any seeding.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use cnmysql_api::names::REPLICATION_USER;
+use cnmysql_core::flavor::{Sql, quote};
+use mysql_async::prelude::*;
+
+use crate::bootstrap::read_secret;
+use crate::clone::{ProgressCell, report, tail_lines, tail_text};
+use crate::config::{InstanceConfig, PeerAddr};
+use crate::sql;
+
+/// The source is copying itself to another instance already: MySQL allows
+/// one clone at a time. Not a failure; the clone is tried again shortly.
+#[derive(Debug, thiserror::Error)]
+#[error("{source_name} is cloning another instance (MySQL clones one at a time); waiting")]
+pub struct SourceBusy {
+    pub source_name: String,
+}
+
+/// MySQL's error for a donor already serving a clone.
+const ER_CLONE_TOO_MANY_CONCURRENT_CLONES: &str = "3634";
+
+/// The recipient's configuration: just enough of a server to run a clone.
+fn recipient_cnf(cfg: &InstanceConfig, datadir: &std::path::Path, donor: &str) -> String {
+    let run = &cfg.run_dir;
+    format!(
+        "# A short-lived clone recipient of the cnmysql instance manager.\n[mysqld]\n\
+         datadir = {}\nsocket = {}\npid_file = {}\nskip_networking = ON\nskip_log_bin = ON\n\
+         server_id = {}\nplugin_load_add = mysql_clone.so\nperformance_schema = ON\n\
+         innodb_buffer_pool_size = 32M\ninnodb_redo_log_capacity = 48M\nmysqlx = OFF\n\
+         secure_file_priv = NULL\nclone_ssl_ca = {}\nclone_ssl_cert = {}\nclone_ssl_key = {}\n\
+         clone_valid_donor_list = {donor}\n",
+        datadir.display(),
+        run.join("recipient.sock").display(),
+        run.join("recipient.pid").display(),
+        cfg.server_id(),
+        cfg.tls.ca.display(),
+        cfg.tls.cert.display(),
+        cfg.tls.key.display(),
+    )
+}
+
+/// Clone `source` into this instance's data directory (which must not hold
+/// an initialised server). The copy's GTID set is its own `gtid_executed`.
+pub async fn clone_from(
+    cfg: &InstanceConfig,
+    source: &str,
+    peer: &PeerAddr,
+    progress: &ProgressCell,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let set = |stage: &str, bytes: u64, expected: Option<u64>| {
+        report(progress, source, started, stage, bytes, expected)
+    };
+    set("preparing a recipient", 0, None);
+    let recipient_dir = cfg.data_dir.with_extension("recipient");
+    let target = cfg.data_dir.with_extension("clone");
+    for d in [&recipient_dir, &target] {
+        if d.exists() {
+            std::fs::remove_dir_all(d)?;
+        }
+    }
+    {
+        let (cfg, dir) = (cfg.clone(), recipient_dir.clone());
+        tokio::task::spawn_blocking(move || crate::bootstrap::prepare_empty_datadir_at(&cfg, &dir))
+            .await??;
+    }
+    let donor = format!("{}:{}", peer.host, peer.mysql_port);
+    let cnf = cfg.run_dir.join("recipient.cnf");
+    std::fs::write(&cnf, recipient_cnf(cfg, &recipient_dir, &donor))?;
+    let socket = cfg.run_dir.join("recipient.sock");
+    let mysqld = &cfg.programs.mysqld;
+    let mut cmd = cfg.programs.tokio_command(mysqld);
+    cmd.arg(format!("--defaults-file={}", cnf.display()));
+    if nix::unistd::geteuid().is_root() {
+        cmd.arg("--user=root");
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut server = cmd
+        .spawn()
+        .map_err(|e| cfg.programs.start_error(mysqld, &e))?;
+    let server_tail = tail_lines(server.stderr.take().expect("piped"), "clone recipient");
+    let result = async {
+        let opts = sql::socket_opts(&socket, "root", None);
+        let mut conn = tokio::select! {
+            c = sql::wait_connectable(&opts, Duration::from_secs(120)) => c?,
+            st = server.wait() => anyhow::bail!(
+                "the clone recipient server exited ({:?}): {}",
+                st,
+                tail_text(&server_tail)
+            ),
+        };
+        let mut watcher = sql::wait_connectable(&opts, Duration::from_secs(10)).await?;
+        let password = read_secret(&cfg.secrets.replication_password)?;
+        let clone = |pw: &str| {
+            format!(
+                "CLONE INSTANCE FROM {}@{}:{} IDENTIFIED BY {pw} DATA DIRECTORY = {} REQUIRE SSL",
+                quote(REPLICATION_USER),
+                quote(&peer.host),
+                peer.mysql_port,
+                quote(&target.display().to_string()),
+            )
+        };
+        let stmt = Sql::secret(clone(&quote(&password)), clone("'<redacted>'"));
+        tracing::info!(source, donor, "cloning with the clone plugin");
+        set("copying", 0, None);
+        let stmts = [stmt];
+        let copy = sql::exec_all(&mut conn, &stmts);
+        tokio::pin!(copy);
+        // Logged when the copy begins, every second and every 64 MiB on
+        // fast links, and at its end.
+        let (mut last_log, mut logged_bytes) = (Instant::now(), 0u64);
+        let log_progress = || {
+            let p = progress.lock().unwrap().clone().unwrap_or_default();
+            tracing::info!(
+                source,
+                bytes = p.bytes,
+                expected_bytes = p.expected_bytes,
+                mb_per_s = format!("{:.1}", p.bytes_per_second / 1e6),
+                eta_seconds = p.eta_seconds.map(|e| format!("{e:.0}")),
+                "clone progress"
+            );
+        };
+        loop {
+            tokio::select! {
+                r = &mut copy => {
+                    if let Err(e) = r {
+                        if e.to_string().contains(ER_CLONE_TOO_MANY_CONCURRENT_CLONES) {
+                            return Err(SourceBusy { source_name: source.to_string() }.into());
+                        }
+                        return Err(e);
+                    }
+                    break;
+                }
+                _ = tokio::time::sleep(Duration::from_millis(250)) => {
+                    let row: Option<(Option<u64>, Option<u64>)> = watcher
+                        .query_first(
+                            "SELECT CAST(SUM(DATA) AS UNSIGNED), CAST(SUM(ESTIMATE) AS UNSIGNED) \
+                             FROM performance_schema.clone_progress",
+                        )
+                        .await
+                        .unwrap_or_else(|e| {
+                            tracing::warn!(error = %e, "cannot read the clone's progress");
+                            None
+                        });
+                    if let Some((Some(bytes), estimate)) = row {
+                        set("copying", bytes, estimate.filter(|e| *e > 0));
+                        if bytes > logged_bytes
+                            && (logged_bytes == 0
+                                || last_log.elapsed() >= Duration::from_secs(1)
+                                || bytes >= logged_bytes + 64 * 1024 * 1024)
+                        {
+                            (last_log, logged_bytes) = (Instant::now(), bytes);
+                            log_progress();
+                        }
+                    }
+                }
+            }
+        }
+        let bytes: Option<u64> = watcher
+            .query_first(
+                "SELECT CAST(SUM(DATA) AS UNSIGNED) FROM performance_schema.clone_progress",
+            )
+            .await?
+            .flatten();
+        let bytes = bytes.unwrap_or(0);
+        set("finishing", bytes, Some(bytes));
+        if bytes > logged_bytes {
+            log_progress();
+        }
+        let _ = watcher.query_drop("SHUTDOWN").await;
+        Ok::<_, anyhow::Error>(bytes)
+    }
+    .await;
+    // A failed clone leaves nothing worth a clean shutdown.
+    let grace = if result.is_ok() { 60 } else { 0 };
+    if tokio::time::timeout(Duration::from_secs(grace), server.wait())
+        .await
+        .is_err()
+    {
+        if grace > 0 {
+            tracing::warn!("the clone recipient did not stop within 60 s; killing it");
+        }
+        let _ = server.kill().await;
+    }
+    let _ = std::fs::remove_dir_all(&recipient_dir);
+    let bytes = match result {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&target);
+            return Err(e);
+        }
+    };
+    if cfg.data_dir.exists() {
+        if crate::bootstrap::is_initialized(cfg) {
+            anyhow::bail!("refusing to replace an initialised data directory with a clone");
+        }
+        std::fs::remove_dir_all(&cfg.data_dir)?;
+    }
+    std::fs::rename(&target, &cfg.data_dir)?;
+    set("done", bytes, Some(bytes));
+    let secs = started.elapsed().as_secs_f64();
+    tracing::info!(
+        source,
+        bytes,
+        seconds = secs,
+        mb_per_s = bytes as f64 / 1e6 / secs.max(1e-9),
+        "clone complete"
+    );
+    Ok(())
+}
