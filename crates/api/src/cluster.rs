@@ -548,6 +548,12 @@ pub struct ClusterStatus {
     /// Last observed GTID state per instance.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub gtid_executed_by_instance: BTreeMap<String, String>,
+    /// The GTID source of each instance as last observed (MySQL: its
+    /// server_uuid; MariaDB: its server_id): the transactions an instance
+    /// wrote as primary carry it, which failover needs to know once the
+    /// instance is gone.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub source_id_by_instance: BTreeMap<String, String>,
     /// What the last poll saw of each instance: role, phase, readiness.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub instance_states: BTreeMap<String, InstanceState>,

@@ -84,7 +84,10 @@ async fn three_instances_replicate_from_rw_to_ro() {
         .unwrap()
         .unwrap();
     let col = |c: &str| format!("{}_{c}", sql("Master", "Source"));
-    assert_eq!(st.get::<String, _>(col("SSL_Allowed").as_str()).unwrap(), "Yes");
+    assert_eq!(
+        st.get::<String, _>(col("SSL_Allowed").as_str()).unwrap(),
+        "Yes"
+    );
     assert_eq!(
         st.get::<String, _>(col("SSL_Verify_Server_Cert").as_str())
             .unwrap(),
@@ -252,8 +255,8 @@ async fn a_replica_cloned_from_200mb_has_identical_checksums() {
         "INSERT INTO big.small {}",
         sequence(1, 1000, "seq, seq * 7")
     ))
-        .await
-        .unwrap();
+    .await
+    .unwrap();
     drop(rw);
     let data_bytes = cnmysql_instance::clone::dir_size(&c.instance_dir("big-1").join("data"));
     assert!(data_bytes >= 200_000_000, "only {data_bytes} bytes of data");
@@ -283,11 +286,7 @@ async fn a_replica_cloned_from_200mb_has_identical_checksums() {
         assert_eq!(a, b, "{table} differs");
         assert_ne!(a[0][1], "0");
     }
-    let gp: String = p
-        .query_first(binlog_gtids())
-        .await
-        .unwrap()
-        .unwrap();
+    let gp: String = p.query_first(binlog_gtids()).await.unwrap().unwrap();
     let gr: String = r
         .query_first(sql("SELECT @@gtid_slave_pos", "SELECT @@gtid_executed"))
         .await

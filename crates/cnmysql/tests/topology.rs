@@ -173,22 +173,40 @@ async fn failover_after_kill9_with_required_durability_loses_nothing() {
     );
     assert!(c.has_event("FailingOver").is_some());
     assert_eq!(c.writable_instances().await, vec![new.clone()]);
-    // The former primary comes back read-only and rejoins as a replica: a
-    // transaction it was killed with before any replica acknowledged it (so
-    // no client was told it committed) is rolled back by its recovery as a
-    // replica, so it is never kept out as diverged here.
-    wait_for("fo-1 to rejoin", Duration::from_secs(60), || async {
-        assert_eq!(
-            c.status()["divergedInstances"],
-            serde_json::Value::Null,
+    // The former primary comes back read-only. MariaDB: it rejoins as a
+    // replica, since a transaction it was killed with before any replica
+    // acknowledged it (so no client was told it committed) is rolled back
+    // by its recovery as a replica. MySQL has no such recovery: it commits
+    // that transaction, and the former primary is then kept out as
+    // diverged (read-only, out of routing) unless nothing was in flight.
+    let rejoined = wait_for("fo-1 to rejoin", Duration::from_secs(60), || async {
+        let diverged = c.status()["divergedInstances"] == serde_json::json!(["fo-1"]);
+        assert!(
+            flavor() == Flavor::Mysql || !diverged,
             "fo-1 was found diverged"
         );
+        if diverged {
+            return Some(false);
+        }
         let st = c.status_json();
         let i = instances_by_name(&st)["fo-1"].clone();
-        (i["ready"] == true && i["role"] == "replica").then_some(())
+        (i["ready"] == true && i["role"] == "replica").then_some(true)
     })
     .await;
-    let survivors = ["fo-1", "fo-2", "fo-3"];
+    let survivors: &[&str] = if rejoined {
+        &["fo-1", "fo-2", "fo-3"]
+    } else {
+        eprintln!("fo-1 kept out as diverged (MySQL recovered a transaction nobody acknowledged)");
+        assert_eq!(
+            c.admin("fo-1")
+                .await
+                .query_first::<i64, _>("SELECT @@read_only")
+                .await
+                .unwrap(),
+            Some(1)
+        );
+        &["fo-2", "fo-3"]
+    };
     for i in survivors {
         verify_on(&c, i, &o.acked).await;
     }
@@ -261,7 +279,7 @@ async fn failover_is_blocked_when_the_only_candidate_has_an_errant_transaction()
     )
     .await;
     let mut a = c.admin("errant-2").await;
-    a.query_drop("CREATE DATABASE sneaky").await.unwrap();
+    write_as_admin(&mut a, "CREATE DATABASE sneaky").await;
     drop(a);
     c.signal_instance("errant-1", Signal::SIGKILL);
     let e = wait_for("FailoverBlocked", Duration::from_secs(20), || async {
@@ -621,19 +639,9 @@ async fn a_primary_killed_mid_commit_rolls_back_the_unacknowledged_write_and_rej
         .await;
         let (manager, _) = c.instance_pids(r);
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(manager), Signal::SIGSTOP).unwrap();
-        c.admin(r)
-            .await
-            .query_drop(stop_io_thread())
-            .await
-            .unwrap();
+        c.admin(r).await.query_drop(stop_io_thread()).await.unwrap();
     }
-    let before: String = c
-        .admin("mid-1")
-        .await
-        .query_first(binlog_gtids())
-        .await
-        .unwrap()
-        .unwrap();
+    let before = binlog_end(&mut c.admin("mid-1").await).await.unwrap();
     // This commit is written to the primary's binary log, then waits for an
     // acknowledgement that never comes: its client never hears back.
     let pending = tokio::spawn(async move { rw.query_drop("INSERT INTO mid.t VALUES (2)").await });
@@ -641,8 +649,7 @@ async fn a_primary_killed_mid_commit_rolls_back_the_unacknowledged_write_and_rej
         "the write in the primary's binary log",
         Duration::from_secs(10),
         || async {
-            let mut p = c.admin("mid-1").await;
-            let now: String = p.query_first(binlog_gtids()).await.ok()??;
+            let now = binlog_end(&mut c.admin("mid-1").await).await?;
             (now != before).then_some(())
         },
     )
@@ -662,6 +669,53 @@ async fn a_primary_killed_mid_commit_rolls_back_the_unacknowledged_write_and_rej
         (p != "mid-1" && !p.is_empty()).then_some(())
     })
     .await;
+    if flavor() == Flavor::Mysql {
+        // MySQL's crash recovery commits what its binary log holds: the
+        // former primary now has a transaction no other instance has, so
+        // it is kept out as diverged, with its data, and never serves.
+        wait_for(
+            "mid-1 kept out as diverged",
+            Duration::from_secs(60),
+            || async {
+                let d = c.status()["divergedInstances"].clone();
+                (d == serde_json::json!(["mid-1"])).then_some(())
+            },
+        )
+        .await;
+        let mut a = c.admin("mid-1").await;
+        let rows: Vec<i64> = a.query("SELECT id FROM mid.t ORDER BY id").await.unwrap();
+        assert_eq!(rows, [1, 2], "the diverged instance keeps its data");
+        let ro: i64 = a
+            .query_first("SELECT @@super_read_only")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(ro, 1, "a diverged instance stays read-only");
+        drop(a);
+        assert!(!c.routes()["rw"].contains(&"mid-1".to_string()));
+        let mut rw = c.app(c.service_port("rw")).await.unwrap();
+        rw.query_drop("INSERT INTO mid.t VALUES (3)").await.unwrap();
+        for i in ["mid-2", "mid-3"] {
+            let rows = wait_for(
+                &format!("row 3 on {i}"),
+                Duration::from_secs(20),
+                || async {
+                    let mut a = c.admin(i).await;
+                    let rows: Vec<i64> = a.query("SELECT id FROM mid.t ORDER BY id").await.ok()?;
+                    rows.contains(&3).then_some(rows)
+                },
+            )
+            .await;
+            assert_eq!(
+                rows,
+                [1, 3],
+                "{i}: the unacknowledged row must not be served"
+            );
+        }
+        assert_eq!(c.writable_instances().await, vec![c.current_primary()]);
+        c.destroy();
+        return;
+    }
     // The former primary recovers as a replica: the write nobody
     // acknowledged is rolled back and cut from its binary log, so it follows
     // the new primary instead of being kept out as diverged.
@@ -822,4 +876,84 @@ async fn preferred_durability_falls_back_when_no_replica_acknowledges() {
         "{st}"
     );
     c.destroy();
+}
+
+/// The acknowledgement count the primary's server really uses, read from
+/// the server: `rpl_semi_sync_source_wait_for_replica_count` (MySQL; MariaDB
+/// has no such variable and always waits for one).
+async fn ack_count(c: &LocalCluster, primary: &str) -> (bool, u64) {
+    let mut a = c.admin(primary).await;
+    let row: (String, u64) = a
+        .query_first(sql(
+            "SELECT @@rpl_semi_sync_master_enabled, 1",
+            "SELECT @@rpl_semi_sync_source_enabled, @@rpl_semi_sync_source_wait_for_replica_count",
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    (row.0 == "1" || row.0.eq_ignore_ascii_case("ON"), row.1)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_acknowledgement_count_follows_data_durability_as_replicas_stop_and_start() {
+    // minSyncReplicas 2 of 2 replicas. `required` pins the count at 2 even
+    // with a replica stopped; `preferred` lowers it to the healthy replicas
+    // (never below one) and raises it again once the replica is back.
+    for durability in ["required", "preferred"] {
+        let name = format!("ack{}", &durability[..3]);
+        let m = format!(
+            "{}    semiSync:\n      enabled: true\n      timeoutMillis: 1000\n      dataDurability: {durability}\n  minSyncReplicas: 2\n  maxSyncReplicas: 2\n  failoverDelay: 0\n",
+            manifest(&name, 3)
+        );
+        let c = LocalCluster::start(&name, &m);
+        let primary = format!("{name}-1");
+        let full = sql_count(2);
+        wait_for(
+            "the full acknowledgement count",
+            Duration::from_secs(20),
+            || async { (ack_count(&c, &primary).await == (true, full)).then_some(()) },
+        )
+        .await;
+        let stopped = format!("{name}-3");
+        c.signal_instance(&stopped, Signal::SIGSTOP);
+        let expected = if durability == "required" {
+            full
+        } else {
+            sql_count(1)
+        };
+        // The control plane sees the replica unhealthy within a few polls.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut seen = ack_count(&c, &primary).await;
+        while seen != (true, expected) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            seen = ack_count(&c, &primary).await;
+        }
+        assert_eq!(
+            seen,
+            (true, expected),
+            "{durability}: with {stopped} stopped"
+        );
+        if durability == "required" {
+            // And it stays pinned.
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            assert_eq!(ack_count(&c, &primary).await, (true, full));
+        }
+        eprintln!("{durability}: count {} with {stopped} stopped", seen.1);
+        c.signal_instance(&stopped, Signal::SIGCONT);
+        wait_for(
+            "the count raised again",
+            Duration::from_secs(30),
+            || async { (ack_count(&c, &primary).await == (true, full)).then_some(()) },
+        )
+        .await;
+        c.destroy();
+    }
+}
+
+/// A MySQL acknowledgement count; MariaDB always waits for one.
+fn sql_count(n: u64) -> u64 {
+    match flavor() {
+        Flavor::Mysql => n,
+        Flavor::Mariadb => 1,
+    }
 }

@@ -449,6 +449,45 @@ mod tests {
         assert!(matches!(decide(&s, None, true), Decision::Promote { .. }));
     }
 
+    /// MySQL: once the old primary is gone, its server_uuid comes from the
+    /// status. Without it, its own newer writes on a replica looked errant
+    /// and every kill -9 of a MySQL primary blocked failover.
+    #[test]
+    fn a_gone_mysql_primary_s_own_newer_writes_are_not_errant() {
+        const OLD: &str = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+        const OTHER: &str = "4e11fa47-71ca-11e1-9e33-c80aa9429562";
+        let mysql = |gtid: &str, recorded: bool| {
+            let mut s = snap(
+                vec![dead_primary(), replica("db-2", gtid)],
+                Some(T0),
+                t0_ms(),
+                0,
+            );
+            s.spec.mysql.flavor = cnmysql_api::Flavor::Mysql;
+            s.status
+                .gtid_executed_by_instance
+                .insert("db-1".into(), format!("{OLD}:1-100"));
+            if recorded {
+                s.status
+                    .source_id_by_instance
+                    .insert("db-1".into(), OLD.into());
+            }
+            s
+        };
+        assert!(matches!(
+            decide(&mysql(&format!("{OLD}:1-105"), true), None, true),
+            Decision::Promote { .. }
+        ));
+        match decide(&mysql(&format!("{OLD}:1-105"), false), None, true) {
+            Decision::Blocked { reason } => assert!(reason.contains("errant"), "{reason}"),
+            d => panic!("{d:?}"),
+        }
+        match decide(&mysql(&format!("{OLD}:1-100,{OTHER}:1"), true), None, true) {
+            Decision::Blocked { reason } => assert!(reason.contains(OTHER), "{reason}"),
+            d => panic!("{d:?}"),
+        }
+    }
+
     #[test]
     fn divergent_candidates_block() {
         let s = snap(

@@ -281,8 +281,10 @@ pub fn longest_ack_wait_ms(flavor: Flavor) -> Sql {
             "SELECT CAST(COALESCE(MAX(TIME_MS), 0) AS UNSIGNED) FROM information_schema.PROCESSLIST \
              WHERE STATE LIKE 'Waiting for semi-sync ACK%'"
         }
+        // information_schema: performance_schema's processlist is empty
+        // while performance_schema is off (our default).
         Flavor::Mysql => {
-            "SELECT CAST(COALESCE(MAX(TIME), 0) * 1000 AS UNSIGNED) FROM performance_schema.processlist \
+            "SELECT CAST(COALESCE(MAX(TIME), 0) * 1000 AS UNSIGNED) FROM information_schema.PROCESSLIST \
              WHERE STATE LIKE 'Waiting for semi-sync ACK%'"
         }
     })

@@ -259,6 +259,8 @@ pub struct Report {
     pub summary: Summary,
     pub instances: i32,
     pub gtids: BTreeMap<String, String>,
+    /// GTID source ids of the observed instances.
+    pub sources: BTreeMap<String, String>,
     pub hashes: BTreeMap<String, String>,
     /// Every declared instance as this poll saw it.
     pub states: BTreeMap<String, cnmysql_api::InstanceState>,
@@ -331,6 +333,7 @@ impl StatusChange {
                 st.instances = r.instances;
                 // Last observed: unreachable instances keep their last entry.
                 st.gtid_executed_by_instance.extend(r.gtids.clone());
+                st.source_id_by_instance.extend(r.sources.clone());
                 st.executable_hash_by_instance.extend(r.hashes.clone());
                 st.instance_states = r.states.clone();
                 for (t, on, reason, msg) in &r.summary.conditions {
@@ -353,6 +356,10 @@ impl Report {
                 .gtids
                 .iter()
                 .any(|(k, v)| st.gtid_executed_by_instance.get(k) != Some(v))
+            || self
+                .sources
+                .iter()
+                .any(|(k, v)| st.source_id_by_instance.get(k) != Some(v))
             || self
                 .hashes
                 .iter()
@@ -828,6 +835,7 @@ pub fn report(s: &Snapshot, memory: &Memory) -> Report {
         summary,
         instances: s.spec.instances,
         gtids: s.gtid_by_instance(),
+        sources: s.source_ids(),
         hashes,
         states,
         now_ms: s.now_ms,

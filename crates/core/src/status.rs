@@ -284,14 +284,22 @@ impl Snapshot {
         self.status.diverged_instances.iter().any(|n| n == name)
     }
 
-    /// The GTID source id of an instance: as observed, or for MariaDB the
-    /// server id the manager derives from the ordinal.
+    /// The GTID source id of an instance: as observed, as last recorded in
+    /// the status, or for MariaDB the server id the manager derives from
+    /// the ordinal.
     pub fn status_source_id(&self, name: &str) -> String {
         if let Some(id) = self
             .get(name)
             .and_then(|o| o.status.as_ref())
             .map(|s| s.source_id.clone())
             .filter(|s| !s.is_empty())
+            .or_else(|| {
+                self.status
+                    .source_id_by_instance
+                    .get(name)
+                    .filter(|s| !s.is_empty())
+                    .cloned()
+            })
         {
             return id;
         }
@@ -301,6 +309,19 @@ impl Snapshot {
                 .unwrap_or_default(),
             Flavor::Mysql => String::new(),
         }
+    }
+
+    /// The GTID source id of every instance whose server was observed.
+    pub fn source_ids(&self) -> BTreeMap<String, String> {
+        self.instances
+            .iter()
+            .filter_map(|i| {
+                i.status
+                    .as_ref()
+                    .filter(|s| s.mysqld_running && !s.source_id.is_empty())
+                    .map(|s| (i.name.clone(), s.source_id.clone()))
+            })
+            .collect()
     }
 
     /// The GTID history of every instance whose server was observed. A

@@ -69,16 +69,20 @@ fn program_names(flavor: Flavor) -> [&'static [&'static str]; 4] {
 impl Programs {
     /// Find the programs of a flavour on `PATH` (and the usual sbin dirs).
     pub fn discover(flavor: Flavor) -> Result<Programs, String> {
-        Self::find(flavor, |name| which(name), |missing| {
-            format!(
-                "cannot find {missing} on PATH; install the {} server packages (Debian: apt-get install {}), or name a server image in spec.mysql.image (scripts/images builds them)",
-                flavor.as_str(),
-                match flavor {
-                    Flavor::Mariadb => "mariadb-server mariadb-backup",
-                    Flavor::Mysql => "mysql-server-core",
-                }
-            )
-        })
+        Self::find(
+            flavor,
+            |name| which(name),
+            |missing| {
+                format!(
+                    "cannot find {missing} on PATH; install the {} server packages (Debian: apt-get install {}), or name a server image in spec.mysql.image (scripts/images builds them)",
+                    flavor.as_str(),
+                    match flavor {
+                        Flavor::Mariadb => "mariadb-server mariadb-backup",
+                        Flavor::Mysql => "mysql-server-core",
+                    }
+                )
+            },
+        )
     }
 
     /// The programs a Cluster asks for on this machine: those of the server

@@ -89,9 +89,11 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<()> {
             }
         }
     }
-    let programs =
-        Programs::for_spec(&cluster.spec, &cnmysql_instance::server_image::default_store())
-            .map_err(|e| anyhow::anyhow!(e))?;
+    let programs = Programs::for_spec(
+        &cluster.spec,
+        &cnmysql_instance::server_image::default_store(),
+    )
+    .map_err(|e| anyhow::anyhow!(e))?;
     // A first start that fails before any instance ran leaves nothing that
     // would block the retry its error suggests (saved ports above all).
     let first_start = (!dir.exists()).then(|| dir.root.exists());

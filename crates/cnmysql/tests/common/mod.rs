@@ -87,6 +87,39 @@ pub fn sequence(lo: u64, hi: u64, columns: &str) -> String {
     )
 }
 
+/// Where a server's binary log ends (`file:position`): it moves as soon as
+/// a transaction is written there, before semi-sync acknowledges it (MySQL
+/// adds it to gtid_executed only then).
+pub async fn binlog_end(conn: &mut Conn) -> Option<String> {
+    let row: mysql_async::Row = conn
+        .query_first(sql("SHOW MASTER STATUS", "SHOW BINARY LOG STATUS"))
+        .await
+        .ok()??;
+    Some(format!(
+        "{}:{}",
+        row.get::<String, _>("File")?,
+        row.get::<u64, _>("Position")?
+    ))
+}
+
+/// Write on a read-only server as its administrator, behind the cluster's
+/// back (an errant transaction). MySQL's super_read_only holds even the
+/// administrator, so it is lifted for the statement (read_only stays on).
+pub async fn write_as_admin(conn: &mut Conn, statement: &str) {
+    if flavor() == Flavor::Mysql {
+        conn.query_drop("SET GLOBAL super_read_only = OFF")
+            .await
+            .unwrap();
+    }
+    let r = conn.query_drop(statement).await;
+    if flavor() == Flavor::Mysql {
+        conn.query_drop("SET GLOBAL super_read_only = ON")
+            .await
+            .unwrap();
+    }
+    r.unwrap();
+}
+
 /// The server program's process name.
 pub fn server_program() -> &'static str {
     sql("mariadbd", "mysqld")

@@ -116,8 +116,7 @@ impl<C: ClusterState> Manager<C> {
                     match self.clone_replica(&source).await {
                         Ok(()) => return Ok(true),
                         Err(e)
-                            if e
-                                .downcast_ref::<crate::clone_plugin::SourceBusy>()
+                            if e.downcast_ref::<crate::clone_plugin::SourceBusy>()
                                 .is_some() =>
                         {
                             tracing::info!(source, "{e}");
