@@ -219,7 +219,10 @@ async fn in_place_upgrade_keeps_every_mysqld_running_and_loses_no_write() {
             let text = std::fs::read_to_string(&log).ok()?;
             text[offset..]
                 .lines()
-                .any(|l| l.contains("\"source\":\"mysqld\"") && l.contains("Slave I/O thread"))
+                .any(|l| {
+                    l.contains("\"source\":\"mysqld\"")
+                        && l.contains(sql("Slave I/O thread", "Replica receiver thread"))
+                })
                 .then_some(())
         },
     )
