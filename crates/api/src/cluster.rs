@@ -46,6 +46,8 @@ pub const OPERATOR_OWNED_PARAMETERS: &[&str] = &[
     "rpl_semi_sync_replica_enabled",
     "rpl_semi_sync_source_timeout",
     "rpl_semi_sync_source_wait_for_replica_count",
+    "rpl_semi_sync_source_wait_point",
+    "plugin_load_add",
     "user",
 ];
 
@@ -267,8 +269,10 @@ pub struct MysqlSpec {
     #[serde(default)]
     pub flavor: Flavor,
 
-    /// Server image (Kubernetes platform). The local platform uses the
-    /// server binaries found on this machine.
+    /// Server image. On Kubernetes, the mysql container's image. On the
+    /// local platform, an image of the server image store (`scripts/images`
+    /// builds them, for example `mysql:9.7`); unset, the server installed
+    /// on this machine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 512))]
     pub image: Option<String>,
@@ -279,7 +283,7 @@ pub struct MysqlSpec {
     #[serde(default)]
     #[schemars(extend("maxProperties" = 256, "additionalProperties" = {"type": "string", "maxLength": 4096}))]
     #[x_kube(validation = Rule::new("self.all(k, k.matches('^[A-Za-z0-9_.-]+$') && !self[k].contains('\\n'))").message("spec.mysql.parameters: names are letters, digits, _ . - and values are single lines"))]
-    #[x_kube(validation = Rule::new("self.all(k, !(k.lowerAscii().replace('-', '_') in ['server_id','port','socket','datadir','bind_address','pid_file','log_bin','log_bin_index','log_slave_updates','log_replica_updates','binlog_format','gtid_strict_mode','gtid_domain_id','gtid_mode','enforce_gtid_consistency','read_only','super_read_only','relay_log','ssl_ca','ssl_cert','ssl_key','skip_slave_start','skip_replica_start','rpl_semi_sync_master_enabled','rpl_semi_sync_slave_enabled','rpl_semi_sync_master_timeout','rpl_semi_sync_master_wait_point','rpl_semi_sync_source_enabled','rpl_semi_sync_replica_enabled','rpl_semi_sync_source_timeout','rpl_semi_sync_source_wait_for_replica_count','user']))").message("spec.mysql.parameters sets a setting the operator owns (server_id, binlog, GTID, TLS, read-only, semi-sync, paths): remove it; use spec.mysql.semiSync for semi-sync"))]
+    #[x_kube(validation = Rule::new("self.all(k, !(k.lowerAscii().replace('-', '_') in ['server_id','port','socket','datadir','bind_address','pid_file','log_bin','log_bin_index','log_slave_updates','log_replica_updates','binlog_format','gtid_strict_mode','gtid_domain_id','gtid_mode','enforce_gtid_consistency','read_only','super_read_only','relay_log','ssl_ca','ssl_cert','ssl_key','skip_slave_start','skip_replica_start','rpl_semi_sync_master_enabled','rpl_semi_sync_slave_enabled','rpl_semi_sync_master_timeout','rpl_semi_sync_master_wait_point','rpl_semi_sync_source_enabled','rpl_semi_sync_replica_enabled','rpl_semi_sync_source_timeout','rpl_semi_sync_source_wait_for_replica_count','rpl_semi_sync_source_wait_point','plugin_load_add','user']))").message("spec.mysql.parameters sets a setting the operator owns (server_id, binlog, GTID, TLS, read-only, semi-sync, paths): remove it; use spec.mysql.semiSync for semi-sync"))]
     pub parameters: BTreeMap<String, String>,
 
     /// Semi-synchronous replication.

@@ -318,6 +318,15 @@ fn flavour_defaults(f: Flavor) -> &'static [(&'static str, &'static str)] {
         Flavor::Mysql => &[
             ("innodb_redo_log_capacity", "48M"),
             ("replica_net_timeout", "10"),
+            // A replica that crashed fetches its relay log again from the
+            // source instead of trusting a torn one.
+            ("relay_log_recovery", "ON"),
+            // No file import or export unless asked for (the packaged
+            // default names a directory that need not exist, and the
+            // server then refuses to start).
+            ("secure_file_priv", "NULL"),
+            // The X protocol would claim port 33060 on every instance.
+            ("mysqlx", "OFF"),
         ],
     }
 }
@@ -383,9 +392,6 @@ pub fn render_mycnf(c: &InstanceConfig) -> String {
                 ("enforce_gtid_consistency", "ON".to_string()),
                 ("skip_replica_start", "ON".to_string()),
                 ("super_read_only", "ON".to_string()),
-                // A replica that crashed fetches its relay log again from
-                // the source instead of trusting a torn one.
-                ("relay_log_recovery", "ON".to_string()),
                 ("plugin_load_add", MYSQL_PLUGINS.to_string()),
                 ("rpl_semi_sync_source_enabled", "OFF".to_string()),
                 (
@@ -399,11 +405,6 @@ pub fn render_mycnf(c: &InstanceConfig) -> String {
                         .timeout_millis
                         .to_string(),
                 ),
-                // No file import or export (the packaged default names a
-                // directory that need not exist, and the server refuses it).
-                ("secure_file_priv", "NULL".to_string()),
-                // The X protocol would claim port 33060 on every instance.
-                ("mysqlx", "OFF".to_string()),
             ]);
         }
     }
@@ -495,6 +496,14 @@ pub(crate) mod tests {
         assert!(cnf.contains("super_read_only = ON\n"));
         assert!(cnf.contains("gtid_mode = ON\n"));
         assert!(!cnf.contains("gtid_strict_mode"));
+        // MySQL 9 names: no MariaDB-only or removed settings.
+        assert!(cnf.contains("plugin_load_add = mysql_clone.so;semisync_source.so;semisync_replica.so\n"));
+        assert!(cnf.contains("rpl_semi_sync_source_wait_point = AFTER_SYNC\n"));
+        assert!(cnf.contains("secure_file_priv = NULL\n"));
+        assert!(cnf.contains("replica_net_timeout = 10\n"));
+        for gone in ["slave_net_timeout", "innodb_log_file_size", "rpl_semi_sync_master", "binlog_format"] {
+            assert!(!cnf.contains(gone), "{gone} in {cnf}");
+        }
     }
 
     #[test]
