@@ -22,13 +22,12 @@ fn the_base_and_the_example_are_valid() {
     let c = parse_cluster(BASE).expect("base is valid");
     assert_eq!(c.spec.instances, 3);
     assert!(cel_errors(BASE).is_empty(), "{:?}", cel_errors(BASE));
-    let example = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../examples/cluster.yaml"
-    ))
-    .unwrap();
-    parse_cluster(&example).expect("examples/cluster.yaml is valid");
-    assert!(cel_errors(&example).is_empty());
+    for name in ["cluster.yaml", "cluster-mysql.yaml"] {
+        let path = format!("{}/../../examples/{name}", env!("CARGO_MANIFEST_DIR"));
+        let example = std::fs::read_to_string(&path).unwrap();
+        parse_cluster(&example).unwrap_or_else(|e| panic!("examples/{name}: {e}"));
+        assert!(cel_errors(&example).is_empty(), "examples/{name}");
+    }
 }
 
 #[test]

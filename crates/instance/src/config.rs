@@ -497,11 +497,20 @@ pub(crate) mod tests {
         assert!(cnf.contains("gtid_mode = ON\n"));
         assert!(!cnf.contains("gtid_strict_mode"));
         // MySQL 9 names: no MariaDB-only or removed settings.
-        assert!(cnf.contains("plugin_load_add = mysql_clone.so;semisync_source.so;semisync_replica.so\n"));
+        assert!(
+            cnf.contains(
+                "plugin_load_add = mysql_clone.so;semisync_source.so;semisync_replica.so\n"
+            )
+        );
         assert!(cnf.contains("rpl_semi_sync_source_wait_point = AFTER_SYNC\n"));
         assert!(cnf.contains("secure_file_priv = NULL\n"));
         assert!(cnf.contains("replica_net_timeout = 10\n"));
-        for gone in ["slave_net_timeout", "innodb_log_file_size", "rpl_semi_sync_master", "binlog_format"] {
+        for gone in [
+            "slave_net_timeout",
+            "innodb_log_file_size",
+            "rpl_semi_sync_master",
+            "binlog_format",
+        ] {
             assert!(!cnf.contains(gone), "{gone} in {cnf}");
         }
     }

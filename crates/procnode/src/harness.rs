@@ -25,8 +25,22 @@ pub const CONTROLLERS: &[&str] = &[
     "disruption",
 ];
 
-/// A 3-instance MariaDB Cluster `name` with semi-synchronous replication
-/// of the given `dataDurability`, immediate failover, small buffers.
+/// The `spec.mysql` lines of the flavour under test: `CNMYSQL_TEST_FLAVOR`
+/// (`mariadb`, the default, or `mysql`: the server image `mysql:9.7`, or
+/// `CNMYSQL_TEST_IMAGE`).
+pub fn flavor_lines() -> String {
+    match std::env::var("CNMYSQL_TEST_FLAVOR").as_deref() {
+        Ok("mysql") => format!(
+            "    flavor: mysql\n    image: {}\n",
+            std::env::var("CNMYSQL_TEST_IMAGE").unwrap_or_else(|_| "mysql:9.7".into())
+        ),
+        _ => "    flavor: mariadb\n".into(),
+    }
+}
+
+/// A 3-instance Cluster `name` of the flavour under test with
+/// semi-synchronous replication of the given `dataDurability`, immediate
+/// failover, small buffers.
 pub fn cluster_manifest(namespace: &str, name: &str, durability: &str) -> String {
     format!(
         "apiVersion: mysql.cnmysql.io/v1
@@ -41,14 +55,14 @@ spec:
   failoverDelay: 0
   maxSwitchoverDelay: 60
   mysql:
-    flavor: mariadb
-    parameters:
+{flavor}    parameters:
       innodb_buffer_pool_size: 32M
     semiSync:
       enabled: true
       timeoutMillis: 1000
       dataDurability: {durability}
-"
+",
+        flavor = flavor_lines()
     )
 }
 

@@ -5,6 +5,10 @@
 //!
 //! A command that is such a path runs the host file; bare names are
 //! symlinks in a directory put first on the container's PATH.
+//!
+//! An image of the server image store (`scripts/images`: `mysql:9.7`,
+//! `mariadb:10.11.19`, …) is a real root filesystem instead: its containers
+//! run inside it (shim.rs).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -14,6 +18,8 @@ use anyhow::{Context as _, bail};
 #[derive(Clone, Debug, Default)]
 pub struct Images {
     map: BTreeMap<String, BTreeMap<String, PathBuf>>,
+    /// The server image store, whose images are root filesystems.
+    server_store: Option<PathBuf>,
 }
 
 /// An image reference without its tag or digest.
@@ -43,6 +49,22 @@ impl Images {
                 .insert(path.to_string(), host);
         }
         Ok(out)
+    }
+
+    /// Run the images of this server image store in their own root
+    /// filesystems.
+    pub fn with_server_store(mut self, store: PathBuf) -> Images {
+        self.server_store = Some(store);
+        self
+    }
+
+    /// The root filesystem of `image`, when it is a server image of the
+    /// store.
+    pub fn root_filesystem(&self, image: &str) -> Option<PathBuf> {
+        let store = self.server_store.as_ref()?;
+        cnmysql_instance::server_image::resolve(store, image)
+            .ok()
+            .map(|i| i.root)
     }
 
     fn entries<'a>(&'a self, image: &str) -> impl Iterator<Item = (&'a String, &'a PathBuf)> {

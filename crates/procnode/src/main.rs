@@ -27,6 +27,11 @@ struct NodeArgs {
     /// may be a bare program name found on PATH). Repeatable.
     #[arg(long = "image", value_name = "REPO=PATH=HOST_FILE")]
     images: Vec<String>,
+    /// The server image store (scripts/images): a container whose image is
+    /// one of its images runs inside that root filesystem. Default:
+    /// $CNMYSQL_IMAGE_STORE, else ~/.cache/cnmysql/images.
+    #[arg(long, value_name = "DIR")]
+    server_images: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -111,7 +116,11 @@ fn config(
     Ok(cnmysql_procnode::Config {
         name: n.name,
         state,
-        images: cnmysql_procnode::images::Images::parse(&n.images)?,
+        images: cnmysql_procnode::images::Images::parse(&n.images)?.with_server_store(
+            n.server_images
+                .clone()
+                .unwrap_or_else(cnmysql_instance::server_image::default_store),
+        ),
         api_server,
     })
 }

@@ -4,6 +4,11 @@
 //! paths, and starts the container's command as PID 1 of that namespace
 //! (with a fresh `/proc`, the Pod's user and groups and working directory).
 //!
+//! A container of a server image runs inside that image's root filesystem:
+//! an overlay of the image with a fresh writable layer, the Pod's volumes
+//! mounted at their paths in it, the host's `/dev` and `/sys`, then `chroot`
+//! into it, as a container runtime would.
+//!
 //! It forwards SIGTERM, SIGINT, SIGHUP and SIGQUIT to that PID 1 (which,
 //! being an init process, only receives the signals it handles, as in a
 //! real container), exits with its exit status (128 + signal when it was
@@ -44,6 +49,123 @@ pub struct Spec {
     pub groups: Vec<u32>,
     /// Where to write PID 1's host PID.
     pub pid_file: PathBuf,
+    /// Run inside this root filesystem (a server image); none: the host's.
+    #[serde(default)]
+    pub root: Option<RootSpec>,
+}
+
+/// A root filesystem for the container: `image` (read only, shared) under
+/// a writable layer in `layer` (discarded at each start).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RootSpec {
+    pub image: PathBuf,
+    pub layer: PathBuf,
+}
+
+/// Where `path` of the container is under `root`, following the image's
+/// symbolic links as the container would see them (an absolute link such
+/// as Debian's `/var/run -> /run` points inside the root, not at the
+/// host's).
+fn in_root(root: &Path, path: &Path) -> anyhow::Result<PathBuf> {
+    let mut pending: Vec<std::ffi::OsString> = path
+        .components()
+        .rev()
+        .filter_map(|c| match c {
+            std::path::Component::Normal(n) => Some(n.to_os_string()),
+            _ => None,
+        })
+        .collect();
+    let mut at = PathBuf::new();
+    let mut links = 0;
+    while let Some(name) = pending.pop() {
+        let here = root.join(&at).join(&name);
+        match std::fs::symlink_metadata(&here) {
+            Ok(m) if m.file_type().is_symlink() => {
+                links += 1;
+                anyhow::ensure!(links <= 40, "too many symbolic links in {}", path.display());
+                let target = std::fs::read_link(&here)?;
+                if target.is_absolute() {
+                    at = PathBuf::new();
+                }
+                for c in target.components().rev() {
+                    match c {
+                        std::path::Component::Normal(n) => pending.push(n.to_os_string()),
+                        std::path::Component::ParentDir => pending.push("..".into()),
+                        _ => {}
+                    }
+                }
+            }
+            _ if name == ".." => {
+                at.pop();
+            }
+            _ => at.push(name),
+        }
+    }
+    Ok(root.join(at))
+}
+
+/// Mount the overlay root of `r` and the host's `/dev` and `/sys` in it;
+/// returns where it is mounted.
+fn mount_root(r: &RootSpec) -> anyhow::Result<PathBuf> {
+    let _ = std::fs::remove_dir_all(&r.layer);
+    let (upper, work, merged) = (
+        r.layer.join("upper"),
+        r.layer.join("work"),
+        r.layer.join("merged"),
+    );
+    for d in [&upper, &work, &merged] {
+        std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+    }
+    let options = format!(
+        "lowerdir={},upperdir={},workdir={}",
+        r.image.display(),
+        upper.display(),
+        work.display()
+    );
+    mount(
+        Some("overlay"),
+        &merged,
+        Some("overlay"),
+        MsFlags::empty(),
+        Some(options.as_str()),
+    )
+    .with_context(|| format!("mounting the image {} as the root", r.image.display()))?;
+    for dir in ["/dev", "/sys"] {
+        bind(&MountSpec {
+            source: PathBuf::from(dir),
+            target: merged.join(dir.trim_start_matches('/')),
+            read_only: false,
+        })?;
+    }
+    Ok(merged)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_in_the_root_follow_its_own_links() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        std::fs::create_dir_all(r.join("run")).unwrap();
+        std::fs::create_dir_all(r.join("usr/lib")).unwrap();
+        std::fs::create_dir_all(r.join("var")).unwrap();
+        std::os::unix::fs::symlink("/run", r.join("var/run")).unwrap();
+        std::os::unix::fs::symlink("usr/lib", r.join("lib")).unwrap();
+        assert_eq!(
+            in_root(r, Path::new("/var/run/secrets/kubernetes.io")).unwrap(),
+            r.join("run/secrets/kubernetes.io")
+        );
+        assert_eq!(
+            in_root(r, Path::new("/lib/x")).unwrap(),
+            r.join("usr/lib/x")
+        );
+        assert_eq!(
+            in_root(r, Path::new("/controller")).unwrap(),
+            r.join("controller")
+        );
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -134,11 +256,18 @@ fn run(spec_path: &Path) -> anyhow::Result<i32> {
         None::<&str>,
     )
     .context("making / private")?;
+    let root = spec.root.as_ref().map(mount_root).transpose()?;
     let mut mounts = spec.mounts.clone();
     mounts.sort_by_key(|m| m.target.components().count());
-    for m in &mounts {
+    for m in &mut mounts {
+        if let Some(root) = &root {
+            m.target = in_root(root, &m.target)?;
+        }
         bind(m)?;
     }
+    let root = root
+        .map(|r| CString::new(r.into_os_string().into_encoded_bytes()))
+        .transpose()?;
 
     let set = forwarded();
     sigprocmask(SigmaskHow::SIG_BLOCK, Some(&set), None)?;
@@ -154,6 +283,10 @@ fn run(spec_path: &Path) -> anyhow::Result<i32> {
         cmd.pre_exec(move || {
             let all = forwarded();
             sigprocmask(SigmaskHow::SIG_UNBLOCK, Some(&all), None)?;
+            if let Some(root) = &root {
+                nix::unistd::chroot(root.as_c_str())?;
+                nix::unistd::chdir(c"/")?;
+            }
             // PID 1 of the new namespace: a /proc of its own.
             mount(
                 Some("proc"),

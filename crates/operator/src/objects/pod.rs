@@ -49,7 +49,7 @@ pub const TERMINATION_GRACE_SECONDS: i64 = 120;
 pub fn default_image(flavor: Flavor) -> &'static str {
     match flavor {
         Flavor::Mariadb => "docker.io/library/mariadb:10.11",
-        Flavor::Mysql => "docker.io/percona/percona-server:8.0",
+        Flavor::Mysql => "docker.io/library/mysql:9.7",
     }
 }
 

@@ -36,7 +36,13 @@ pub fn signal_namespace(pid1: i32, sig: nix::sys::signal::Signal) {
 pub(super) async fn shim_spec(env: &PodEnv, c: &Container) -> anyhow::Result<Spec> {
     let ctx = &env.ctx;
     let image = c.image.clone().unwrap_or_default();
-    let bin = ctx.images.bin_dir(&ctx.state, &image)?;
+    // A server image is the container's whole root filesystem; any other
+    // image stands for host files.
+    let root = ctx.images.root_filesystem(&image);
+    let bin = match root {
+        Some(_) => None,
+        None => ctx.images.bin_dir(&ctx.state, &image)?,
+    };
     let vars = crate::env::build(
         &ctx.client,
         &env.pod,
@@ -59,7 +65,9 @@ pub(super) async fn shim_spec(env: &PodEnv, c: &Container) -> anyhow::Result<Spe
         "container {}: the process node needs a command (it cannot read the image's entrypoint)",
         c.name
     );
-    if let Some(host) = ctx.images.resolve(&image, &argv[0]) {
+    if root.is_none()
+        && let Some(host) = ctx.images.resolve(&image, &argv[0])
+    {
         argv[0] = host.display().to_string();
     }
     let mut mounts = Vec::new();
@@ -93,6 +101,10 @@ pub(super) async fn shim_spec(env: &PodEnv, c: &Container) -> anyhow::Result<Spe
         gid: env.user,
         groups: Vec::new(),
         pid_file: env.dir.join(format!("{}.pid", c.name)),
+        root: root.map(|image| RootSpec {
+            image,
+            layer: env.dir.join(format!("{}.layer", c.name)),
+        }),
     })
 }
 

@@ -17,7 +17,7 @@ use tokio::sync::{Notify, watch};
 
 use crate::NodeCtx;
 use crate::probes::{self, Timing};
-use crate::shim::{MountSpec, Spec};
+use crate::shim::{MountSpec, RootSpec, Spec};
 use crate::volumes::{self, Owner};
 
 mod container;
