@@ -26,6 +26,39 @@ struct Cli {
     /// Write the JSON results here as well.
     #[arg(long, global = true)]
     json: Option<PathBuf>,
+    /// Server flavours of the local measurements (startup, clone, memory,
+    /// failover, switchover, upgrade), one column each: `mariadb` (this
+    /// machine's server), `mysql` (the server image `mysql:9.7`, built by
+    /// scripts/images; needs root), or both.
+    #[arg(
+        long,
+        global = true,
+        value_delimiter = ',',
+        default_value = "mariadb,mysql"
+    )]
+    flavor: Vec<BenchFlavor>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum BenchFlavor {
+    Mariadb,
+    Mysql,
+}
+
+impl BenchFlavor {
+    fn name(self) -> &'static str {
+        match self {
+            BenchFlavor::Mariadb => "mariadb",
+            BenchFlavor::Mysql => "mysql",
+        }
+    }
+}
+
+/// The flavour the measurement under way runs on.
+static FLAVOR: std::sync::Mutex<BenchFlavor> = std::sync::Mutex::new(BenchFlavor::Mariadb);
+
+fn flavor() -> BenchFlavor {
+    *FLAVOR.lock().unwrap()
 }
 
 #[derive(Subcommand, Clone, Copy)]
@@ -87,8 +120,12 @@ fn run(cmd: &mut Command) -> anyhow::Result<String> {
 }
 
 fn manifest(name: &str, instances: u32) -> String {
+    let flavor = match flavor() {
+        BenchFlavor::Mariadb => "",
+        BenchFlavor::Mysql => "    flavor: mysql\n    image: mysql:9.7\n",
+    };
     format!(
-        "apiVersion: mysql.cnmysql.io/v1\nkind: Cluster\nmetadata:\n  name: {name}\nspec:\n  instances: {instances}\n  mysql:\n    parameters:\n      innodb_buffer_pool_size: 128M\n"
+        "apiVersion: mysql.cnmysql.io/v1\nkind: Cluster\nmetadata:\n  name: {name}\nspec:\n  instances: {instances}\n  mysql:\n{flavor}    parameters:\n      innodb_buffer_pool_size: 128M\n"
     )
 }
 
@@ -214,6 +251,11 @@ fn clone(runs: usize, megabytes: u64) -> anyhow::Result<Value> {
             .user(Some("app"))
             .pass(Some(pw));
         let mut c = mysql_async::Conn::new(opts).await?;
+        c.query_drop(match flavor() {
+            BenchFlavor::Mariadb => "SET SESSION max_recursive_iterations = 1000000",
+            BenchFlavor::Mysql => "SET SESSION cte_max_recursion_depth = 1000000",
+        })
+        .await?;
         c.query_drop("CREATE DATABASE IF NOT EXISTS b").await?;
         c.query_drop("USE b").await?;
         c.query_drop(
@@ -225,7 +267,8 @@ fn clone(runs: usize, megabytes: u64) -> anyhow::Result<Value> {
         while lo <= rows {
             let hi = (lo + 49_999).min(rows);
             c.query_drop(format!(
-                "INSERT INTO t SELECT seq, REPEAT(MD5(seq), 32) FROM seq_{lo}_to_{hi}"
+                "INSERT INTO t WITH RECURSIVE s (seq) AS (SELECT {lo} UNION ALL SELECT seq + 1 FROM s WHERE seq < {hi}) \
+                 SELECT seq, REPEAT(SHA2(seq, 256), 16) FROM s"
             ))
             .await?;
             lo = hi + 1;
@@ -252,10 +295,12 @@ fn clone(runs: usize, megabytes: u64) -> anyhow::Result<Value> {
         b.up("clone", 2)?;
         let ready = t.elapsed().as_secs_f64();
         let log = std::fs::read_to_string(b.state().join("instances/clone-2/manager.log"))?;
+        // The copy itself: MariaDB's stream extracted (prepare excluded),
+        // MySQL's CLONE statement.
         let copied = log
             .lines()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .rfind(|v| v["message"] == "backup copied; preparing")
+            .rfind(|v| v["message"] == "backup copied; preparing" || v["message"] == "clone copied")
             .ok_or_else(|| anyhow::anyhow!("no clone in the log"))?;
         let mbps = data_bytes as f64 / 1e6 / copied["seconds"].as_f64().unwrap_or(f64::INFINITY);
         ours.push(mbps);
@@ -266,6 +311,18 @@ fn clone(runs: usize, megabytes: u64) -> anyhow::Result<Value> {
             i + 1
         );
 
+        if flavor() == BenchFlavor::Mysql {
+            let secs = mysql_plain_clone(&b, i)?;
+            let mbps = data_bytes as f64 / 1e6 / secs;
+            baseline.push(mbps);
+            eprintln!(
+                "baseline run {}: plain CLONE of {:.0} MB in {secs:.2}s = {mbps:.0} MB/s",
+                i + 1,
+                data_bytes as f64 / 1e6
+            );
+            b.down()?;
+            continue;
+        }
         // Baseline: the backup tool piped straight into the extractor, locally.
         let target = b.dir.path().join(format!("baseline-{i}"));
         let tmp = b.dir.path().join(format!("baseline-tmp-{i}"));
@@ -303,13 +360,89 @@ fn clone(runs: usize, megabytes: u64) -> anyhow::Result<Value> {
     };
     Ok(json!({
         "data_dir_bytes": data_bytes,
-        "note": "MB/s = size of the primary data directory (binary logs included, which neither side copies) over the time from backup start to extracted copy",
+        "note": match flavor() {
+            BenchFlavor::Mariadb => "MB/s = size of the primary data directory (binary logs included, which neither side copies) over the time from backup start to extracted copy",
+            BenchFlavor::Mysql => "MB/s = size of the primary data directory over the time of the CLONE statement: cnmysql's clone (TLS, X509 account, recipient made by the manager) versus the same statement run by hand into a plain recipient server, both from the same primary",
+        },
         "streamed_bytes_last_run": ours_bytes,
         "cnmysql_clone_mb_per_s": stats(ours),
         "baseline_backup_pipe_mb_per_s": stats(baseline),
         "ratio_of_medians": ratio,
         "replica_ready_after_up_seconds": stats(total),
     }))
+}
+
+/// The baseline of MySQL's clone: a plain recipient server of the same
+/// image, made and started by hand next to the cluster, runs the same
+/// `CLONE INSTANCE` from the primary (TLS, the replication account and a
+/// replica's certificate); seconds of the statement.
+fn mysql_plain_clone(b: &Bench, run_no: usize) -> anyhow::Result<f64> {
+    use cnmysql_instance::config::Programs;
+    let spec = cnmysql_api::parse_cluster(&manifest("clone", 2))?.spec;
+    let programs = Programs::for_spec(&spec, &cnmysql_instance::server_image::default_store())
+        .map_err(anyhow::Error::msg)?;
+    let dir = b.dir.path().join(format!("plain-{run_no}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    cnmysql_instance::bootstrap::install_db(spec.mysql.flavor, &programs, &dir.join("data"))?;
+    let primary_port = b.ports()["instances"]["clone-1"]["mysql"].as_u64().unwrap();
+    let tls = b.state().join("instances/clone-2/tls");
+    let pick = |ext: &str| -> anyhow::Result<PathBuf> {
+        std::fs::read_dir(&tls)?
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.to_string_lossy().ends_with(ext))
+            .ok_or_else(|| anyhow::anyhow!("no *{ext} in {}", tls.display()))
+    };
+    let (ca, cert, key) = (pick("ca.crt")?, pick("clone-2.crt")?, pick("clone-2.key")?);
+    let sock = dir.join("s.sock");
+    let cnf = format!(
+        "[mysqld]\ndatadir = {}\nsocket = {}\npid_file = {}\nskip_networking = ON\nskip_log_bin = ON\nplugin_load_add = mysql_clone.so\nmysqlx = OFF\nsecure_file_priv = NULL\ninnodb_buffer_pool_size = 128M\nclone_valid_donor_list = 127.0.0.1:{primary_port}\nclone_ssl_ca = {}\nclone_ssl_cert = {}\nclone_ssl_key = {}\n",
+        dir.join("data").display(),
+        sock.display(),
+        dir.join("pid").display(),
+        ca.display(),
+        cert.display(),
+        key.display()
+    );
+    std::fs::write(dir.join("my.cnf"), cnf)?;
+    let mut server = programs
+        .command(&programs.mysqld)
+        .arg(format!("--defaults-file={}", dir.join("my.cnf").display()))
+        .arg("--user=root")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let password = b.secret("replication-password");
+    let rt = tokio::runtime::Runtime::new()?;
+    let secs = rt.block_on(async {
+        let opts = mysql_async::OptsBuilder::default()
+            .socket(Some(sock.display().to_string()))
+            .user(Some("root"))
+            .prefer_socket(true);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut c = loop {
+            match mysql_async::Conn::new(opts.clone()).await {
+                Ok(c) => break c,
+                Err(e) if Instant::now() > deadline => anyhow::bail!("plain recipient: {e}"),
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        };
+        run(&mut Command::new("sync"))?;
+        let t = Instant::now();
+        c.query_drop(format!(
+            "CLONE INSTANCE FROM 'cnmysql_replication'@'127.0.0.1':{primary_port} IDENTIFIED BY '{}' DATA DIRECTORY = '{}' REQUIRE SSL",
+            password.replace('\'', "''"),
+            dir.join("copy").display()
+        ))
+        .await?;
+        let secs = t.elapsed().as_secs_f64();
+        let _ = c.query_drop("SHUTDOWN").await;
+        anyhow::Ok(secs)
+    });
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    secs
 }
 
 const DURABLE: &str = "    semiSync:\n      enabled: true\n      timeoutMillis: 1000\n      dataDurability: required\n  minSyncReplicas: 1\n  maxSyncReplicas: 1\n  failoverDelay: 0\n";
@@ -516,16 +649,18 @@ fn memory(runs: usize) -> anyhow::Result<Value> {
     Ok(json!({"idle_manager_rss_mib": stats(samples)}))
 }
 
+/// One table, a flavour column first: `results` maps flavour to measurements.
 fn print_table(results: &Value) {
     println!(
-        "{:<56} {:>10} {:>10} {:>10}",
-        "measurement", "median", "min", "max"
+        "{:<8} {:<56} {:>10} {:>10} {:>10}",
+        "flavour", "measurement", "median", "min", "max"
     );
-    fn walk(prefix: &str, v: &Value) {
+    fn walk(flavor: &str, prefix: &str, v: &Value) {
         if let Some(m) = v.get("median") {
             let f = |x: &Value| x.as_f64().map(|f| format!("{f:.2}")).unwrap_or("-".into());
             println!(
-                "{:<56} {:>10} {:>10} {:>10}",
+                "{:<8} {:<56} {:>10} {:>10} {:>10}",
+                flavor,
                 prefix,
                 f(m),
                 f(&v["min"]),
@@ -536,6 +671,7 @@ fn print_table(results: &Value) {
         if let Some(o) = v.as_object() {
             for (k, x) in o {
                 walk(
+                    flavor,
                     &if prefix.is_empty() {
                         k.clone()
                     } else {
@@ -545,10 +681,12 @@ fn print_table(results: &Value) {
                 );
             }
         } else if let Some(f) = v.as_f64() {
-            println!("{:<56} {:>10.2}", prefix, f);
+            println!("{:<8} {:<56} {:>10.2}", flavor, prefix, f);
         }
     }
-    walk("", results);
+    for (flavor, v) in results.as_object().into_iter().flatten() {
+        walk(flavor, "", v);
+    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -558,8 +696,44 @@ fn main() -> anyhow::Result<()> {
         "{} not found: build it first (cargo build --release -p cnmysql)",
         cnmysql_bin().display()
     );
-    let mut results = serde_json::Map::new();
+    let mut by_flavor = serde_json::Map::new();
     let all = matches!(cli.what, What::All);
+    let local = matches!(
+        cli.what,
+        What::All
+            | What::Startup
+            | What::Clone { .. }
+            | What::Memory
+            | What::Failover
+            | What::Switchover
+            | What::Upgrade
+    );
+    for f in if local {
+        cli.flavor.clone()
+    } else {
+        vec![BenchFlavor::Mariadb]
+    } {
+        *FLAVOR.lock().unwrap() = f;
+        let mut results = serde_json::Map::new();
+        measure(&cli, all, &mut results)?;
+        by_flavor.insert(f.name().into(), Value::Object(results));
+    }
+    let results = Value::Object(by_flavor);
+    print_table(&results);
+    let text = serde_json::to_string_pretty(&results)?;
+    println!("{text}");
+    if let Some(p) = cli.json {
+        std::fs::write(p, text)?;
+    }
+    Ok(())
+}
+
+/// The measurements `cli` asks for, on the current flavour.
+fn measure(
+    cli: &Cli,
+    all: bool,
+    results: &mut serde_json::Map<String, Value>,
+) -> anyhow::Result<()> {
     if all || matches!(cli.what, What::Startup) {
         results.insert("startup".into(), startup(cli.runs)?);
     }
@@ -605,13 +779,6 @@ fn main() -> anyhow::Result<()> {
             "operator".into(),
             operator::operator(cli.runs, &cnmysql_bin())?,
         );
-    }
-    let results = Value::Object(results);
-    print_table(&results);
-    let text = serde_json::to_string_pretty(&results)?;
-    println!("{text}");
-    if let Some(p) = cli.json {
-        std::fs::write(p, text)?;
     }
     Ok(())
 }

@@ -118,6 +118,7 @@ pub async fn clone_from(
         let stmt = Sql::secret(clone(&quote(&password)), clone("'<redacted>'"));
         tracing::info!(source, donor, "cloning with the clone plugin");
         set("copying", 0, None);
+        let copy_started = Instant::now();
         let stmts = [stmt];
         let copy = sql::exec_all(&mut conn, &stmts);
         tokio::pin!(copy);
@@ -178,6 +179,14 @@ pub async fn clone_from(
             .await?
             .flatten();
         let bytes = bytes.unwrap_or(0);
+        let secs = copy_started.elapsed().as_secs_f64();
+        tracing::info!(
+            source,
+            bytes,
+            seconds = secs,
+            mb_per_s = bytes as f64 / 1e6 / secs.max(1e-9),
+            "clone copied"
+        );
         set("finishing", bytes, Some(bytes));
         if bytes > logged_bytes {
             log_progress();
