@@ -307,8 +307,12 @@ fn clone(runs: usize, megabytes: u64) -> anyhow::Result<Value> {
         ours_bytes = copied["bytes"].as_u64().unwrap_or(0);
         total.push(ready);
         eprintln!(
-            "clone run {}: {mbps:.0} MB/s over mTLS; replica ready {ready:.2}s after up",
-            i + 1
+            "clone run {}: {mbps:.0} MB/s ({}); replica ready {ready:.2}s after up",
+            i + 1,
+            match flavor() {
+                BenchFlavor::Mariadb => "stream over mTLS",
+                BenchFlavor::Mysql => "clone plugin over TLS",
+            }
         );
 
         if flavor() == BenchFlavor::Mysql {
@@ -366,7 +370,7 @@ fn clone(runs: usize, megabytes: u64) -> anyhow::Result<Value> {
         },
         "streamed_bytes_last_run": ours_bytes,
         "cnmysql_clone_mb_per_s": stats(ours),
-        "baseline_backup_pipe_mb_per_s": stats(baseline),
+        "baseline_mb_per_s": stats(baseline),
         "ratio_of_medians": ratio,
         "replica_ready_after_up_seconds": stats(total),
     }))
@@ -386,7 +390,7 @@ fn mysql_plain_clone(b: &Bench, run_no: usize) -> anyhow::Result<f64> {
     std::fs::create_dir_all(&dir)?;
     cnmysql_instance::bootstrap::install_db(spec.mysql.flavor, &programs, &dir.join("data"))?;
     let primary_port = b.ports()["instances"]["clone-1"]["mysql"].as_u64().unwrap();
-    let tls = b.state().join("instances/clone-2/tls");
+    let tls = b.state().join("pki");
     let pick = |ext: &str| -> anyhow::Result<PathBuf> {
         std::fs::read_dir(&tls)?
             .flatten()
