@@ -71,6 +71,8 @@ pub const OPERATOR_OWNED_PARAMETERS: &[&str] = &[
 #[x_kube(validation = Rule::new("self.maxSyncReplicas < self.instances").message("spec.maxSyncReplicas must be lower than spec.instances (a primary cannot wait for itself): lower maxSyncReplicas or add instances").field_path(".maxSyncReplicas"))]
 #[x_kube(validation = Rule::new("!self.mysql.semiSync.enabled || self.maxSyncReplicas >= 1").message("spec.mysql.semiSync.enabled needs at least one synchronous replica: set spec.maxSyncReplicas to 1 or more").field_path(".mysql.semiSync.enabled"))]
 #[x_kube(validation = Rule::new("!self.mysql.semiSync.enabled || self.mysql.semiSync.dataDurability != 'required' || self.minSyncReplicas >= 1").message("spec.mysql.semiSync.dataDurability 'required' needs spec.minSyncReplicas of 1 or more").field_path(".minSyncReplicas"))]
+#[x_kube(validation = Rule::new("!(has(self.mysql.image) && has(self.mysql.imageCatalogRef))").message("spec.mysql.image and spec.mysql.imageCatalogRef name the image two ways: keep one").field_path(".mysql.imageCatalogRef"))]
+#[x_kube(validation = Rule::new("!has(self.mysql.imageCatalogRef) || has(self.mysql.version)").message("spec.mysql.imageCatalogRef needs spec.mysql.version: the version to look up in the catalog").field_path(".mysql.version"))]
 pub struct ClusterSpec {
     /// Number of instances: one primary and `instances - 1` replicas.
     #[serde(default = "default_instances")]
@@ -141,6 +143,11 @@ pub struct ClusterSpec {
     /// Secrets the user brings instead of letting the operator generate them.
     #[serde(default)]
     pub secrets: SecretsSpec,
+
+    /// When rollouts (server version, definition, instance manager) may
+    /// restart instances; unset: at any time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance_window: Option<crate::upgrade::MaintenanceWindow>,
 }
 
 /// Storage for each instance's data directory.
@@ -276,6 +283,24 @@ pub struct MysqlSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 512))]
     pub image: Option<String>,
+
+    /// The server version wanted (major.minor.patch, or major.minor). With
+    /// `imageCatalogRef`, the version looked up there; with `image`, the
+    /// version that image must hold. A version lower than the one that has
+    /// run on the data is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]+\.[0-9]+(\.[0-9]+)?$"))]
+    pub version: Option<String>,
+
+    /// The image catalog that maps `version` to an image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_catalog_ref: Option<crate::upgrade::ImageCatalogRef>,
+
+    /// A change of server version does not start before this time
+    /// (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub upgrade_at: Option<String>,
 
     /// Server settings rendered into the configuration file. Settings the
     /// operator owns (server_id, binlog, GTID, TLS, read-only, semi-sync) are
@@ -568,6 +593,31 @@ pub struct ClusterStatus {
     /// SHA-256 reported by each instance manager on its last status poll.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub executable_hash_by_instance: BTreeMap<String, String>,
+
+    /// The server image the cluster runs: instances are made from it, and
+    /// from `targetImage` only once an upgrade to it has started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// The cluster's server version: the oldest that has run on any
+    /// instance's data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_version: Option<String>,
+    /// The image the Cluster's spec asks for (`spec.mysql.image`, the
+    /// catalog's entry for `spec.mysql.version`, or the flavour's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_image: Option<String>,
+    /// The server version `targetImage` holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_server_version: Option<String>,
+    /// The newest server version that has run on each instance's data.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub data_version_by_instance: BTreeMap<String, String>,
+    /// One entry per target server version, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub upgrade_history: Vec<crate::upgrade::UpgradeRecord>,
+    /// When a rollout last gave an instance a step (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_rollout_step_time: Option<String>,
 
     /// Ready, Progressing, Degraded.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -2,18 +2,31 @@
 
 pub mod cluster;
 pub mod names;
+pub mod upgrade;
 pub mod validation;
 
 pub use cluster::*;
+pub use upgrade::*;
 pub use validation::{FieldError, InvalidCluster, parse_cluster, validate};
 
 use kube::CustomResourceExt;
 
-/// The CustomResourceDefinition, as YAML, exactly as committed under `deploy/`.
+/// Every CustomResourceDefinition: Cluster, ImageCatalog,
+/// ClusterImageCatalog.
+pub fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> {
+    vec![Cluster::crd(), ImageCatalog::crd(), ClusterImageCatalog::crd()]
+}
+
+/// The CustomResourceDefinitions, as YAML, exactly as committed under `deploy/`.
 pub fn crd_yaml() -> String {
-    let crd = Cluster::crd();
-    let mut out =
-        String::from("# Generated from crates/api/src/cluster.rs by `cnmysql crd`; do not edit.\n");
-    out.push_str(&serde_saphyr::to_string(&crd).expect("the CRD serialises"));
+    let mut out = String::from(
+        "# Generated from crates/api/src/cluster.rs and upgrade.rs by `cnmysql crd`; do not edit.\n",
+    );
+    for (i, crd) in crds().iter().enumerate() {
+        if i > 0 {
+            out.push_str("---\n");
+        }
+        out.push_str(&serde_saphyr::to_string(crd).expect("the CRD serialises"));
+    }
     out
 }

@@ -301,6 +301,66 @@ pub fn fold_parameter_name(name: &str) -> String {
     name.trim().to_ascii_lowercase().replace('-', "_")
 }
 
+/// Whether `v` is a server version as the API takes it: major.minor or
+/// major.minor.patch, digits only.
+pub fn is_version(v: &str) -> bool {
+    let parts: Vec<&str> = v.split('.').collect();
+    (2..=3).contains(&parts.len())
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.len() <= 6 && p.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The server version, catalog, schedule and maintenance window.
+fn check_upgrade_fields(s: &crate::cluster::ClusterSpec, errors: &mut Vec<FieldError>) {
+    let m = &s.mysql;
+    if let Some(v) = &m.version
+        && !is_version(v)
+    {
+        errors.push(err(
+            "spec.mysql.version",
+            format!("{v:?} is not a server version; write it as major.minor.patch (10.11.19) or major.minor (9.7)"),
+        ));
+    }
+    if m.image.is_some() && m.image_catalog_ref.is_some() {
+        errors.push(err(
+            "spec.mysql.imageCatalogRef",
+            "and spec.mysql.image name the image two ways: keep one",
+        ));
+    }
+    if m.image_catalog_ref.is_some() && m.version.is_none() {
+        errors.push(err(
+            "spec.mysql.version",
+            "is needed with spec.mysql.imageCatalogRef: the version to look up in the catalog",
+        ));
+    }
+    if let Some(at) = &m.upgrade_at
+        && at.parse::<jiff::Timestamp>().is_err()
+    {
+        errors.push(err(
+            "spec.mysql.upgradeAt",
+            format!("{at:?} is not an RFC 3339 time; write it like 2026-12-01T02:00:00Z"),
+        ));
+    }
+    if let Some(w) = &s.maintenance_window {
+        if let Err(e) = w.start_minute() {
+            errors.push(err("spec.maintenanceWindow.start", e));
+        }
+        if let Err(e) = w.minutes() {
+            errors.push(err("spec.maintenanceWindow.duration", e));
+        }
+        let mut days = w.days.clone();
+        days.sort();
+        days.dedup();
+        if days.len() != w.days.len() {
+            errors.push(err(
+                "spec.maintenanceWindow.days",
+                "lists a day twice; remove the duplicate",
+            ));
+        }
+    }
+}
+
 /// The cross-field rules (mirrors of the CRD's CEL rules).
 pub fn validate(c: &Cluster) -> Vec<FieldError> {
     let mut errors = Vec::new();
@@ -405,6 +465,7 @@ pub fn validate(c: &Cluster) -> Vec<FieldError> {
             errors.push(err(field, "must be a single line"));
         }
     }
+    check_upgrade_fields(s, &mut errors);
     let svc = &s.managed.services;
     let mut seen = BTreeSet::new();
     for (i, role) in svc.disabled_default_services.iter().enumerate() {

@@ -296,6 +296,7 @@ mod tests {
                 obs("db-2", false, Role::Replica),
             ],
             now_ms: 0,
+            declared: Default::default(),
         };
         assert_eq!(summarize(&s).phase, Phase::CreatingReplica);
         s.status.fenced_instances = vec!["db-2".into()];
@@ -333,6 +334,7 @@ mod tests {
                 obs("db-2", true, Role::Primary, InstancePhase::Running),
             ],
             now_ms: 0,
+            declared: Default::default(),
         };
         let sum = summarize(&s);
         assert_eq!(sum.phase, Phase::Degraded);

@@ -65,7 +65,14 @@ pub struct Memory {
     pub first_step_ms: Option<i64>,
     /// Instances that have answered since then.
     pub answered: BTreeSet<String>,
+    /// The instance last asked to upgrade its system tables, and when
+    /// (Unix ms): not asked again within [`SYSTEM_TABLES_RETRY_MS`].
+    pub system_tables_asked: Option<(String, i64)>,
 }
+
+/// A system tables upgrade not reported done is asked for again after
+/// this long.
+pub const SYSTEM_TABLES_RETRY_MS: i64 = 60_000;
 
 impl Memory {
     /// Whether a platform may start `instance`, whose processes are gone
@@ -251,6 +258,10 @@ pub enum StatusChange {
     /// The summary: phase, reason, counts, conditions, last observed GTID
     /// state and manager hash per instance.
     Report(Report),
+    /// The server upgrade's part of the status (images, versions, history).
+    ServerUpgrade(crate::server_upgrade::UpgradeStatus),
+    /// A rollout gave an instance a step at this time (RFC 3339).
+    RolloutStep(String),
 }
 
 /// The reported part of the status.
@@ -322,6 +333,11 @@ impl StatusChange {
                 } else {
                     false
                 }
+            }
+            StatusChange::ServerUpgrade(u) => u.apply(st),
+            StatusChange::RolloutStep(at) => {
+                st.last_rollout_step_time = Some(at.clone());
+                true
             }
             StatusChange::Report(r) => {
                 if basis(st) != r.basis || !r.differs(st) {
@@ -417,6 +433,10 @@ pub enum Action {
         primary: bool,
         then: Event,
     },
+    /// Have the instance's manager bring its system tables to the version
+    /// it runs (`POST /instance/mysql/upgrade`: MariaDB `mariadb-upgrade`).
+    /// Record `then` when it did.
+    UpgradeSystemTables { instance: String, then: Event },
 }
 
 /// One step: everything the controller does about the topology now.
@@ -600,8 +620,44 @@ pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
     if let Some(a) = semi_sync(s, memory) {
         out.push(a);
     }
+    out.extend(server_upgrade_step(s, memory));
     if memory.restarting_primary.is_none() && s.status.primary_failing_since.is_none() {
         out.extend(rollout_step(s, memory));
+    }
+    out
+}
+
+/// The server upgrade's pass: its status (with the events that go with
+/// it, recorded once it is written) and the system tables step.
+fn server_upgrade_step(s: &Snapshot, memory: &mut Memory) -> Vec<Action> {
+    let advance = crate::server_upgrade::advance(s);
+    let mut out = Vec::new();
+    if advance.status != crate::server_upgrade::UpgradeStatus::of(&s.status) {
+        out.push(Action::Status {
+            change: StatusChange::ServerUpgrade(advance.status.clone()),
+            then: advance.events.clone(),
+        });
+    }
+    if let Some(instance) = advance.system_tables {
+        let recently = memory
+            .system_tables_asked
+            .as_ref()
+            .is_some_and(|(n, t)| *n == instance && s.now_ms - t < SYSTEM_TABLES_RETRY_MS);
+        if !recently {
+            memory.system_tables_asked = Some((instance.clone(), s.now_ms));
+            out.push(Action::UpgradeSystemTables {
+                then: Event::new(
+                    false,
+                    "SystemTablesUpgraded",
+                    Some(&instance),
+                    format!(
+                        "system tables of {instance} upgraded to {}",
+                        s.declared.version.as_deref().unwrap_or("the running version")
+                    ),
+                ),
+                instance,
+            });
+        }
     }
     out
 }
@@ -674,6 +730,7 @@ fn rollout_step(s: &Snapshot, memory: &mut Memory) -> Vec<Action> {
             }
         }
         Next::InPlace { instance, .. } => {
+            out.push(step_time(&at));
             memory.rollout_in_flight.insert(instance.clone(), s.now_ms);
             out.push(Action::UpgradeInPlace {
                 then: Event::new(
@@ -692,6 +749,7 @@ fn rollout_step(s: &Snapshot, memory: &mut Memory) -> Vec<Action> {
             change,
             ..
         } => {
+            out.push(step_time(&at));
             memory.rollout_in_flight.insert(instance.clone(), s.now_ms);
             if primary {
                 memory.restarting_primary = Some((instance.clone(), s.now_ms));
@@ -711,6 +769,7 @@ fn rollout_step(s: &Snapshot, memory: &mut Memory) -> Vec<Action> {
             });
         }
         Next::Switchover { from, to, .. } => {
+            out.push(step_time(&at));
             out.push(Action::Status {
                 change: StatusChange::Switchover {
                     from: from.clone(),
@@ -727,6 +786,14 @@ fn rollout_step(s: &Snapshot, memory: &mut Memory) -> Vec<Action> {
         }
     }
     out
+}
+
+/// Record when the rollout gave its last step (for the stuck-rollout alert).
+fn step_time(at: &str) -> Action {
+    Action::Status {
+        change: StatusChange::RolloutStep(at.to_string()),
+        then: vec![],
+    }
 }
 
 /// Steady-state semi-sync adjustment on a settled, ready primary.
@@ -790,6 +857,34 @@ pub fn report(s: &Snapshot, memory: &Memory) -> Report {
             _ => Phase::Upgrading,
         };
         summary.reason = reason;
+    }
+    let upgrade = crate::server_upgrade::advance(s);
+    if let Some(reason) = upgrade.reason.filter(|_| settled || summary.phase == Phase::Upgrading) {
+        let upgrading = upgrade
+            .status
+            .current()
+            .is_some_and(|r| r.phase == cnmysql_api::UpgradePhase::Upgrading);
+        if upgrading {
+            summary.phase = Phase::Upgrading;
+            // The rollout's own words say which instance moves now.
+            if rollout.reason().is_none() || rollout == Next::Current {
+                summary.reason = reason;
+            }
+        } else if upgrade.degraded.is_some() {
+            summary.phase = Phase::Degraded;
+            summary.reason = reason;
+        } else if summary.phase == Phase::Healthy {
+            summary.reason = reason;
+        }
+    }
+    if let Some((why, message)) = &upgrade.degraded {
+        for c in summary.conditions.iter_mut().filter(|c| c.0 == "Degraded") {
+            if !c.1 {
+                c.1 = true;
+                c.2 = why.clone();
+                c.3 = message.clone();
+            }
+        }
     }
     if !memory.last_block.is_empty() {
         summary.phase = Phase::Degraded;

@@ -194,6 +194,15 @@ pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
         reason: format!("{title}: {reason}"),
         stale: stale.clone(),
     };
+    // A server upgrade that failed part way stops every rollout where it is.
+    if let Some(hold) = crate::server_upgrade::advance(s).hold {
+        return wait(hold);
+    }
+    // Instances are restarted only inside the maintenance window.
+    if let Err(e) = crate::maintenance_window::check(s.spec.maintenance_window.as_ref(), s.now_ms)
+    {
+        return wait(e);
+    }
     let (Some(current), Some(target_primary)) = (
         s.status.current_primary.as_deref(),
         s.status.target_primary.as_deref(),
@@ -243,8 +252,13 @@ pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
         *n != current && outdated(s, n).is_some() && !s.get(n).is_some_and(|o| o.ready())
     });
     // The health gate: every (other) instance in service is reachable,
-    // ready and caught up before another one is touched.
-    for o in members.iter().filter(|o| Some(&o.name) != down) {
+    // ready and caught up before another one is touched — unless the
+    // force annotation says to go on (one instance at a time still).
+    let gated = !s.declared.force_rollout;
+    for o in members
+        .iter()
+        .filter(|o| gated && Some(&o.name) != down)
+    {
         let Some(st) = o.status.as_ref() else {
             return wait(format!("waiting for {} to be reachable", o.name));
         };

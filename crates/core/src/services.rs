@@ -107,6 +107,7 @@ mod tests {
             },
             instances,
             now_ms: 0,
+            declared: Default::default(),
         }
     }
 

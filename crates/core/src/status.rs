@@ -158,6 +158,17 @@ pub struct InstanceStatus {
     pub manager_started_at: String,
     pub mysqld_pid: Option<u32>,
     pub clone: Option<CloneProgress>,
+    /// The version of the server program this manager runs (digits, like
+    /// `10.11.19`), once known.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub server_version: String,
+    /// The newest server version that has run on this instance's data.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub data_version: String,
+    /// The version the system tables were last upgraded to (MariaDB:
+    /// `mariadb-upgrade`; MySQL: the server's own upgrade at start).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub system_tables_version: String,
 }
 
 impl InstanceStatus {
@@ -269,6 +280,9 @@ pub struct Snapshot {
     pub instances: Vec<Observed>,
     /// Unix milliseconds when the snapshot was taken.
     pub now_ms: i64,
+    /// What the platform resolved the Cluster to declare beyond its spec:
+    /// the target image and its version, the force annotation.
+    pub declared: crate::server_upgrade::Declared,
 }
 
 impl Snapshot {

@@ -16,6 +16,7 @@ pub fn snapshot(instances: Vec<Observed>) -> Snapshot {
         },
         instances,
         now_ms: 0,
+        declared: Default::default(),
     }
 }
 

@@ -483,6 +483,7 @@ impl World {
             status: self.status.clone(),
             instances,
             now_ms: self.now,
+            declared: Default::default(),
         }
     }
 

@@ -482,29 +482,34 @@ impl Drop for ControlPlane {
     }
 }
 
-/// Install a CRD file the way `kubectl apply --server-side` does, and wait
-/// until it is established.
+/// Install every CRD of a file (documents separated by `---`) the way
+/// `kubectl apply --server-side` does, and wait until each is established.
 pub async fn install_crd(client: &kube::Client, path: &Path) -> anyhow::Result<()> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::api::{Api, Patch, PatchParams};
     use kube::runtime::wait::{await_condition, conditions};
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let crd: CustomResourceDefinition = serde_saphyr::from_str(&text)?;
-    let name = crd.metadata.name.clone().context("the CRD has no name")?;
+    let crds: Vec<CustomResourceDefinition> = serde_saphyr::from_multiple(&text)?;
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    api.patch(
-        &name,
-        &PatchParams::apply("cnmysql-test").force(),
-        &Patch::Apply(&crd),
-    )
-    .await?;
-    tokio::time::timeout(
-        Duration::from_secs(60),
-        await_condition(api, &name, conditions::is_crd_established()),
-    )
-    .await
-    .context("the CRD was not established within 60s")??;
+    for crd in &crds {
+        let name = crd.metadata.name.clone().context("a CRD has no name")?;
+        api.patch(
+            &name,
+            &PatchParams::apply("cnmysql-test").force(),
+            &Patch::Apply(crd),
+        )
+        .await?;
+    }
+    for crd in &crds {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        tokio::time::timeout(
+            Duration::from_secs(60),
+            await_condition(api.clone(), &name, conditions::is_crd_established()),
+        )
+        .await
+        .with_context(|| format!("the CRD {name} was not established within 60s"))??;
+    }
     Ok(())
 }
 

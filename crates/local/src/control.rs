@@ -228,6 +228,7 @@ impl ControlPlane {
                 status,
                 instances: observed.clone(),
                 now_ms: jiff::Timestamp::now().as_millisecond(),
+                declared: Default::default(),
             };
             if !status_unreadable {
                 let absent = supervisor.absent();

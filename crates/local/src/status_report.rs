@@ -131,5 +131,6 @@ pub async fn snapshot(dir: &StateDir) -> anyhow::Result<cnmysql_core::status::Sn
         status: report.status,
         instances,
         now_ms: jiff::Timestamp::now().as_millisecond(),
+        declared: Default::default(),
     })
 }

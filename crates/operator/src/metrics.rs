@@ -172,6 +172,7 @@ mod tests {
             status: Default::default(),
             instances: Vec::new(),
             now_ms: 0,
+            declared: Default::default(),
         };
         m.observe_cluster("prod", &snapshot);
         m.count_event("prod", "db", "FailoverCompleted", "Warning");

@@ -306,6 +306,7 @@ pub async fn step(
         status: status.clone(),
         instances: observed,
         now_ms: jiff::Timestamp::now().as_millisecond(),
+        declared: Default::default(),
     };
     let ns = cluster.namespace().unwrap_or_default();
     ctx.metrics.observe_cluster(&ns, &snapshot);

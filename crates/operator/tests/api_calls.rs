@@ -142,6 +142,7 @@ fn topology_step(
         status: c.status.clone().unwrap_or_default(),
         instances: Vec::new(),
         now_ms: 1_900_000_000_000,
+        declared: Default::default(),
     };
     if failing {
         snapshot.status.primary_failing_since = Some("2026-01-01T00:00:00Z".into());

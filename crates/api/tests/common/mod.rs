@@ -160,7 +160,50 @@ pub fn cases() -> Vec<(&'static str, Value, &'static str, bool)> {
             "spec.mysql.parameters.max_connections",
             true,
         ),
-        // Enforced by the schema (enum / type / unknown field) rather than CEL.
+        (
+            "image and catalog",
+            json!({"spec": {"mysql": {"image": "mariadb:10.11", "version": "10.11.19", "imageCatalogRef": {"name": "mariadb"}}}}),
+            "spec.mysql.imageCatalogRef",
+            true,
+        ),
+        (
+            "catalog without version",
+            json!({"spec": {"mysql": {"imageCatalogRef": {"kind": "ClusterImageCatalog", "name": "mariadb"}}}}),
+            "spec.mysql.version",
+            true,
+        ),
+        // Enforced by the schema (enum / type / pattern / format / unknown
+        // field) rather than CEL.
+        (
+            "a version that is not one",
+            json!({"spec": {"mysql": {"version": "latest"}}}),
+            "spec.mysql.version",
+            false,
+        ),
+        (
+            "upgradeAt not a time",
+            json!({"spec": {"mysql": {"upgradeAt": "tomorrow"}}}),
+            "spec.mysql.upgradeAt",
+            false,
+        ),
+        (
+            "window start not a time",
+            json!({"spec": {"maintenanceWindow": {"start": "25:00", "duration": "2h"}}}),
+            "spec.maintenanceWindow.start",
+            false,
+        ),
+        (
+            "window duration not one",
+            json!({"spec": {"maintenanceWindow": {"start": "02:00", "duration": "2 hours"}}}),
+            "spec.maintenanceWindow.duration",
+            false,
+        ),
+        (
+            "unknown catalog kind",
+            json!({"spec": {"mysql": {"version": "10.11.19", "imageCatalogRef": {"kind": "Catalog", "name": "x"}}}}),
+            "spec.mysql.imageCatalogRef.kind",
+            false,
+        ),
         (
             "unknown flavour",
             json!({"spec": {"mysql": {"flavor": "postgres"}}}),
