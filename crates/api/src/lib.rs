@@ -13,8 +13,14 @@ use kube::CustomResourceExt;
 
 /// Every CustomResourceDefinition: Cluster, ImageCatalog,
 /// ClusterImageCatalog.
-pub fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> {
-    vec![Cluster::crd(), ImageCatalog::crd(), ClusterImageCatalog::crd()]
+pub fn crds()
+-> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
+{
+    vec![
+        Cluster::crd(),
+        ImageCatalog::crd(),
+        ClusterImageCatalog::crd(),
+    ]
 }
 
 /// The CustomResourceDefinitions, as YAML, exactly as committed under `deploy/`.

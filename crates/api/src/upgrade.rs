@@ -108,7 +108,9 @@ pub struct MaintenanceWindow {
     pub duration: String,
 }
 
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+)]
 pub enum Weekday {
     Mon,
     Tue,
@@ -142,11 +144,17 @@ impl MaintenanceWindow {
                     num.clear();
                     any = true;
                 }
-                _ => return Err(format!("{d:?} is not a duration; write it like 4h, 90m or 1h30m")),
+                _ => {
+                    return Err(format!(
+                        "{d:?} is not a duration; write it like 4h, 90m or 1h30m"
+                    ));
+                }
             }
         }
         if !any || !num.is_empty() {
-            return Err(format!("{d:?} is not a duration; write it like 4h, 90m or 1h30m"));
+            return Err(format!(
+                "{d:?} is not a duration; write it like 4h, 90m or 1h30m"
+            ));
         }
         if total < 1 || total > 24 * 60 {
             return Err(format!("{d:?} must be between 1m and 24h"));
@@ -156,7 +164,12 @@ impl MaintenanceWindow {
 
     /// Minutes after midnight UTC the window opens.
     pub fn start_minute(&self) -> Result<i64, String> {
-        let bad = || format!("{:?} is not a time of day; write it as HH:MM (UTC)", self.start);
+        let bad = || {
+            format!(
+                "{:?} is not a time of day; write it as HH:MM (UTC)",
+                self.start
+            )
+        };
         let (h, m) = self.start.split_once(':').ok_or_else(bad)?;
         let (h, m): (i64, i64) = (h.parse().map_err(|_| bad())?, m.parse().map_err(|_| bad())?);
         if !(0..24).contains(&h) || !(0..60).contains(&m) || self.start.len() != 5 {
@@ -260,8 +273,18 @@ mod tests {
         assert_eq!(window("02:00", "4h").minutes(), Ok(240));
         assert_eq!(window("02:00", "1h30m").minutes(), Ok(90));
         assert_eq!(window("02:00", "90m").minutes(), Ok(90));
-        assert!(window("02:00", "4").minutes().unwrap_err().contains("like 4h"));
-        assert!(window("02:00", "25h").minutes().unwrap_err().contains("24h"));
+        assert!(
+            window("02:00", "4")
+                .minutes()
+                .unwrap_err()
+                .contains("like 4h")
+        );
+        assert!(
+            window("02:00", "25h")
+                .minutes()
+                .unwrap_err()
+                .contains("24h")
+        );
         assert!(window("02:00", "").minutes().is_err());
         assert_eq!(window("23:59", "1m").start_minute(), Ok(23 * 60 + 59));
         assert!(window("24:00", "1m").start_minute().is_err());

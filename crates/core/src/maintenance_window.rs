@@ -16,7 +16,9 @@ pub fn check(window: Option<&MaintenanceWindow>, now_ms: i64) -> Result<(), Stri
     let (start, length) = match (w.start_minute(), w.minutes()) {
         (Ok(s), Ok(l)) => (s * MINUTE_MS, l * MINUTE_MS),
         (Err(e), _) | (_, Err(e)) => {
-            return Err(format!("spec.maintenanceWindow is not valid ({e}); no instance is restarted until it is fixed"));
+            return Err(format!(
+                "spec.maintenanceWindow is not valid ({e}); no instance is restarted until it is fixed"
+            ));
         }
     };
     let opens_on = |day: i64| {
@@ -48,7 +50,9 @@ mod tests {
     use cnmysql_api::Weekday;
 
     fn at(text: &str) -> i64 {
-        text.parse::<k8s_openapi::jiff::Timestamp>().unwrap().as_millisecond()
+        text.parse::<k8s_openapi::jiff::Timestamp>()
+            .unwrap()
+            .as_millisecond()
     }
 
     fn window(days: Vec<Weekday>, start: &str, duration: &str) -> MaintenanceWindow {

@@ -652,7 +652,10 @@ fn server_upgrade_step(s: &Snapshot, memory: &mut Memory) -> Vec<Action> {
                     Some(&instance),
                     format!(
                         "system tables of {instance} upgraded to {}",
-                        s.declared.version.as_deref().unwrap_or("the running version")
+                        s.declared
+                            .version
+                            .as_deref()
+                            .unwrap_or("the running version")
                     ),
                 ),
                 instance,
@@ -859,7 +862,10 @@ pub fn report(s: &Snapshot, memory: &Memory) -> Report {
         summary.reason = reason;
     }
     let upgrade = crate::server_upgrade::advance(s);
-    if let Some(reason) = upgrade.reason.filter(|_| settled || summary.phase == Phase::Upgrading) {
+    if let Some(reason) = upgrade
+        .reason
+        .filter(|_| settled || summary.phase == Phase::Upgrading)
+    {
         let upgrading = upgrade
             .status
             .current()

@@ -199,8 +199,7 @@ pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
         return wait(hold);
     }
     // Instances are restarted only inside the maintenance window.
-    if let Err(e) = crate::maintenance_window::check(s.spec.maintenance_window.as_ref(), s.now_ms)
-    {
+    if let Err(e) = crate::maintenance_window::check(s.spec.maintenance_window.as_ref(), s.now_ms) {
         return wait(e);
     }
     let (Some(current), Some(target_primary)) = (
@@ -255,10 +254,7 @@ pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
     // ready and caught up before another one is touched — unless the
     // force annotation says to go on (one instance at a time still).
     let gated = !s.declared.force_rollout;
-    for o in members
-        .iter()
-        .filter(|o| gated && Some(&o.name) != down)
-    {
+    for o in members.iter().filter(|o| gated && Some(&o.name) != down) {
         let Some(st) = o.status.as_ref() else {
             return wait(format!("waiting for {} to be reachable", o.name));
         };

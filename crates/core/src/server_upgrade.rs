@@ -78,7 +78,12 @@ impl Version {
 
     /// Compared on the components both state (`10.11` equals `10.11.19`).
     pub fn compare(&self, other: &Version) -> Ordering {
-        self.0.iter().zip(&other.0).map(|(a, b)| a.cmp(b)).find(|o| o.is_ne()).unwrap_or(Ordering::Equal)
+        self.0
+            .iter()
+            .zip(&other.0)
+            .map(|(a, b)| a.cmp(b))
+            .find(|o| o.is_ne())
+            .unwrap_or(Ordering::Equal)
     }
 
     /// major.minor.
@@ -295,9 +300,9 @@ impl UpgradeStatus {
 
     /// The latest record, if it is about the current target.
     pub fn current(&self) -> Option<&UpgradeRecord> {
-        self.history
-            .last()
-            .filter(|r| Some(&r.image) == self.target_image.as_ref() && self.image != self.target_image)
+        self.history.last().filter(|r| {
+            Some(&r.image) == self.target_image.as_ref() && self.image != self.target_image
+        })
     }
 }
 
@@ -381,7 +386,11 @@ fn on_target(s: &Snapshot, name: &str, version: &str) -> Result<(), String> {
     if !matches(&st.server_version, version) {
         return Err(format!(
             "waiting for {name} to run {version} (it runs {})",
-            if st.server_version.is_empty() { "an unknown version" } else { &st.server_version }
+            if st.server_version.is_empty() {
+                "an unknown version"
+            } else {
+                &st.server_version
+            }
         ));
     }
     if !st.ready {
@@ -397,13 +406,22 @@ fn on_target(s: &Snapshot, name: &str, version: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Whether `name`'s system tables are at the version it runs.
+/// Whether `name`'s system tables are at the version it runs: MariaDB's
+/// `mariadb-upgrade` works per major.minor (it has nothing to do within
+/// one), MySQL upgrades itself to the exact version.
 pub fn system_tables_current(s: &Snapshot, name: &str) -> bool {
+    let flavor = s.spec.mysql.flavor;
     s.get(name)
         .and_then(|o| o.status.as_ref())
-        .is_some_and(|st| match (Version::parse(&st.system_tables_version), Version::parse(&st.server_version)) {
-            (Some(t), Some(v)) => t.compare(&v).is_ge(),
-            _ => false,
+        .is_some_and(|st| {
+            match (
+                Version::parse(&st.system_tables_version),
+                Version::parse(&st.server_version),
+            ) {
+                (Some(t), Some(v)) if flavor == Flavor::Mariadb => t.series() >= v.series(),
+                (Some(t), Some(v)) => t.compare(&v).is_ge(),
+                _ => false,
+            }
         })
 }
 
@@ -438,7 +456,9 @@ fn probe(s: &Snapshot, c: &UpgradeCondition, version: &str) -> Probe {
             } else if on_target(s, &who, version).is_ok() {
                 Probe::Done(format!("{who} was restarted in place as the primary"))
             } else {
-                Probe::NotYet(format!("waiting for {who} to hand the primary role to an upgraded replica"))
+                Probe::NotYet(format!(
+                    "waiting for {who} to hand the primary role to an upgraded replica"
+                ))
             }
         }
         POST_UPGRADE => {
@@ -535,7 +555,8 @@ pub fn advance(s: &Snapshot) -> Advance {
     let mut out = Advance::default();
     for o in &s.instances {
         if let Some(st) = o.status.as_ref().filter(|st| !st.data_version.is_empty()) {
-            u.data_versions.insert(o.name.clone(), st.data_version.clone());
+            u.data_versions
+                .insert(o.name.clone(), st.data_version.clone());
         }
     }
     u.data_versions
@@ -590,7 +611,10 @@ pub fn advance(s: &Snapshot) -> Advance {
             phase: UpgradePhase::New,
             start_time: None,
             complete_time: None,
-            conditions: vec![condition(VALIDATION, None), condition(PRE_HEALTH_CHECK, None)],
+            conditions: vec![
+                condition(VALIDATION, None),
+                condition(PRE_HEALTH_CHECK, None),
+            ],
         });
         out.events.push(event(
             false,
@@ -631,7 +655,13 @@ pub fn advance(s: &Snapshot) -> Advance {
                     rec.complete_time = Some(at.clone());
                 }
                 if before != UpgradePhase::Failed {
-                    out.events.push(event(true, "ServerUpgradeRefused", format!("server upgrade to {version} refused; nothing was touched: {message}")));
+                    out.events.push(event(
+                        true,
+                        "ServerUpgradeRefused",
+                        format!(
+                            "server upgrade to {version} refused; nothing was touched: {message}"
+                        ),
+                    ));
                 }
                 out.degraded = Some((why.into(), message.clone()));
                 out.reason = Some(format!("Server upgrade to {version} refused: {message}"));
@@ -639,8 +669,17 @@ pub fn advance(s: &Snapshot) -> Advance {
                 return out;
             }
             Ok(()) => {
-                let from = newest.as_ref().map(|v| v.to_string()).unwrap_or_else(|| "a new cluster".into());
-                record(c, "True", "Validated", &format!("{from} → {version} is supported"), now);
+                let from = newest
+                    .as_ref()
+                    .map(|v| v.to_string())
+                    .unwrap_or_else(|| "a new cluster".into());
+                record(
+                    c,
+                    "True",
+                    "Validated",
+                    &format!("{from} → {version} is supported"),
+                    now,
+                );
                 rec.complete_time = None;
             }
         }
@@ -654,14 +693,28 @@ pub fn advance(s: &Snapshot) -> Advance {
             .map(|t| t.as_millisecond())
             .filter(|t| *t > now);
         let wait = if let Some(t) = scheduled {
-            Some(("Scheduled", format!("the upgrade to {version} starts at {} (spec.mysql.upgradeAt)", timestamp(t))))
-        } else if let Err(e) = crate::maintenance_window::check(s.spec.maintenance_window.as_ref(), now) {
-            Some(("MaintenanceWindow", format!("the upgrade to {version} waits: {e}")))
+            Some((
+                "Scheduled",
+                format!(
+                    "the upgrade to {version} starts at {} (spec.mysql.upgradeAt)",
+                    timestamp(t)
+                ),
+            ))
+        } else if let Err(e) =
+            crate::maintenance_window::check(s.spec.maintenance_window.as_ref(), now)
+        {
+            Some((
+                "MaintenanceWindow",
+                format!("the upgrade to {version} waits: {e}"),
+            ))
         } else {
             match healthy(s) {
                 Ok(()) => None,
                 Err(_) if d.force_rollout => None,
-                Err(e) => Some(("Unhealthy", format!("the upgrade to {version} waits for a healthy cluster: {e}"))),
+                Err(e) => Some((
+                    "Unhealthy",
+                    format!("the upgrade to {version} waits for a healthy cluster: {e}"),
+                )),
             }
         };
         let pre = &mut rec.conditions[1];
@@ -670,7 +723,8 @@ pub fn advance(s: &Snapshot) -> Advance {
             record(pre, "Unknown", why, &message, now);
             rec.phase = UpgradePhase::Pending;
             if was != why {
-                out.events.push(event(false, "ServerUpgradePending", message.clone()));
+                out.events
+                    .push(event(false, "ServerUpgradePending", message.clone()));
             }
             out.reason = Some(format!("Server upgrade pending: {message}"));
             out.status = u;
@@ -681,7 +735,17 @@ pub fn advance(s: &Snapshot) -> Advance {
         } else {
             format!("{FORCE_ANNOTATION} is set: going on without the health gate")
         };
-        record(pre, "True", if healthy(s).is_ok() { "Healthy" } else { "Forced" }, &message, now);
+        record(
+            pre,
+            "True",
+            if healthy(s).is_ok() {
+                "Healthy"
+            } else {
+                "Forced"
+            },
+            &message,
+            now,
+        );
         // Lay the steps out from the topology as it stands.
         let primary = s.status.current_primary.clone().unwrap_or_default();
         let mut replicas: Vec<_> = s
@@ -692,12 +756,14 @@ pub fn advance(s: &Snapshot) -> Advance {
         replicas.sort_by_key(|o| o.ordinal);
         rec.conditions.truncate(2);
         for r in replicas {
-            rec.conditions.push(condition(UPGRADE_REPLICA, Some(&r.name)));
+            rec.conditions
+                .push(condition(UPGRADE_REPLICA, Some(&r.name)));
         }
         if s.spec.instances > 1 {
             rec.conditions.push(condition(SWITCHOVER, Some(&primary)));
         }
-        rec.conditions.push(condition(UPGRADE_FORMER_PRIMARY, Some(&primary)));
+        rec.conditions
+            .push(condition(UPGRADE_FORMER_PRIMARY, Some(&primary)));
         rec.conditions.push(condition(POST_UPGRADE, None));
         rec.conditions.push(condition(POST_HEALTH_CHECK, None));
         rec.phase = UpgradePhase::Upgrading;
@@ -738,8 +804,14 @@ pub fn advance(s: &Snapshot) -> Advance {
         if !retry {
             let message = format!(
                 "the server upgrade to {version} failed at {}: {}; the rollout is stopped. Fix the cause, then set spec.mysql.upgradeAt to a time after {} to go on",
-                failed.as_ref().map(|c| c.type_.as_str()).unwrap_or("a step"),
-                failed.as_ref().map(|c| c.message.as_str()).unwrap_or_default(),
+                failed
+                    .as_ref()
+                    .map(|c| c.type_.as_str())
+                    .unwrap_or("a step"),
+                failed
+                    .as_ref()
+                    .map(|c| c.message.as_str())
+                    .unwrap_or_default(),
                 rec.complete_time.as_deref().unwrap_or_default()
             );
             out.hold = Some(message.clone());
@@ -756,7 +828,13 @@ pub fn advance(s: &Snapshot) -> Advance {
         }
         rec.phase = UpgradePhase::Upgrading;
         rec.complete_time = None;
-        out.events.push(event(false, "ServerUpgradeRetrying", format!("server upgrade to {version}: trying the failed step again (spec.mysql.upgradeAt)")));
+        out.events.push(event(
+            false,
+            "ServerUpgradeRetrying",
+            format!(
+                "server upgrade to {version}: trying the failed step again (spec.mysql.upgradeAt)"
+            ),
+        ));
     }
 
     // 2. The steps, in order: the first not true is the one under way.
@@ -774,18 +852,31 @@ pub fn advance(s: &Snapshot) -> Advance {
                     format!(
                         "server upgrade to {version}: {}{} done: {message}",
                         c.type_,
-                        c.instance.as_deref().map(|i| format!(" {i}")).unwrap_or_default()
+                        c.instance
+                            .as_deref()
+                            .map(|i| format!(" {i}"))
+                            .unwrap_or_default()
                     ),
                 ));
             }
             Probe::NotYet(message) => {
                 let started = since_ms(&c.start_time).unwrap_or(now);
                 if now - started > STEP_DEADLINE_MS {
-                    let message = format!("not done within {} min: {message}", STEP_DEADLINE_MS / 60_000);
+                    let message = format!(
+                        "not done within {} min: {message}",
+                        STEP_DEADLINE_MS / 60_000
+                    );
                     record(c, "False", "TimedOut", &message, now);
                     rec.phase = UpgradePhase::Failed;
                     rec.complete_time = Some(at.clone());
-                    out.events.push(event(true, "ServerUpgradeFailed", format!("server upgrade to {version} failed at {}: {message}", c.type_)));
+                    out.events.push(event(
+                        true,
+                        "ServerUpgradeFailed",
+                        format!(
+                            "server upgrade to {version} failed at {}: {message}",
+                            c.type_
+                        ),
+                    ));
                     out.degraded = Some(("ServerUpgradeFailed".into(), message.clone()));
                     out.hold = Some(message.clone());
                     out.reason = Some(format!("Server upgrade to {version} failed: {message}"));
@@ -797,17 +888,28 @@ pub fn advance(s: &Snapshot) -> Advance {
                     // The primary first, then the replicas in order.
                     let primary = s.status.current_primary.clone();
                     let mut order: Vec<&str> = primary.iter().map(String::as_str).collect();
-                    order.extend(s.instances.iter().map(|o| o.name.as_str()).filter(|n| Some(*n) != primary.as_deref()));
+                    order.extend(
+                        s.instances
+                            .iter()
+                            .map(|o| o.name.as_str())
+                            .filter(|n| Some(*n) != primary.as_deref()),
+                    );
                     out.system_tables = order
                         .into_iter()
-                        .find(|n| in_service(s, n) && !system_tables_current(s, n) && s.get(n).is_some_and(|o| o.ready()))
+                        .find(|n| {
+                            in_service(s, n)
+                                && !system_tables_current(s, n)
+                                && s.get(n).is_some_and(|o| o.ready())
+                        })
                         .map(str::to_string);
                 }
                 let step = match &c.instance {
                     Some(n) => format!("{} {n}", c.type_),
                     None => c.type_.clone(),
                 };
-                out.reason = Some(format!("Upgrading the server to {version}: {step}: {message}"));
+                out.reason = Some(format!(
+                    "Upgrading the server to {version}: {step}: {message}"
+                ));
                 out.status = u;
                 return out;
             }

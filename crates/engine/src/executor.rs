@@ -53,6 +53,27 @@ pub async fn carry_out<P: Platform>(
                     Err(e) => platform.record(&upgrade_failed(&instance, &e)).await,
                 }
             }
+            Action::UpgradeSystemTables { instance, then } => {
+                match platform
+                    .control(&instance, &ControlRequest::UpgradeSystemTables)
+                    .await
+                {
+                    Ok(()) => platform.record(&then).await,
+                    // Asked again after SYSTEM_TABLES_RETRY_MS.
+                    Err(e) => {
+                        platform
+                            .record(&Event {
+                                warning: true,
+                                reason: "SystemTablesUpgradeFailed",
+                                instance: Some(instance.clone()),
+                                message: format!(
+                                    "upgrading the system tables of {instance} failed (asked again in a minute): {e:#}"
+                                ),
+                            })
+                            .await
+                    }
+                }
+            }
             Action::Recreate {
                 instance,
                 primary,

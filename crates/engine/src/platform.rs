@@ -19,6 +19,9 @@ pub enum ControlRequest {
     /// executable (SHA-256 `hash`); the manager re-execs, mysqld keeps
     /// running.
     Upgrade { hash: String },
+    /// `POST /instance/mysql/upgrade`: bring the system tables to the
+    /// version the server runs (MariaDB: `mariadb-upgrade`).
+    UpgradeSystemTables,
 }
 
 impl ControlRequest {
@@ -45,6 +48,19 @@ impl ControlRequest {
             }
             ControlRequest::Upgrade { hash } => {
                 cnmysql_instance::upgrade::push(client, host, port, hash).await
+            }
+            ControlRequest::UpgradeSystemTables => {
+                let (code, text) = client
+                    .post(
+                        host,
+                        port,
+                        "/instance/mysql/upgrade",
+                        &[],
+                        Vec::new().into(),
+                    )
+                    .await?;
+                anyhow::ensure!(code == 200, "refused ({code}): {text}");
+                Ok(())
             }
         }
     }

@@ -36,6 +36,9 @@ pub trait Backend: Send + Sync + 'static {
         &self,
         s: &cnmysql_core::semisync::Settings,
     ) -> impl Future<Output = anyhow::Result<()>> + Send;
+    /// Bring the system tables to the running server's version (MariaDB:
+    /// `mariadb-upgrade`); says what it did.
+    fn upgrade_system_tables(&self) -> impl Future<Output = anyhow::Result<String>> + Send;
     /// The manager's own binary, replaced by an upgrade.
     fn executable_path(&self) -> &std::path::Path;
     /// Whether a re-exec may happen now (not while cloning or starting).
@@ -65,6 +68,10 @@ pub fn router<B: Backend>(backend: Arc<B>) -> Router {
             )),
         )
         .route(
+            "/instance/mysql/upgrade",
+            axum::routing::post(upgrade_system_tables::<B>),
+        )
+        .route(
             "/instance/manager/restart-inplace",
             axum::routing::post(restart_inplace::<B>),
         )
@@ -80,6 +87,21 @@ fn operator_only(peer: &Peer, what: &str) -> Option<Response> {
         )
             .into_response()
     })
+}
+
+/// `POST /instance/mysql/upgrade`: the system tables are brought to the
+/// running server's version (after a server version change).
+async fn upgrade_system_tables<B: Backend>(
+    State(b): State<Arc<B>>,
+    Extension(peer): Extension<Peer>,
+) -> Response {
+    if let Some(refused) = operator_only(&peer, "upgrade the system tables") {
+        return refused;
+    }
+    match b.upgrade_system_tables().await {
+        Ok(done) => (StatusCode::OK, done).into_response(),
+        Err(e) => (StatusCode::CONFLICT, format!("{e:#}")).into_response(),
+    }
 }
 
 /// `POST /instance/manager/upgrade`: the operator streams its executable;

@@ -38,6 +38,10 @@ pub struct Programs {
     /// MariaDB's backup stream extractor (`mbstream`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream_extract: Option<PathBuf>,
+    /// MariaDB's system tables upgrade (`mariadb-upgrade`), run after a
+    /// version change (MySQL upgrades itself at start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<PathBuf>,
     /// The server image the programs come from (their paths are inside
     /// it); none: this machine's own programs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -69,20 +73,16 @@ fn program_names(flavor: Flavor) -> [&'static [&'static str]; 4] {
 impl Programs {
     /// Find the programs of a flavour on `PATH` (and the usual sbin dirs).
     pub fn discover(flavor: Flavor) -> Result<Programs, String> {
-        Self::find(
-            flavor,
-            |name| which(name),
-            |missing| {
-                format!(
-                    "cannot find {missing} on PATH; install the {} server packages (Debian: apt-get install {}), or name a server image in spec.mysql.image (scripts/images builds them)",
-                    flavor.as_str(),
-                    match flavor {
-                        Flavor::Mariadb => "mariadb-server mariadb-backup",
-                        Flavor::Mysql => "mysql-server-core",
-                    }
-                )
-            },
-        )
+        Self::find(flavor, which, |missing| {
+            format!(
+                "cannot find {missing} on PATH; install the {} server packages (Debian: apt-get install {}), or name a server image in spec.mysql.image (scripts/images builds them)",
+                flavor.as_str(),
+                match flavor {
+                    Flavor::Mariadb => "mariadb-server mariadb-backup",
+                    Flavor::Mysql => "mysql-server-core",
+                }
+            )
+        })
     }
 
     /// The programs a Cluster asks for on this machine: those of the server
@@ -138,6 +138,12 @@ impl Programs {
         lookup: impl Fn(&str) -> Option<PathBuf>,
         missing: impl Fn(&str) -> String,
     ) -> Result<Programs, String> {
+        let upgrade = match flavor {
+            Flavor::Mariadb => ["mariadb-upgrade", "mysql_upgrade"]
+                .iter()
+                .find_map(|n| lookup(n)),
+            Flavor::Mysql => None,
+        };
         let mut found = Vec::new();
         for alternatives in program_names(flavor) {
             if alternatives.is_empty() {
@@ -156,6 +162,7 @@ impl Programs {
             install_db: next().expect("the install program is required"),
             backup: next(),
             stream_extract: next(),
+            upgrade,
             image: None,
         })
     }
@@ -191,6 +198,27 @@ impl Programs {
             )),
             None => anyhow::anyhow!("cannot run {}: {e}", program.display()),
         }
+    }
+
+    /// What `mysqld --version` says, whole (empty when it did not run).
+    pub fn version_line(&self) -> String {
+        self.command(&self.mysqld)
+            .arg("--version")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default()
+    }
+
+    /// The server version these programs hold (digits: `10.11.19`): the
+    /// image's manifest, else `mysqld --version`.
+    pub fn server_version(&self) -> Option<String> {
+        let text = match &self.image {
+            Some(img) => img.server_version.clone(),
+            None => self.version_line(),
+        };
+        text.split_whitespace()
+            .find_map(cnmysql_core::server_upgrade::Version::parse)
+            .map(|v| v.to_string())
     }
 
     /// MariaDB's backup tool and extractor, or why there are none.
@@ -460,6 +488,7 @@ pub(crate) mod tests {
                 install_db: "/usr/bin/mariadb-install-db".into(),
                 backup: Some("/usr/bin/mariadb-backup".into()),
                 stream_extract: Some("/usr/bin/mbstream".into()),
+                upgrade: None,
                 image: None,
             },
             mysql_bind: "127.0.0.1".into(),

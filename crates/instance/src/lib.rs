@@ -12,6 +12,7 @@ pub mod inherit;
 pub mod manager;
 pub mod mysqld;
 pub mod server_image;
+pub mod server_version;
 pub mod sql;
 pub mod upgrade;
 

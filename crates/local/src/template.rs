@@ -10,18 +10,9 @@ use cnmysql_instance::bootstrap::install_db;
 use cnmysql_instance::config::Programs;
 use nix::fcntl::{Flock, FlockArg};
 
-fn server_version(programs: &Programs) -> String {
-    programs
-        .command(&programs.mysqld)
-        .arg("--version")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default()
-}
-
 /// The template directory for these programs, created on first use.
 pub fn ensure_template(flavor: Flavor, programs: &Programs) -> anyhow::Result<PathBuf> {
-    let version = server_version(programs);
+    let version = programs.version_line();
     let key: String = version
         .split_whitespace()
         .find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()))

@@ -57,34 +57,73 @@ fn catalog(flavor: Flavor) -> Catalog {
 #[test]
 fn the_spec_resolves_through_a_catalog_an_image_or_the_default() {
     let mut spec: ClusterSpec = serde_json::from_str(r#"{"mysql": {"version": "10.11.19", "imageCatalogRef": {"kind": "ClusterImageCatalog", "name": "mariadb"}}}"#).unwrap();
-    let d = resolve(&spec, Some(Ok(catalog(Flavor::Mariadb))), "x", |_| None, false);
-    assert_eq!((d.image.as_deref(), d.version.as_deref()), (Some(NEW), Some("10.11.19")));
+    let d = resolve(
+        &spec,
+        Some(Ok(catalog(Flavor::Mariadb))),
+        "x",
+        |_| None,
+        false,
+    );
+    assert_eq!(
+        (d.image.as_deref(), d.version.as_deref()),
+        (Some(NEW), Some("10.11.19"))
+    );
     spec.mysql.version = Some("11.8".into());
-    let d = resolve(&spec, Some(Ok(catalog(Flavor::Mariadb))), "x", |_| None, false);
-    assert!(d.error.unwrap().contains("lists no 11.8; it lists 10.11.18, 10.11.19"));
-    let d = resolve(&spec, Some(Ok(catalog(Flavor::Mysql))), "x", |_| None, false);
+    let d = resolve(
+        &spec,
+        Some(Ok(catalog(Flavor::Mariadb))),
+        "x",
+        |_| None,
+        false,
+    );
+    assert!(
+        d.error
+            .unwrap()
+            .contains("lists no 11.8; it lists 10.11.18, 10.11.19")
+    );
+    let d = resolve(
+        &spec,
+        Some(Ok(catalog(Flavor::Mysql))),
+        "x",
+        |_| None,
+        false,
+    );
     assert!(d.error.unwrap().contains("name a mariadb catalog"));
     let d = resolve(&spec, None, "x", |_| None, false);
-    assert!(d.error.unwrap().contains("ClusterImageCatalog mariadb was not found"));
+    assert!(
+        d.error
+            .unwrap()
+            .contains("ClusterImageCatalog mariadb was not found")
+    );
 
-    let spec: ClusterSpec = serde_json::from_str(r#"{"mysql": {"image": "mariadb:11.8"}}"#).unwrap();
+    let spec: ClusterSpec =
+        serde_json::from_str(r#"{"mysql": {"image": "mariadb:11.8"}}"#).unwrap();
     // The platform may know more than the tag (the image store's manifest).
     let d = resolve(&spec, None, "x", |_| Some("11.8.9".into()), false);
     assert_eq!(d.version.as_deref(), Some("11.8.9"));
     let d = resolve(&spec, None, "x", |_| None, false);
     assert_eq!(d.version.as_deref(), Some("11.8"));
-    let spec: ClusterSpec = serde_json::from_str(r#"{"mysql": {"image": "mariadb:11.8", "version": "10.11.19"}}"#).unwrap();
+    let spec: ClusterSpec =
+        serde_json::from_str(r#"{"mysql": {"image": "mariadb:11.8", "version": "10.11.19"}}"#)
+            .unwrap();
     let d = resolve(&spec, None, "x", |_| None, false);
     assert!(d.error.unwrap().contains("holds 11.8"));
     let spec: ClusterSpec = serde_json::from_str("{}").unwrap();
     let d = resolve(&spec, None, OLD, |_| None, true);
-    assert_eq!((d.image.as_deref(), d.version.as_deref(), d.force_rollout), (Some(OLD), Some("10.11.18"), true));
+    assert_eq!(
+        (d.image.as_deref(), d.version.as_deref(), d.force_rollout),
+        (Some(OLD), Some("10.11.18"), true)
+    );
 }
 
 /// db-1 primary, db-2 and db-3 replicas, all on 10.11.18 data and
 /// program, the cluster running OLD and declaring `target`.
 fn cluster(target: &str, version: &str) -> Snapshot {
-    let mut obs = vec![primary("db-1", "0-1-10"), replica("db-2", "0-1-10"), replica("db-3", "0-1-10")];
+    let mut obs = vec![
+        primary("db-1", "0-1-10"),
+        replica("db-2", "0-1-10"),
+        replica("db-3", "0-1-10"),
+    ];
     for o in &mut obs {
         let st = o.status.as_mut().unwrap();
         st.server_version = "10.11.18".into();
@@ -120,9 +159,26 @@ fn upgraded(s: &mut Snapshot, name: &str, version: &str) {
 }
 
 fn steps(s: &Snapshot) -> Vec<(String, String)> {
-    s.status.upgrade_history.last().unwrap().conditions.iter().map(|c| {
-        (format!("{}{}", c.type_, c.instance.as_deref().map(|i| format!(" {i}")).unwrap_or_default()), c.status.clone())
-    }).collect()
+    s.status
+        .upgrade_history
+        .last()
+        .unwrap()
+        .conditions
+        .iter()
+        .map(|c| {
+            (
+                format!(
+                    "{}{}",
+                    c.type_,
+                    c.instance
+                        .as_deref()
+                        .map(|i| format!(" {i}"))
+                        .unwrap_or_default()
+                ),
+                c.status.clone(),
+            )
+        })
+        .collect()
 }
 
 #[test]
@@ -146,8 +202,18 @@ fn a_downgrade_is_refused_with_nothing_touched() {
     let r = s.status.upgrade_history.last().unwrap();
     assert_eq!(r.phase, UpgradePhase::Failed);
     assert_eq!(r.conditions[0].reason, "DowngradeRefused");
-    assert!(r.conditions[0].message.contains("10.11.18 is lower than 10.11.19"), "{}", r.conditions[0].message);
-    assert!(a.events.iter().any(|e| e.reason == "ServerUpgradeRefused" && e.warning));
+    assert!(
+        r.conditions[0]
+            .message
+            .contains("10.11.18 is lower than 10.11.19"),
+        "{}",
+        r.conditions[0].message
+    );
+    assert!(
+        a.events
+            .iter()
+            .any(|e| e.reason == "ServerUpgradeRefused" && e.warning)
+    );
     assert_eq!(a.degraded.as_ref().unwrap().0, "DowngradeRefused");
     // Instances are still made from the image the cluster runs.
     assert_eq!(instance_image(&s.status, Some(OLD)).as_deref(), Some(NEW));
@@ -175,7 +241,10 @@ fn an_upgrade_waits_for_upgrade_at_then_the_window_then_walks_every_step_in_orde
     });
     let a = pass(&mut s);
     assert!(a.reason.unwrap().contains("outside the maintenance window"));
-    assert_eq!(s.status.upgrade_history.last().unwrap().phase, UpgradePhase::Pending);
+    assert_eq!(
+        s.status.upgrade_history.last().unwrap().phase,
+        UpgradePhase::Pending
+    );
 
     s.spec.maintenance_window = None;
     let a = pass(&mut s);
@@ -212,6 +281,13 @@ fn an_upgrade_waits_for_upgrade_at_then_the_window_then_walks_every_step_in_orde
     pass(&mut s);
     assert_eq!(steps(&s)[4].1, "True");
     upgraded(&mut s, "db-1", "10.11.19");
+    // Within one major.minor MariaDB has nothing to upgrade: say db-2's
+    // tables are older than that.
+    s.instances[1]
+        .status
+        .as_mut()
+        .unwrap()
+        .system_tables_version = "10.6.5-MariaDB".into();
     let a = pass(&mut s);
     // PostUpgrade: the new primary's system tables first.
     assert_eq!(steps(&s)[6], ("PostUpgrade".into(), "Unknown".into()));
@@ -221,10 +297,19 @@ fn an_upgrade_waits_for_upgrade_at_then_the_window_then_walks_every_step_in_orde
         o.status.as_mut().unwrap().system_tables_version = "10.11.19-MariaDB".into();
     }
     let a = pass(&mut s);
-    assert!(a.events.iter().any(|e| e.reason == "ServerUpgradeCompleted"), "{a:?}");
+    assert!(
+        a.events
+            .iter()
+            .any(|e| e.reason == "ServerUpgradeCompleted"),
+        "{a:?}"
+    );
     let r = s.status.upgrade_history.last().unwrap();
     assert_eq!(r.phase, UpgradePhase::Upgraded);
-    assert!(r.conditions.iter().all(|c| c.status == "True" && c.complete_time.is_some()));
+    assert!(
+        r.conditions
+            .iter()
+            .all(|c| c.status == "True" && c.complete_time.is_some())
+    );
     assert_eq!(s.status.image.as_deref(), Some(NEW));
     assert_eq!(s.status.server_version.as_deref(), Some("10.11.19"));
     // Nothing more to do.
@@ -237,7 +322,10 @@ fn an_unhealthy_cluster_holds_the_start_unless_forced() {
     s.instances[2].status.as_mut().unwrap().ready = false;
     let a = pass(&mut s);
     assert!(a.reason.unwrap().contains("waiting for db-3 to be ready"));
-    assert_eq!(s.status.upgrade_history.last().unwrap().phase, UpgradePhase::Pending);
+    assert_eq!(
+        s.status.upgrade_history.last().unwrap().phase,
+        UpgradePhase::Pending
+    );
     s.declared.force_rollout = true;
     pass(&mut s);
     let r = s.status.upgrade_history.last().unwrap();
@@ -256,18 +344,27 @@ fn a_step_past_its_deadline_fails_the_upgrade_and_holds_rollouts_until_retried()
     s.now_ms += STEP_DEADLINE_MS + 1;
     let a = pass(&mut s);
     assert!(a.events.iter().any(|e| e.reason == "ServerUpgradeFailed"));
-    assert_eq!(s.status.upgrade_history.last().unwrap().phase, UpgradePhase::Failed);
+    assert_eq!(
+        s.status.upgrade_history.last().unwrap().phase,
+        UpgradePhase::Failed
+    );
     // Instances stay on the target definition: the ones already moved are
     // not moved back.
     assert_eq!(instance_image(&s.status, Some(NEW)).as_deref(), Some(NEW));
     let next = crate::rollout::next(&s, &InFlight::new(), false);
-    assert!(matches!(&next, Next::Wait { reason, .. } if reason.contains("failed at UpgradeReplica")), "{next:?}");
+    assert!(
+        matches!(&next, Next::Wait { reason, .. } if reason.contains("failed at UpgradeReplica")),
+        "{next:?}"
+    );
     // upgradeAt after the failure: tried again.
     s.spec.mysql.upgrade_at = Some(timestamp(s.now_ms + 500));
     s.now_ms += 1000;
     let a = pass(&mut s);
     assert!(a.events.iter().any(|e| e.reason == "ServerUpgradeRetrying"));
-    assert_eq!(s.status.upgrade_history.last().unwrap().phase, UpgradePhase::Upgrading);
+    assert_eq!(
+        s.status.upgrade_history.last().unwrap().phase,
+        UpgradePhase::Upgrading
+    );
 }
 
 #[test]
@@ -282,13 +379,22 @@ fn rollouts_move_only_inside_the_maintenance_window_and_force_skips_the_health_g
         duration: "1m".into(),
     });
     let next = crate::rollout::next(&s, &InFlight::new(), false);
-    assert!(matches!(&next, Next::Wait { reason, .. } if reason.contains("opens at")), "{next:?}");
+    assert!(
+        matches!(&next, Next::Wait { reason, .. } if reason.contains("opens at")),
+        "{next:?}"
+    );
     s.spec.maintenance_window = None;
     s.instances[2].status.as_mut().unwrap().ready = false;
     s.instances[2].outdated = None;
     let next = crate::rollout::next(&s, &InFlight::new(), false);
-    assert!(matches!(&next, Next::Wait { reason, .. } if reason.contains("db-3 to be ready")), "{next:?}");
+    assert!(
+        matches!(&next, Next::Wait { reason, .. } if reason.contains("db-3 to be ready")),
+        "{next:?}"
+    );
     s.declared.force_rollout = true;
     let next = crate::rollout::next(&s, &InFlight::new(), false);
-    assert!(matches!(&next, Next::Recreate { instance, .. } if instance == "db-2"), "{next:?}");
+    assert!(
+        matches!(&next, Next::Recreate { instance, .. } if instance == "db-2"),
+        "{next:?}"
+    );
 }

@@ -20,6 +20,17 @@ impl<C: ClusterState> Backend for Manager<C> {
         }
         Manager::apply_semi_sync(self, s).await
     }
+    async fn upgrade_system_tables(&self) -> anyhow::Result<String> {
+        let phase = self.phase.lock().unwrap().0;
+        anyhow::ensure!(
+            phase == InstancePhase::Running && self.pool().is_some(),
+            "not now: the instance is {phase:?}; try again once it is running"
+        );
+        let admin = read_secret(&self.cfg.secrets.admin_password)?;
+        let done = crate::server_version::upgrade_system_tables(&self.cfg, &admin).await?;
+        tracing::info!(result = %done, "system tables upgraded");
+        Ok(done)
+    }
     fn executable_path(&self) -> &std::path::Path {
         &self.exe_path
     }

@@ -105,6 +105,9 @@ pub struct Manager<C: ClusterState> {
     /// its next start recovers as a replica (rolls back what waited for an
     /// acknowledgement), whatever an older view of the status says.
     deposed: std::sync::atomic::AtomicBool,
+    /// The version of the server program (`mysqld --version`, or the
+    /// image's), then of the running server (`VERSION()`).
+    server_version: Mutex<Option<String>>,
 }
 
 impl<C: ClusterState> Manager<C> {
@@ -131,6 +134,7 @@ impl<C: ClusterState> Manager<C> {
             peers: ControlClient::new(material.client_config()?),
             shutdown: watch::channel(false).0,
             deposed: Default::default(),
+            server_version: Mutex::new(None),
             cfg,
         }))
     }

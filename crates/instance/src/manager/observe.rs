@@ -75,6 +75,17 @@ impl<C: ClusterState> Manager<C> {
         if let ServerState::Running { pid } = self.supervisor.state() {
             st.mysqld_pid = Some(pid);
         }
+        st.server_version = self
+            .server_version
+            .lock()
+            .unwrap()
+            .clone()
+            .unwrap_or_default();
+        let data = &self.cfg.data_dir;
+        st.data_version = crate::server_version::data_version(data).unwrap_or_default();
+        st.system_tables_version =
+            crate::server_version::system_tables_version(self.cfg.flavor(), data)
+                .unwrap_or_default();
         st.isolated = self.isolated().await;
         let Some(pool) = self.pool() else { return st };
         let observed = tokio::time::timeout(Duration::from_secs(2), async {

@@ -65,6 +65,15 @@ impl<C: ClusterState> Manager<C> {
                 anyhow::bail!("mysqld did not accept connections within an hour");
             }
         };
+        let mut conn = conn;
+        // Record that this version has run on the data.
+        if let Ok(Some(v)) = conn.query_first::<String, _>("SELECT VERSION()").await {
+            if let Err(e) = crate::server_version::record(&self.cfg.data_dir, &v) {
+                tracing::warn!(error = %e, "cannot record the server version in the data directory");
+            }
+            *self.server_version.lock().unwrap() =
+                cnmysql_core::server_upgrade::Version::parse(&v).map(|v| v.to_string());
+        }
         conn.disconnect().await.ok();
         *self.pool.lock().unwrap() = Some(sql::admin_pool(&self.cfg.socket(), &admin));
         Ok(())
@@ -73,6 +82,12 @@ impl<C: ClusterState> Manager<C> {
     /// Get an initialised data directory and a running server. False when
     /// shutdown came first.
     pub(super) async fn obtain_data(&self) -> anyhow::Result<bool> {
+        let programs = self.cfg.programs.clone();
+        let program_version = tokio::task::spawn_blocking(move || programs.server_version())
+            .await
+            .ok()
+            .flatten();
+        *self.server_version.lock().unwrap() = program_version.clone();
         loop {
             let status = match self.cluster.get().await {
                 Ok(s) => s,
@@ -91,6 +106,19 @@ impl<C: ClusterState> Manager<C> {
             self.set_recovery(&status);
             match role::bootstrap(&self.cfg.instance, &status, has_data) {
                 Bootstrap::UseExisting => {
+                    // The last line of defence against a downgrade: an
+                    // older server never starts on newer data.
+                    if let Err(refused) = crate::server_version::check_start(
+                        &self.cfg.data_dir,
+                        program_version.as_deref(),
+                    ) {
+                        tracing::error!(reason = %refused, "server not started");
+                        self.set_phase(InstancePhase::Failed, refused);
+                        if self.sleep_or_stop(Duration::from_secs(5)).await {
+                            return Ok(false);
+                        }
+                        continue;
+                    }
                     self.set_phase(InstancePhase::Starting, "starting on existing data");
                     self.start_server();
                     self.connect_admin().await?;
