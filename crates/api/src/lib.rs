@@ -7,7 +7,9 @@ pub mod validation;
 
 pub use cluster::*;
 pub use upgrade::*;
-pub use validation::{FieldError, InvalidCluster, parse_cluster, validate};
+pub use validation::{
+    FieldError, InvalidCluster, Manifest, parse_cluster, parse_manifest, validate,
+};
 
 use kube::CustomResourceExt;
 

@@ -48,6 +48,35 @@ pub struct ClusterImageCatalogSpec {
     pub images: Vec<CatalogImage>,
 }
 
+/// An image catalog of either scope, as a manifest holds it.
+#[derive(Clone, Debug)]
+pub enum CatalogDocument {
+    Namespaced(ImageCatalog),
+    ClusterWide(ClusterImageCatalog),
+}
+
+impl CatalogDocument {
+    pub fn kind(&self) -> CatalogKind {
+        match self {
+            CatalogDocument::Namespaced(_) => CatalogKind::ImageCatalog,
+            CatalogDocument::ClusterWide(_) => CatalogKind::ClusterImageCatalog,
+        }
+    }
+    pub fn name(&self) -> &str {
+        match self {
+            CatalogDocument::Namespaced(c) => c.metadata.name.as_deref().unwrap_or_default(),
+            CatalogDocument::ClusterWide(c) => c.metadata.name.as_deref().unwrap_or_default(),
+        }
+    }
+    /// (flavour, images)
+    pub fn entries(&self) -> (Flavor, &[CatalogImage]) {
+        match self {
+            CatalogDocument::Namespaced(c) => (c.spec.flavor, &c.spec.images),
+            CatalogDocument::ClusterWide(c) => (c.spec.flavor, &c.spec.images),
+        }
+    }
+}
+
 /// One server version and the image that holds it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

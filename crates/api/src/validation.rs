@@ -50,6 +50,67 @@ fn err(field: impl Into<String>, message: impl Into<String>) -> FieldError {
 }
 
 /// Parse a YAML (or JSON) manifest and check it completely.
+/// A manifest of several documents (separated by `---` lines): one
+/// Cluster, and any ImageCatalog / ClusterImageCatalog it may name.
+#[derive(Clone, Debug)]
+pub struct Manifest {
+    pub cluster: Cluster,
+    pub catalogs: Vec<crate::upgrade::CatalogDocument>,
+}
+
+/// Parse a manifest: exactly one Cluster (checked as [`parse_cluster`]
+/// does) and image catalogs; errors name the document.
+pub fn parse_manifest(text: &str) -> Result<Manifest, InvalidCluster> {
+    let mut docs: Vec<String> = vec![String::new()];
+    for line in text.lines() {
+        if line.trim_end() == "---" {
+            docs.push(String::new());
+        } else {
+            let last = docs.last_mut().expect("one document");
+            last.push_str(line);
+            last.push('\n');
+        }
+    }
+    docs.retain(|d| {
+        d.lines()
+            .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+    });
+    let mut cluster = None;
+    let mut catalogs = Vec::new();
+    for (i, doc) in docs.iter().enumerate() {
+        let kind = serde_saphyr::from_str::<Value>(doc)
+            .ok()
+            .and_then(|v| v.get("kind").and_then(Value::as_str).map(str::to_string));
+        let at = |field: &str| format!("(document {}) {field}", i + 1);
+        match kind.as_deref() {
+            Some("ImageCatalog") | Some("ClusterImageCatalog") => {
+                let parsed = if kind.as_deref() == Some("ImageCatalog") {
+                    serde_saphyr::from_str(doc).map(crate::upgrade::CatalogDocument::Namespaced)
+                } else {
+                    serde_saphyr::from_str(doc).map(crate::upgrade::CatalogDocument::ClusterWide)
+                };
+                catalogs.push(parsed.map_err(|e| {
+                    InvalidCluster(vec![err(
+                        at("spec"),
+                        format!("is not an image catalog: {e}"),
+                    )])
+                })?);
+            }
+            _ if cluster.is_some() => {
+                return Err(InvalidCluster(vec![err(
+                    at("kind"),
+                    "a second Cluster: a manifest holds one Cluster (and its image catalogs)",
+                )]));
+            }
+            _ => cluster = Some(parse_cluster(doc)?),
+        }
+    }
+    match cluster {
+        Some(cluster) => Ok(Manifest { cluster, catalogs }),
+        None => parse_cluster("").map(|cluster| Manifest { cluster, catalogs }),
+    }
+}
+
 pub fn parse_cluster(text: &str) -> Result<Cluster, InvalidCluster> {
     let value: Value = serde_saphyr::from_str(text)
         .map_err(|e| InvalidCluster(vec![err("(document)", format!("not valid YAML: {e}"))]))?;

@@ -95,6 +95,19 @@ enum LocalCommand {
         #[arg(long, default_value = "300", value_name = "SECONDS")]
         wait_timeout: u64,
     },
+    /// Change a cluster's manifest (server image or version, image
+    /// catalogs, upgradeAt, maintenance window, server settings, update
+    /// methods, annotations): a running cluster takes it up at once and
+    /// rolls its instances as the Cluster says.
+    Apply {
+        /// The Cluster manifest (YAML; image catalogs may follow it after
+        /// `---`).
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+        /// The cluster's state directory, if it was made with --state-dir.
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+    },
     /// Show instances, roles, GTIDs and endpoints.
     Status {
         #[command(flatten)]
@@ -573,6 +586,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     wait_timeout: Duration::from_secs(wait_timeout),
                 })
                 .await
+            }
+            LocalCommand::Apply { file, state_dir } => {
+                let changed = cnmysql_local::apply(&file, state_dir.as_deref())?;
+                if changed.is_empty() {
+                    println!("unchanged");
+                }
+                for c in changed {
+                    println!("configured: {c}");
+                }
+                Ok(())
             }
             LocalCommand::Status { target, output } => {
                 let dir = target.dir()?;

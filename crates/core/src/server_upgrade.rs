@@ -168,6 +168,34 @@ pub struct Catalog {
     pub images: Vec<cnmysql_api::CatalogImage>,
 }
 
+/// The catalog `spec.mysql.imageCatalogRef` names among `docs` (None when
+/// there is no reference; `Some(Err)` when it is not among them).
+pub fn find_catalog(
+    spec: &ClusterSpec,
+    docs: &[cnmysql_api::CatalogDocument],
+) -> Option<Result<Catalog, String>> {
+    let r = spec.mysql.image_catalog_ref.as_ref()?;
+    Some(
+        docs.iter()
+            .find(|d| d.kind() == r.kind && d.name() == r.name)
+            .map(|d| {
+                let (flavor, images) = d.entries();
+                Catalog {
+                    what: format!("{}/{}", r.kind.as_str(), r.name),
+                    flavor,
+                    images: images.to_vec(),
+                }
+            })
+            .ok_or_else(|| {
+                format!(
+                    "{} {} was not found: create it, or name one that exists",
+                    r.kind.as_str(),
+                    r.name
+                )
+            }),
+    )
+}
+
 /// Resolve the spec to an image and its version. `catalog`: the catalog
 /// `spec.mysql.imageCatalogRef` names (an error when it cannot be read);
 /// `default_image`: the flavour's image on this platform; `image_version`:
@@ -176,7 +204,7 @@ pub fn resolve(
     spec: &ClusterSpec,
     catalog: Option<Result<Catalog, String>>,
     default_image: &str,
-    image_version: impl Fn(&str) -> Option<String>,
+    mut image_version: impl FnMut(&str) -> Option<String>,
     force_rollout: bool,
 ) -> Declared {
     let m = &spec.mysql;

@@ -20,6 +20,8 @@ pub struct Row {
     pub lag_seconds: Option<u64>,
     pub semi_sync: String,
     pub manager: String,
+    /// The server version it runs (or last ran on its data).
+    pub version: String,
 }
 
 /// The cluster as the table shows it.
@@ -67,6 +69,11 @@ impl View {
                         .get(&name)
                         .cloned()
                         .unwrap_or_else(|| "-".into()),
+                    version: status
+                        .data_version_by_instance
+                        .get(&name)
+                        .cloned()
+                        .unwrap_or_else(|| "-".into()),
                     instance: name,
                 }
             })
@@ -100,6 +107,7 @@ impl View {
                 lag_seconds: None,
                 semi_sync: "-".into(),
                 manager: row.manager.clone(),
+                version: row.version.clone(),
             },
             Some(s) => Row {
                 instance: instance.to_string(),
@@ -120,6 +128,11 @@ impl View {
                 lag_seconds: s.lag_seconds,
                 semi_sync: semi_sync_cell(s),
                 manager: s.executable_hash.clone(),
+                version: if s.server_version.is_empty() {
+                    row.version.clone()
+                } else {
+                    s.server_version.clone()
+                },
             },
         };
     }
@@ -160,6 +173,22 @@ impl View {
             "Instances: {} declared, {} ready\n",
             self.declared, st.ready_instances
         ));
+        if let Some(image) = &st.image {
+            let mut line = format!(
+                "Server:    {} ({image})",
+                st.server_version.as_deref().unwrap_or("version unknown")
+            );
+            if let Some(t) = st.target_image.as_ref().filter(|t| *t != image) {
+                line.push_str(&format!(
+                    "  target {} ({t})",
+                    st.target_server_version
+                        .as_deref()
+                        .unwrap_or("version unknown")
+                ));
+            }
+            out.push_str(&line);
+            out.push('\n');
+        }
         if let Some(since) = &st.primary_failing_since {
             out.push_str(&paint("31", &format!("Primary failing since {since}")));
             out.push('\n');
@@ -177,6 +206,7 @@ impl View {
             "GTID",
             "LAG",
             "SEMI-SYNC",
+            "VERSION",
             "MANAGER",
         ]
         .map(String::from);
@@ -185,7 +215,7 @@ impl View {
             Some(false) => "no".to_string(),
             None => "-".to_string(),
         };
-        let rows: Vec<[String; 9]> = self
+        let rows: Vec<[String; 10]> = self
             .rows
             .iter()
             .map(|r| {
@@ -218,6 +248,7 @@ impl View {
                         .map(|l| format!("{l}s"))
                         .unwrap_or_else(|| "-".into()),
                     r.semi_sync.clone(),
+                    r.version.clone(),
                     short(&r.manager, 12),
                 ]
             })
@@ -252,6 +283,29 @@ impl View {
             };
             out.push_str(&l);
             out.push('\n');
+        }
+        if !st.upgrade_history.is_empty() {
+            out.push_str("\nSERVER UPGRADES\n");
+            for r in &st.upgrade_history {
+                out.push_str(&format!(
+                    "{} → {}  {}  started {}  completed {}\n",
+                    r.from_version.as_deref().unwrap_or("?"),
+                    r.version,
+                    r.phase.as_str(),
+                    r.start_time.as_deref().unwrap_or("-"),
+                    r.complete_time.as_deref().unwrap_or("-")
+                ));
+                for c in &r.conditions {
+                    let step = match &c.instance {
+                        Some(i) => format!("{} {i}", c.type_),
+                        None => c.type_.clone(),
+                    };
+                    out.push_str(&format!(
+                        "  {:<40} {:<7} {:<16} {}\n",
+                        step, c.status, c.reason, c.message
+                    ));
+                }
+            }
         }
         if !st.conditions.is_empty() {
             out.push_str("\nCONDITIONS\n");
@@ -331,7 +385,7 @@ mod tests {
         for t in [&from_status, &live] {
             let h = t.lines().find(|l| l.starts_with("INSTANCE")).unwrap();
             assert!(h.starts_with(header), "{t}");
-            assert!(h.ends_with("SEMI-SYNC  MANAGER"), "{t}");
+            assert!(h.ends_with("SEMI-SYNC  VERSION  MANAGER"), "{t}");
             assert!(t.contains("Primary:   current db-1  target db-2"), "{t}");
         }
         let row = |t: &str, i: &str| t.lines().find(|l| l.starts_with(i)).unwrap().to_string();
@@ -344,5 +398,49 @@ mod tests {
         assert!(row(&live, "db-2").contains("replica (target)"), "{live}");
         assert!(row(&live, "db-3").contains("unreachable"), "{live}");
         assert!(!from_status.contains('\x1b'), "no colours when piped");
+    }
+
+    #[test]
+    fn the_server_version_its_target_and_each_upgrade_step_are_shown() {
+        let mut st = status();
+        st.image = Some("mariadb:10.11.18".into());
+        st.server_version = Some("10.11.18".into());
+        st.target_image = Some("mariadb:10.11.19".into());
+        st.target_server_version = Some("10.11.19".into());
+        st.data_version_by_instance
+            .insert("db-1".into(), "10.11.18".into());
+        st.upgrade_history.push(cnmysql_api::UpgradeRecord {
+            version: "10.11.19".into(),
+            image: "mariadb:10.11.19".into(),
+            from_version: Some("10.11.18".into()),
+            phase: cnmysql_api::UpgradePhase::Pending,
+            start_time: None,
+            complete_time: None,
+            conditions: vec![cnmysql_api::UpgradeCondition {
+                type_: "PreHealthCheck".into(),
+                instance: None,
+                status: "Unknown".into(),
+                reason: "Scheduled".into(),
+                message: "starts at 2026-12-01T02:00:00Z".into(),
+                start_time: None,
+                complete_time: None,
+                last_probe_time: None,
+                last_transition_time: None,
+            }],
+        });
+        let t = View::from_status("db", 3, &st).render(false);
+        assert!(
+            t.contains(
+                "Server:    10.11.18 (mariadb:10.11.18)  target 10.11.19 (mariadb:10.11.19)"
+            ),
+            "{t}"
+        );
+        assert!(t.contains("10.11.18 → 10.11.19  Pending"), "{t}");
+        assert!(
+            t.contains("PreHealthCheck") && t.contains("Scheduled"),
+            "{t}"
+        );
+        let row = t.lines().find(|l| l.starts_with("db-1")).unwrap();
+        assert!(row.contains("10.11.18"), "{t}");
     }
 }

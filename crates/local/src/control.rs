@@ -5,7 +5,6 @@
 //! (`platform.rs`), routes the Service endpoints (`proxy.rs`), serves
 //! metrics and tells the human watching what happens (`progress.rs`).
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use cnmysql_api::names::instance_name;
@@ -15,10 +14,10 @@ use cnmysql_core::services::desired_routes;
 use cnmysql_core::status::{Observed, Snapshot};
 use cnmysql_engine::poller::{self, Target};
 use cnmysql_instance::client::ControlClient;
-use cnmysql_instance::config::Programs;
 use cnmysql_instance::manager::executable_hash;
 use tokio::sync::watch;
 
+use crate::definition::Definitions;
 use crate::platform::LocalPlatform;
 use crate::progress::Progress;
 pub use crate::progress::Reporter;
@@ -46,8 +45,10 @@ pub struct ControlPlane {
     dir: StateDir,
     cluster: Cluster,
     ports: Ports,
-    programs: Programs,
-    template: Option<PathBuf>,
+    /// Each instance's configuration, and what it is made from.
+    defs: Definitions,
+    /// When the manifest was last read (`cnmysql local apply` rewrites it).
+    manifest_read: Option<std::time::SystemTime>,
     reporter: Reporter,
     /// SHA-256 of this executable: the target of the rollout.
     hash: String,
@@ -57,20 +58,21 @@ pub struct ControlPlane {
 impl ControlPlane {
     pub fn new(
         dir: StateDir,
-        cluster: Cluster,
+        manifest: cnmysql_api::Manifest,
         ports: Ports,
-        programs: Programs,
-        template: Option<PathBuf>,
         reporter: Reporter,
     ) -> anyhow::Result<Self> {
         let client = ControlClient::new(dir.operator_material()?.client_config()?)
             .with_connect_timeout(Duration::from_millis(500));
+        let manifest_read = std::fs::metadata(dir.manifest())
+            .and_then(|m| m.modified())
+            .ok();
         Ok(ControlPlane {
+            cluster: manifest.cluster.clone(),
+            defs: Definitions::new(dir.clone(), manifest, ports.clone()),
+            manifest_read,
             dir,
-            cluster,
             ports,
-            programs,
-            template,
             reporter,
             hash: executable_hash(),
             client,
@@ -87,31 +89,59 @@ impl ControlPlane {
             .collect()
     }
 
-    fn write_instance_configs(&self) -> anyhow::Result<()> {
-        for i in 1..=self.cluster.spec.instances as u32 {
-            let cfg = self.dir.build_instance_config(
-                &self.cluster,
-                &self.ports,
-                i,
-                &self.programs,
-                self.template.clone(),
-            )?;
-            std::fs::create_dir_all(self.dir.instance_dir(&cfg.instance))?;
-            cnmysql_tls::write_private(
-                &self.dir.instance_config(&cfg.instance),
-                &serde_json::to_string_pretty(&cfg)?,
-                true,
-            )?;
+    /// Take up a manifest `cnmysql local apply` wrote: what may change on
+    /// a running cluster applies from this pass on (the rollout recreates
+    /// the instances whose definition it changed).
+    fn reload_manifest(&mut self) {
+        let modified = std::fs::metadata(self.dir.manifest())
+            .and_then(|m| m.modified())
+            .ok();
+        if modified == self.manifest_read {
+            return;
         }
-        Ok(())
+        self.manifest_read = modified;
+        let parsed = std::fs::read_to_string(self.dir.manifest())
+            .map_err(anyhow::Error::from)
+            .and_then(|t| cnmysql_api::parse_manifest(&t).map_err(anyhow::Error::from));
+        let m = match parsed {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::error!(error = %e, "the manifest cannot be read; the cluster keeps its last one");
+                return;
+            }
+        };
+        match crate::definition::check_change(&self.cluster, &m.cluster) {
+            Ok(changed) if changed.is_empty() && m.catalogs.len() == self.defs.catalogs.len() => {}
+            Ok(changed) => {
+                let text = if changed.is_empty() {
+                    "image catalogs".to_string()
+                } else {
+                    changed.join("; ")
+                };
+                self.dir.event(false, "ClusterConfigured", None, &text);
+                self.reporter.say(None, &format!("Configured: {text}"));
+                self.cluster = m.cluster.clone();
+                self.defs.cluster = m.cluster;
+                self.defs.catalogs = m.catalogs;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "manifest change refused");
+                self.dir.event(true, "ConfigurationRefused", None, &e);
+            }
+        }
     }
 
-    async fn poll(&self) -> Vec<Observed> {
-        let targets = self
-            .instance_names()
+    async fn poll(&mut self, status: &cnmysql_api::ClusterStatus) -> Vec<Observed> {
+        let names = self.instance_names();
+        let outdated: Vec<Option<String>> = names
+            .iter()
+            .map(|n| self.defs.outdated(n, status))
+            .collect();
+        let targets = names
             .into_iter()
+            .zip(outdated)
             .enumerate()
-            .map(|(i, name)| Target {
+            .map(|(i, (name, outdated))| Target {
                 address: self
                     .ports
                     .instances
@@ -119,7 +149,7 @@ impl ControlPlane {
                     .map(|p| (self.client.clone(), self.ports.host.clone(), p.control)),
                 ordinal: i as u32 + 1,
                 name,
-                outdated: None,
+                outdated,
             })
             .collect();
         poller::poll(targets).await
@@ -128,12 +158,14 @@ impl ControlPlane {
     /// Run until SIGINT or SIGTERM; then stop every instance cleanly.
     /// `endpoints`: already serving (taken over from the previous image
     /// as early as possible by `up`), or started here.
-    pub async fn run(self, endpoints: Option<Endpoints>) -> anyhow::Result<()> {
+    pub async fn run(mut self, endpoints: Option<Endpoints>) -> anyhow::Result<()> {
         let started = Instant::now();
         let name = self.name();
         let span = tracing::info_span!("cluster", cluster = %name);
         let _enter = span.enter();
-        self.write_instance_configs()?;
+        let names = self.instance_names();
+        self.defs
+            .write_all(&names, &self.dir.read_status().unwrap_or_default())?;
         let svc = services(&self.cluster);
         let Endpoints {
             handover,
@@ -217,10 +249,11 @@ impl ControlPlane {
             }
             status_unreadable = current.is_err();
             let status = current.unwrap_or_default();
+            self.reload_manifest();
             // Keep one manager per instance running, like a kubelet.
             supervisor.reap(&memory, &self.cluster.spec, &status).await;
             supervisor.start_due(&memory, &self.cluster.spec, &status);
-            let observed = self.poll().await;
+            let observed = self.poll(&status).await;
             supervisor.check_liveness(&observed).await;
             let mut snapshot = Snapshot {
                 cluster: name.clone(),
@@ -228,7 +261,7 @@ impl ControlPlane {
                 status,
                 instances: observed.clone(),
                 now_ms: jiff::Timestamp::now().as_millisecond(),
-                declared: Default::default(),
+                declared: self.defs.declared(),
             };
             if !status_unreadable {
                 let absent = supervisor.absent();
@@ -239,6 +272,7 @@ impl ControlPlane {
                     reporter: &self.reporter,
                     hash: &self.hash,
                     supervisor: &mut supervisor,
+                    defs: &mut self.defs,
                 };
                 let facts = cnmysql_engine::Facts {
                     snapshot: &snapshot,

@@ -6,6 +6,7 @@
 
 pub mod cluster_state;
 pub mod control;
+pub mod definition;
 pub mod lifecycle;
 pub mod metrics;
 pub mod operations;

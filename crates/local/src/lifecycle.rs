@@ -6,13 +6,12 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use cnmysql_instance::config::Programs;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use crate::control::{ControlPlane, Reporter};
+use crate::process;
 use crate::state::{self, StateDir, live_pid};
-use crate::{process, template};
 
 /// Set in the environment of a detached control plane.
 pub const DETACHED_ENV: &str = "CNMYSQL_LOCAL_DETACHED";
@@ -57,7 +56,8 @@ pub fn existing_state_dir(flag: Option<&Path>, cluster: Option<&str>) -> anyhow:
 pub async fn up(opts: UpOptions) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(&opts.manifest)
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", opts.manifest.display()))?;
-    let cluster = cnmysql_api::parse_cluster(&text)?;
+    let manifest = cnmysql_api::parse_manifest(&text)?;
+    let cluster = manifest.cluster.clone();
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let dir = resolve_state_dir(opts.state_dir.as_deref(), Some(&name))?;
     // Re-executed by `cnmysql local upgrade`: this process is the running
@@ -89,11 +89,21 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<()> {
             }
         }
     }
-    let programs = Programs::for_spec(
-        &cluster.spec,
-        &cnmysql_instance::server_image::default_store(),
-    )
-    .map_err(|e| anyhow::anyhow!(e))?;
+    // The image instances are made from must be there before anything
+    // starts (its programs found, its flavour the Cluster's).
+    {
+        let mut images = crate::definition::Images::new(cluster.spec.mysql.flavor);
+        let declared = crate::definition::declared(&cluster, &manifest.catalogs, &mut images);
+        if let Some(e) = declared.error {
+            anyhow::bail!(e);
+        }
+        let status = dir.read_status().unwrap_or_default();
+        if let Some(image) =
+            cnmysql_core::server_upgrade::instance_image(&status, declared.image.as_deref())
+        {
+            images.programs(&image)?;
+        }
+    }
     // A first start that fails before any instance ran leaves nothing that
     // would block the retry its error suggests (saved ports above all).
     let first_start = (!dir.exists()).then(|| dir.root.exists());
@@ -106,10 +116,6 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<()> {
             return Err(e);
         }
     };
-    let template = Some(template::ensure_template(
-        cluster.spec.mysql.flavor,
-        &programs,
-    )?);
     if opts.detach && std::env::var_os(DETACHED_ENV).is_none() {
         return detach(&opts, &dir);
     }
@@ -123,7 +129,7 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<()> {
     } else {
         Reporter::for_stdout()
     };
-    let result = ControlPlane::new(dir.clone(), cluster, ports, programs, template, reporter)?
+    let result = ControlPlane::new(dir.clone(), manifest, ports, reporter)?
         .run(endpoints)
         .await;
     let _ = std::fs::remove_file(dir.control_pid());

@@ -7,6 +7,34 @@ use std::time::{Duration, Instant};
 use crate::state::{StateDir, live_pid};
 use crate::status_report::snapshot;
 
+/// `cnmysql local apply`: take a changed manifest for an existing cluster.
+/// Only what may change on a running cluster may change (server image and
+/// version, catalogs, upgradeAt, maintenance window, server settings,
+/// update methods, delays, annotations); anything else is refused naming
+/// the field, and nothing is written. A running control plane takes it up
+/// within a pass; returns what changed.
+pub fn apply(
+    manifest: &std::path::Path,
+    state_dir: Option<&std::path::Path>,
+) -> anyhow::Result<Vec<String>> {
+    let text = std::fs::read_to_string(manifest)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", manifest.display()))?;
+    let m = cnmysql_api::parse_manifest(&text)?;
+    let name = m.cluster.metadata.name.clone().unwrap_or_default();
+    let dir = crate::lifecycle::existing_state_dir(state_dir, Some(&name))?;
+    let old_text = std::fs::read_to_string(dir.manifest())?;
+    let old = cnmysql_api::parse_manifest(&old_text)?;
+    let mut changed = crate::definition::check_change(&old.cluster, &m.cluster)
+        .map_err(|e| anyhow::anyhow!("{e}; nothing was changed"))?;
+    if old_text != text && changed.is_empty() {
+        changed.push("image catalogs".into());
+    }
+    if !changed.is_empty() {
+        cnmysql_tls::write_private(&dir.manifest(), &text, true)?;
+    }
+    Ok(changed)
+}
+
 /// Planned switchover: validate, set targetPrimary, and (with `wait`) wait
 /// until the rw endpoint routes to the new primary.
 pub async fn promote(dir: &StateDir, target: &str, wait: bool) -> anyhow::Result<()> {

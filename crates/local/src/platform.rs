@@ -8,7 +8,7 @@
 //! | fence out | kill mysqld, then its manager; start nothing while held down |
 //! | release the lease | delete the holder's `lease.json` once its processes are gone |
 //! | restart | start the manager at once |
-//! | recreate | SIGTERM the manager; start it again from a fresh private copy |
+//! | recreate | write its configuration anew (image, settings); SIGTERM the manager; start it again from a fresh private copy |
 //! | control API | `127.0.0.1` at the instance's control port |
 
 use cnmysql_core::lease::Lease;
@@ -27,6 +27,7 @@ pub struct LocalPlatform<'a> {
     pub reporter: &'a Reporter,
     pub hash: &'a str,
     pub supervisor: &'a mut Supervisor,
+    pub defs: &'a mut crate::definition::Definitions,
 }
 
 impl Platform for LocalPlatform<'_> {
@@ -87,6 +88,10 @@ impl Platform for LocalPlatform<'_> {
     }
 
     async fn recreate(&mut self, instance: &str, _: bool, _: &Memory) -> anyhow::Result<bool> {
+        // Its configuration as the Cluster now defines it (image, settings),
+        // read by the manager when it starts again.
+        let image = self.defs.instance_image(&self.dir.read_status()?)?;
+        self.defs.write(instance, &image)?;
         self.supervisor.recreate(instance)
     }
 

@@ -247,7 +247,7 @@ impl StateDir {
     pub fn load_cluster(&self) -> anyhow::Result<Cluster> {
         let text = std::fs::read_to_string(self.manifest())
             .map_err(|e| anyhow::anyhow!("no local cluster in {}: {e}", self.root.display()))?;
-        Ok(cnmysql_api::parse_cluster(&text)?)
+        Ok(cnmysql_api::parse_manifest(&text)?.cluster)
     }
 
     pub fn load_ports(&self) -> anyhow::Result<Ports> {
