@@ -681,13 +681,15 @@ fn restart(memory: &mut Memory, instance: &str) -> Action {
 
 /// The rollout's next step as actions, with an event per step.
 fn rollout_step(s: &Snapshot, memory: &mut Memory) -> Vec<Action> {
-    // A step is done once its instance answers up to date.
+    // A step is done once its instance answers up to date with its server
+    // running (ready or not: the health gate asks for more, unless forced).
     memory.rollout_in_flight.retain(|n, _| {
         s.get(n).is_none_or(|o| {
             o.outdated.is_some()
                 || o.status.as_ref().is_none_or(|st| {
                     Some(st.executable_hash.as_str())
                         != s.status.operator_executable_hash.as_deref()
+                        || !st.mysqld_running
                 })
         })
     });

@@ -421,6 +421,11 @@ fn on_target(s: &Snapshot, name: &str, version: &str) -> Result<(), String> {
             }
         ));
     }
+    // Forced: an instance that runs the version has taken its step, ready
+    // or not (it may be the broken one the new version is to fix).
+    if s.declared.force_rollout {
+        return Ok(());
+    }
     if !st.ready {
         return Err(format!("waiting for {name} to be ready on {version}"));
     }
@@ -670,7 +675,15 @@ pub fn advance(s: &Snapshot) -> Advance {
             )),
             (Some(to), Some(from)) => check_path(flavor, from, &to).map_err(|e| {
                 let why = if to.compare(from).is_lt() { "DowngradeRefused" } else { "UnsupportedUpgrade" };
-                (why, format!("spec.mysql: {e}; set spec.mysql.image / spec.mysql.version back to {from} or a supported newer version"))
+                let m = &s.spec.mysql;
+                let field = if m.version.is_some() {
+                    "spec.mysql.version"
+                } else if m.image.is_some() {
+                    "spec.mysql.image"
+                } else {
+                    "the flavour's default image"
+                };
+                (why, format!("{field} asks for {to}: {e}. Set it back to {from} or to a supported newer version"))
             }),
             (Some(_), None) => Ok(()),
         };

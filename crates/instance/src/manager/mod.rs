@@ -105,8 +105,7 @@ pub struct Manager<C: ClusterState> {
     /// its next start recovers as a replica (rolls back what waited for an
     /// acknowledgement), whatever an older view of the status says.
     deposed: std::sync::atomic::AtomicBool,
-    /// The version of the server program (`mysqld --version`, or the
-    /// image's), then of the running server (`VERSION()`).
+    /// The version of the running server (`VERSION()`), once it runs.
     server_version: Mutex<Option<String>>,
 }
 

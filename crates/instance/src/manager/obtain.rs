@@ -87,7 +87,6 @@ impl<C: ClusterState> Manager<C> {
             .await
             .ok()
             .flatten();
-        *self.server_version.lock().unwrap() = program_version.clone();
         loop {
             let status = match self.cluster.get().await {
                 Ok(s) => s,
