@@ -712,7 +712,7 @@ impl Platform for World {
 
     async fn control(&mut self, instance: &str, request: &ControlRequest) -> anyhow::Result<()> {
         match request {
-            ControlRequest::SemiSync(_) => Ok(()),
+            ControlRequest::SemiSync(_) | ControlRequest::UpgradeSystemTables => Ok(()),
             ControlRequest::Upgrade { .. } => {
                 self.assert_others_ready(instance, "in-place upgrade of");
                 // The exec fails now and then: the old manager goes on.

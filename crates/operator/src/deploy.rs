@@ -66,6 +66,11 @@ pub fn cluster_role() -> ClusterRole {
             rule(&["mysql.cnmysql.io"], &["clusters"], &watch),
             rule(
                 &["mysql.cnmysql.io"],
+                &["imagecatalogs", "clusterimagecatalogs"],
+                &watch,
+            ),
+            rule(
+                &["mysql.cnmysql.io"],
                 &["clusters/status"],
                 &["get", "patch", "update"],
             ),

@@ -10,6 +10,7 @@
 
 // In the order of the pipeline; each module imports only ones above it.
 pub mod apply;
+pub mod catalog;
 pub mod context;
 pub mod deploy;
 pub mod error;
@@ -119,8 +120,38 @@ async fn control(
         .unwrap()
         .push(cache(api::<Secret>(&client, ns), owned.clone(), "Secrets"));
     let controller = Controller::new(api::<Cluster>(&client, ns), watcher::Config::default());
-    ctx.clusters.lock().unwrap().push(controller.store());
+    let store = controller.store();
+    ctx.clusters.lock().unwrap().push(store.clone());
+    let by_namespace = store.clone();
+    let by_cluster = store;
     controller
+        // A catalog that changes re-resolves the Clusters that name it.
+        .watches(
+            api::<cnmysql_api::ImageCatalog>(&client, ns),
+            watcher::Config::default(),
+            move |c| {
+                let all = by_namespace.state();
+                catalog::referring(
+                    all.iter().map(|c| c.as_ref()),
+                    cnmysql_api::CatalogKind::ImageCatalog,
+                    kube::ResourceExt::namespace(&c).as_deref(),
+                    &kube::ResourceExt::name_any(&c),
+                )
+            },
+        )
+        .watches(
+            Api::<cnmysql_api::ClusterImageCatalog>::all(client.clone()),
+            watcher::Config::default(),
+            move |c| {
+                let all = by_cluster.state();
+                catalog::referring(
+                    all.iter().map(|c| c.as_ref()),
+                    cnmysql_api::CatalogKind::ClusterImageCatalog,
+                    None,
+                    &kube::ResourceExt::name_any(&c),
+                )
+            },
+        )
         .owns(api::<Pod>(&client, ns), owned.clone())
         .owns(api::<PersistentVolumeClaim>(&client, ns), owned.clone())
         .owns(api::<Service>(&client, ns), owned.clone())

@@ -21,6 +21,8 @@ struct ClusterMemory {
     client: Option<(String, ControlClient)>,
     /// The uid of the Cluster a task is polling, while one runs.
     task: Option<String>,
+    /// Why the Cluster's server image cannot be resolved, if it cannot.
+    image_error: Option<String>,
 }
 
 /// Per-Cluster memory, keyed by namespace and name.
@@ -52,6 +54,25 @@ impl Memories {
             .entry(key(cluster))
             .or_default()
             .core = memory.clone();
+    }
+
+    /// Why the Cluster's server image cannot be resolved (see `catalog.rs`).
+    pub fn image_error(&self, cluster: &Cluster) -> Option<String> {
+        self.all
+            .lock()
+            .unwrap()
+            .get(&key(cluster))?
+            .image_error
+            .clone()
+    }
+
+    pub fn set_image_error(&self, cluster: &Cluster, error: Option<String>) {
+        self.all
+            .lock()
+            .unwrap()
+            .entry(key(cluster))
+            .or_default()
+            .image_error = error;
     }
 
     /// The control-API client made from the Secret at `version`.

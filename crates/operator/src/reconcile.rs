@@ -82,6 +82,29 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Action, Err
         return Ok(Action::await_change());
     }
 
+    // The server image it asks for, recorded before any Pod is made from
+    // it (Pods follow the status: see objects::pod::server_image).
+    let declared = crate::catalog::resolve(ctx, cluster).await;
+    ctx.memory.set_image_error(cluster, declared.error.clone());
+    let st = cluster.status.clone().unwrap_or_default();
+    if let Some(image) = &declared.image
+        && (st.target_image.as_ref() != Some(image) || st.target_server_version != declared.version)
+    {
+        let version = declared.version.clone();
+        write_status(cluster, ctx, |st| {
+            st.target_image = Some(image.clone());
+            st.target_server_version = version.clone();
+        })
+        .await?;
+        // Built again from the Cluster with its new status.
+        return Ok(Action::requeue(Duration::from_millis(100)));
+    }
+    if let (Some(e), None) = (&declared.error, &st.image) {
+        // Nothing runs yet and nothing can be made: say why.
+        report_invalid(cluster, ctx, e).await?;
+        return Ok(Action::requeue(Duration::from_secs(30)));
+    }
+
     // 3. build
     let desired = objects::desired(cluster, &ctx.env);
 

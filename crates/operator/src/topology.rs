@@ -306,7 +306,13 @@ pub async fn step(
         status: status.clone(),
         instances: observed,
         now_ms: jiff::Timestamp::now().as_millisecond(),
-        declared: Default::default(),
+        // As the reconcile resolved and recorded it (catalog.rs).
+        declared: cnmysql_core::server_upgrade::Declared {
+            image: status.target_image.clone(),
+            version: status.target_server_version.clone(),
+            error: ctx.memory.image_error(cluster),
+            force_rollout: crate::catalog::forced(cluster),
+        },
     };
     let ns = cluster.namespace().unwrap_or_default();
     ctx.metrics.observe_cluster(&ns, &snapshot);

@@ -157,13 +157,15 @@ fn affinity(cluster: &Cluster) -> Option<Affinity> {
     })
 }
 
-/// The server image: `spec.mysql.image`, or the flavour's default.
+/// The server image instances are made from now: the target the status
+/// records (`catalog.rs` writes it before any Pod is made) once its
+/// upgrade has started, else the image the cluster runs
+/// (`server_upgrade::instance_image`); with neither recorded,
+/// `spec.mysql.image` or the flavour's default.
 pub fn server_image(cluster: &Cluster) -> String {
-    cluster
-        .spec
-        .mysql
-        .image
-        .clone()
+    let status = cluster.status.clone().unwrap_or_default();
+    cnmysql_core::server_upgrade::instance_image(&status, status.target_image.as_deref())
+        .or_else(|| cluster.spec.mysql.image.clone())
         .unwrap_or_else(|| default_image(cluster.spec.mysql.flavor).to_string())
 }
 

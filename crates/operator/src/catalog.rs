@@ -1,0 +1,91 @@
+//! The server image a Cluster asks for: `spec.mysql.image`, the entry of
+//! its image catalog (`ImageCatalog` in its namespace, or
+//! `ClusterImageCatalog`) for `spec.mysql.version`, or the flavour's
+//! default; resolved by the core (`server_upgrade::resolve`) from what is
+//! read here. The result goes into the status (`targetImage`,
+//! `targetServerVersion`) before any Pod is made from it; which image Pods
+//! are made from is then the server upgrade's (`server_upgrade::instance_image`).
+
+use kube::ResourceExt;
+use kube::api::Api;
+
+use cnmysql_api::{CatalogDocument, CatalogKind, Cluster, ClusterImageCatalog, ImageCatalog};
+use cnmysql_core::server_upgrade::{self, Declared, FORCE_ANNOTATION};
+
+use crate::context::Context;
+
+/// Whether the Cluster carries `cnmysql.io/force-rolling-update: "true"`.
+pub fn forced(cluster: &Cluster) -> bool {
+    cluster
+        .annotations()
+        .get(FORCE_ANNOTATION)
+        .is_some_and(|v| v == "true")
+}
+
+/// Read the catalog the Cluster names (if any) and resolve its target.
+pub async fn resolve(ctx: &Context, cluster: &Cluster) -> Declared {
+    let docs = match &cluster.spec.mysql.image_catalog_ref {
+        None => Vec::new(),
+        Some(r) => {
+            let ns = cluster.namespace().unwrap_or_default();
+            let found = match r.kind {
+                CatalogKind::ImageCatalog => {
+                    Api::<ImageCatalog>::namespaced(ctx.client.clone(), &ns)
+                        .get_opt(&r.name)
+                        .await
+                        .map(|o| o.map(CatalogDocument::Namespaced))
+                }
+                CatalogKind::ClusterImageCatalog => {
+                    Api::<ClusterImageCatalog>::all(ctx.client.clone())
+                        .get_opt(&r.name)
+                        .await
+                        .map(|o| o.map(CatalogDocument::ClusterWide))
+                }
+            };
+            match found {
+                Ok(found) => found.into_iter().collect(),
+                Err(e) => {
+                    return Declared {
+                        error: Some(format!(
+                            "spec.mysql.imageCatalogRef: {} {} cannot be read: {e}",
+                            r.kind.as_str(),
+                            r.name
+                        )),
+                        force_rollout: forced(cluster),
+                        ..Default::default()
+                    };
+                }
+            }
+        }
+    };
+    let catalog = server_upgrade::find_catalog(&cluster.spec, &docs);
+    server_upgrade::resolve(
+        &cluster.spec,
+        catalog,
+        crate::objects::pod::default_image(cluster.spec.mysql.flavor),
+        |_| None,
+        forced(cluster),
+    )
+}
+
+/// The Clusters among `clusters` whose image catalog is `kind/name` (in
+/// `namespace` for a namespaced one): reconciled when it changes.
+pub fn referring<'a>(
+    clusters: impl IntoIterator<Item = &'a Cluster>,
+    kind: CatalogKind,
+    namespace: Option<&str>,
+    name: &str,
+) -> Vec<kube::runtime::reflector::ObjectRef<Cluster>> {
+    clusters
+        .into_iter()
+        .filter(|c| {
+            c.spec.mysql.image_catalog_ref.as_ref().is_some_and(|r| {
+                r.kind == kind
+                    && r.name == name
+                    && (kind == CatalogKind::ClusterImageCatalog
+                        || c.namespace().as_deref() == namespace)
+            })
+        })
+        .map(kube::runtime::reflector::ObjectRef::from_obj)
+        .collect()
+}
