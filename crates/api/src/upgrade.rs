@@ -24,8 +24,9 @@ pub struct ImageCatalogSpec {
     /// The flavour of every image listed.
     pub flavor: Flavor,
     /// One entry per server version.
+    /// Each version once (the API server keeps the list keyed by version).
     #[schemars(length(min = 1, max = 64))]
-    #[x_kube(validation = Rule::new("self.all(a, self.exists_one(b, b.version == a.version))").message("spec.images: each version is listed once"))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["version"]))]
     pub images: Vec<CatalogImage>,
 }
 
@@ -43,8 +44,9 @@ pub struct ClusterImageCatalogSpec {
     /// The flavour of every image listed.
     pub flavor: Flavor,
     /// One entry per server version.
+    /// Each version once (the API server keeps the list keyed by version).
     #[schemars(length(min = 1, max = 64))]
-    #[x_kube(validation = Rule::new("self.all(a, self.exists_one(b, b.version == a.version))").message("spec.images: each version is listed once"))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["version"]))]
     pub images: Vec<CatalogImage>,
 }
 
@@ -83,7 +85,7 @@ impl CatalogDocument {
 pub struct CatalogImage {
     /// The server version the image holds, as the server states it
     /// (major.minor.patch, or major.minor).
-    #[schemars(regex(pattern = r"^[0-9]+\.[0-9]+(\.[0-9]+)?$"))]
+    #[schemars(regex(pattern = r"^[0-9]+\.[0-9]+(\.[0-9]+)?$"), length(max = 20))]
     pub version: String,
     /// The image.
     #[schemars(length(min = 1, max = 512))]

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 mod kube;
 mod operator;
+mod server_upgrade;
 mod upgrade;
 
 use clap::{Parser, Subcommand};
@@ -102,6 +103,11 @@ enum What {
     /// query gap per instance, mysqld kept) and rolling (total time, rw
     /// write gap across the switchover).
     Upgrade,
+    /// Server version upgrades under writes (needs root and the server
+    /// images): MariaDB 10.11.18 → 10.11.19 and 10.11.19 → 11.8, MySQL 9.7
+    /// to a second image of 9.7; total time and longest rw write gap,
+    /// beside a plain switchover.
+    ServerUpgrade,
     /// All of the above but the operator and Kubernetes.
     All,
 }
@@ -711,6 +717,7 @@ fn main() -> anyhow::Result<()> {
             | What::Failover
             | What::Switchover
             | What::Upgrade
+            | What::ServerUpgrade
     );
     for f in if local {
         cli.flavor.clone()
@@ -757,6 +764,12 @@ fn measure(
     }
     if all || matches!(cli.what, What::Upgrade) {
         results.insert("upgrade".into(), upgrade::upgrade(cli.runs)?);
+    }
+    if all || matches!(cli.what, What::ServerUpgrade) {
+        results.insert(
+            "server_upgrade".into(),
+            server_upgrade::server_upgrade(cli.runs)?,
+        );
     }
     if let What::Kube {
         slow_runs,

@@ -15,6 +15,15 @@
 //!   `_primary_failing` (1 while a failing primary is being timed),
 //!   `_primary_changing` (1 while targetPrimary differs from currentPrimary),
 //!   `_phase` (1 for the current phase, label `phase`);
+//! - rollouts (any kind: server version, definition, manager):
+//!   `cnmysql_cluster_updated_instances` (instances the rollout has
+//!   brought up to date), `_rollout_last_step_timestamp_seconds` (when it
+//!   last gave an instance a step), `_rollout_target_info` (labels `image`,
+//!   `version`, `manager`), `_server_upgrade_phase` (1 for the phase of the
+//!   latest server upgrade, labels `version`, `phase`), and per instance
+//!   `cnmysql_instance_server_version_info` (label `version`). Alert on a
+//!   rollout that has not finished long after its last step:
+//!   `deploy/prometheus-rules.yaml`;
 //! - `cnmysql_events_total` by `reason` and `type`: switchovers,
 //!   failovers, blocked operations, fencing, restarts since the cluster was
 //!   created.
@@ -144,6 +153,31 @@ pub fn encode_clusters(clusters: &[Labelled]) -> String {
         "cluster_phase",
         "The cluster's phase (1 for the current one)",
     );
+    let updated_n = gauge(
+        &mut r,
+        "cluster_updated_instances",
+        "Instances a rollout has brought up to date (manager, definition, server image)",
+    );
+    let last_step = gauge(
+        &mut r,
+        "cluster_rollout_last_step_timestamp_seconds",
+        "When a rollout last gave an instance a step (Unix seconds)",
+    );
+    let target_info = gauge(
+        &mut r,
+        "cluster_rollout_target_info",
+        "What rollouts bring instances to: the server image and version, the manager's hash",
+    );
+    let upgrade_phase = gauge(
+        &mut r,
+        "cluster_server_upgrade_phase",
+        "The phase of the latest server version upgrade (1 for the current one)",
+    );
+    let server_version = gauge(
+        &mut r,
+        "instance_server_version_info",
+        "The server version the instance runs",
+    );
     let counted = Family::<Labels, Counter>::default();
     r.register(
         "events",
@@ -168,6 +202,11 @@ pub fn encode_clusters(clusters: &[Labelled]) -> String {
                 current.get_or_create(&l).set(flag(cur));
             }
             let Some(st) = &o.status else { continue };
+            if !st.server_version.is_empty() {
+                let mut v = l.clone();
+                v.push(("version".into(), st.server_version.clone()));
+                server_version.get_or_create(&v).set(1.0);
+            }
             if let Some(secs) = st.uptime_seconds {
                 uptime.get_or_create(&l).set(secs as f64);
             }
@@ -205,6 +244,49 @@ pub fn encode_clusters(clusters: &[Labelled]) -> String {
         ready_n
             .get_or_create(&cluster)
             .set(s.instances.iter().filter(|o| o.ready()).count() as f64);
+        updated_n.get_or_create(&cluster).set(
+            s.instances
+                .iter()
+                .filter(|o| !crate::rollout::is_stale(s, &o.name))
+                .count() as f64,
+        );
+        if let Some(t) = s
+            .status
+            .last_rollout_step_time
+            .as_deref()
+            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+        {
+            last_step
+                .get_or_create(&cluster)
+                .set(t.as_millisecond() as f64 / 1000.0);
+        }
+        let mut t = cluster.clone();
+        t.push((
+            "image".into(),
+            s.declared
+                .image
+                .clone()
+                .or_else(|| s.status.image.clone())
+                .unwrap_or_default(),
+        ));
+        t.push((
+            "version".into(),
+            s.declared.version.clone().unwrap_or_default(),
+        ));
+        t.push((
+            "manager".into(),
+            s.status
+                .operator_executable_hash
+                .clone()
+                .unwrap_or_default(),
+        ));
+        target_info.get_or_create(&t).set(1.0);
+        if let Some(rec) = s.status.upgrade_history.last() {
+            let mut l = cluster.clone();
+            l.push(("version".into(), rec.version.clone()));
+            l.push(("phase".into(), rec.phase.as_str().into()));
+            upgrade_phase.get_or_create(&l).set(1.0);
+        }
         failing
             .get_or_create(&cluster)
             .set(flag(s.status.primary_failing_since.is_some()));
@@ -348,6 +430,36 @@ mod tests {
             )
             .ends_with(" 7200.0")
         );
+        // The rollout's progress, for the stuck-rollout alert.
+        assert!(line(&page, "cnmysql_cluster_updated_instances{cluster=\"db\"}").ends_with(" 1.0"));
+        assert!(!page.contains("cnmysql_cluster_rollout_last_step_timestamp_seconds{"));
+        s.status.last_rollout_step_time = Some("2026-11-24T12:00:00Z".into());
+        s.status.upgrade_history.push(cnmysql_api::UpgradeRecord {
+            version: "10.11.19".into(),
+            image: "mariadb:10.11.19".into(),
+            from_version: None,
+            phase: cnmysql_api::UpgradePhase::Upgrading,
+            start_time: None,
+            complete_time: None,
+            conditions: vec![],
+        });
+        s.instances[0].status.as_mut().unwrap().server_version = "10.11.19".into();
+        let page = encode_cluster(&s, &EventCounts::new());
+        assert!(
+            line(
+                &page,
+                "cnmysql_cluster_rollout_last_step_timestamp_seconds{cluster=\"db\"}"
+            )
+            .ends_with(" 1795521600.0"),
+            "{page}"
+        );
+        assert!(page.contains(
+            "cnmysql_cluster_server_upgrade_phase{cluster=\"db\",version=\"10.11.19\",phase=\"Upgrading\"} 1.0"
+        ));
+        assert!(page.contains(
+            "cnmysql_instance_server_version_info{instance=\"db-1\",version=\"10.11.19\"} 1.0"
+        ));
+        assert!(page.contains("cnmysql_cluster_rollout_target_info{cluster=\"db\",image=\"\",version=\"\",manager=\"new\"} 1.0"), "{page}");
     }
 
     #[test]

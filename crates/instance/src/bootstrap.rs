@@ -27,9 +27,14 @@ pub fn install_db(flavor: Flavor, programs: &Programs, target: &Path) -> anyhow:
         .arg(format!("--datadir={}", target.display()));
     match flavor {
         Flavor::Mariadb => {
+            // --force: without it the script insists on resolving the
+            // host's name first (with resolveip), which a container's root
+            // filesystem without /etc/hosts cannot; grants use no host
+            // names here (--skip-name-resolve).
             cmd.arg("--auth-root-authentication-method=normal")
                 .arg("--skip-test-db")
                 .arg("--skip-name-resolve")
+                .arg("--force")
                 .arg("--innodb-log-file-size=48M");
         }
         // root@localhost without a password, reachable only over the

@@ -37,6 +37,11 @@ async fn env(durability: &str) -> Env {
 
 /// The same, the node also knowing the images in `images`.
 async fn env_with_images(durability: &str, images: &[String]) -> Env {
+    env_with_manifest(&cluster_yaml(durability), images).await
+}
+
+/// A cluster made from `manifest`, ready.
+async fn env_with_manifest(manifest: &str, images: &[String]) -> Env {
     let k = KubeCluster::start_with_images(
         std::path::Path::new(env!("CARGO_BIN_EXE_cnmysql-node")),
         &cnmysql_exe(),
@@ -44,9 +49,7 @@ async fn env_with_images(durability: &str, images: &[String]) -> Env {
     )
     .await
     .unwrap();
-    k.apply_in_new_namespace(NS, &cluster_yaml(durability))
-        .await
-        .unwrap();
+    k.apply_in_new_namespace(NS, manifest).await.unwrap();
     let e = Env {
         clusters: Api::namespaced(k.client.clone(), NS),
         pods: Api::namespaced(k.client.clone(), NS),
@@ -655,81 +658,144 @@ async fn a_new_operator_image_recreates_replicas_then_switches_over_and_loses_no
     e.verify(&o.acked).await;
 }
 
+/// A cluster on MariaDB 10.11.18 whose image comes from a
+/// ClusterImageCatalog, and that catalog.
+fn catalog_cluster_yaml(version: &str) -> String {
+    let cluster = cluster_yaml("required").replace(
+        "    flavor: mariadb\n",
+        &format!(
+            "    flavor: mariadb\n    version: \"{version}\"\n    imageCatalogRef:\n      kind: ClusterImageCatalog\n      name: mariadb\n"
+        ),
+    );
+    format!(
+        "apiVersion: mysql.cnmysql.io/v1
+kind: ClusterImageCatalog
+metadata:
+  name: mariadb
+spec:
+  flavor: mariadb
+  images:
+  - version: \"10.11.18\"
+    image: docker.io/library/mariadb:10.11.18
+  - version: \"10.11.19\"
+    image: docker.io/library/mariadb:10.11.19
+---
+{cluster}"
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
-async fn a_new_server_image_recreates_each_instance_primary_last_and_loses_nothing() {
-    const IMAGE: &str = "docker.io/library/mariadb:10.11.9";
-    let e = env("required").await;
-    let primary = e.status().await.current_primary.unwrap();
+#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube (as root, with the server images mariadb:10.11.18 and 10.11.19)"]
+async fn a_server_version_upgrade_through_a_catalog_records_each_step_loses_nothing_and_refuses_a_downgrade()
+ {
+    const OLD: &str = "docker.io/library/mariadb:10.11.18";
+    const NEW: &str = "docker.io/library/mariadb:10.11.19";
+    let e = env_with_manifest(&catalog_cluster_yaml("10.11.18"), &[]).await;
+    let st = e.status().await;
+    assert_eq!(st.image.as_deref(), Some(OLD), "{st:?}");
+    assert_eq!(st.server_version.as_deref(), Some("10.11.18"));
+    let primary = st.current_primary.unwrap();
     let uids = e.pod_uids().await;
     let w = e.writer().await;
     w.wait_for_more(50, Duration::from_secs(30)).await;
     let began = Instant::now();
-    // In-place manager upgrades do not apply to a new server image: the
-    // Pods must be recreated all the same.
-    e.k.cp
-        .kubectl(
-            &[
-                "-n",
-                NS,
-                "patch",
-                "cluster",
-                "db",
-                "--type",
-                "merge",
-                "-p",
-                &format!(
-                    r#"{{"spec":{{"inPlaceInstanceManagerUpdates":true,"mysql":{{"image":"{IMAGE}"}}}}}}"#
-                ),
-            ],
-            None,
-        )
-        .unwrap();
-    // The phase says a rollout is under way.
-    until(
-        "the rollout to show in the phase",
-        Duration::from_secs(30),
-        || async { (e.status().await.phase == Some(cnmysql_api::Phase::Upgrading)).then_some(()) },
-    )
-    .await
-    .unwrap();
-    until(
-        "every Pod on the new server image",
+    let patch = |v: &str| {
+        e.k.cp
+            .kubectl(
+                &[
+                    "-n",
+                    NS,
+                    "patch",
+                    "cluster",
+                    "db",
+                    "--type",
+                    "merge",
+                    "-p",
+                    &format!(r#"{{"spec":{{"mysql":{{"version":"{v}"}}}}}}"#),
+                ],
+                None,
+            )
+            .unwrap();
+    };
+    patch("10.11.19");
+    let record = until(
+        "the upgrade to 10.11.19 recorded as Upgraded",
         Duration::from_secs(420),
         || async {
             let st = e.status().await;
-            let mut on_new = 0;
-            for p in ["db-1", "db-2", "db-3"] {
-                let pod = e.pods.get(p).await.ok()?;
-                let image = pod.spec?.containers.first()?.image.clone();
-                on_new += usize::from(image.as_deref() == Some(IMAGE));
-            }
-            (on_new == 3
-                && st.phase == Some(cnmysql_api::Phase::Healthy)
-                && st.ready_instances == 3)
-                .then_some(())
+            st.upgrade_history
+                .last()
+                .filter(|r| {
+                    r.version == "10.11.19" && r.phase == cnmysql_api::UpgradePhase::Upgraded
+                })
+                .cloned()
         },
     )
     .await
     .unwrap();
-    eprintln!(
-        "server image rollout done {:?} after the patch",
-        began.elapsed()
-    );
+    eprintln!("server upgrade done {:?} after the patch", began.elapsed());
     w.wait_for_more(50, Duration::from_secs(30)).await;
     let o = w.stop().await;
+    let steps: Vec<String> = record
+        .conditions
+        .iter()
+        .map(|c| {
+            format!(
+                "{}{} {}",
+                c.type_,
+                c.instance
+                    .as_deref()
+                    .map(|i| format!(" {i}"))
+                    .unwrap_or_default(),
+                c.status
+            )
+        })
+        .collect();
+    assert_eq!(steps.len(), 8, "{steps:?}");
+    assert!(steps.iter().all(|s| s.ends_with("True")), "{steps:?}");
+    assert_eq!(steps[4], format!("Switchover {primary} True"));
     e.assert_recreated_primary_last(&uids, &primary).await;
-    assert_eq!(e.events_named("UpdatingInstance").await, 3);
-    // Each step's event names the change.
-    let events = e.events_json().await;
-    assert!(
-        events.contains(&format!("image docker.io/library/mariadb:10.11 → {IMAGE}")),
-        "{events}"
-    );
+    for p in ["db-1", "db-2", "db-3"] {
+        let pod = e.pods.get(p).await.unwrap();
+        assert_eq!(
+            pod.spec.unwrap().containers[0].image.as_deref(),
+            Some(NEW),
+            "{p}"
+        );
+    }
+    let st = e.status().await;
+    assert_eq!(st.image.as_deref(), Some(NEW));
+    assert_eq!(st.server_version.as_deref(), Some("10.11.19"));
+    assert!(e.events_named("ServerUpgradeCompleted").await >= 1);
     eprintln!(
-        "server image: {} writes acknowledged, longest gap {:?}",
+        "server upgrade 10.11.18 → 10.11.19: {} writes acknowledged, {} failed, longest gap {:?}",
         o.acked.len(),
+        o.errors,
         o.longest_gap
     );
     e.verify(&o.acked).await;
+
+    // Back to 10.11.18: refused before anything is touched.
+    let uids = e.pod_uids().await;
+    patch("10.11.18");
+    until("the downgrade refused", Duration::from_secs(60), || async {
+        let st = e.status().await;
+        st.conditions
+            .iter()
+            .find(|c| c.type_ == "Degraded" && c.status == "True" && c.reason == "DowngradeRefused")
+            .map(|_| ())
+    })
+    .await
+    .unwrap();
+    assert!(e.events_named("ServerUpgradeRefused").await >= 1);
+    for _ in 0..10 {
+        assert_eq!(e.pod_uids().await, uids, "no Pod recreated");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let st = e.status().await;
+    assert_eq!(
+        st.image.as_deref(),
+        Some(NEW),
+        "the cluster still runs 10.11.19"
+    );
 }
