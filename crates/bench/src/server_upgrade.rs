@@ -84,7 +84,17 @@ fn once(
         })?;
         let secs = t.elapsed().as_secs_f64();
         w.wait_for_more(200, Duration::from_secs(20)).await;
-        anyhow::Ok((secs, w.stop().await))
+        let o = w.stop().await;
+        if let Some(end) = o
+            .ack_times
+            .windows(2)
+            .max_by_key(|w| w[1] - w[0])
+            .map(|w| w[1])
+        {
+            let wall = jiff::Timestamp::now() - jiff::SignedDuration::try_from(end.elapsed())?;
+            eprintln!("  longest gap ended at {wall}");
+        }
+        anyhow::Ok((secs, o))
     })?;
     let last = b.status()["upgradeHistory"]
         .as_array()

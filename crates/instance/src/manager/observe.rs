@@ -131,8 +131,18 @@ impl<C: ClusterState> Manager<C> {
                     st.role == Role::Primary && !view.read_only
                 }
                 Some(Desired::Promote) => false,
-                Some(Desired::Replica { .. }) => {
-                    view.read_only && view.replication.as_ref().is_some_and(|r| r.healthy())
+                // Replicating, healthy, from the source it should: a replica
+                // still on a former primary (a switchover just happened) is
+                // not ready until it has moved to the new one.
+                Some(Desired::Replica { source }) => {
+                    view.read_only
+                        && view.replication.as_ref().is_some_and(|r| {
+                            r.healthy()
+                                && self
+                                    .local_source_name(&r.source_host, r.source_port)
+                                    .as_deref()
+                                    == Some(source.as_str())
+                        })
                 }
                 _ => false,
             };
