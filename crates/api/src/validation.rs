@@ -89,12 +89,34 @@ pub fn parse_manifest(text: &str) -> Result<Manifest, InvalidCluster> {
                 } else {
                     serde_saphyr::from_str(doc).map(crate::upgrade::CatalogDocument::ClusterWide)
                 };
-                catalogs.push(parsed.map_err(|e| {
+                let parsed = parsed.map_err(|e| {
                     InvalidCluster(vec![err(
                         at("spec"),
                         format!("is not an image catalog: {e}"),
                     )])
-                })?);
+                })?;
+                // What the API server enforces on these (the list keyed by
+                // version, the version's form).
+                let mut seen = BTreeSet::new();
+                for (n, image) in parsed.entries().1.iter().enumerate() {
+                    let field = at(&format!("spec.images[{n}].version"));
+                    if !is_version(&image.version) {
+                        return Err(InvalidCluster(vec![err(
+                            field,
+                            format!(
+                                "{:?} is not a server version; write it as major.minor.patch or major.minor",
+                                image.version
+                            ),
+                        )]));
+                    }
+                    if !seen.insert(image.version.clone()) {
+                        return Err(InvalidCluster(vec![err(
+                            field,
+                            format!("{} is listed twice; each version once", image.version),
+                        )]));
+                    }
+                }
+                catalogs.push(parsed);
             }
             _ if cluster.is_some() => {
                 return Err(InvalidCluster(vec![err(

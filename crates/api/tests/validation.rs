@@ -180,3 +180,32 @@ fn a_valid_cluster_round_trips_through_json() {
     let again: Cluster = serde_json::from_str(&text).unwrap();
     assert_eq!(c.spec, again.spec);
 }
+
+#[test]
+fn a_manifest_holds_one_cluster_and_its_image_catalogs_each_version_once() {
+    let catalog = |versions: &[&str]| {
+        let images: String = versions
+            .iter()
+            .map(|v| format!("  - version: \"{v}\"\n    image: mariadb:{v}\n"))
+            .collect();
+        format!(
+            "apiVersion: mysql.cnmysql.io/v1\nkind: ClusterImageCatalog\nmetadata:\n  name: m\nspec:\n  flavor: mariadb\n  images:\n{images}---\n"
+        )
+    };
+    let m = cnmysql_api::parse_manifest(&format!("{}{BASE}", catalog(&["10.11.18", "10.11.19"])))
+        .unwrap();
+    assert_eq!(m.catalogs.len(), 1);
+    assert_eq!(m.cluster.spec.instances, 3);
+    let e = cnmysql_api::parse_manifest(&format!("{}{BASE}", catalog(&["10.11.18", "10.11.18"])))
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("(document 1) spec.images[1].version"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("listed twice"), "{e}");
+    let e = cnmysql_api::parse_manifest(&format!("{}{BASE}", catalog(&["latest"]))).unwrap_err();
+    assert!(e.to_string().contains("is not a server version"), "{e}");
+    let e = cnmysql_api::parse_manifest(&format!("{BASE}---\n{BASE}")).unwrap_err();
+    assert!(e.to_string().contains("a second Cluster"), "{e}");
+}

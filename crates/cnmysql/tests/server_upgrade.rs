@@ -276,8 +276,23 @@ async fn downgrade_is_refused(c: &LocalCluster, name: &str, to_image: &str, runn
 #[ignore = "needs root and the server images mariadb:10.11.18, mariadb:10.11.19, mariadb:11.8: run scripts/test as root (it builds them)"]
 async fn a_patch_upgrade_moves_replicas_then_the_primary_loses_nothing_and_a_downgrade_is_refused()
 {
-    let c = LocalCluster::start("sup1", &manifest("sup1", 3, "mariadb:10.11.18", ""));
+    // Started from an image catalog in the manifest, by registry names the
+    // store knows by name:tag (as on Kubernetes).
+    let catalog = "apiVersion: mysql.cnmysql.io/v1\nkind: ClusterImageCatalog\nmetadata:\n  name: mariadb\nspec:\n  flavor: mariadb\n  images:\n  - version: \"10.11.18\"\n    image: docker.io/library/mariadb:10.11.18\n---\n";
+    let first = manifest("sup1", 3, "mariadb:10.11.18", "").replace(
+        "    image: mariadb:10.11.18\n",
+        "    version: \"10.11.18\"\n    imageCatalogRef:\n      kind: ClusterImageCatalog\n      name: mariadb\n",
+    );
+    let c = LocalCluster::start("sup1", &format!("{catalog}{first}"));
     assert_eq!(c.status()["serverVersion"], "10.11.18");
+    assert_eq!(c.status()["image"], "docker.io/library/mariadb:10.11.18");
+    for _ in 0..6 {
+        assert!(
+            c.has_event("UpdatingInstance").is_none(),
+            "nothing to roll out after a start"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
     upgrade_under_writes(&c, "sup1", "mariadb:10.11.19", "10.11.19").await;
     downgrade_is_refused(&c, "sup1", "mariadb:10.11.18", "10.11.19").await;
     // The last line of defence: an instance pointed at the older server by

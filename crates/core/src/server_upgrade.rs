@@ -234,6 +234,15 @@ pub fn resolve(
                     listed.join(", ")
                 ));
             };
+            // What the platform knows of the image beats the catalog's word.
+            if let Some(have) = image_version(&entry.image)
+                && !matches(&have, &entry.version)
+            {
+                return fail(format!(
+                    "spec.mysql.imageCatalogRef: {} lists {} as {}, and it holds {have}: correct the catalog",
+                    c.what, entry.image, entry.version
+                ));
+            }
             (entry.image.clone(), Some(entry.version.clone()))
         }
         (Some(_), Some(Err(e))) => {

@@ -45,7 +45,12 @@ impl Images {
             serde_json::from_str("{}").expect("the empty spec is valid");
         spec.mysql.flavor = self.flavor;
         spec.mysql.image = (image != HOST_IMAGE).then(|| image.to_string());
-        let p = Programs::for_spec(&spec, &self.store).map_err(|e| anyhow::anyhow!(e))?;
+        let mut p = Programs::for_spec(&spec, &self.store).map_err(|e| anyhow::anyhow!(e))?;
+        // Named as the Cluster names it (`docker.io/library/mariadb:11.8`
+        // is the store's `mariadb:11.8`): what instances are compared by.
+        if let Some(img) = p.image.as_mut() {
+            img.reference = image.to_string();
+        }
         self.programs.insert(image.to_string(), p.clone());
         Ok(p)
     }
