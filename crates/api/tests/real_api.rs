@@ -94,4 +94,64 @@ async fn the_crd_installs_and_the_api_server_enforces_every_rule() {
             "{what}: refusal does not name {field}: {err}"
         );
     }
+
+    // The image catalogs: the upgrade example's is accepted; a version
+    // listed twice, or one that is not a version, is refused.
+    let catalogs = Api::<DynamicObject>::all_with(
+        client.clone(),
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "mysql.cnmysql.io",
+            "v1",
+            "ClusterImageCatalog",
+        )),
+    );
+    let apply_catalog = |images: serde_json::Value| {
+        let catalogs = catalogs.clone();
+        async move {
+            let obj = serde_json::json!({
+                "apiVersion": "mysql.cnmysql.io/v1",
+                "kind": "ClusterImageCatalog",
+                "metadata": {"name": "mariadb"},
+                "spec": {"flavor": "mariadb", "images": images},
+            });
+            catalogs
+                .patch(
+                    "mariadb",
+                    &PatchParams::apply("cnmysql-test")
+                        .dry_run()
+                        .validation_strict(),
+                    &Patch::Apply(&obj),
+                )
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        }
+    };
+    let upgrade_example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/cluster-upgrade.yaml"
+    ))
+    .unwrap();
+    let m = cnmysql_api::parse_manifest(&upgrade_example).unwrap();
+    let cnmysql_api::CatalogDocument::ClusterWide(c) = &m.catalogs[0] else {
+        panic!("the example's catalog is cluster-wide")
+    };
+    apply_catalog(serde_json::to_value(&c.spec.images).unwrap())
+        .await
+        .expect("the example's catalog is accepted");
+    try_apply(&client, &serde_json::to_string(&m.cluster).unwrap())
+        .await
+        .expect("the example's Cluster is accepted");
+    let twice = serde_json::json!([
+        {"version": "10.11.18", "image": "a"},
+        {"version": "10.11.18", "image": "b"}
+    ]);
+    let err = apply_catalog(twice)
+        .await
+        .expect_err("a version listed twice");
+    assert!(err.contains("spec.images"), "{err}");
+    let err = apply_catalog(serde_json::json!([{"version": "latest", "image": "a"}]))
+        .await
+        .expect_err("not a version");
+    assert!(err.contains("spec.images[0].version"), "{err}");
 }
