@@ -225,6 +225,7 @@ async fn promote_and_fence_write_the_cluster_status() {
             "GTID",
             "LAG",
             "SEMI-SYNC",
+            "VERSION",
             "MANAGER"
         ])),
         "{table}"

@@ -6,6 +6,7 @@ pub mod failover;
 pub mod fencing;
 pub mod flavor;
 pub mod hold_down;
+pub mod instance_upgrade;
 pub mod isolation;
 pub mod lease;
 pub mod maintenance_window;
