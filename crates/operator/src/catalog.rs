@@ -89,3 +89,61 @@ pub fn referring<'a>(
         .map(kube::runtime::reflector::ObjectRef::from_obj)
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(ns: &str, name: &str, spec: &str, annotations: &str) -> Cluster {
+        let mut c: Cluster = serde_json::from_str(&format!(
+            r#"{{"apiVersion":"mysql.cnmysql.io/v1","kind":"Cluster","metadata":{{"name":"{name}","namespace":"{ns}","annotations":{annotations}}},"spec":{spec}}}"#
+        ))
+        .unwrap();
+        c.metadata.uid = Some(name.into());
+        c
+    }
+
+    #[test]
+    fn the_force_annotation_is_read_only_when_true() {
+        assert!(forced(&cluster(
+            "a",
+            "db",
+            "{}",
+            r#"{"cnmysql.io/force-rolling-update":"true"}"#
+        )));
+        assert!(!forced(&cluster(
+            "a",
+            "db",
+            "{}",
+            r#"{"cnmysql.io/force-rolling-update":"yes"}"#
+        )));
+        assert!(!forced(&cluster("a", "db", "{}", "{}")));
+    }
+
+    #[test]
+    fn a_changed_catalog_names_the_clusters_that_use_it() {
+        let by = |kind: &str, name: &str| {
+            format!(
+                r#"{{"mysql":{{"version":"10.11.19","imageCatalogRef":{{"kind":"{kind}","name":"{name}"}}}}}}"#
+            )
+        };
+        let all = [
+            cluster("a", "one", &by("ImageCatalog", "m"), "{}"),
+            cluster("b", "two", &by("ImageCatalog", "m"), "{}"),
+            cluster("b", "three", &by("ClusterImageCatalog", "m"), "{}"),
+            cluster("b", "four", "{}", "{}"),
+        ];
+        let names = |refs: Vec<kube::runtime::reflector::ObjectRef<Cluster>>| {
+            refs.into_iter().map(|r| r.name).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            names(referring(&all, CatalogKind::ImageCatalog, Some("b"), "m")),
+            ["two"]
+        );
+        assert_eq!(
+            names(referring(&all, CatalogKind::ClusterImageCatalog, None, "m")),
+            ["three"]
+        );
+        assert!(referring(&all, CatalogKind::ImageCatalog, Some("a"), "other").is_empty());
+    }
+}

@@ -851,3 +851,87 @@ async fn server_version_upgrades_through_a_catalog_record_each_step_lose_nothing
     );
     e.verify(&o.acked).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube (as root, with the server images mariadb:10.11.18 and 10.11.19)"]
+async fn a_scheduled_server_upgrade_waits_for_upgrade_at_and_a_closed_maintenance_window() {
+    const NEW: &str = "docker.io/library/mariadb:10.11.19";
+    let manifest = cluster_yaml("required").replace(
+        "    flavor: mariadb\n",
+        "    flavor: mariadb\n    image: docker.io/library/mariadb:10.11.18\n",
+    );
+    let e = env_with_manifest(&manifest, &[]).await;
+    let uids = e.pod_uids().await;
+    let patch = |p: String| {
+        e.k.cp
+            .kubectl(
+                &[
+                    "-n", NS, "patch", "cluster", "db", "--type", "merge", "-p", &p,
+                ],
+                None,
+            )
+            .unwrap();
+    };
+    // A window that opened an hour ago and is closed now holds the upgrade.
+    let closed = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(2);
+    let start = &closed.to_string()[11..16];
+    patch(format!(
+        r#"{{"spec":{{"mysql":{{"image":"{NEW}"}},"maintenanceWindow":{{"start":"{start}","duration":"1h"}}}}}}"#
+    ));
+    until(
+        "the upgrade held by the window",
+        Duration::from_secs(60),
+        || async {
+            let st = e.status().await;
+            st.upgrade_history
+                .last()
+                .filter(|r| {
+                    r.phase == cnmysql_api::UpgradePhase::Pending
+                        && r.conditions[1].reason == "MaintenanceWindow"
+                })
+                .map(|_| ())
+        },
+    )
+    .await
+    .unwrap();
+    // Open the window from now, and schedule the upgrade 20 s ahead.
+    let at_ms = jiff::Timestamp::now().as_millisecond() + 20_000;
+    let at = jiff::Timestamp::from_millisecond(at_ms).unwrap();
+    let open = &jiff::Timestamp::now().to_string()[11..16];
+    patch(format!(
+        r#"{{"spec":{{"mysql":{{"upgradeAt":"{at}"}},"maintenanceWindow":{{"start":"{open}","duration":"2h"}}}}}}"#
+    ));
+    until("the upgrade scheduled", Duration::from_secs(60), || async {
+        let st = e.status().await;
+        (st.phase_reason
+            .as_deref()
+            .is_some_and(|r| r.contains("starts at")))
+        .then_some(())
+    })
+    .await
+    .unwrap();
+    // Nothing moves before upgradeAt.
+    while jiff::Timestamp::now().as_millisecond() < at_ms - 1_500 {
+        assert_eq!(
+            e.pod_uids().await,
+            uids,
+            "no Pod recreated before upgradeAt"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let record = until("the upgrade done", Duration::from_secs(420), || async {
+        let st = e.status().await;
+        st.upgrade_history
+            .last()
+            .filter(|r| r.phase == cnmysql_api::UpgradePhase::Upgraded)
+            .cloned()
+    })
+    .await
+    .unwrap();
+    let started: jiff::Timestamp = record.start_time.unwrap().parse().unwrap();
+    assert!(
+        started.as_millisecond() >= at_ms,
+        "started {started}, upgradeAt {at}"
+    );
+    assert!(e.events_named("ServerUpgradePending").await >= 2);
+}
