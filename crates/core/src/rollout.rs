@@ -202,18 +202,10 @@ pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
     if let Err(e) = crate::maintenance_window::check(s.spec.maintenance_window.as_ref(), s.now_ms) {
         return wait(e);
     }
-    let (Some(current), Some(target_primary)) = (
-        s.status.current_primary.as_deref(),
-        s.status.target_primary.as_deref(),
-    ) else {
-        return wait("the cluster has no primary yet".into());
+    let current = match settled_primary(s) {
+        Ok(p) => p,
+        Err(e) => return wait(e),
     };
-    if current != target_primary {
-        return wait(format!("the primary is moving to {target_primary}"));
-    }
-    if s.status.primary_failing_since.is_some() {
-        return wait(format!("the primary {current} is failing"));
-    }
     let primary_stale = stale.iter().any(|n| n == current);
     // In place only applies to a new manager: a changed definition means
     // a new Pod.
@@ -253,21 +245,10 @@ pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
     // The health gate: every (other) instance in service is reachable,
     // ready and caught up before another one is touched — unless the
     // force annotation says to go on (one instance at a time still).
-    let gated = !s.declared.force_rollout;
-    for o in members.iter().filter(|o| gated && Some(&o.name) != down) {
-        let Some(st) = o.status.as_ref() else {
-            return wait(format!("waiting for {} to be reachable", o.name));
-        };
-        if !st.ready {
-            return wait(format!("waiting for {} to be ready", o.name));
-        }
-        if o.name != current && st.lag_seconds.is_some_and(|l| l > MAX_LAG_SECONDS) {
-            return wait(format!(
-                "waiting for {} to catch up ({} s behind)",
-                o.name,
-                st.lag_seconds.unwrap_or_default()
-            ));
-        }
+    if !s.declared.force_rollout
+        && let Err(e) = instances_healthy(s, current, down.map(String::as_str))
+    {
+        return wait(e);
     }
     if let Some(n) = down.filter(|n| !recent(n)) {
         return Next::Recreate {
@@ -333,6 +314,53 @@ pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
             "no healthy replica to switch over to: restarting the primary in place".into(),
         )),
     }
+}
+
+/// The primary, when it is settled: the current and target primary agree
+/// and it is not failing; why not otherwise.
+pub fn settled_primary(s: &Snapshot) -> Result<&str, String> {
+    let (Some(current), Some(target)) = (
+        s.status.current_primary.as_deref(),
+        s.status.target_primary.as_deref(),
+    ) else {
+        return Err("the cluster has no primary yet".into());
+    };
+    if current != target {
+        return Err(format!("the primary is moving to {target}"));
+    }
+    if s.status.primary_failing_since.is_some() {
+        return Err(format!("the primary {current} is failing"));
+    }
+    Ok(current)
+}
+
+/// The health gate: every instance in service but `skip` is reachable and
+/// ready, and every replica (not `primary`) is caught up; why not
+/// otherwise. Fenced and diverged instances are out of service.
+pub fn instances_healthy(s: &Snapshot, primary: &str, skip: Option<&str>) -> Result<(), String> {
+    let mut members: Vec<_> = s
+        .instances
+        .iter()
+        .filter(|o| !s.is_fenced(&o.name) && !s.is_diverged(&o.name))
+        .filter(|o| Some(o.name.as_str()) != skip)
+        .collect();
+    members.sort_by_key(|o| o.ordinal);
+    for o in members {
+        let Some(st) = o.status.as_ref() else {
+            return Err(format!("waiting for {} to be reachable", o.name));
+        };
+        if !st.ready {
+            return Err(format!("waiting for {} to be ready", o.name));
+        }
+        if o.name != primary && st.lag_seconds.is_some_and(|l| l > MAX_LAG_SECONDS) {
+            return Err(format!(
+                "waiting for {} to catch up ({} s behind)",
+                o.name,
+                st.lag_seconds.unwrap_or_default()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The replica a stale primary hands over to: one a switchover accepts,

@@ -361,45 +361,12 @@ pub struct Advance {
     pub degraded: Option<(String, String)>,
 }
 
-/// Whether every instance in service but `skip` is reachable, ready and
-/// caught up, and the primary is settled; why not otherwise.
+/// Whether the primary is settled and every instance in service is
+/// reachable, ready and caught up (the rollout's health gate); why not
+/// otherwise.
 pub fn healthy(s: &Snapshot) -> Result<(), String> {
-    let (Some(current), Some(target)) = (
-        s.status.current_primary.as_deref(),
-        s.status.target_primary.as_deref(),
-    ) else {
-        return Err("the cluster has no primary yet".into());
-    };
-    if current != target {
-        return Err(format!("the primary is moving to {target}"));
-    }
-    if s.status.primary_failing_since.is_some() {
-        return Err(format!("the primary {current} is failing"));
-    }
-    for o in s
-        .instances
-        .iter()
-        .filter(|o| !s.is_fenced(&o.name) && !s.is_diverged(&o.name))
-    {
-        let Some(st) = o.status.as_ref() else {
-            return Err(format!("waiting for {} to be reachable", o.name));
-        };
-        if !st.ready {
-            return Err(format!("waiting for {} to be ready", o.name));
-        }
-        if o.name != current
-            && st
-                .lag_seconds
-                .is_some_and(|l| l > crate::rollout::MAX_LAG_SECONDS)
-        {
-            return Err(format!(
-                "waiting for {} to catch up ({} s behind)",
-                o.name,
-                st.lag_seconds.unwrap_or_default()
-            ));
-        }
-    }
-    Ok(())
+    let primary = crate::rollout::settled_primary(s)?;
+    crate::rollout::instances_healthy(s, primary, None)
 }
 
 /// Where a step stands now.
