@@ -935,3 +935,62 @@ async fn a_scheduled_server_upgrade_waits_for_upgrade_at_and_a_closed_maintenanc
     );
     assert!(e.events_named("ServerUpgradePending").await >= 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+async fn a_changed_server_setting_is_rolled_out_one_pod_at_a_time_and_loses_nothing() {
+    let e = env("required").await;
+    let primary = e.status().await.current_primary.unwrap();
+    let uids = e.pod_uids().await;
+    let w = e.writer().await;
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+    e.k.cp
+        .kubectl(
+            &[
+                "-n",
+                NS,
+                "patch",
+                "cluster",
+                "db",
+                "--type",
+                "merge",
+                "-p",
+                r#"{"spec":{"mysql":{"parameters":{"max_connections":"321"}}}}"#,
+            ],
+            None,
+        )
+        .unwrap();
+    until(
+        "every Pod recreated with the new setting",
+        Duration::from_secs(420),
+        || async {
+            let st = e.status().await;
+            let mut now = Vec::new();
+            for p in ["db-1", "db-2", "db-3"] {
+                now.push(e.pod_uid(p).await?);
+            }
+            (now.iter().zip(&uids).all(|(a, b)| a != b)
+                && st.phase == Some(cnmysql_api::Phase::Healthy)
+                && st.ready_instances == 3)
+                .then_some(())
+        },
+    )
+    .await
+    .unwrap();
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+    let o = w.stop().await;
+    e.assert_recreated_primary_last(&uids, &primary).await;
+    let events = e.events_json().await;
+    assert!(events.contains("spec.mysql.parameters changed"), "{events}");
+    let rw = e.k.wait_service(NS, "db-rw").await.unwrap();
+    let mut c = e.admin(rw.port()).await;
+    let max: Option<u64> = c.query_first("SELECT @@max_connections").await.unwrap();
+    assert_eq!(max, Some(321));
+    eprintln!(
+        "server setting rollout: {} writes acknowledged, {} failed, longest gap {:?}",
+        o.acked.len(),
+        o.errors,
+        o.longest_gap
+    );
+    e.verify(&o.acked).await;
+}

@@ -1,6 +1,7 @@
 //! What of a Cluster's spec an instance's Pod is made from (its
-//! definition): the server image, resources and scheduling, and the Secrets
-//! it mounts. The Pod carries it in the `cnmysql.io/definition`
+//! definition): the server image, the server settings
+//! (`spec.mysql.parameters`, read by the instance manager when it starts),
+//! resources and scheduling, and the Secrets it mounts. The Pod carries it in the `cnmysql.io/definition`
 //! annotation; when the Cluster's differs, the instance is outdated and the
 //! rollout (`core/rollout.rs`) recreates it, health-gated, one at a time,
 //! the primary last after a switchover.
@@ -22,6 +23,7 @@ pub const ANNOTATION: &str = "cnmysql.io/definition";
 #[serde(rename_all = "camelCase")]
 pub struct Definition {
     pub image: String,
+    pub parameters: serde_json::Value,
     pub resources: serde_json::Value,
     pub affinity: serde_json::Value,
     pub secrets: serde_json::Value,
@@ -32,6 +34,7 @@ impl Definition {
         let spec = &cluster.spec;
         Definition {
             image: super::pod::server_image(cluster),
+            parameters: serde_json::to_value(&spec.mysql.parameters).unwrap_or_default(),
             resources: serde_json::to_value(&spec.resources).unwrap_or_default(),
             affinity: serde_json::to_value(&spec.affinity).unwrap_or_default(),
             secrets: serde_json::to_value(&spec.secrets).unwrap_or_default(),
@@ -73,6 +76,7 @@ pub fn outdated(pod: &Pod, cluster: &Cluster) -> Option<String> {
             ("image", serde_json::Value::String(a), serde_json::Value::String(b)) => {
                 format!("image {a} → {b}")
             }
+            ("parameters", _, _) => "spec.mysql.parameters changed".to_string(),
             _ => format!("spec.{field} changed"),
         });
     }
@@ -129,6 +133,13 @@ mod tests {
         assert_eq!(
             outdated(&p, &more).as_deref(),
             Some("spec.resources changed")
+        );
+        let tuned = cluster(
+            "instances: 3\nmysql:\n  image: mariadb:10.11.8\n  parameters:\n    max_connections: \"500\"\n",
+        );
+        assert_eq!(
+            outdated(&p, &tuned).as_deref(),
+            Some("spec.mysql.parameters changed")
         );
         // Only what the Pod recorded counts (an older operator's Pod).
         let mut older = p.clone();
