@@ -92,6 +92,16 @@ pub(super) async fn shim_spec(env: &PodEnv, c: &Container) -> anyhow::Result<Spe
             read_only: m.read_only.unwrap_or(false),
         });
     }
+    // As the kubelet does: a hosts file naming localhost and the Pod, for
+    // a container with its own root filesystem (one without it keeps the
+    // host's).
+    if root.is_some() && !mounts.iter().any(|m| m.target == Path::new("/etc/hosts")) {
+        mounts.push(MountSpec {
+            source: hosts_file(env)?,
+            target: PathBuf::from("/etc/hosts"),
+            read_only: false,
+        });
+    }
     Ok(Spec {
         argv,
         env: vars,
@@ -106,6 +116,29 @@ pub(super) async fn shim_spec(env: &PodEnv, c: &Container) -> anyhow::Result<Spe
             layer: env.dir.join(format!("{}.layer", c.name)),
         }),
     })
+}
+
+/// The Pod's hosts file (`<pod dir>/etc-hosts`), written on first use.
+fn hosts_file(env: &PodEnv) -> anyhow::Result<PathBuf> {
+    let path = env.dir.join("etc-hosts");
+    let spec = env.pod.spec.as_ref();
+    let name = spec
+        .and_then(|s| s.hostname.clone())
+        .or_else(|| env.pod.metadata.name.clone())
+        .unwrap_or_default();
+    let fqdn = match spec.and_then(|s| s.subdomain.as_deref()) {
+        Some(sub) => format!(
+            " {name}.{sub}.{}.svc.cluster.local",
+            env.pod.metadata.namespace.as_deref().unwrap_or("default")
+        ),
+        None => String::new(),
+    };
+    let text = format!(
+        "# Kubernetes-managed hosts file (the process node).\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n{}\t{name}{fqdn}\n",
+        env.ip
+    );
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
 }
 
 pub(super) struct Running {
