@@ -187,7 +187,7 @@ impl MaintenanceWindow {
                 "{d:?} is not a duration; write it like 4h, 90m or 1h30m"
             ));
         }
-        if total < 1 || total > 24 * 60 {
+        if !(1..=24 * 60).contains(&total) {
             return Err(format!("{d:?} must be between 1m and 24h"));
         }
         Ok(total)

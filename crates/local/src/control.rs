@@ -111,7 +111,9 @@ impl ControlPlane {
             }
         };
         match crate::definition::check_change(&self.cluster, &m.cluster) {
-            Ok(changed) if changed.is_empty() && m.catalogs.len() == self.defs.catalogs.len() => {}
+            Ok(changed)
+                if changed.is_empty()
+                    && crate::definition::same_catalogs(&m.catalogs, &self.defs.catalogs) => {}
             Ok(changed) => {
                 let text = if changed.is_empty() {
                     "image catalogs".to_string()

@@ -220,6 +220,19 @@ pub fn outdated(cfg: &InstanceConfig, image: &str, cluster: &Cluster) -> Option<
     (!changes.is_empty()).then(|| changes.join(", "))
 }
 
+/// Whether two manifests carry the same image catalogs.
+pub fn same_catalogs(a: &[CatalogDocument], b: &[CatalogDocument]) -> bool {
+    let key = |docs: &[CatalogDocument]| {
+        docs.iter()
+            .map(|d| {
+                let (flavor, images) = d.entries();
+                (d.kind(), d.name().to_string(), flavor, images.to_vec())
+            })
+            .collect::<Vec<_>>()
+    };
+    key(a) == key(b)
+}
+
 /// The fields `cnmysql local apply` may change on a running cluster; any
 /// other change is refused naming it.
 pub fn check_change(old: &Cluster, new: &Cluster) -> Result<Vec<String>, String> {
@@ -295,6 +308,20 @@ mod tests {
             "apiVersion: mysql.cnmysql.io/v1\nkind: Cluster\nmetadata: {{name: db}}\nspec: {spec}\n"
         ))
         .unwrap()
+    }
+
+    #[test]
+    fn catalogs_are_compared_by_what_they_list() {
+        let m = |v: &str| {
+            cnmysql_api::parse_manifest(&format!(
+                "apiVersion: mysql.cnmysql.io/v1\nkind: ImageCatalog\nmetadata: {{name: c}}\nspec:\n  flavor: mariadb\n  images:\n  - {{version: \"{v}\", image: \"mariadb:{v}\"}}\n---\napiVersion: mysql.cnmysql.io/v1\nkind: Cluster\nmetadata: {{name: db}}\nspec: {{}}\n"
+            ))
+            .unwrap()
+            .catalogs
+        };
+        assert!(same_catalogs(&m("11.8"), &m("11.8")));
+        assert!(!same_catalogs(&m("11.8"), &m("11.4")));
+        assert!(!same_catalogs(&m("11.8"), &[]));
     }
 
     #[test]

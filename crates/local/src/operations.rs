@@ -26,7 +26,7 @@ pub fn apply(
     let old = cnmysql_api::parse_manifest(&old_text)?;
     let mut changed = crate::definition::check_change(&old.cluster, &m.cluster)
         .map_err(|e| anyhow::anyhow!("{e}; nothing was changed"))?;
-    if old_text != text && changed.is_empty() {
+    if !crate::definition::same_catalogs(&old.catalogs, &m.catalogs) {
         changed.push("image catalogs".into());
     }
     if !changed.is_empty() {
