@@ -29,18 +29,23 @@ fn cluster_api(client: &kube::Client) -> Api<DynamicObject> {
 
 async fn try_apply(client: &kube::Client, text: &str) -> Result<(), String> {
     let obj: serde_json::Value = serde_saphyr::from_str(text).map_err(|e| e.to_string())?;
+    dry_apply(&cluster_api(client), &obj).await
+}
+
+/// A server-side apply the API server validates (strictly) but does not
+/// persist.
+async fn dry_apply(api: &Api<DynamicObject>, obj: &serde_json::Value) -> Result<(), String> {
     let name = obj["metadata"]["name"].as_str().unwrap_or("db").to_string();
-    cluster_api(client)
-        .patch(
-            &name,
-            &PatchParams::apply("cnmysql-test")
-                .dry_run()
-                .validation_strict(),
-            &Patch::Apply(&obj),
-        )
-        .await
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+    api.patch(
+        &name,
+        &PatchParams::apply("cnmysql-test")
+            .dry_run()
+            .validation_strict(),
+        &Patch::Apply(obj),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| e.to_string())
 }
 
 #[tokio::test]
@@ -114,17 +119,7 @@ async fn the_crd_installs_and_the_api_server_enforces_every_rule() {
                 "metadata": {"name": "mariadb"},
                 "spec": {"flavor": "mariadb", "images": images},
             });
-            catalogs
-                .patch(
-                    "mariadb",
-                    &PatchParams::apply("cnmysql-test")
-                        .dry_run()
-                        .validation_strict(),
-                    &Patch::Apply(&obj),
-                )
-                .await
-                .map(|_| ())
-                .map_err(|e| e.to_string())
+            dry_apply(&catalogs, &obj).await
         }
     };
     let upgrade_example = std::fs::read_to_string(concat!(

@@ -209,6 +209,21 @@ impl Drop for Bench {
     }
 }
 
+/// For a look at the logs: when (wall clock) the longest interval without
+/// an acknowledged write ended.
+fn say_where_the_longest_gap_ended(o: &cnmysql_bench::writer::Outcome) -> anyhow::Result<()> {
+    if let Some(end) = o
+        .ack_times
+        .windows(2)
+        .max_by_key(|w| w[1] - w[0])
+        .map(|w| w[1])
+    {
+        let wall = jiff::Timestamp::now() - jiff::SignedDuration::try_from(end.elapsed())?;
+        eprintln!("  longest gap ended at {wall}");
+    }
+    Ok(())
+}
+
 fn stats(mut v: Vec<f64>) -> Value {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let median = if v.is_empty() {
@@ -462,6 +477,12 @@ impl Bench {
         self.up_with(&format!("{}{DURABLE}", manifest(name, 3)))?;
         Ok(())
     }
+    fn current_primary(&self) -> String {
+        self.status()["currentPrimary"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
     fn status(&self) -> Value {
         serde_json::from_str(
             &std::fs::read_to_string(self.state().join("status.json")).unwrap_or_default(),
@@ -511,10 +532,7 @@ fn failover(runs: usize) -> anyhow::Result<Value> {
             let w =
                 cnmysql_bench::writer::WriteChecker::start(port, b.secret("app-password")).await;
             w.wait_for_more(200, Duration::from_secs(20)).await;
-            let old = b.status()["currentPrimary"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
+            let old = b.current_primary();
             let dir = b.state().join("instances").join(&old);
             let pids: Vec<i32> = ["manager.pid", "run/mysqld.pid"]
                 .iter()
@@ -549,10 +567,7 @@ fn failover(runs: usize) -> anyhow::Result<Value> {
             let first = o
                 .first_ack_after(killed)
                 .ok_or_else(|| anyhow::anyhow!("no write after the kill"))?;
-            let new = b.status()["currentPrimary"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
+            let new = b.current_primary();
             let lost = b.lost_on(&new, &o.acked).await?;
             anyhow::Ok(((first - killed).as_secs_f64(), lost))
         })?;
@@ -582,10 +597,7 @@ fn switchover(runs: usize) -> anyhow::Result<Value> {
         b.wait("all instances ready", Duration::from_secs(60), |s| {
             s["readyInstances"] == 3
         })?;
-        let old = b.status()["currentPrimary"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
+        let old = b.current_primary();
         let target = if old == "so-2" { "so-3" } else { "so-2" };
         let (gap, lost) = rt.block_on(async {
             let w =
@@ -602,16 +614,7 @@ fn switchover(runs: usize) -> anyhow::Result<Value> {
             );
             w.wait_for_more(200, Duration::from_secs(20)).await;
             let o = w.stop().await;
-            if let Some(end) = o
-                .ack_times
-                .windows(2)
-                .max_by_key(|w| w[1] - w[0])
-                .map(|w| w[1])
-            {
-                let ago = end.elapsed();
-                let wall = jiff::Timestamp::now() - jiff::SignedDuration::try_from(ago)?;
-                eprintln!("  longest gap ended at {wall}");
-            }
+            say_where_the_longest_gap_ended(&o)?;
             let lost = b.lost_on(target, &o.acked).await?;
             anyhow::Ok((o.longest_gap.as_secs_f64(), lost))
         })?;

@@ -85,15 +85,7 @@ fn once(
         let secs = t.elapsed().as_secs_f64();
         w.wait_for_more(200, Duration::from_secs(20)).await;
         let o = w.stop().await;
-        if let Some(end) = o
-            .ack_times
-            .windows(2)
-            .max_by_key(|w| w[1] - w[0])
-            .map(|w| w[1])
-        {
-            let wall = jiff::Timestamp::now() - jiff::SignedDuration::try_from(end.elapsed())?;
-            eprintln!("  longest gap ended at {wall}");
-        }
+        crate::say_where_the_longest_gap_ended(&o)?;
         anyhow::Ok((secs, o))
     })?;
     let last = b.status()["upgradeHistory"]
@@ -104,10 +96,7 @@ fn once(
         last["phase"] == "Upgraded",
         "the upgrade did not complete: {last:#}"
     );
-    let primary = b.status()["currentPrimary"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let primary = b.current_primary();
     let lost = rt.block_on(b.lost_on(&primary, &o.acked))?;
     eprintln!(
         "{from} → {to}: {secs:.2}s, longest rw write gap {:.3}s, {} writes acknowledged, {} failed, {lost} acknowledged rows lost",

@@ -196,10 +196,7 @@ pub fn upgrade(runs: usize) -> anyhow::Result<Value> {
         exec_gap.push(longest_gap_within(&w.ack_times, switched));
         rollout.push(secs);
         write_errors += w.errors;
-        let primary = b.status()["currentPrimary"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
+        let primary = b.current_primary();
         lost_rows += rt.block_on(b.lost_on(&primary, &w.acked))?;
         for (n, (longest, f, ok)) in per {
             let s = swap_seconds(&b.state().join("instances").join(n).join("manager.log"))?;
@@ -247,10 +244,7 @@ pub fn upgrade(runs: usize) -> anyhow::Result<Value> {
         })?;
         exec_gap.push(longest_gap_within(&o.ack_times, switched));
         rolling_errors += o.errors;
-        let primary = b.status()["currentPrimary"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
+        let primary = b.current_primary();
         let lost = rt.block_on(b.lost_on(&primary, &o.acked))?;
         eprintln!(
             "rolling run {}: 3 instances in {secs:.2}s, longest rw write gap {:.3}s, {} writes failed, {lost} acknowledged rows lost",

@@ -178,17 +178,10 @@ async fn upgrade_under_writes(
     // Replicas in ascending ordinal, then the switchover, then the former
     // primary: as the rollout's events say.
     let order: Vec<String> = c
-        .events()
-        .iter()
-        .filter(|e| e["reason"] == "UpdatingInstance" || e["reason"] == "SwitchoverForUpgrade")
-        .filter(|e| e["message"].as_str().is_some_and(|m| m.contains(to_image)))
-        .map(|e| {
-            format!(
-                "{} {}",
-                e["reason"].as_str().unwrap(),
-                e["instance"].as_str().unwrap()
-            )
-        })
+        .event_steps(&["UpdatingInstance", "SwitchoverForUpgrade"])
+        .into_iter()
+        .filter(|(_, message)| message.contains(to_image))
+        .map(|(step, _)| step)
         .collect();
     assert_eq!(order.len(), 4, "{order:?}");
     assert_eq!(order[0], format!("UpdatingInstance {}", replicas[0]));
@@ -391,11 +384,13 @@ async fn a_scheduled_upgrade_waits_for_upgrade_at_and_a_maintenance_window_holds
     })
     .await;
     assert_eq!(r["conditions"][1]["reason"], "Scheduled", "{r:#}");
-    let reason = c.status()["phaseReason"].as_str().unwrap().to_string();
-    assert!(
-        reason.contains(&format!("starts at {}", &at[..19])),
-        "{reason}"
-    );
+    // The phase says when (the report follows the record within a pass).
+    let starts = format!("starts at {}", &at[..19]);
+    wait_for("the phase to say when", Duration::from_secs(10), || async {
+        let reason = c.status()["phaseReason"].as_str()?.to_string();
+        reason.contains(&starts).then_some(())
+    })
+    .await;
     assert!(c.has_event("ServerUpgradePending").is_some());
     // Nothing moves before upgradeAt.
     while jiff::Timestamp::now().as_millisecond() < at_ms - 1_000 {

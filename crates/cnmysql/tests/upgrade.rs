@@ -263,18 +263,9 @@ async fn rolling_upgrade_recreates_replicas_then_switches_over_and_loses_nothing
     }
     // Replicas in ascending ordinal, then a switchover, then the old primary.
     let steps: Vec<String> = c
-        .events()
-        .iter()
-        .filter(|e| {
-            e["reason"] == "UpgradingInstanceManager" || e["reason"] == "SwitchoverForUpgrade"
-        })
-        .map(|e| {
-            format!(
-                "{} {}",
-                e["reason"].as_str().unwrap(),
-                e["instance"].as_str().unwrap()
-            )
-        })
+        .event_steps(&["UpgradingInstanceManager", "SwitchoverForUpgrade"])
+        .into_iter()
+        .map(|(step, _)| step)
         .collect();
     let mut replicas: Vec<String> = ["rol-1", "rol-2", "rol-3"]
         .iter()

@@ -875,7 +875,7 @@ pub fn report(s: &Snapshot, memory: &Memory) -> Report {
         if upgrading {
             summary.phase = Phase::Upgrading;
             // The rollout's own words say which instance moves now.
-            if rollout.reason().is_none() || rollout == Next::Current {
+            if rollout == Next::Current {
                 summary.reason = reason;
             }
         } else if upgrade.degraded.is_some() {

@@ -215,6 +215,32 @@ pub fn backup_gtid(dir: &Path) -> anyhow::Result<String> {
 pub type ProgressCell = Arc<Mutex<Option<CloneProgress>>>;
 
 /// Record where a clone from `source` that began at `started` stands.
+/// Log a copy's throughput: `what` (the message) after `bytes` from
+/// `started`.
+pub(crate) fn log_throughput(source: &str, bytes: u64, started: Instant, what: &str) {
+    let secs = started.elapsed().as_secs_f64();
+    tracing::info!(
+        source,
+        bytes,
+        seconds = secs,
+        mb_per_s = bytes as f64 / 1e6 / secs.max(1e-9),
+        "{what}"
+    );
+}
+
+/// Log a clone's progress as its status reports it.
+pub(crate) fn log_progress(source: &str, progress: &ProgressCell) {
+    let p = progress.lock().unwrap().clone().unwrap_or_default();
+    tracing::info!(
+        source,
+        bytes = p.bytes,
+        expected_bytes = p.expected_bytes,
+        mb_per_s = format!("{:.1}", p.bytes_per_second / 1e6),
+        eta_seconds = p.eta_seconds.map(|e| format!("{e:.0}")),
+        "clone progress"
+    );
+}
+
 pub(crate) fn report(
     progress: &ProgressCell,
     source: &str,
@@ -318,14 +344,7 @@ pub async fn clone_from(
                 last_log = Instant::now();
                 next_report = bytes + 64 * 1024 * 1024;
                 set("copying", bytes, expected);
-                let p = progress.lock().unwrap().clone().unwrap_or_default();
-                tracing::info!(
-                    source,
-                    bytes,
-                    mb_per_s = format!("{:.1}", p.bytes_per_second / 1e6),
-                    eta_seconds = p.eta_seconds.map(|e| format!("{e:.0}")),
-                    "clone progress"
-                );
+                log_progress(source, progress);
             }
         }
     }
@@ -338,14 +357,7 @@ pub async fn clone_from(
             tail_text(&extract_tail)
         );
     }
-    let copied_secs = started.elapsed().as_secs_f64();
-    tracing::info!(
-        source,
-        bytes,
-        seconds = copied_secs,
-        mb_per_s = bytes as f64 / 1e6 / copied_secs.max(1e-9),
-        "backup copied; preparing"
-    );
+    log_throughput(source, bytes, started, "backup copied; preparing");
     set("preparing", bytes, expected);
     let mut prep = cfg.programs.tokio_command(backup);
     prep.arg("--prepare")

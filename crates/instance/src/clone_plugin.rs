@@ -125,17 +125,7 @@ pub async fn clone_from(
         // Logged when the copy begins, every second and every 64 MiB on
         // fast links, and at its end.
         let (mut last_log, mut logged_bytes) = (Instant::now(), 0u64);
-        let log_progress = || {
-            let p = progress.lock().unwrap().clone().unwrap_or_default();
-            tracing::info!(
-                source,
-                bytes = p.bytes,
-                expected_bytes = p.expected_bytes,
-                mb_per_s = format!("{:.1}", p.bytes_per_second / 1e6),
-                eta_seconds = p.eta_seconds.map(|e| format!("{e:.0}")),
-                "clone progress"
-            );
-        };
+        let log_progress = || crate::clone::log_progress(source, progress);
         loop {
             tokio::select! {
                 r = &mut copy => {
@@ -179,14 +169,7 @@ pub async fn clone_from(
             .await?
             .flatten();
         let bytes = bytes.unwrap_or(0);
-        let secs = copy_started.elapsed().as_secs_f64();
-        tracing::info!(
-            source,
-            bytes,
-            seconds = secs,
-            mb_per_s = bytes as f64 / 1e6 / secs.max(1e-9),
-            "clone copied"
-        );
+        crate::clone::log_throughput(source, bytes, copy_started, "clone copied");
         set("finishing", bytes, Some(bytes));
         if bytes > logged_bytes {
             log_progress();
@@ -222,13 +205,6 @@ pub async fn clone_from(
     }
     std::fs::rename(&target, &cfg.data_dir)?;
     set("done", bytes, Some(bytes));
-    let secs = started.elapsed().as_secs_f64();
-    tracing::info!(
-        source,
-        bytes,
-        seconds = secs,
-        mb_per_s = bytes as f64 / 1e6 / secs.max(1e-9),
-        "clone complete"
-    );
+    crate::clone::log_throughput(source, bytes, started, "clone complete");
     Ok(())
 }

@@ -546,6 +546,19 @@ impl Env {
             .count()
     }
 
+    /// `kubectl patch cluster db --type merge -p <patch>`.
+    fn patch_cluster(&self, patch: &str) {
+        self.k
+            .cp
+            .kubectl(
+                &[
+                    "-n", NS, "patch", "cluster", "db", "--type", "merge", "-p", patch,
+                ],
+                None,
+            )
+            .unwrap();
+    }
+
     /// The uids of the three instance Pods.
     async fn pod_uids(&self) -> Vec<String> {
         let mut uids = Vec::new();
@@ -577,22 +590,7 @@ impl Env {
 async fn a_new_operator_image_upgrades_every_manager_in_place_and_restart_inplace_keeps_mysqld() {
     let dir = tempfile::tempdir().unwrap();
     let e = env_with_images("required", &[next_operator(dir.path())]).await;
-    e.k.cp
-        .kubectl(
-            &[
-                "-n",
-                NS,
-                "patch",
-                "cluster",
-                "db",
-                "--type",
-                "merge",
-                "-p",
-                r#"{"spec":{"inPlaceInstanceManagerUpdates":true}}"#,
-            ],
-            None,
-        )
-        .unwrap();
+    e.patch_cluster(r#"{"spec":{"inPlaceInstanceManagerUpdates":true}}"#);
     let pods = ["db-1", "db-2", "db-3"];
     let mut before = Vec::new();
     for p in pods {
@@ -701,24 +699,8 @@ async fn server_version_upgrades_through_a_catalog_record_each_step_lose_nothing
     let w = e.writer().await;
     w.wait_for_more(50, Duration::from_secs(30)).await;
     let began = Instant::now();
-    let patch = |v: &str| {
-        e.k.cp
-            .kubectl(
-                &[
-                    "-n",
-                    NS,
-                    "patch",
-                    "cluster",
-                    "db",
-                    "--type",
-                    "merge",
-                    "-p",
-                    &format!(r#"{{"spec":{{"mysql":{{"version":"{v}"}}}}}}"#),
-                ],
-                None,
-            )
-            .unwrap();
-    };
+    let patch =
+        |v: &str| e.patch_cluster(&format!(r#"{{"spec":{{"mysql":{{"version":"{v}"}}}}}}"#));
     patch("10.11.19");
     let record = until(
         "the upgrade to 10.11.19 recorded as Upgraded",
@@ -862,16 +844,7 @@ async fn a_scheduled_server_upgrade_waits_for_upgrade_at_and_a_closed_maintenanc
     );
     let e = env_with_manifest(&manifest, &[]).await;
     let uids = e.pod_uids().await;
-    let patch = |p: String| {
-        e.k.cp
-            .kubectl(
-                &[
-                    "-n", NS, "patch", "cluster", "db", "--type", "merge", "-p", &p,
-                ],
-                None,
-            )
-            .unwrap();
-    };
+    let patch = |p: String| e.patch_cluster(&p);
     // A window that opened an hour ago and is closed now holds the upgrade.
     let closed = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(2);
     let start = &closed.to_string()[11..16];
@@ -944,22 +917,7 @@ async fn a_changed_server_setting_is_rolled_out_one_pod_at_a_time_and_loses_noth
     let uids = e.pod_uids().await;
     let w = e.writer().await;
     w.wait_for_more(50, Duration::from_secs(30)).await;
-    e.k.cp
-        .kubectl(
-            &[
-                "-n",
-                NS,
-                "patch",
-                "cluster",
-                "db",
-                "--type",
-                "merge",
-                "-p",
-                r#"{"spec":{"mysql":{"parameters":{"max_connections":"321"}}}}"#,
-            ],
-            None,
-        )
-        .unwrap();
+    e.patch_cluster(r#"{"spec":{"mysql":{"parameters":{"max_connections":"321"}}}}"#);
     until(
         "every Pod recreated with the new setting",
         Duration::from_secs(420),

@@ -324,6 +324,25 @@ impl LocalCluster {
             .collect()
     }
 
+    /// The events of these reasons, in order, each as `reason instance`
+    /// with its message.
+    pub fn event_steps(&self, reasons: &[&str]) -> Vec<(String, String)> {
+        self.events()
+            .iter()
+            .filter(|e| reasons.iter().any(|r| e["reason"] == *r))
+            .map(|e| {
+                (
+                    format!(
+                        "{} {}",
+                        e["reason"].as_str().unwrap_or_default(),
+                        e["instance"].as_str().unwrap_or("-")
+                    ),
+                    e["message"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect()
+    }
+
     pub fn has_event(&self, reason: &str) -> Option<Value> {
         self.events().into_iter().find(|e| e["reason"] == reason)
     }

@@ -54,40 +54,27 @@ fn catalog(flavor: Flavor) -> Catalog {
     }
 }
 
+/// `spec` resolved through the test catalog of `flavor`.
+fn from_catalog(spec: &ClusterSpec, flavor: Flavor) -> Declared {
+    resolve(spec, Some(Ok(catalog(flavor))), "x", |_| None, false)
+}
+
 #[test]
 fn the_spec_resolves_through_a_catalog_an_image_or_the_default() {
     let mut spec: ClusterSpec = serde_json::from_str(r#"{"mysql": {"version": "10.11.19", "imageCatalogRef": {"kind": "ClusterImageCatalog", "name": "mariadb"}}}"#).unwrap();
-    let d = resolve(
-        &spec,
-        Some(Ok(catalog(Flavor::Mariadb))),
-        "x",
-        |_| None,
-        false,
-    );
+    let d = from_catalog(&spec, Flavor::Mariadb);
     assert_eq!(
         (d.image.as_deref(), d.version.as_deref()),
         (Some(NEW), Some("10.11.19"))
     );
     spec.mysql.version = Some("11.8".into());
-    let d = resolve(
-        &spec,
-        Some(Ok(catalog(Flavor::Mariadb))),
-        "x",
-        |_| None,
-        false,
-    );
+    let d = from_catalog(&spec, Flavor::Mariadb);
     assert!(
         d.error
             .unwrap()
             .contains("lists no 11.8; it lists 10.11.18, 10.11.19")
     );
-    let d = resolve(
-        &spec,
-        Some(Ok(catalog(Flavor::Mysql))),
-        "x",
-        |_| None,
-        false,
-    );
+    let d = from_catalog(&spec, Flavor::Mysql);
     assert!(d.error.unwrap().contains("name a mariadb catalog"));
     let d = resolve(&spec, None, "x", |_| None, false);
     assert!(
@@ -140,6 +127,20 @@ fn cluster(target: &str, version: &str) -> Snapshot {
         ..Default::default()
     };
     s
+}
+
+/// A window open one minute a day, at midnight: closed at the tests' times.
+fn closed_window() -> MaintenanceWindow {
+    MaintenanceWindow {
+        days: vec![],
+        start: "00:00".into(),
+        duration: "1m".into(),
+    }
+}
+
+/// The phase of the latest record.
+fn last_phase(s: &Snapshot) -> UpgradePhase {
+    s.status.upgrade_history.last().unwrap().phase
 }
 
 /// Apply a pass's status to the snapshot, as a platform would.
@@ -234,17 +235,10 @@ fn an_upgrade_waits_for_upgrade_at_then_the_window_then_walks_every_step_in_orde
 
     // Past upgradeAt, but outside the maintenance window.
     s.now_ms = T0 + 61_000;
-    s.spec.maintenance_window = Some(MaintenanceWindow {
-        days: vec![],
-        start: "00:00".into(),
-        duration: "1m".into(),
-    });
+    s.spec.maintenance_window = Some(closed_window());
     let a = pass(&mut s);
     assert!(a.reason.unwrap().contains("outside the maintenance window"));
-    assert_eq!(
-        s.status.upgrade_history.last().unwrap().phase,
-        UpgradePhase::Pending
-    );
+    assert_eq!(last_phase(&s), UpgradePhase::Pending);
 
     s.spec.maintenance_window = None;
     let a = pass(&mut s);
@@ -322,10 +316,7 @@ fn an_unhealthy_cluster_holds_the_start_unless_forced() {
     s.instances[2].status.as_mut().unwrap().ready = false;
     let a = pass(&mut s);
     assert!(a.reason.unwrap().contains("waiting for db-3 to be ready"));
-    assert_eq!(
-        s.status.upgrade_history.last().unwrap().phase,
-        UpgradePhase::Pending
-    );
+    assert_eq!(last_phase(&s), UpgradePhase::Pending);
     s.declared.force_rollout = true;
     pass(&mut s);
     let r = s.status.upgrade_history.last().unwrap();
@@ -344,10 +335,7 @@ fn a_step_past_its_deadline_fails_the_upgrade_and_holds_rollouts_until_retried()
     s.now_ms += STEP_DEADLINE_MS + 1;
     let a = pass(&mut s);
     assert!(a.events.iter().any(|e| e.reason == "ServerUpgradeFailed"));
-    assert_eq!(
-        s.status.upgrade_history.last().unwrap().phase,
-        UpgradePhase::Failed
-    );
+    assert_eq!(last_phase(&s), UpgradePhase::Failed);
     // Instances stay on the target definition: the ones already moved are
     // not moved back.
     assert_eq!(instance_image(&s.status, Some(NEW)).as_deref(), Some(NEW));
@@ -361,10 +349,7 @@ fn a_step_past_its_deadline_fails_the_upgrade_and_holds_rollouts_until_retried()
     s.now_ms += 1000;
     let a = pass(&mut s);
     assert!(a.events.iter().any(|e| e.reason == "ServerUpgradeRetrying"));
-    assert_eq!(
-        s.status.upgrade_history.last().unwrap().phase,
-        UpgradePhase::Upgrading
-    );
+    assert_eq!(last_phase(&s), UpgradePhase::Upgrading);
 }
 
 #[test]
@@ -373,11 +358,7 @@ fn rollouts_move_only_inside_the_maintenance_window_and_force_skips_the_health_g
     for o in &mut s.instances {
         o.outdated = Some("spec.resources changed".into());
     }
-    s.spec.maintenance_window = Some(MaintenanceWindow {
-        days: vec![],
-        start: "00:00".into(),
-        duration: "1m".into(),
-    });
+    s.spec.maintenance_window = Some(closed_window());
     let next = crate::rollout::next(&s, &InFlight::new(), false);
     assert!(
         matches!(&next, Next::Wait { reason, .. } if reason.contains("opens at")),
