@@ -123,6 +123,13 @@ pub struct ClusterSpec {
     #[serde(default)]
     pub in_place_instance_manager_updates: bool,
 
+    /// `automatic`: a new operator executable or definition rolls out by
+    /// itself. `manual`: instances are only reported out of date; each moves
+    /// when a `cnmysql.io/upgrade-to` annotation asks (a canary, or the
+    /// Cluster's orchestration).
+    #[serde(default)]
+    pub instance_update_strategy: crate::instance_upgrade::InstanceUpdateStrategy,
+
     /// Resources the operator manages on behalf of the cluster.
     #[serde(default)]
     pub managed: ManagedSpec,
@@ -618,6 +625,13 @@ pub struct ClusterStatus {
     /// When a rollout last gave an instance a step (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_rollout_step_time: Option<String>,
+    /// Upgrades asked by a `cnmysql.io/upgrade-to` annotation on an
+    /// instance, by instance.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub instance_upgrades: crate::instance_upgrade::InstanceUpgrades,
+    /// The whole-cluster upgrade asked by the annotation on the Cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub orchestrated_upgrade: Option<crate::instance_upgrade::OrchestratedUpgrade>,
 
     /// Ready, Progressing, Degraded.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

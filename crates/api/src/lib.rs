@@ -1,11 +1,13 @@
 //! The `Cluster` API of cloudnative-mysql (`mysql.cnmysql.io/v1`).
 
 pub mod cluster;
+pub mod instance_upgrade;
 pub mod names;
 pub mod upgrade;
 pub mod validation;
 
 pub use cluster::*;
+pub use instance_upgrade::*;
 pub use upgrade::*;
 pub use validation::{
     FieldError, InvalidCluster, Manifest, parse_cluster, parse_manifest, validate,

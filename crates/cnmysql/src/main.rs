@@ -108,6 +108,21 @@ enum LocalCommand {
         #[arg(long, value_name = "DIR")]
         state_dir: Option<PathBuf>,
     },
+    /// Set or remove annotations on the cluster or one of its instances,
+    /// as `kubectl annotate` does: `KEY=VALUE` sets, `KEY-` removes.
+    /// `cnmysql.io/upgrade-to` asks for an upgrade (manager=operator,
+    /// manager=file:///path[#sha256=HEX], image=REF, version=V).
+    Annotate {
+        /// The cluster, optionally an instance, then KEY=VALUE or KEY-.
+        #[arg(value_name = "CLUSTER [INSTANCE] KEY=VALUE|KEY-", num_args = 2.., required = true)]
+        args: Vec<String>,
+        /// Replace a value the key already holds.
+        #[arg(long)]
+        overwrite: bool,
+        /// The cluster's state directory, if it was made with --state-dir.
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+    },
     /// Show instances, roles, GTIDs and endpoints.
     Status {
         #[command(flatten)]
@@ -595,6 +610,39 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 for c in changed {
                     println!("configured: {c}");
                 }
+                Ok(())
+            }
+            LocalCommand::Annotate {
+                args,
+                overwrite,
+                state_dir,
+            } => {
+                let cluster = args[0].clone();
+                let rest = &args[1..];
+                let (instance, changes) = match rest.first() {
+                    Some(a) if !a.contains('=') && !a.ends_with('-') => {
+                        (Some(a.clone()), &rest[1..])
+                    }
+                    _ => (None, rest),
+                };
+                anyhow::ensure!(
+                    !changes.is_empty(),
+                    "nothing to annotate: give KEY=VALUE to set or KEY- to remove"
+                );
+                let changes = changes
+                    .iter()
+                    .map(|c| cnmysql_local::annotations::parse_change(c))
+                    .collect::<anyhow::Result<Vec<_>>>()?;
+                let dir = cnmysql_local::existing_state_dir(state_dir.as_deref(), Some(&cluster))?;
+                println!(
+                    "{}",
+                    cnmysql_local::annotations::annotate(
+                        &dir,
+                        instance.as_deref(),
+                        &changes,
+                        overwrite
+                    )?
+                );
                 Ok(())
             }
             LocalCommand::Status { target, output } => {

@@ -11,6 +11,7 @@ pub mod isolation;
 pub mod lease;
 pub mod maintenance_window;
 pub mod metrics;
+pub mod orchestrated_upgrade;
 pub mod phase;
 pub mod reconcile;
 pub mod role;

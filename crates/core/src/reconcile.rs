@@ -221,7 +221,12 @@ pub struct Event {
 }
 
 impl Event {
-    fn new(warning: bool, reason: &'static str, instance: Option<&str>, message: String) -> Event {
+    pub fn new(
+        warning: bool,
+        reason: &'static str,
+        instance: Option<&str>,
+        message: String,
+    ) -> Event {
         Event {
             warning,
             reason,
@@ -262,6 +267,13 @@ pub enum StatusChange {
     ServerUpgrade(crate::server_upgrade::UpgradeStatus),
     /// A rollout gave an instance a step at this time (RFC 3339).
     RolloutStep(String),
+    /// Set (Some) or remove an instance's annotation-driven upgrade record.
+    InstanceUpgrade {
+        instance: String,
+        record: Option<cnmysql_api::InstanceUpgrade>,
+    },
+    /// Set (Some) or remove the orchestrated upgrade's record.
+    OrchestratedUpgrade(Option<cnmysql_api::OrchestratedUpgrade>),
 }
 
 /// The reported part of the status.
@@ -337,6 +349,23 @@ impl StatusChange {
             StatusChange::ServerUpgrade(u) => u.apply(st),
             StatusChange::RolloutStep(at) => {
                 st.last_rollout_step_time = Some(at.clone());
+                true
+            }
+            StatusChange::InstanceUpgrade { instance, record } => {
+                if st.instance_upgrades.get(instance) == record.as_ref() {
+                    return false;
+                }
+                match record {
+                    Some(r) => st.instance_upgrades.insert(instance.clone(), r.clone()),
+                    None => st.instance_upgrades.remove(instance),
+                };
+                true
+            }
+            StatusChange::OrchestratedUpgrade(o) => {
+                if st.orchestrated_upgrade == *o {
+                    return false;
+                }
+                st.orchestrated_upgrade = o.clone();
                 true
             }
             StatusChange::Report(r) => {
@@ -420,10 +449,24 @@ pub enum Action {
         settings: Settings,
         then: Event,
     },
-    /// Stream the operator's own executable to the instance's manager
-    /// (`POST /instance/manager/upgrade`); it re-execs, mysqld keeps running.
-    /// Record `then` when the manager accepted it.
-    UpgradeInPlace { instance: String, then: Event },
+    /// Give the instance's manager a new executable in place: the
+    /// operator's own, streamed (`POST /instance/manager/upgrade`), or a
+    /// file on its filesystem (`POST /instance/manager/upgrade-from-file`);
+    /// it re-execs, mysqld keeps running. Record `then` when the manager
+    /// accepted it. `attempt`: the annotation-driven upgrade this step
+    /// belongs to, recorded failed if the manager refuses.
+    UpgradeInPlace {
+        instance: String,
+        source: crate::instance_upgrade::Source,
+        attempt: Option<cnmysql_api::InstanceUpgrade>,
+        then: Event,
+    },
+    /// Set (Some) or remove annotations on an instance's object, or on
+    /// the Cluster's (`instance` None).
+    Annotate {
+        instance: Option<String>,
+        set: BTreeMap<String, Option<String>>,
+    },
     /// Recreate the instance from the operator's executable: stop it
     /// cleanly and start it again (Kubernetes: delete its Pod, which is
     /// created again with the new manager). `primary`: it is the primary,
@@ -431,6 +474,9 @@ pub enum Action {
     Recreate {
         instance: String,
         primary: bool,
+        /// The annotation-driven upgrade this step belongs to, recorded
+        /// failed if the platform cannot make the instance.
+        attempt: Option<cnmysql_api::InstanceUpgrade>,
         then: Event,
     },
     /// Have the instance's manager bring its system tables to the version
@@ -621,6 +667,7 @@ pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
         out.push(a);
     }
     out.extend(server_upgrade_step(s, memory));
+    out.extend(annotation_step(s, memory));
     if memory.restarting_primary.is_none() && s.status.primary_failing_since.is_none() {
         out.extend(rollout_step(s, memory));
     }
@@ -665,6 +712,53 @@ fn server_upgrade_step(s: &Snapshot, memory: &mut Memory) -> Vec<Action> {
     out
 }
 
+/// The annotation-driven upgrades' pass: each instance's record and the
+/// orchestration, with their mirrors on the objects.
+fn annotation_step(s: &Snapshot, memory: &Memory) -> Vec<Action> {
+    let mut out = Vec::new();
+    let pass = crate::instance_upgrade::pass(s, &memory.rollout_in_flight);
+    for c in pass.changes {
+        out.push(Action::Status {
+            change: StatusChange::InstanceUpgrade {
+                instance: c.instance,
+                record: c.record,
+            },
+            then: c.event.into_iter().collect(),
+        });
+    }
+    for (instance, set) in pass.annotate {
+        out.push(Action::Annotate {
+            instance: Some(instance),
+            set,
+        });
+    }
+    let next = rollout::next(s, &memory.rollout_in_flight, memory.consent(s));
+    let busy = match &next {
+        Next::Current | Next::Held { .. } | Next::WaitingForUser { .. } => None,
+        n => n.reason(),
+    };
+    let o = crate::orchestrated_upgrade::pass(s, busy.as_deref());
+    if let Some(record) = o.record {
+        out.push(Action::Status {
+            change: StatusChange::OrchestratedUpgrade(record),
+            then: o.event.into_iter().collect(),
+        });
+    }
+    if !o.annotate.is_empty() {
+        out.push(Action::Annotate {
+            instance: None,
+            set: o.annotate,
+        });
+    }
+    if let Some((instance, value)) = o.mark {
+        out.push(Action::Annotate {
+            instance: Some(instance),
+            set: [(crate::instance_upgrade::UPGRADE_TO.to_string(), Some(value))].into(),
+        });
+    }
+    out
+}
+
 /// Fence `instance` out: held down from now on.
 fn fence_out(memory: &mut Memory, instance: &str) -> Action {
     memory.held_down.insert(instance.to_string());
@@ -686,11 +780,8 @@ fn rollout_step(s: &Snapshot, memory: &mut Memory) -> Vec<Action> {
     memory.rollout_in_flight.retain(|n, _| {
         s.get(n).is_none_or(|o| {
             o.outdated.is_some()
-                || o.status.as_ref().is_none_or(|st| {
-                    Some(st.executable_hash.as_str())
-                        != s.status.operator_executable_hash.as_deref()
-                        || !st.mysqld_running
-                })
+                || rollout::is_current(s, n) != Some(true)
+                || o.status.as_ref().is_none_or(|st| !st.mysqld_running)
         })
     });
     // A switchover while the supervised rollout waited is the human's go.
@@ -723,7 +814,7 @@ fn rollout_step(s: &Snapshot, memory: &mut Memory) -> Vec<Action> {
                 )));
             }
         }
-        Next::Wait { .. } => {}
+        Next::Wait { .. } | Next::Held { .. } => {}
         Next::WaitingForUser { primary, message } => {
             if changed {
                 out.push(Action::Event(Event::new(
@@ -734,16 +825,24 @@ fn rollout_step(s: &Snapshot, memory: &mut Memory) -> Vec<Action> {
                 )));
             }
         }
-        Next::InPlace { instance, .. } => {
+        Next::InPlace {
+            instance, source, ..
+        } => {
             out.push(step_time(&at));
             memory.rollout_in_flight.insert(instance.clone(), s.now_ms);
+            let how = match &source {
+                rollout::Source::Operator => "streaming the new executable".to_string(),
+                rollout::Source::File { path, .. } => format!("from {path} on the instance"),
+            };
             out.push(Action::UpgradeInPlace {
                 then: Event::new(
                     false,
                     "UpgradingInstanceManager",
                     Some(&instance),
-                    format!("{said}: streaming the new executable; mysqld keeps running"),
+                    format!("{said}: {how}; mysqld keeps running"),
                 ),
+                attempt: attempt(s, &instance),
+                source,
                 instance,
             });
         }
@@ -769,6 +868,7 @@ fn rollout_step(s: &Snapshot, memory: &mut Memory) -> Vec<Action> {
             };
             out.push(Action::Recreate {
                 then: Event::new(false, reason, Some(&instance), how),
+                attempt: attempt(s, &instance),
                 instance,
                 primary,
             });
@@ -791,6 +891,13 @@ fn rollout_step(s: &Snapshot, memory: &mut Memory) -> Vec<Action> {
         }
     }
     out
+}
+
+/// The annotation-driven attempt under way on `instance`, if any.
+fn attempt(s: &Snapshot, instance: &str) -> Option<cnmysql_api::InstanceUpgrade> {
+    crate::instance_upgrade::record(s, instance)
+        .filter(|_| crate::instance_upgrade::in_progress(s, instance))
+        .cloned()
 }
 
 /// Record when the rollout gave its last step (for the stuck-rollout alert).
@@ -892,6 +999,31 @@ pub fn report(s: &Snapshot, memory: &Memory) -> Report {
                 c.2 = why.clone();
                 c.3 = message.clone();
             }
+        }
+    }
+    if let Next::Held { reason, .. } = &rollout
+        && summary.phase == Phase::Healthy
+    {
+        summary.reason = reason.clone();
+    }
+    if let Some(o) = &s.status.orchestrated_upgrade {
+        let what = format!(
+            "Orchestrated upgrade ({}={}): {}",
+            crate::instance_upgrade::UPGRADE_TO,
+            o.upgrade_to,
+            o.message
+        );
+        match o.status.as_str() {
+            "in-progress" if settled || summary.phase == Phase::Upgrading => {
+                summary.phase = Phase::Upgrading;
+                summary.reason = what;
+            }
+            "failed" if o.instance.is_some() && settled => {
+                summary.phase = Phase::Degraded;
+                summary.reason = what;
+            }
+            "failed" if summary.phase == Phase::Healthy => summary.reason = what,
+            _ => {}
         }
     }
     if !memory.last_block.is_empty() {

@@ -29,6 +29,7 @@
 use cnmysql_api::{PrimaryUpdateMethod, PrimaryUpdateStrategy};
 use cnmysql_gtid::Relation;
 
+pub use crate::instance_upgrade::Source;
 use crate::status::Snapshot;
 
 /// A replica lagging more than this is not caught up: the rollout waits.
@@ -46,11 +47,18 @@ pub enum Next {
     Current,
     /// Stale instances remain, but nothing may move now.
     Wait { reason: String, stale: Vec<String> },
-    /// Stream the executable to `instance`; it re-execs in place.
+    /// Give `instance` a new executable in place (streamed from the
+    /// control plane, or a file on the instance's filesystem); it
+    /// re-execs, mysqld keeps running.
     InPlace {
         instance: String,
+        source: Source,
         stale: Vec<String>,
     },
+    /// Stale instances remain, and none of them may move by itself
+    /// (`instanceUpdateStrategy: manual`, or the Cluster's orchestrated
+    /// upgrade runs): each waits for a `cnmysql.io/upgrade-to` annotation.
+    Held { reason: String, stale: Vec<String> },
     /// Recreate `instance` from the new executable and the Cluster's
     /// current definition. `primary`: it is the primary, restarted in place
     /// (failover must not treat its absence as a failure while it comes
@@ -83,7 +91,8 @@ impl Next {
     pub fn stale(&self) -> &[String] {
         match self {
             Next::Current | Next::WaitingForUser { .. } => &[],
-            Next::Wait { stale, .. }
+            Next::Held { stale, .. }
+            | Next::Wait { stale, .. }
             | Next::InPlace { stale, .. }
             | Next::Recreate { stale, .. }
             | Next::Switchover { stale, .. } => stale,
@@ -94,9 +103,11 @@ impl Next {
     pub fn reason(&self) -> Option<String> {
         let of = |stale: &[String]| format!("{} remaining", stale.len());
         match self {
-            Next::Current => None,
+            Next::Current | Next::Held { .. } => None,
             Next::Wait { reason, stale } => Some(format!("{reason} ({})", of(stale))),
-            Next::InPlace { instance, stale }
+            Next::InPlace {
+                instance, stale, ..
+            }
             | Next::Recreate {
                 instance,
                 stale,
@@ -144,11 +155,36 @@ pub fn manager_hash<'a>(s: &'a Snapshot, name: &str) -> Option<&'a str> {
         })
 }
 
-/// Whether an instance's manager runs the operator's executable (None when
-/// either hash is unknown).
+/// Whether an instance's manager runs its target executable: the one an
+/// annotation pins for it, else the operator's (None when either hash is
+/// unknown).
 pub fn is_current(s: &Snapshot, name: &str) -> Option<bool> {
-    let target = s.status.operator_executable_hash.as_deref()?;
+    let target = crate::instance_upgrade::pinned_hash(s, name)
+        .or(s.status.operator_executable_hash.as_deref())?;
     Some(manager_hash(s, name)? == target)
+}
+
+/// Whether the rollout may move `name` now: an annotation-driven attempt
+/// under way always; otherwise only under `instanceUpdateStrategy:
+/// automatic`, while no orchestrated upgrade runs, and not while an
+/// annotation pins it (a failed attempt waiting for its retry, or a
+/// manager it was asked to run).
+pub fn movable(s: &Snapshot, name: &str) -> bool {
+    use crate::instance_upgrade as iu;
+    if iu::in_progress(s, name) {
+        return true;
+    }
+    let pinned = iu::record(s, name).is_some_and(|r| {
+        iu::Status::parse(&r.status) == Some(iu::Status::Failed)
+            || iu::pinned_hash(s, name).is_some()
+    });
+    !pinned && automatic(s)
+}
+
+/// Whether instances move by themselves now.
+fn automatic(s: &Snapshot) -> bool {
+    s.spec.instance_update_strategy == cnmysql_api::InstanceUpdateStrategy::Automatic
+        && crate::orchestrated_upgrade::running(s).is_none()
 }
 
 /// What of `name`'s definition its platform reports changed, if anything.
@@ -185,6 +221,35 @@ pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
     if stale.is_empty() {
         return Next::Current;
     }
+    // Only the movable move; a down instance no annotation holds is
+    // repaired whatever the strategy.
+    let repair = |n: &str| {
+        outdated(s, n).is_some()
+            && crate::instance_upgrade::record(s, n).is_none()
+            && !s.get(n).is_some_and(|o| o.ready())
+    };
+    let all_stale = stale.clone();
+    let stale: Vec<String> = stale
+        .into_iter()
+        .filter(|n| movable(s, n) || repair(n))
+        .collect();
+    if stale.is_empty() {
+        let why = if s.spec.instance_update_strategy == cnmysql_api::InstanceUpdateStrategy::Manual
+        {
+            "instanceUpdateStrategy is manual"
+        } else {
+            "the Cluster's orchestrated upgrade runs"
+        };
+        return Next::Held {
+            reason: format!(
+                "{} out of date ({}); {why}: each moves when {} asks",
+                all_stale.len(),
+                all_stale.join(", "),
+                crate::instance_upgrade::UPGRADE_TO
+            ),
+            stale: all_stale,
+        };
+    }
     let title = if stale.iter().any(|n| outdated(s, n).is_some()) {
         "Updating instances"
     } else {
@@ -209,7 +274,12 @@ pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
     let primary_stale = stale.iter().any(|n| n == current);
     // In place only applies to a new manager: a changed definition means
     // a new Pod.
-    let in_place = |n: &str| s.spec.in_place_instance_manager_updates && outdated(s, n).is_none();
+    let in_place = |n: &str| {
+        crate::instance_upgrade::in_place_source(s, n).is_some()
+            || (s.spec.in_place_instance_manager_updates && outdated(s, n).is_none())
+    };
+    let source =
+        |n: &str| crate::instance_upgrade::in_place_source(s, n).unwrap_or(Source::Operator);
     let primary_change = outdated(s, current).map(str::to_string);
     // Supervised: not even a stale replica moves while the primary is stale.
     if primary_stale
@@ -270,6 +340,7 @@ pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
         return if in_place(replica) {
             Next::InPlace {
                 instance: replica.clone(),
+                source: source(replica),
                 stale,
             }
         } else {
@@ -286,6 +357,7 @@ pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
     let primary = current.to_string();
     if in_place(current) {
         return Next::InPlace {
+            source: source(current),
             instance: primary,
             stale,
         };
@@ -553,6 +625,7 @@ mod tests {
             step(&s),
             Next::InPlace {
                 instance: "db-1".into(),
+                source: Source::Operator,
                 stale: vec!["db-1".into()]
             }
         );

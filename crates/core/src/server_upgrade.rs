@@ -157,6 +157,9 @@ pub struct Declared {
     pub error: Option<String>,
     /// `cnmysql.io/force-rolling-update: "true"`.
     pub force_rollout: bool,
+    /// What the `cnmysql.io/upgrade-*` annotations ask, as the platform
+    /// read them.
+    pub asked: crate::instance_upgrade::Asked,
 }
 
 /// An image catalog as the platform found it.
@@ -277,6 +280,7 @@ pub fn resolve(
         image: Some(image),
         error: None,
         force_rollout,
+        asked: Default::default(),
     }
 }
 
@@ -715,6 +719,15 @@ pub fn advance(s: &Snapshot) -> Advance {
                 format!(
                     "the upgrade to {version} starts at {} (spec.mysql.upgradeAt)",
                     timestamp(t)
+                ),
+            ))
+        } else if let Some(o) = crate::orchestrated_upgrade::running(s) {
+            Some((
+                "OrchestratedUpgrade",
+                format!(
+                    "the upgrade to {version} waits for the upgrade the Cluster's {} annotation asks ({}) to end",
+                    crate::instance_upgrade::UPGRADE_TO,
+                    o.upgrade_to
                 ),
             ))
         } else if let Err(e) =

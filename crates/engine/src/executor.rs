@@ -2,7 +2,8 @@
 //! then release the lease, then retarget), with the events each one
 //! records when it took effect.
 
-use cnmysql_core::reconcile::{Action, Event, Memory};
+use cnmysql_core::reconcile::{Action, Event, Memory, StatusChange};
+use cnmysql_core::rollout::Source;
 
 use crate::platform::{ControlRequest, Platform};
 
@@ -38,19 +39,54 @@ pub async fn carry_out<P: Platform>(
                 .control(&instance, &ControlRequest::SemiSync(settings))
                 .await
             {
-                Ok(()) => platform.record(&then).await,
+                Ok(_) => platform.record(&then).await,
                 // Sent again after `SEMI_SYNC_RETRY_MS` while it differs.
                 Err(e) => {
                     tracing::warn!(instance = %instance, error = %e, "semi-sync adjustment failed")
                 }
             },
-            Action::UpgradeInPlace { instance, then } => {
-                let request = ControlRequest::Upgrade {
-                    hash: platform.executable_hash().to_string(),
+            Action::UpgradeInPlace {
+                instance,
+                source,
+                attempt,
+                then,
+            } => {
+                let request = match source {
+                    Source::Operator => ControlRequest::Upgrade {
+                        hash: platform.executable_hash().to_string(),
+                    },
+                    Source::File { path, sha256 } => {
+                        ControlRequest::UpgradeFromFile { path, sha256 }
+                    }
                 };
                 match platform.control(&instance, &request).await {
-                    Ok(()) => platform.record(&then).await,
-                    Err(e) => platform.record(&upgrade_failed(&instance, &e)).await,
+                    Ok(hash) => {
+                        // A file named without its hash: the hash the
+                        // manager found is what it must report from now on.
+                        if let Some(a) = attempt.filter(|a| a.manager_hash.is_none()) {
+                            let record = cnmysql_api::InstanceUpgrade {
+                                manager_hash: Some(hash.trim().to_string()),
+                                ..a
+                            };
+                            platform
+                                .change_status(&StatusChange::InstanceUpgrade {
+                                    instance: instance.clone(),
+                                    record: Some(record),
+                                })
+                                .await?;
+                        }
+                        platform.record(&then).await
+                    }
+                    Err(e) => match attempt {
+                        Some(a) => attempt_failed(platform, &instance, &a, &e).await?,
+                        None => platform.record(&upgrade_failed(&instance, &e)).await,
+                    },
+                }
+            }
+            Action::Annotate { instance, set } => {
+                // Mirrors and marks are compared again on the next pass.
+                if let Err(e) = platform.annotate(instance.as_deref(), &set).await {
+                    tracing::warn!(instance = ?instance, error = %format!("{e:#}"), "cannot annotate");
                 }
             }
             Action::UpgradeSystemTables { instance, then } => {
@@ -58,7 +94,7 @@ pub async fn carry_out<P: Platform>(
                     .control(&instance, &ControlRequest::UpgradeSystemTables)
                     .await
                 {
-                    Ok(()) => platform.record(&then).await,
+                    Ok(_) => platform.record(&then).await,
                     // Asked again after SYSTEM_TABLES_RETRY_MS.
                     Err(e) => {
                         platform
@@ -77,13 +113,51 @@ pub async fn carry_out<P: Platform>(
             Action::Recreate {
                 instance,
                 primary,
+                attempt,
                 then,
-            } => {
-                if platform.recreate(&instance, primary, memory).await? {
-                    platform.record(&then).await;
-                }
-            }
+            } => match platform.recreate(&instance, primary, memory).await {
+                Ok(true) => platform.record(&then).await,
+                Ok(false) => {}
+                Err(e) => match attempt {
+                    Some(a) => attempt_failed(platform, &instance, &a, &e).await?,
+                    None => return Err(e),
+                },
+            },
         }
+    }
+    Ok(())
+}
+
+/// An annotation-driven attempt whose step failed outright: recorded
+/// failed (retried after the back-off while the annotation stays), with
+/// its mirror on the instance and an event.
+async fn attempt_failed<P: Platform>(
+    platform: &mut P,
+    instance: &str,
+    attempt: &cnmysql_api::InstanceUpgrade,
+    e: &anyhow::Error,
+) -> anyhow::Result<()> {
+    use cnmysql_core::instance_upgrade as iu;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default();
+    let record = iu::failed_now(attempt, &format!("{e:#}"), now);
+    let event = iu::failed_event(instance, &record);
+    if platform
+        .change_status(&StatusChange::InstanceUpgrade {
+            instance: instance.to_string(),
+            record: Some(record.clone()),
+        })
+        .await?
+    {
+        platform.record(&event).await;
+    }
+    if let Err(e) = platform
+        .annotate(Some(instance), &iu::mirror(Some(&record)))
+        .await
+    {
+        tracing::warn!(instance, error = %format!("{e:#}"), "cannot annotate");
     }
     Ok(())
 }
@@ -103,7 +177,6 @@ pub fn upgrade_failed(instance: &str, e: &anyhow::Error) -> Event {
 mod tests {
     use super::*;
     use cnmysql_core::lease::Lease;
-    use cnmysql_core::reconcile::StatusChange;
 
     /// A platform that records what it was asked, in order.
     #[derive(Default)]
@@ -144,9 +217,17 @@ mod tests {
             self.calls.push(format!("recreate {i}"));
             Ok(true)
         }
-        async fn control(&mut self, i: &str, r: &ControlRequest) -> anyhow::Result<()> {
+        async fn control(&mut self, i: &str, r: &ControlRequest) -> anyhow::Result<String> {
             self.calls.push(format!("control {i} {r:?}"));
             anyhow::ensure!(!self.control_fails, "refused");
+            Ok(String::new())
+        }
+        async fn annotate(
+            &mut self,
+            i: Option<&str>,
+            set: &std::collections::BTreeMap<String, Option<String>>,
+        ) -> anyhow::Result<()> {
+            self.calls.push(format!("annotate {i:?} {}", set.len()));
             Ok(())
         }
     }
@@ -205,6 +286,8 @@ mod tests {
         };
         let actions = vec![Action::UpgradeInPlace {
             instance: "db-2".into(),
+            source: Source::Operator,
+            attempt: None,
             then: event("UpgradingInstanceManager"),
         }];
         futures::executor::block_on(carry_out(&mut p, actions, &Memory::default())).unwrap();

@@ -22,11 +22,23 @@ pub enum ControlRequest {
     /// `POST /instance/mysql/upgrade`: bring the system tables to the
     /// version the server runs (MariaDB: `mariadb-upgrade`).
     UpgradeSystemTables,
+    /// `POST /instance/manager/upgrade-from-file`: the manager checks an
+    /// executable on its own filesystem (SHA-256 when given) and re-execs
+    /// into it; answers the file's hash.
+    UpgradeFromFile {
+        path: String,
+        sha256: Option<String>,
+    },
 }
 
 impl ControlRequest {
-    /// Send it to the control API at `host:port`.
-    pub async fn send(&self, client: &ControlClient, host: &str, port: u16) -> anyhow::Result<()> {
+    /// Send it to the control API at `host:port`; the answer's body.
+    pub async fn send(
+        &self,
+        client: &ControlClient,
+        host: &str,
+        port: u16,
+    ) -> anyhow::Result<String> {
         match self {
             ControlRequest::SemiSync(s) => {
                 let body = serde_json::json!({
@@ -44,10 +56,15 @@ impl ControlRequest {
                     )
                     .await?;
                 anyhow::ensure!(code == 200, "refused ({code}): {text}");
-                Ok(())
+                Ok(text)
             }
             ControlRequest::Upgrade { hash } => {
-                cnmysql_instance::upgrade::push(client, host, port, hash).await
+                cnmysql_instance::upgrade::push(client, host, port, hash).await?;
+                Ok(hash.clone())
+            }
+            ControlRequest::UpgradeFromFile { path, sha256 } => {
+                cnmysql_instance::upgrade::from_file(client, host, port, path, sha256.as_deref())
+                    .await
             }
             ControlRequest::UpgradeSystemTables => {
                 let (code, text) = client
@@ -60,7 +77,7 @@ impl ControlRequest {
                     )
                     .await?;
                 anyhow::ensure!(code == 200, "refused ({code}): {text}");
-                Ok(())
+                Ok(text)
             }
         }
     }
@@ -120,11 +137,20 @@ pub trait Platform {
     ) -> impl Future<Output = anyhow::Result<bool>> + Send;
 
     /// Send `request` to `instance`'s control API (see
-    /// [`ControlRequest::send`]); an error when it has no address now or
-    /// refused.
+    /// [`ControlRequest::send`]); the answer's body, or an error when it
+    /// has no address now or refused.
     fn control(
         &mut self,
         instance: &str,
         request: &ControlRequest,
+    ) -> impl Future<Output = anyhow::Result<String>> + Send;
+
+    /// Set (Some) or remove (None) annotations on `instance`'s object (its
+    /// Pod; locally its annotation file), or on the Cluster's when
+    /// `instance` is None.
+    fn annotate(
+        &mut self,
+        instance: Option<&str>,
+        set: &std::collections::BTreeMap<String, Option<String>>,
     ) -> impl Future<Output = anyhow::Result<()>> + Send;
 }

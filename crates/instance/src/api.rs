@@ -68,6 +68,10 @@ pub fn router<B: Backend>(backend: Arc<B>) -> Router {
             )),
         )
         .route(
+            "/instance/manager/upgrade-from-file",
+            axum::routing::post(upgrade_from_file::<B>),
+        )
+        .route(
             "/instance/mysql/upgrade",
             axum::routing::post(upgrade_system_tables::<B>),
         )
@@ -150,6 +154,72 @@ async fn upgrade<B: Backend>(
             tracing::error!(reason = why, "instance manager upgrade failed");
             (StatusCode::INTERNAL_SERVER_ERROR, why).into_response()
         }
+    }
+}
+
+/// The body of `POST /instance/manager/upgrade-from-file`.
+#[derive(serde::Deserialize)]
+struct FromFile {
+    path: String,
+    #[serde(default)]
+    sha256: Option<String>,
+}
+
+/// `POST /instance/manager/upgrade-from-file`: an executable already on
+/// this instance's filesystem is checked (regular, executable, its
+/// SHA-256 when given) and put over the manager's binary, then the manager
+/// re-execs (mysqld keeps running). Answers the file's SHA-256; a file
+/// that is what the manager already runs changes nothing.
+async fn upgrade_from_file<B: Backend>(
+    State(b): State<Arc<B>>,
+    Extension(peer): Extension<Peer>,
+    Json(req): Json<FromFile>,
+) -> Response {
+    if let Some(refused) = operator_only(&peer, "upgrade the instance manager") {
+        return refused;
+    }
+    tracing::info!(
+        path = req.path,
+        "instance manager upgrade from a file requested"
+    );
+    if let Err(why) = b.may_reexec() {
+        return (StatusCode::CONFLICT, why).into_response();
+    }
+    let refused = |e: crate::upgrade::InstallError| match e {
+        crate::upgrade::InstallError::Refused(why) => {
+            tracing::warn!(reason = why, "instance manager upgrade refused");
+            (StatusCode::BAD_REQUEST, why).into_response()
+        }
+        crate::upgrade::InstallError::Failed(why) => {
+            tracing::error!(reason = why, "instance manager upgrade failed");
+            (StatusCode::INTERNAL_SERVER_ERROR, why).into_response()
+        }
+    };
+    let hash = match crate::upgrade::check_file(&req.path, req.sha256.as_deref()).await {
+        Ok(h) => h,
+        Err(e) => return refused(e),
+    };
+    if b.status().await.executable_hash == hash {
+        return (StatusCode::OK, hash).into_response();
+    }
+    let stream = match crate::upgrade::file_stream(&req.path).await {
+        Ok(s) => s,
+        Err(e) => {
+            return refused(crate::upgrade::InstallError::Refused(format!(
+                "{}: cannot be read ({e})",
+                req.path
+            )));
+        }
+    };
+    let exe = b.executable_path().to_path_buf();
+    // Hashed again as it is copied: a file changed since the check is refused.
+    match crate::upgrade::install(&exe, &hash, stream).await {
+        Ok(()) => {
+            let (answer, answered) = answer_then(hash);
+            b.clone().reexec(exe, true, answered);
+            answer
+        }
+        Err(e) => refused(e),
     }
 }
 

@@ -53,6 +53,68 @@ pub enum InstallError {
     Failed(String),
 }
 
+/// Check an executable on this instance's filesystem before it is
+/// installed from there (air-gapped sites: copied onto the node, or on a
+/// volume the Pod mounts): an absolute path to a regular file with an
+/// execute bit, no larger than [`MAX_EXECUTABLE_BYTES`], hashing to
+/// `sha256` when given. Its SHA-256.
+pub async fn check_file(path: &str, sha256: Option<&str>) -> Result<String, InstallError> {
+    let refuse =
+        |why: String| InstallError::Refused(format!("{path}: {why}; nothing was replaced"));
+    if !path.starts_with('/') {
+        return Err(refuse("not an absolute path".into()));
+    }
+    let meta = tokio::fs::metadata(path)
+        .await
+        .map_err(|e| refuse(format!("cannot be read ({e})")))?;
+    if !meta.is_file() {
+        return Err(refuse("not a regular file".into()));
+    }
+    if meta.permissions().mode() & 0o111 == 0 {
+        return Err(refuse(format!(
+            "not executable (mode {:o}): chmod +x it",
+            meta.permissions().mode() & 0o7777
+        )));
+    }
+    if meta.len() > MAX_EXECUTABLE_BYTES {
+        return Err(refuse(format!("larger than {MAX_EXECUTABLE_BYTES} bytes")));
+    }
+    let mut file = tokio::fs::File::open(path)
+        .await
+        .map_err(|e| refuse(format!("cannot be opened ({e})")))?;
+    let mut hasher = sha2::Sha256::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        use tokio::io::AsyncReadExt;
+        let n = file
+            .read(&mut buf)
+            .await
+            .map_err(|e| refuse(format!("cannot be read ({e})")))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    let got = hex::encode(hasher.finalize());
+    if let Some(want) = sha256.map(|w| w.trim().to_ascii_lowercase())
+        && want != got
+    {
+        return Err(refuse(format!("its SHA-256 is {got}, not {want} as asked")));
+    }
+    Ok(got)
+}
+
+/// The file at `path` as a stream of chunks, for [`install`].
+pub async fn file_stream(
+    path: &str,
+) -> std::io::Result<impl Stream<Item = Result<Bytes, std::io::Error>> + Unpin> {
+    let file = tokio::fs::File::open(path).await?;
+    Ok(tokio_util::io::ReaderStream::with_capacity(
+        file,
+        256 * 1024,
+    ))
+}
+
 /// Where the previous binary is kept until the new one has taken over.
 pub fn previous_of(exe: &Path) -> PathBuf {
     let mut p = exe.as_os_str().to_owned();
@@ -249,6 +311,33 @@ pub async fn push(
         );
     }
     Ok(())
+}
+
+/// The operator's side of an upgrade from a file on the instance: ask the
+/// manager at `host:port` to check `path` (against `sha256` when given)
+/// and re-exec into it. The file's SHA-256.
+pub async fn from_file(
+    client: &crate::client::ControlClient,
+    host: &str,
+    port: u16,
+    path: &str,
+    sha256: Option<&str>,
+) -> anyhow::Result<String> {
+    let body = serde_json::json!({ "path": path, "sha256": sha256 });
+    let (code, text) = client
+        .post(
+            host,
+            port,
+            "/instance/manager/upgrade-from-file",
+            &[("content-type", "application/json".into())],
+            body.to_string().into(),
+        )
+        .await?;
+    anyhow::ensure!(
+        code == 200,
+        "the instance manager refused the upgrade ({code}): {text}"
+    );
+    Ok(text.trim().to_string())
 }
 
 /// An in-place restart as it was seen from outside: the manager's status

@@ -265,6 +265,13 @@ impl ControlPlane {
                 now_ms: jiff::Timestamp::now().as_millisecond(),
                 declared: self.defs.declared(),
             };
+            match self.defs.asked() {
+                Ok(a) => snapshot.declared.asked = a,
+                // Unknown: every instance's record is left as it is.
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), "the annotations cannot be read")
+                }
+            }
             if !status_unreadable {
                 let absent = supervisor.absent();
                 let mut platform = LocalPlatform {

@@ -123,6 +123,37 @@ impl Definitions {
         })
     }
 
+    /// The image `name` is made from now: the one its annotation-driven
+    /// upgrade pinned, else the cluster's ([`Self::instance_image`]).
+    pub fn image_of_instance(
+        &mut self,
+        status: &cnmysql_api::ClusterStatus,
+        name: &str,
+    ) -> anyhow::Result<String> {
+        let cluster = self.instance_image(status).ok();
+        cnmysql_core::instance_upgrade::image_for(status, name, cluster)
+            .ok_or_else(|| self.instance_image(status).unwrap_err())
+    }
+
+    /// What the annotations ask, with the servers they name resolved the
+    /// way the Cluster's own image is.
+    pub fn asked(&mut self) -> anyhow::Result<cnmysql_core::instance_upgrade::Asked> {
+        let mut asked = crate::annotations::asked(&self.dir, &self.cluster)?;
+        let catalogs = self.catalogs.clone();
+        for v in cnmysql_core::instance_upgrade::server_values(&asked) {
+            let catalog = server_upgrade::find_catalog(&self.cluster.spec, &catalogs);
+            let r = cnmysql_core::instance_upgrade::resolve_server(
+                &self.cluster.spec,
+                &v,
+                catalog,
+                HOST_IMAGE,
+                |image| self.images.version(image),
+            );
+            asked.servers.insert(v, r);
+        }
+        Ok(asked)
+    }
+
     /// Write `name`'s configuration for `image` and the current spec.
     pub fn write(&mut self, name: &str, image: &str) -> anyhow::Result<()> {
         let ordinal = cnmysql_api::names::ordinal_of(
@@ -163,7 +194,7 @@ impl Definitions {
                 .filter(|_| self.dir.instance_dir(name).join("data").exists());
             let image = match existing {
                 Some(cfg) => image_of(&cfg),
-                None => self.instance_image(status)?,
+                None => self.image_of_instance(status, name)?,
             };
             self.write(name, &image)?;
         }
@@ -172,7 +203,7 @@ impl Definitions {
 
     /// What of `name`'s configuration is outdated now.
     pub fn outdated(&mut self, name: &str, status: &cnmysql_api::ClusterStatus) -> Option<String> {
-        let image = self.instance_image(status).ok()?;
+        let image = self.image_of_instance(status, name).ok()?;
         let cfg = self.configs.get(name)?;
         outdated(cfg, &image, &self.cluster)
     }

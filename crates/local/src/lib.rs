@@ -4,6 +4,7 @@
 //! (`proxy.rs`), state directory (`state.rs`), status display
 //! (`status_report.rs`) and user requests (`operations.rs`).
 
+pub mod annotations;
 pub mod cluster_state;
 pub mod control;
 pub mod definition;

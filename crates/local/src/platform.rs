@@ -10,6 +10,7 @@
 //! | restart | start the manager at once |
 //! | recreate | write its configuration anew (image, settings); SIGTERM the manager; start it again from a fresh private copy |
 //! | control API | `127.0.0.1` at the instance's control port |
+//! | annotate | `annotations.json` in the state directory, under its lock |
 
 use cnmysql_core::lease::Lease;
 use cnmysql_core::reconcile::{Event, Memory, StatusChange};
@@ -90,12 +91,26 @@ impl Platform for LocalPlatform<'_> {
     async fn recreate(&mut self, instance: &str, _: bool, _: &Memory) -> anyhow::Result<bool> {
         // Its configuration as the Cluster now defines it (image, settings),
         // read by the manager when it starts again.
-        let image = self.defs.instance_image(&self.dir.read_status()?)?;
+        let image = self
+            .defs
+            .image_of_instance(&self.dir.read_status()?, instance)?;
         self.defs.write(instance, &image)?;
         self.supervisor.recreate(instance)
     }
 
-    async fn control(&mut self, instance: &str, request: &ControlRequest) -> anyhow::Result<()> {
+    async fn annotate(
+        &mut self,
+        instance: Option<&str>,
+        set: &std::collections::BTreeMap<String, Option<String>>,
+    ) -> anyhow::Result<()> {
+        crate::annotations::set(self.dir, instance, set)
+    }
+
+    async fn control(
+        &mut self,
+        instance: &str,
+        request: &ControlRequest,
+    ) -> anyhow::Result<String> {
         let port = self
             .ports
             .instances

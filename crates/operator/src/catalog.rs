@@ -10,6 +10,7 @@ use kube::ResourceExt;
 use kube::api::Api;
 
 use cnmysql_api::{CatalogDocument, CatalogKind, Cluster, ClusterImageCatalog, ImageCatalog};
+use cnmysql_core::instance_upgrade::Asked;
 use cnmysql_core::server_upgrade::{self, Declared, FORCE_ANNOTATION};
 
 use crate::context::Context;
@@ -22,40 +23,42 @@ pub fn forced(cluster: &Cluster) -> bool {
         .is_some_and(|v| v == "true")
 }
 
+/// The catalog documents the Cluster names (none without a reference);
+/// an error naming the field when it cannot be read.
+async fn documents(ctx: &Context, cluster: &Cluster) -> Result<Vec<CatalogDocument>, String> {
+    let Some(r) = &cluster.spec.mysql.image_catalog_ref else {
+        return Ok(Vec::new());
+    };
+    let ns = cluster.namespace().unwrap_or_default();
+    let found = match r.kind {
+        CatalogKind::ImageCatalog => Api::<ImageCatalog>::namespaced(ctx.client.clone(), &ns)
+            .get_opt(&r.name)
+            .await
+            .map(|o| o.map(CatalogDocument::Namespaced)),
+        CatalogKind::ClusterImageCatalog => Api::<ClusterImageCatalog>::all(ctx.client.clone())
+            .get_opt(&r.name)
+            .await
+            .map(|o| o.map(CatalogDocument::ClusterWide)),
+    };
+    found.map(|f| f.into_iter().collect()).map_err(|e| {
+        format!(
+            "spec.mysql.imageCatalogRef: {} {} cannot be read: {e}",
+            r.kind.as_str(),
+            r.name
+        )
+    })
+}
+
 /// Read the catalog the Cluster names (if any) and resolve its target.
 pub async fn resolve(ctx: &Context, cluster: &Cluster) -> Declared {
-    let docs = match &cluster.spec.mysql.image_catalog_ref {
-        None => Vec::new(),
-        Some(r) => {
-            let ns = cluster.namespace().unwrap_or_default();
-            let found = match r.kind {
-                CatalogKind::ImageCatalog => {
-                    Api::<ImageCatalog>::namespaced(ctx.client.clone(), &ns)
-                        .get_opt(&r.name)
-                        .await
-                        .map(|o| o.map(CatalogDocument::Namespaced))
-                }
-                CatalogKind::ClusterImageCatalog => {
-                    Api::<ClusterImageCatalog>::all(ctx.client.clone())
-                        .get_opt(&r.name)
-                        .await
-                        .map(|o| o.map(CatalogDocument::ClusterWide))
-                }
+    let docs = match documents(ctx, cluster).await {
+        Ok(d) => d,
+        Err(e) => {
+            return Declared {
+                error: Some(e),
+                force_rollout: forced(cluster),
+                ..Default::default()
             };
-            match found {
-                Ok(found) => found.into_iter().collect(),
-                Err(e) => {
-                    return Declared {
-                        error: Some(format!(
-                            "spec.mysql.imageCatalogRef: {} {} cannot be read: {e}",
-                            r.kind.as_str(),
-                            r.name
-                        )),
-                        force_rollout: forced(cluster),
-                        ..Default::default()
-                    };
-                }
-            }
         }
     };
     let catalog = server_upgrade::find_catalog(&cluster.spec, &docs);
@@ -66,6 +69,30 @@ pub async fn resolve(ctx: &Context, cluster: &Cluster) -> Declared {
         |_| None,
         forced(cluster),
     )
+}
+
+/// Resolve the servers `asked` names (`image=`, `version=` in
+/// `cnmysql.io/upgrade-to`) through the Cluster's catalog, as its own
+/// image is.
+pub async fn resolve_servers(ctx: &Context, cluster: &Cluster, asked: &mut Asked) {
+    let values = cnmysql_core::instance_upgrade::server_values(asked);
+    if values.is_empty() {
+        return;
+    }
+    let docs = documents(ctx, cluster).await;
+    for v in values {
+        let r = match &docs {
+            Err(e) => Err(e.clone()),
+            Ok(docs) => cnmysql_core::instance_upgrade::resolve_server(
+                &cluster.spec,
+                &v,
+                server_upgrade::find_catalog(&cluster.spec, docs),
+                crate::objects::pod::default_image(cluster.spec.mysql.flavor),
+                |_| None,
+            ),
+        };
+        asked.servers.insert(v, r);
+    }
 }
 
 /// The Clusters among `clusters` whose image catalog is `kind/name` (in

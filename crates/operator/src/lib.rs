@@ -16,6 +16,7 @@ pub mod deploy;
 pub mod error;
 pub mod events;
 pub mod http;
+pub mod instance_upgrade;
 pub mod labels;
 pub mod memory;
 pub mod metrics;

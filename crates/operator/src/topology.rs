@@ -213,7 +213,19 @@ impl Platform for KubePlatform<'_> {
         self.delete_pod(instance).await
     }
 
-    async fn control(&mut self, instance: &str, request: &ControlRequest) -> anyhow::Result<()> {
+    async fn annotate(
+        &mut self,
+        instance: Option<&str>,
+        set: &BTreeMap<String, Option<String>>,
+    ) -> anyhow::Result<()> {
+        crate::instance_upgrade::annotate(self.ctx, self.cluster, instance, set).await
+    }
+
+    async fn control(
+        &mut self,
+        instance: &str,
+        request: &ControlRequest,
+    ) -> anyhow::Result<String> {
         let ip = self
             .pods
             .get(instance)
@@ -312,6 +324,7 @@ pub async fn step(
             version: status.target_server_version.clone(),
             error: ctx.memory.image_error(cluster),
             force_rollout: crate::catalog::forced(cluster),
+            asked: crate::instance_upgrade::asked(ctx, cluster, pods).await,
         },
     };
     let ns = cluster.namespace().unwrap_or_default();

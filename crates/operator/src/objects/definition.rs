@@ -30,10 +30,12 @@ pub struct Definition {
 }
 
 impl Definition {
-    pub fn of(cluster: &Cluster) -> Definition {
+    /// `instance`'s: its server image is the one an annotation-driven
+    /// upgrade pinned for it, if any.
+    pub fn of(cluster: &Cluster, instance: &str) -> Definition {
         let spec = &cluster.spec;
         Definition {
-            image: super::pod::server_image(cluster),
+            image: super::pod::instance_image(cluster, instance),
             parameters: serde_json::to_value(&spec.mysql.parameters).unwrap_or_default(),
             resources: serde_json::to_value(&spec.resources).unwrap_or_default(),
             affinity: serde_json::to_value(&spec.affinity).unwrap_or_default(),
@@ -53,7 +55,8 @@ impl Definition {
 /// operator does not make every Pod outdated); a Pod made before the
 /// annotation existed is compared by its server image alone.
 pub fn outdated(pod: &Pod, cluster: &Cluster) -> Option<String> {
-    let want = serde_json::to_value(Definition::of(cluster)).ok()?;
+    let instance = pod.metadata.name.as_deref()?;
+    let want = serde_json::to_value(Definition::of(cluster, instance)).ok()?;
     let mut have: serde_json::Map<String, serde_json::Value> = pod
         .metadata
         .annotations

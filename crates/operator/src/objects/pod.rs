@@ -169,10 +169,46 @@ pub fn server_image(cluster: &Cluster) -> String {
         .unwrap_or_else(|| default_image(cluster.spec.mysql.flavor).to_string())
 }
 
+/// The server image `instance` is made from: the one its
+/// annotation-driven upgrade pinned (`instance_upgrade::image_for`), else
+/// the cluster's ([`server_image`]).
+pub fn instance_image(cluster: &Cluster, instance: &str) -> String {
+    let status = cluster.status.clone().unwrap_or_default();
+    cnmysql_core::instance_upgrade::image_for(&status, instance, Some(server_image(cluster)))
+        .unwrap_or_else(|| server_image(cluster))
+}
+
+/// The annotations a new Pod of `instance` carries: its definition, and
+/// its annotation-driven upgrade (`cnmysql.io/upgrade-to` and its
+/// progress) as the status records it, so that a Pod recreated for the
+/// upgrade still says what was asked and where it stands.
+fn pod_annotations(cluster: &Cluster, instance: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::from([(
+        super::definition::ANNOTATION.to_string(),
+        super::definition::Definition::of(cluster, instance).encode(),
+    )]);
+    let record = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.instance_upgrades.get(instance));
+    if let Some(r) = record.filter(|r| !r.upgrade_to.is_empty()) {
+        out.insert(
+            cnmysql_core::instance_upgrade::UPGRADE_TO.to_string(),
+            r.upgrade_to.clone(),
+        );
+        for (k, v) in cnmysql_core::instance_upgrade::mirror(Some(r)) {
+            if let Some(v) = v {
+                out.insert(k, v);
+            }
+        }
+    }
+    out
+}
+
 /// The Pod of `instance`, without the role labels (see [`role_labels`]).
 pub fn pod(cluster: &Cluster, instance: &str, env_: &Environment) -> Pod {
     let name = cluster.name_any();
-    let image = server_image(cluster);
+    let image = instance_image(cluster, instance);
     let secrets = &cluster.spec.secrets;
     let app = secrets
         .app_secret
@@ -288,10 +324,7 @@ pub fn pod(cluster: &Cluster, instance: &str, env_: &Environment) -> Pod {
     let a = &cluster.spec.affinity;
     Pod {
         metadata: kube::api::ObjectMeta {
-            annotations: Some(BTreeMap::from([(
-                super::definition::ANNOTATION.to_string(),
-                super::definition::Definition::of(cluster).encode(),
-            )])),
+            annotations: Some(pod_annotations(cluster, instance)),
             ..super::meta(
                 cluster,
                 instance.to_string(),
