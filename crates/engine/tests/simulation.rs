@@ -710,9 +710,22 @@ impl Platform for World {
         }
     }
 
-    async fn control(&mut self, instance: &str, request: &ControlRequest) -> anyhow::Result<()> {
+    async fn annotate(
+        &mut self,
+        _: Option<&str>,
+        _: &std::collections::BTreeMap<String, Option<String>>,
+    ) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    async fn control(
+        &mut self,
+        instance: &str,
+        request: &ControlRequest,
+    ) -> anyhow::Result<String> {
         match request {
-            ControlRequest::SemiSync(_) | ControlRequest::UpgradeSystemTables => Ok(()),
+            ControlRequest::SemiSync(_) | ControlRequest::UpgradeSystemTables => Ok(String::new()),
+            ControlRequest::UpgradeFromFile { .. } => anyhow::bail!("no files in the simulation"),
             ControlRequest::Upgrade { .. } => {
                 self.assert_others_ready(instance, "in-place upgrade of");
                 // The exec fails now and then: the old manager goes on.
@@ -724,7 +737,7 @@ impl Platform for World {
                     {
                         self.nodes[o].hash = self.target_hash;
                         self.trace.push(format!("upgraded {instance} in place"));
-                        Ok(())
+                        Ok(String::new())
                     }
                     _ => anyhow::bail!("the re-exec failed"),
                 }
