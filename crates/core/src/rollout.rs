@@ -159,6 +159,13 @@ pub fn manager_hash<'a>(s: &'a Snapshot, name: &str) -> Option<&'a str> {
 /// annotation pins for it, else the operator's (None when either hash is
 /// unknown).
 pub fn is_current(s: &Snapshot, name: &str) -> Option<bool> {
+    // A file asked for without its hash: its target is known once the
+    // manager has hashed it, on the attempt.
+    if crate::instance_upgrade::in_place_source(s, name).is_some()
+        && crate::instance_upgrade::pinned_hash(s, name).is_none()
+    {
+        return Some(false);
+    }
     let target = crate::instance_upgrade::pinned_hash(s, name)
         .or(s.status.operator_executable_hash.as_deref())?;
     Some(manager_hash(s, name)? == target)

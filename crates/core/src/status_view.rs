@@ -307,6 +307,48 @@ impl View {
                 }
             }
         }
+        if !st.instance_upgrades.is_empty() || st.orchestrated_upgrade.is_some() {
+            out.push_str("\nANNOTATED UPGRADES\n");
+            if let Some(o) = &st.orchestrated_upgrade {
+                out.push_str(&format!(
+                    "{:<16} {:<12} {:<12} {}  {}\n",
+                    "cluster",
+                    o.status,
+                    o.release
+                        .as_deref()
+                        .map(|r| short(r, 12))
+                        .unwrap_or("-".into()),
+                    o.upgrade_to,
+                    o.message
+                ));
+            }
+            for (name, r) in &st.instance_upgrades {
+                let asked = if r.upgrade_to.is_empty() {
+                    "(no longer asked)".to_string()
+                } else {
+                    r.upgrade_to.clone()
+                };
+                let mut line = format!(
+                    "{:<16} {:<12} {:<12} {}  attempts {}",
+                    name,
+                    r.status,
+                    r.release
+                        .as_deref()
+                        .map(|r| short(r, 12))
+                        .unwrap_or("-".into()),
+                    asked,
+                    r.attempts
+                );
+                if let Some(t) = &r.last_failed_attempt_at {
+                    line.push_str(&format!("  last failed {t}"));
+                }
+                if !r.message.is_empty() {
+                    line.push_str(&format!("  {}", r.message));
+                }
+                out.push_str(&line);
+                out.push('\n');
+            }
+        }
         if !st.conditions.is_empty() {
             out.push_str("\nCONDITIONS\n");
             for c in &st.conditions {

@@ -27,6 +27,9 @@ pub struct StatusReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status_error: Option<String>,
     pub instances: Vec<InstanceReport>,
+    /// The cluster's annotations (`cnmysql local annotate CLUSTER`).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub annotations: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(serde::Serialize)]
@@ -34,6 +37,10 @@ pub struct StatusReport {
 pub struct InstanceReport {
     pub name: String,
     pub reachable: bool,
+    /// Its annotations (`cnmysql local annotate`, and the control plane's
+    /// `cnmysql.io/upgrade-*` mirrors).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub annotations: std::collections::BTreeMap<String, String>,
     #[serde(flatten)]
     pub status: Option<InstanceStatus>,
 }
@@ -47,6 +54,7 @@ pub async fn status_report(dir: &StateDir) -> anyhow::Result<StatusReport> {
     let ports = dir.load_ports()?;
     let client = ControlClient::new(dir.operator_material()?.client_config()?)
         .with_connect_timeout(Duration::from_millis(800));
+    let annotations = crate::annotations::read(dir).unwrap_or_default();
     let mut instances = Vec::new();
     for (name, p) in &ports.instances {
         let st = tokio::time::timeout(
@@ -57,6 +65,7 @@ pub async fn status_report(dir: &StateDir) -> anyhow::Result<StatusReport> {
         .ok()
         .and_then(Result::ok);
         instances.push(InstanceReport {
+            annotations: annotations.of(Some(name)),
             name: name.clone(),
             reachable: st.is_some(),
             status: st,
@@ -80,6 +89,7 @@ pub async fn status_report(dir: &StateDir) -> anyhow::Result<StatusReport> {
         status,
         status_error,
         instances,
+        annotations: annotations.of(None),
     })
 }
 
