@@ -63,7 +63,13 @@ pub fn cluster_role() -> ClusterRole {
     ClusterRole {
         metadata: meta(NAME, false),
         rules: Some(vec![
-            rule(&["mysql.cnmysql.io"], &["clusters"], &watch),
+            // patch: the cnmysql.io/upgrade-* annotations it keeps on a
+            // Cluster (annotation-driven upgrades).
+            rule(
+                &["mysql.cnmysql.io"],
+                &["clusters"],
+                &["get", "list", "watch", "patch"],
+            ),
             rule(
                 &["mysql.cnmysql.io"],
                 &["imagecatalogs", "clusterimagecatalogs"],

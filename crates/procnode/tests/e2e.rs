@@ -952,3 +952,172 @@ async fn a_changed_server_setting_is_rolled_out_one_pod_at_a_time_and_loses_noth
     );
     e.verify(&o.acked).await;
 }
+
+/// Another build of `cnmysql` (bytes appended) written into `claim`'s
+/// volume, where its Pod sees it at `/var/lib/cnmysql/cnmysql-next`, the
+/// way an air-gapped site puts a release on a volume the Pod mounts; its
+/// SHA-256. `wrong`: a copy of the running build instead (another hash).
+fn put_build(e: &Env, claim: &str, wrong: bool) -> String {
+    use sha2::Digest;
+    let mut bytes = std::fs::read(cnmysql_exe()).unwrap();
+    if !wrong {
+        bytes.extend_from_slice(b"\nannotated upgrade release\n");
+    }
+    let path = cnmysql_procnode::volumes::claim_dir(e.k.state(), NS, claim).join("cnmysql-next");
+    std::fs::write(&path, &bytes).unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut good = std::fs::read(cnmysql_exe()).unwrap();
+    good.extend_from_slice(b"\nannotated upgrade release\n");
+    hex::encode(sha2::Sha256::digest(&good))
+}
+
+impl Env {
+    async fn pod_annotation(&self, pod: &str, key: &str) -> Option<String> {
+        self.pods
+            .get_opt(pod)
+            .await
+            .ok()??
+            .metadata
+            .annotations?
+            .get(key)
+            .cloned()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+async fn annotations_upgrade_a_canary_from_a_file_retry_a_failure_and_walk_the_whole_cluster() {
+    let e = env("required").await;
+    e.patch_cluster(r#"{"spec":{"instanceUpdateStrategy":"manual"}}"#);
+    let before: Vec<_> = {
+        let mut v = Vec::new();
+        for p in ["db-1", "db-2", "db-3"] {
+            v.push(e.pod_processes(p).await);
+        }
+        v
+    };
+    let old = e.status().await.operator_executable_hash.unwrap();
+    let w = e.writer().await;
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+
+    // The canary: db-2's volume holds the wrong build at first.
+    let want = put_build(&e, "db-2", true);
+    let file = "/var/lib/cnmysql/cnmysql-next";
+    e.k.cp
+        .kubectl(
+            &[
+                "-n",
+                NS,
+                "annotate",
+                "pod",
+                "db-2",
+                &format!("cnmysql.io/upgrade-to=manager=file://{file}#sha256={want}"),
+            ],
+            None,
+        )
+        .unwrap();
+    let failed_at = until(
+        "db-2's attempt to fail on the hash",
+        Duration::from_secs(60),
+        || async {
+            match e
+                .pod_annotation("db-2", "cnmysql.io/upgrade-status")
+                .await
+                .as_deref()
+            {
+                Some("failed") => {
+                    e.pod_annotation("db-2", "cnmysql.io/upgrade-last-failed-attempt-at")
+                        .await
+                }
+                _ => None,
+            }
+        },
+    )
+    .await
+    .unwrap();
+    eprintln!("failed at {failed_at}");
+    let rec = e.status().await.instance_upgrades["db-2"].clone();
+    assert!(rec.message.contains("SHA-256"), "{rec:?}");
+    assert!(e.events_named("InstanceUpgradeFailed").await >= 1);
+    // Fixed: the right build put there; the retry takes.
+    put_build(&e, "db-2", false);
+    until(
+        "db-2's retried attempt to be done",
+        Duration::from_secs(90),
+        || async {
+            (e.pod_annotation("db-2", "cnmysql.io/upgrade-status")
+                .await
+                .as_deref()
+                == Some("done"))
+            .then_some(())
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        e.pod_annotation("db-2", "cnmysql.io/upgrade-release")
+            .await
+            .as_deref(),
+        Some(want.as_str())
+    );
+    let st = e.status().await;
+    assert_eq!(st.executable_hash_by_instance["db-2"], want);
+    assert_eq!(
+        e.pod_processes("db-2").await,
+        before[1],
+        "db-2: same Pod, manager and mysqld"
+    );
+    for (p, b) in [("db-1", &before[0]), ("db-3", &before[2])] {
+        assert_eq!(st.executable_hash_by_instance[p], old, "{p} untouched");
+        assert_eq!(&e.pod_processes(p).await, b, "{p} untouched");
+    }
+
+    // The whole cluster, from files on each volume (no hash given).
+    put_build(&e, "db-1", false);
+    put_build(&e, "db-3", false);
+    e.k.cp
+        .kubectl(
+            &[
+                "-n",
+                NS,
+                "annotate",
+                "cluster",
+                "db",
+                &format!("cnmysql.io/upgrade-to=manager=file://{file}"),
+            ],
+            None,
+        )
+        .unwrap();
+    let o = until(
+        "the orchestrated upgrade to be done",
+        Duration::from_secs(180),
+        || async {
+            let o = e.status().await.orchestrated_upgrade?;
+            assert_ne!(o.status, "failed", "{o:?}");
+            (o.status == "done").then_some(o)
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(o.release.as_deref(), Some(want.as_str()));
+    let c = e.clusters.get("db").await.unwrap();
+    assert_eq!(
+        c.metadata.annotations.unwrap()["cnmysql.io/upgrade-status"],
+        "done"
+    );
+    let st = e.status().await;
+    for (p, b) in ["db-1", "db-2", "db-3"].iter().zip(&before) {
+        assert_eq!(st.executable_hash_by_instance[*p], want, "{p}");
+        assert_eq!(&e.pod_processes(p).await, b, "{p}: in place");
+    }
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+    let out = w.stop().await;
+    eprintln!(
+        "annotated upgrades: {} writes acknowledged, {} failed, longest gap {:?}",
+        out.acked.len(),
+        out.errors,
+        out.longest_gap
+    );
+    assert_eq!(out.errors, 0, "writes failed while managers were swapped");
+    e.verify(&out.acked).await;
+}
