@@ -114,7 +114,7 @@ enum LocalCommand {
     /// manager=file:///path[#sha256=HEX], image=REF, version=V).
     Annotate {
         /// The cluster, optionally an instance, then KEY=VALUE or KEY-.
-        #[arg(value_name = "CLUSTER [INSTANCE] KEY=VALUE|KEY-", num_args = 2.., required = true)]
+        #[arg(value_name = "CLUSTER [INSTANCE] KEY=VALUE|KEY-", num_args = 1.., required = true, action = clap::ArgAction::Append)]
         args: Vec<String>,
         /// Replace a value the key already holds.
         #[arg(long)]
@@ -617,6 +617,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 overwrite,
                 state_dir,
             } => {
+                anyhow::ensure!(
+                    args.len() >= 2,
+                    "nothing to annotate: give CLUSTER [INSTANCE] then KEY=VALUE to set or KEY- to remove"
+                );
                 let cluster = args[0].clone();
                 let rest = &args[1..];
                 let (instance, changes) = match rest.first() {

@@ -567,3 +567,222 @@ async fn the_force_annotation_moves_an_upgrade_past_a_broken_replica() {
     assert!(steps(&r).iter().all(|s| s.ends_with("True")), "{r:#}");
     c.destroy();
 }
+
+/// A copy of `mariadb:10.11.19` in the image store, as `mariadb:<tag>`,
+/// whose server does not start (its `mariadbd` exits at once); removed
+/// when dropped. Hard links: the copy costs nothing, and only the broken
+/// program is a file of its own.
+struct BrokenImage {
+    dir: std::path::PathBuf,
+    reference: String,
+}
+
+impl BrokenImage {
+    fn new(tag: &str) -> BrokenImage {
+        let store = cnmysql_instance::server_image::default_store();
+        let good = store.join("mariadb/10.11.19");
+        let dir = store.join(format!("mariadb/{tag}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        let st = std::process::Command::new("cp")
+            .args(["-al"])
+            .arg(&good)
+            .arg(&dir)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let reference = format!("mariadb:{tag}");
+        let meta = std::fs::read_to_string(dir.join("image.json")).unwrap();
+        let mut meta: Value = serde_json::from_str(&meta).unwrap();
+        meta["image"] = reference.clone().into();
+        std::fs::remove_file(dir.join("image.json")).unwrap();
+        std::fs::write(dir.join("image.json"), meta.to_string()).unwrap();
+        let b = BrokenImage { dir, reference };
+        b.break_server();
+        b
+    }
+
+    fn server(&self) -> std::path::PathBuf {
+        self.dir.join("rootfs/usr/sbin/mariadbd")
+    }
+
+    fn break_server(&self) {
+        std::fs::remove_file(self.server()).unwrap();
+        std::fs::write(
+            self.server(),
+            "#!/bin/sh\necho 'this server image is broken' >&2\nexit 1\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(
+            self.server(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+    }
+
+    /// The cause fixed: the real server put back.
+    fn repair(&self) {
+        let good = self
+            .dir
+            .parent()
+            .unwrap()
+            .join("10.11.19/rootfs/usr/sbin/mariadbd");
+        std::fs::remove_file(self.server()).unwrap();
+        std::fs::hard_link(good, self.server()).unwrap();
+    }
+}
+
+impl Drop for BrokenImage {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn annotate(c: &LocalCluster, args: &[&str]) {
+    let mut all = vec!["annotate"];
+    all.extend_from_slice(args);
+    let out = c.local(&all);
+    assert!(
+        out.status.success(),
+        "annotate {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root and the server images mariadb:10.11.18, mariadb:10.11.19, mariadb:11.8: run scripts/test as root (it builds them)"]
+async fn an_annotated_server_canary_fails_on_a_broken_image_is_retried_once_fixed_then_the_cluster_follows()
+ {
+    let broken = BrokenImage::new(&format!("broken-{}", std::process::id()));
+    let c = LocalCluster::start(
+        "sua",
+        &manifest(
+            "sua",
+            3,
+            "mariadb:10.11.18",
+            "  instanceUpdateStrategy: manual\n",
+        ),
+    );
+    let primary = c.current_primary();
+    let canary = (1..=3)
+        .map(|i| format!("sua-{i}"))
+        .find(|n| *n != primary)
+        .unwrap();
+    let w = start_writer(&c).await;
+    w.wait_for_more(50, Duration::from_secs(20)).await;
+
+    let pids = mysqld_pids(&c);
+    annotate(
+        &c,
+        &[
+            "sua",
+            &canary,
+            &format!("cnmysql.io/upgrade-to=image={}", broken.reference),
+        ],
+    );
+    // The image does not start: failed with the time and the server's own
+    // words (locally it is tried before anything stops, when the image's
+    // template data directory is made; elsewhere the step's 90 s run out).
+    let failed = wait_for(
+        "the attempt on the broken image to fail",
+        Duration::from_secs(180),
+        || async {
+            let r = c.status()["instanceUpgrades"][&canary].clone();
+            (r["status"] == "failed" && r["attempts"] == 1).then_some(r)
+        },
+    )
+    .await;
+    let why = failed["message"].as_str().unwrap();
+    assert!(
+        why.contains("this server image is broken") || why.contains("did not reach its target"),
+        "{failed}"
+    );
+    assert!(failed["lastFailedAttemptAt"].is_string());
+    for (n, p) in &pids {
+        if *n != canary {
+            assert_eq!(mysqld_pids(&c)[n], *p, "{n} untouched");
+        }
+    }
+    // Fixed: the next attempt takes, the canary runs 10.11.19, the rest
+    // stay on 10.11.18.
+    broken.repair();
+    let done = wait_for(
+        "the retried attempt to be done",
+        Duration::from_secs(180),
+        || async {
+            let r = c.status()["instanceUpgrades"][&canary].clone();
+            (r["status"] == "done").then_some(r)
+        },
+    )
+    .await;
+    assert_eq!(
+        done["release"].as_str().map(|r| r.starts_with("10.11.19")),
+        Some(true),
+        "{done}"
+    );
+    let now = instances(&c);
+    for n in ["sua-1", "sua-2", "sua-3"] {
+        let want = if *n == canary { "10.11.19" } else { "10.11.18" };
+        assert_eq!(now[n]["serverVersion"], want, "{n}");
+    }
+    assert_eq!(c.current_primary(), primary);
+    // Back to 10.11.18: refused as a downgrade, nothing touched.
+    let pid = mysqld_pids(&c)[&canary].clone();
+    annotate(
+        &c,
+        &[
+            "sua",
+            &canary,
+            "--overwrite",
+            "cnmysql.io/upgrade-to=image=mariadb:10.11.18",
+        ],
+    );
+    let refused = wait_for(
+        "the downgrade to be refused",
+        Duration::from_secs(30),
+        || async {
+            let r = c.status()["instanceUpgrades"][&canary].clone();
+            (r["status"] == "failed" && r["upgradeTo"] == "image=mariadb:10.11.18").then_some(r)
+        },
+    )
+    .await;
+    assert!(
+        refused["message"].as_str().unwrap().contains("downgrade"),
+        "{refused}"
+    );
+    assert_eq!(mysqld_pids(&c)[&canary], pid);
+
+    // The whole cluster by version, through the image the store knows:
+    // the other replica, then the primary after a switchover.
+    annotate(&c, &["sua", "cnmysql.io/upgrade-to=image=mariadb:10.11.19"]);
+    let o = wait_for(
+        "the orchestrated upgrade to be done",
+        Duration::from_secs(300),
+        || async {
+            let o = c.status()["orchestratedUpgrade"].clone();
+            assert_ne!(o["status"], "failed", "{o}");
+            (o["status"] == "done").then_some(o)
+        },
+    )
+    .await;
+    assert_eq!(
+        o["release"].as_str().map(|r| r.starts_with("10.11.19")),
+        Some(true),
+        "{o}"
+    );
+    for (n, st) in instances(&c) {
+        assert_eq!(st["serverVersion"], "10.11.19", "{n}");
+    }
+    assert_ne!(
+        c.current_primary(),
+        primary,
+        "the primary was switched over first"
+    );
+    assert!(c.has_event("SwitchoverForUpgrade").is_some());
+    assert!(c.has_event("FailoverCompleted").is_none());
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+    let out = w.stop().await;
+    for n in ["sua-1", "sua-2", "sua-3"] {
+        verify_on(&c, n, &out.acked).await;
+    }
+    c.destroy();
+}

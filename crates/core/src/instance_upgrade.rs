@@ -400,6 +400,10 @@ pub struct Pass {
     pub changes: Vec<Change>,
     /// Per instance, annotations to set (Some) or remove (None).
     pub annotate: Vec<(String, BTreeMap<String, Option<String>>)>,
+    /// An instance back ready on its new server whose system tables are
+    /// older (MariaDB: `mariadb-upgrade` has not run for this major
+    /// version): its manager is asked to upgrade them before it is done.
+    pub system_tables: Option<String>,
 }
 
 /// Why an attempt may not start now on this cluster, if anything stops it.
@@ -431,7 +435,8 @@ fn reached(s: &Snapshot, name: &str, target: &Target, wanted: Option<&str>) -> O
             (st.ready
                 && o.outdated.is_none()
                 && !st.server_version.is_empty()
-                && crate::server_upgrade::matches(&st.server_version, w))
+                && crate::server_upgrade::matches(&st.server_version, w)
+                && crate::server_upgrade::system_tables_current(s, name))
             .then(|| st.server_version.clone())
         }
     }
@@ -565,6 +570,20 @@ pub fn pass(s: &Snapshot, in_flight: &crate::rollout::InFlight) -> Pass {
                     (_, _) => None,
                 };
                 let reached = reached(s, name, &target, wanted.as_deref());
+                if reached.is_none()
+                    && server.is_some()
+                    && out.system_tables.is_none()
+                    && o.ready()
+                    && o.outdated.is_none()
+                    && o.status.as_ref().is_some_and(|st| {
+                        wanted
+                            .as_deref()
+                            .is_some_and(|w| crate::server_upgrade::matches(&st.server_version, w))
+                    })
+                    && !crate::server_upgrade::system_tables_current(s, name)
+                {
+                    out.system_tables = Some(name.clone());
+                }
                 match decide(reached.as_deref(), &recorded, s.now_ms) {
                     Decision::Done { release } => {
                         let mut r = base.clone();

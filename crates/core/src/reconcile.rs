@@ -686,35 +686,43 @@ fn server_upgrade_step(s: &Snapshot, memory: &mut Memory) -> Vec<Action> {
         });
     }
     if let Some(instance) = advance.system_tables {
-        let recently = memory
-            .system_tables_asked
-            .as_ref()
-            .is_some_and(|(n, t)| *n == instance && s.now_ms - t < SYSTEM_TABLES_RETRY_MS);
-        if !recently {
-            memory.system_tables_asked = Some((instance.clone(), s.now_ms));
-            out.push(Action::UpgradeSystemTables {
-                then: Event::new(
-                    false,
-                    "SystemTablesUpgraded",
-                    Some(&instance),
-                    format!(
-                        "system tables of {instance} upgraded to {}",
-                        s.declared
-                            .version
-                            .as_deref()
-                            .unwrap_or("the running version")
-                    ),
-                ),
-                instance,
-            });
-        }
+        out.extend(ask_system_tables(s, memory, instance));
     }
     out
 }
 
+/// Ask `instance` to upgrade its system tables, unless it was asked
+/// within [`SYSTEM_TABLES_RETRY_MS`].
+fn ask_system_tables(s: &Snapshot, memory: &mut Memory, instance: String) -> Option<Action> {
+    let recently = memory
+        .system_tables_asked
+        .as_ref()
+        .is_some_and(|(n, t)| *n == instance && s.now_ms - t < SYSTEM_TABLES_RETRY_MS);
+    if recently {
+        return None;
+    }
+    memory.system_tables_asked = Some((instance.clone(), s.now_ms));
+    let version = s
+        .get(&instance)
+        .and_then(|o| o.status.as_ref())
+        .and_then(|st| crate::server_upgrade::Version::parse(&st.server_version))
+        .map(|v| v.to_string())
+        .or_else(|| s.declared.version.clone())
+        .unwrap_or_else(|| "the running version".into());
+    Some(Action::UpgradeSystemTables {
+        then: Event::new(
+            false,
+            "SystemTablesUpgraded",
+            Some(&instance),
+            format!("system tables of {instance} upgraded to {version}"),
+        ),
+        instance,
+    })
+}
+
 /// The annotation-driven upgrades' pass: each instance's record and the
 /// orchestration, with their mirrors on the objects.
-fn annotation_step(s: &Snapshot, memory: &Memory) -> Vec<Action> {
+fn annotation_step(s: &Snapshot, memory: &mut Memory) -> Vec<Action> {
     let mut out = Vec::new();
     let pass = crate::instance_upgrade::pass(s, &memory.rollout_in_flight);
     for c in pass.changes {
@@ -731,6 +739,9 @@ fn annotation_step(s: &Snapshot, memory: &Memory) -> Vec<Action> {
             instance: Some(instance),
             set,
         });
+    }
+    if let Some(instance) = pass.system_tables {
+        out.extend(ask_system_tables(s, memory, instance));
     }
     let next = rollout::next(s, &memory.rollout_in_flight, memory.consent(s));
     let busy = match &next {
