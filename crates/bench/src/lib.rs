@@ -1,4 +1,5 @@
 //! Shared pieces of the benchmarks and end-to-end tests.
 
+pub mod broken_image;
 pub mod faults;
 pub mod writer;

@@ -568,75 +568,6 @@ async fn the_force_annotation_moves_an_upgrade_past_a_broken_replica() {
     c.destroy();
 }
 
-/// A copy of `mariadb:10.11.19` in the image store, as `mariadb:<tag>`,
-/// whose server does not start (its `mariadbd` exits at once); removed
-/// when dropped. Hard links: the copy costs nothing, and only the broken
-/// program is a file of its own.
-struct BrokenImage {
-    dir: std::path::PathBuf,
-    reference: String,
-}
-
-impl BrokenImage {
-    fn new(tag: &str) -> BrokenImage {
-        let store = cnmysql_instance::server_image::default_store();
-        let good = store.join("mariadb/10.11.19");
-        let dir = store.join(format!("mariadb/{tag}"));
-        let _ = std::fs::remove_dir_all(&dir);
-        let st = std::process::Command::new("cp")
-            .args(["-al"])
-            .arg(&good)
-            .arg(&dir)
-            .status()
-            .unwrap();
-        assert!(st.success());
-        let reference = format!("mariadb:{tag}");
-        let meta = std::fs::read_to_string(dir.join("image.json")).unwrap();
-        let mut meta: Value = serde_json::from_str(&meta).unwrap();
-        meta["image"] = reference.clone().into();
-        std::fs::remove_file(dir.join("image.json")).unwrap();
-        std::fs::write(dir.join("image.json"), meta.to_string()).unwrap();
-        let b = BrokenImage { dir, reference };
-        b.break_server();
-        b
-    }
-
-    fn server(&self) -> std::path::PathBuf {
-        self.dir.join("rootfs/usr/sbin/mariadbd")
-    }
-
-    fn break_server(&self) {
-        std::fs::remove_file(self.server()).unwrap();
-        std::fs::write(
-            self.server(),
-            "#!/bin/sh\necho 'this server image is broken' >&2\nexit 1\n",
-        )
-        .unwrap();
-        std::fs::set_permissions(
-            self.server(),
-            std::os::unix::fs::PermissionsExt::from_mode(0o755),
-        )
-        .unwrap();
-    }
-
-    /// The cause fixed: the real server put back.
-    fn repair(&self) {
-        let good = self
-            .dir
-            .parent()
-            .unwrap()
-            .join("10.11.19/rootfs/usr/sbin/mariadbd");
-        std::fs::remove_file(self.server()).unwrap();
-        std::fs::hard_link(good, self.server()).unwrap();
-    }
-}
-
-impl Drop for BrokenImage {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 fn annotate(c: &LocalCluster, args: &[&str]) {
     let mut all = vec!["annotate"];
     all.extend_from_slice(args);
@@ -652,7 +583,11 @@ fn annotate(c: &LocalCluster, args: &[&str]) {
 #[ignore = "needs root and the server images mariadb:10.11.18, mariadb:10.11.19, mariadb:11.8: run scripts/test as root (it builds them)"]
 async fn an_annotated_server_canary_fails_on_a_broken_image_is_retried_once_fixed_then_the_cluster_follows()
  {
-    let broken = BrokenImage::new(&format!("broken-{}", std::process::id()));
+    let broken = cnmysql_bench::broken_image::BrokenImage::new(
+        "10.11.19",
+        &format!("broken-{}", std::process::id()),
+    )
+    .unwrap();
     let c = LocalCluster::start(
         "sua",
         &manifest(
@@ -704,7 +639,7 @@ async fn an_annotated_server_canary_fails_on_a_broken_image_is_retried_once_fixe
     }
     // Fixed: the next attempt takes, the canary runs 10.11.19, the rest
     // stay on 10.11.18.
-    broken.repair();
+    broken.repair().unwrap();
     let done = wait_for(
         "the retried attempt to be done",
         Duration::from_secs(180),

@@ -801,11 +801,18 @@ fn rollout_step(s: &Snapshot, memory: &mut Memory) -> Vec<Action> {
                 && started.is_none_or(|a| a <= *t)
         })
     });
+    // An annotation-driven server attempt's step lasts until the instance
+    // is ready (its deadline runs from the step).
+    let server_attempt = |n: &str| {
+        crate::instance_upgrade::in_progress(s, n)
+            && crate::instance_upgrade::in_place_source(s, n).is_none()
+    };
     memory.rollout_in_flight.retain(|n, _| {
         s.get(n).is_none_or(|o| {
             o.outdated.is_some()
                 || rollout::is_current(s, n) != Some(true)
                 || o.status.as_ref().is_none_or(|st| !st.mysqld_running)
+                || (server_attempt(n) && !o.ready())
         })
     });
     // A switchover while the supervised rollout waited is the human's go.

@@ -1121,3 +1121,169 @@ async fn annotations_upgrade_a_canary_from_a_file_retry_a_failure_and_walk_the_w
     assert_eq!(out.errors, 0, "writes failed while managers were swapped");
     e.verify(&out.acked).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube (as root, with the server images mariadb:10.11.18, 10.11.19 and 11.8)"]
+async fn an_annotated_server_canary_fails_on_a_broken_image_is_retried_once_the_catalog_is_fixed_then_the_cluster_follows()
+ {
+    let broken = cnmysql_bench::broken_image::BrokenImage::new(
+        "10.11.19",
+        &format!("broken-{}", std::process::id()),
+    )
+    .unwrap();
+    let bad = format!("docker.io/library/{}", broken.reference);
+    const NEW: &str = "docker.io/library/mariadb:10.11.19";
+    // The catalog's 10.11.19 entry names the broken image at first.
+    let manifest = catalog_cluster_yaml("10.11.18").replace(NEW, &bad);
+    let e = env_with_manifest(&manifest, &[]).await;
+    e.patch_cluster(r#"{"spec":{"instanceUpdateStrategy":"manual"}}"#);
+    let primary = e.status().await.current_primary.unwrap();
+    let canary = ["db-1", "db-2", "db-3"]
+        .into_iter()
+        .find(|n| *n != primary)
+        .unwrap();
+    let w = e.writer().await;
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+    e.k.cp
+        .kubectl(
+            &[
+                "-n",
+                NS,
+                "annotate",
+                "pod",
+                canary,
+                "cnmysql.io/upgrade-to=version=10.11.19",
+            ],
+            None,
+        )
+        .unwrap();
+    let began = Instant::now();
+    let failed = until(
+        "the attempt on the broken image to fail",
+        Duration::from_secs(240),
+        || async {
+            let r = e.status().await.instance_upgrades.get(canary).cloned()?;
+            (r.status == "failed").then_some(r)
+        },
+    )
+    .await
+    .unwrap();
+    eprintln!("failed after {:?}: {}", began.elapsed(), failed.message);
+    assert!(
+        failed.message.contains("did not reach its target"),
+        "{failed:?}"
+    );
+    assert!(failed.last_failed_attempt_at.is_some());
+    // The Pod carries it too (it was made again for the attempt).
+    until(
+        "the failure on the Pod",
+        Duration::from_secs(30),
+        || async {
+            (e.pod_annotation(canary, "cnmysql.io/upgrade-status")
+                .await
+                .as_deref()
+                == Some("failed"))
+            .then_some(())
+        },
+    )
+    .await
+    .unwrap();
+    // The cause fixed: the catalog names the real image; the retry takes.
+    e.k.cp
+        .kubectl(
+            &[
+                "patch",
+                "clusterimagecatalog",
+                "mariadb",
+                "--type",
+                "json",
+                "-p",
+                &format!(r#"[{{"op":"replace","path":"/spec/images/1/image","value":"{NEW}"}}]"#),
+            ],
+            None,
+        )
+        .unwrap();
+    until(
+        "the retried attempt to be done",
+        Duration::from_secs(240),
+        || async {
+            let r = e.status().await.instance_upgrades.get(canary).cloned()?;
+            (r.status == "done").then_some(())
+        },
+    )
+    .await
+    .unwrap();
+    let pod = e.pods.get(canary).await.unwrap();
+    assert_eq!(pod.spec.unwrap().containers[0].image.as_deref(), Some(NEW));
+    assert_eq!(
+        e.pod_annotation(canary, "cnmysql.io/upgrade-release")
+            .await
+            .map(|r| r.starts_with("10.11.19")),
+        Some(true)
+    );
+    for p in ["db-1", "db-2", "db-3"]
+        .into_iter()
+        .filter(|p| *p != canary)
+    {
+        let pod = e.pods.get(p).await.unwrap();
+        assert_eq!(
+            pod.spec.unwrap().containers[0].image.as_deref(),
+            Some("docker.io/library/mariadb:10.11.18"),
+            "{p} untouched"
+        );
+    }
+    // The whole cluster: the other replica, then the primary after a
+    // switchover.
+    e.k.cp
+        .kubectl(
+            &[
+                "-n",
+                NS,
+                "annotate",
+                "cluster",
+                "db",
+                "cnmysql.io/upgrade-to=version=10.11.19",
+            ],
+            None,
+        )
+        .unwrap();
+    let o = until(
+        "the orchestrated upgrade to be done",
+        Duration::from_secs(420),
+        || async {
+            let o = e.status().await.orchestrated_upgrade?;
+            assert_ne!(o.status, "failed", "{o:?}");
+            (o.status == "done").then_some(o)
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        o.release.as_deref().map(|r| r.starts_with("10.11.19")),
+        Some(true),
+        "{o:?}"
+    );
+    for p in ["db-1", "db-2", "db-3"] {
+        let pod = e.pods.get(p).await.unwrap();
+        assert_eq!(
+            pod.spec.unwrap().containers[0].image.as_deref(),
+            Some(NEW),
+            "{p}"
+        );
+    }
+    assert_ne!(
+        e.status().await.current_primary.unwrap(),
+        primary,
+        "switched over first"
+    );
+    assert_eq!(e.events_named("FailoverCompleted").await, 0);
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+    let out = w.stop().await;
+    eprintln!(
+        "annotated server upgrades: {} writes acknowledged, {} failed, longest gap {:?}",
+        out.acked.len(),
+        out.errors,
+        out.longest_gap
+    );
+    e.verify(&out.acked).await;
+}
