@@ -159,10 +159,38 @@ impl FakeApi {
                 _ => {}
             }
         }
+        if let Some(rest) = path.strip_prefix("/api/v1/namespaces/")
+            && let [ns, "pods", name] = rest.split('/').collect::<Vec<_>>().as_slice()
+            && method == Method::PATCH
+        {
+            if content_type != Some("application/merge-patch+json") {
+                return failure(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "UnsupportedMediaType",
+                    "this fake takes merge patches only",
+                );
+            }
+            return self.patch_metadata(false, ns, name, body.cloned().unwrap_or(Value::Null));
+        }
         if let Some(rest) = path.strip_prefix(CLUSTERS) {
             let parts: Vec<&str> = rest.split('/').collect();
             match (method, parts.as_slice()) {
                 (&Method::GET, [ns, "clusters", name]) => return self.get(ns, name),
+                (&Method::PATCH, [ns, "clusters", name]) => {
+                    if content_type != Some("application/merge-patch+json") {
+                        return failure(
+                            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                            "UnsupportedMediaType",
+                            "this fake takes merge patches only",
+                        );
+                    }
+                    return self.patch_metadata(
+                        true,
+                        ns,
+                        name,
+                        body.cloned().unwrap_or(Value::Null),
+                    );
+                }
                 (&Method::PATCH, [ns, "clusters", name, "status"]) => {
                     if content_type != Some("application/merge-patch+json") {
                         return failure(
@@ -284,6 +312,51 @@ impl FakeApi {
         pod["metadata"]["uid"] = json!(format!("uid-{ns}-{name}"));
         st.pods.push(((ns.to_string(), name), pod.clone()));
         (StatusCode::CREATED, pod)
+    }
+
+    /// A merge patch of a Cluster's (`cluster`) or a Pod's metadata (the
+    /// only part the operator patches on the main resource); the status
+    /// is left alone, as the API server does for a resource with a status
+    /// subresource.
+    fn patch_metadata(
+        &self,
+        cluster: bool,
+        ns: &str,
+        name: &str,
+        patch: Value,
+    ) -> (StatusCode, Value) {
+        let mut st = self.state.lock().unwrap();
+        let State {
+            clusters,
+            pods,
+            resource_version,
+            ..
+        } = &mut *st;
+        let (objects, kind) = if cluster {
+            (clusters, "clusters.mysql.cnmysql.io")
+        } else {
+            (pods, "pods")
+        };
+        let Some((_, obj)) = objects.iter_mut().find(|(k, _)| k.0 == ns && k.1 == name) else {
+            return failure(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                &format!("{kind} \"{name}\" not found"),
+            );
+        };
+        merge(&mut obj["metadata"], &patch["metadata"]);
+        *resource_version += 1;
+        obj["metadata"]["resourceVersion"] = json!(resource_version.to_string());
+        (StatusCode::OK, obj.clone())
+    }
+
+    /// A stored Pod.
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<Value> {
+        let st = self.state.lock().unwrap();
+        st.pods
+            .iter()
+            .find(|(k, _)| k.0 == namespace && k.1 == name)
+            .map(|(_, v)| v.clone())
     }
 
     fn patch_status(&self, ns: &str, name: &str, patch: Value) -> (StatusCode, Value) {

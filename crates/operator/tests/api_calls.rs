@@ -307,3 +307,180 @@ async fn a_held_down_primary_the_step_lets_come_back_is_recreated_not_held_down_
     assert_eq!(api.pods("prod"), ["db-1", "db-2", "db-3"]);
     assert!(held_down(&ctx, &c).is_empty());
 }
+
+/// What the snapshot's instances answer: three ready MariaDB 10.11.19
+/// instances, db-1 the primary.
+fn observed() -> Vec<cnmysql_core::status::Observed> {
+    use cnmysql_core::status::{InstancePhase, InstanceStatus, Observed, Role};
+    (1..=3)
+        .map(|i| Observed {
+            name: format!("db-{i}"),
+            ordinal: i,
+            status: Some(InstanceStatus {
+                instance: format!("db-{i}"),
+                phase: InstancePhase::Running,
+                role: if i == 1 { Role::Primary } else { Role::Replica },
+                mysqld_running: true,
+                ready: true,
+                server_version: "10.11.19-MariaDB".into(),
+                executable_hash: "0".repeat(64),
+                ..Default::default()
+            }),
+            outdated: None,
+        })
+        .collect()
+}
+
+fn pods_in(api: &FakeApi) -> std::collections::BTreeMap<String, k8s_openapi::api::core::v1::Pod> {
+    api.pods("prod")
+        .into_iter()
+        .map(|n| {
+            let p = serde_json::from_value(api.pod("prod", &n).unwrap()).unwrap();
+            (n, p)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_annotated_upgrade_is_read_from_its_pod_recorded_mirrored_and_carried_by_the_pod_made_again()
+ {
+    use cnmysql_core::instance_upgrade::{UPGRADE_STATUS, UPGRADE_TO};
+    let api = FakeApi::new();
+    let c = cluster(&api);
+    let ctx = context(&api);
+    let desired = cnmysql_operator::objects::desired(&c, &ctx.env);
+    for p in &desired.pods {
+        api.put_pod(serde_json::to_value(p).unwrap());
+    }
+    let old_db2 = pods_in(&api)["db-2"].clone();
+    // Asked on db-2's Pod (as `kubectl annotate pod db-2 …` does).
+    let ask = |k: &str, v: Option<&str>| {
+        std::collections::BTreeMap::from([(k.to_string(), v.map(str::to_string))])
+    };
+    cnmysql_operator::instance_upgrade::annotate(
+        &ctx,
+        &c,
+        Some("db-2"),
+        &ask(UPGRADE_TO, Some("image=mariadb:11.8")),
+    )
+    .await
+    .unwrap();
+    // Read back, with the server it names resolved by its tag; a Pod being
+    // deleted is unknown rather than unannotated.
+    let mut pods = pods_in(&api);
+    pods.get_mut("db-3").unwrap().metadata.deletion_timestamp = Some(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()),
+    );
+    let asked = cnmysql_operator::instance_upgrade::asked(&ctx, &c, &pods).await;
+    assert_eq!(asked.instances["db-2"][UPGRADE_TO], "image=mariadb:11.8");
+    assert!(!asked.instances.contains_key("db-3"));
+    let target = asked.servers["image=mariadb:11.8"].clone().unwrap();
+    assert_eq!(
+        (target.image.as_str(), target.version.as_str()),
+        ("mariadb:11.8", "11.8")
+    );
+
+    // The core starts the attempt; the operator records it and mirrors it
+    // on the Pod.
+    let snapshot = cnmysql_core::status::Snapshot {
+        cluster: "db".into(),
+        spec: c.spec.clone(),
+        status: c.status.clone().unwrap_or_default(),
+        instances: observed(),
+        now_ms: 1_900_000_000_000,
+        declared: cnmysql_core::server_upgrade::Declared {
+            asked,
+            ..Default::default()
+        },
+    };
+    let pass = cnmysql_core::instance_upgrade::pass(&snapshot, &Default::default());
+    let change = &pass.changes[0];
+    assert_eq!(change.instance, "db-2");
+    let record = change.record.clone().unwrap();
+    assert_eq!(
+        (record.status.as_str(), record.image.as_deref()),
+        ("in-progress", Some("mariadb:11.8"))
+    );
+    assert!(
+        cnmysql_operator::topology::change_status(
+            &ctx,
+            &c,
+            &StatusChange::InstanceUpgrade {
+                instance: "db-2".into(),
+                record: Some(record.clone()),
+            },
+        )
+        .await
+        .unwrap()
+    );
+    let (who, set) = &pass.annotate[0];
+    cnmysql_operator::instance_upgrade::annotate(&ctx, &c, Some(who), set)
+        .await
+        .unwrap();
+    let pod = api.pod("prod", "db-2").unwrap();
+    assert_eq!(
+        pod["metadata"]["annotations"][UPGRADE_STATUS],
+        "in-progress"
+    );
+    assert_eq!(
+        pod["metadata"]["annotations"]["cnmysql.io/upgrade-attempts"],
+        "1"
+    );
+
+    // The Pod as it is made again: on the pinned image, outdated against
+    // the old one, carrying what was asked and where it stands; the other
+    // instances keep the cluster's image.
+    let c: Cluster = serde_json::from_value(api.cluster("prod", "db").unwrap()).unwrap();
+    let again = cnmysql_operator::objects::desired(&c, &ctx.env);
+    let db2 = again
+        .pods
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some("db-2"))
+        .unwrap();
+    assert_eq!(
+        db2.spec.as_ref().unwrap().containers[0].image.as_deref(),
+        Some("mariadb:11.8")
+    );
+    let a = db2.metadata.annotations.as_ref().unwrap();
+    assert_eq!(
+        (a[UPGRADE_TO].as_str(), a[UPGRADE_STATUS].as_str()),
+        ("image=mariadb:11.8", "in-progress")
+    );
+    assert!(
+        cnmysql_operator::objects::definition::outdated(&old_db2, &c)
+            .is_some_and(|o| o.contains("mariadb:11.8")),
+    );
+    let db1 = again
+        .pods
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some("db-1"))
+        .unwrap();
+    assert_ne!(
+        db1.spec.as_ref().unwrap().containers[0].image.as_deref(),
+        Some("mariadb:11.8")
+    );
+    assert!(
+        !db1.metadata
+            .annotations
+            .as_ref()
+            .unwrap()
+            .contains_key(UPGRADE_TO)
+    );
+
+    // The Cluster's own annotations are patched on its metadata, the
+    // status untouched.
+    cnmysql_operator::instance_upgrade::annotate(
+        &ctx,
+        &c,
+        None,
+        &ask(UPGRADE_STATUS, Some("done")),
+    )
+    .await
+    .unwrap();
+    let obj = api.cluster("prod", "db").unwrap();
+    assert_eq!(obj["metadata"]["annotations"][UPGRADE_STATUS], "done");
+    assert_eq!(
+        obj["status"]["instanceUpgrades"]["db-2"]["status"],
+        "in-progress"
+    );
+}
