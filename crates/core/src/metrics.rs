@@ -21,7 +21,12 @@
 //!   last gave an instance a step), `_rollout_target_info` (labels `image`,
 //!   `version`, `manager`), `_server_upgrade_phase` (1 for the phase of the
 //!   latest server upgrade, labels `version`, `phase`), and per instance
-//!   `cnmysql_instance_server_version_info` (label `version`). Alert on a
+//!   `cnmysql_instance_server_version_info` (label `version`);
+//!   annotation-driven upgrades: `cnmysql_instance_annotated_upgrade_status`
+//!   (1 for the instance's record, labels `status`, `upgrade_to`),
+//!   `_annotated_upgrade_attempts`, and per cluster
+//!   `cnmysql_cluster_orchestrated_upgrade_status` (labels `status`,
+//!   `upgrade_to`). Alert on a
 //!   rollout that has not finished long after its last step:
 //!   `deploy/prometheus-rules.yaml`;
 //! - `cnmysql_events_total` by `reason` and `type`: switchovers,
@@ -178,6 +183,21 @@ pub fn encode_clusters(clusters: &[Labelled]) -> String {
         "instance_server_version_info",
         "The server version the instance runs",
     );
+    let annotated = gauge(
+        &mut r,
+        "instance_annotated_upgrade_status",
+        "The instance's upgrade asked by cnmysql.io/upgrade-to: 1 for its status (in-progress, failed, done)",
+    );
+    let attempts = gauge(
+        &mut r,
+        "instance_annotated_upgrade_attempts",
+        "Attempts made at the instance's upgrade asked by cnmysql.io/upgrade-to",
+    );
+    let orchestrated = gauge(
+        &mut r,
+        "cluster_orchestrated_upgrade_status",
+        "The upgrade the Cluster's cnmysql.io/upgrade-to asks: 1 for its status (in-progress, failed, done)",
+    );
     let counted = Family::<Labels, Counter>::default();
     r.register(
         "events",
@@ -281,6 +301,19 @@ pub fn encode_clusters(clusters: &[Labelled]) -> String {
                 .unwrap_or_default(),
         ));
         target_info.get_or_create(&t).set(1.0);
+        for (name, rec) in &s.status.instance_upgrades {
+            let mut l = with("instance", name);
+            attempts.get_or_create(&l).set(rec.attempts as f64);
+            l.push(("status".into(), rec.status.clone()));
+            l.push(("upgrade_to".into(), rec.upgrade_to.clone()));
+            annotated.get_or_create(&l).set(1.0);
+        }
+        if let Some(o) = &s.status.orchestrated_upgrade {
+            let mut l = cluster.clone();
+            l.push(("status".into(), o.status.clone()));
+            l.push(("upgrade_to".into(), o.upgrade_to.clone()));
+            orchestrated.get_or_create(&l).set(1.0);
+        }
         if let Some(rec) = s.status.upgrade_history.last() {
             let mut l = cluster.clone();
             l.push(("version".into(), rec.version.clone()));
@@ -460,6 +493,22 @@ mod tests {
             "cnmysql_instance_server_version_info{instance=\"db-1\",version=\"10.11.19\"} 1.0"
         ));
         assert!(page.contains("cnmysql_cluster_rollout_target_info{cluster=\"db\",image=\"\",version=\"\",manager=\"new\"} 1.0"), "{page}");
+        s.status.instance_upgrades.insert(
+            "db-2".into(),
+            cnmysql_api::InstanceUpgrade {
+                upgrade_to: "version=11.8".into(),
+                status: "failed".into(),
+                attempts: 3,
+                ..Default::default()
+            },
+        );
+        let page = encode_cluster(&s, &EventCounts::new());
+        assert!(page.contains(
+            "cnmysql_instance_annotated_upgrade_status{instance=\"db-2\",status=\"failed\",upgrade_to=\"version=11.8\"} 1.0"
+        ), "{page}");
+        assert!(page.contains(
+            "cnmysql_instance_annotated_upgrade_attempts{instance=\"db-2\"} 3.0"
+        ), "{page}");
     }
 
     #[test]
