@@ -353,6 +353,29 @@ pub fn image_for(
     pinned.or(cluster_image)
 }
 
+/// Whether `r` pins a server image `name`'s data has run on (its data
+/// version, or the version it runs, is at least the pinned one): taking
+/// the instance off it would be a downgrade.
+fn keeps_pin(s: &Snapshot, name: &str, r: &InstanceUpgrade) -> bool {
+    use crate::server_upgrade::Version;
+    let Some(pinned) = r.version.as_deref().and_then(Version::parse) else {
+        return false;
+    };
+    let running = s
+        .get(name)
+        .and_then(|o| o.status.as_ref())
+        .map(|st| st.server_version.clone());
+    r.image.is_some()
+        && [
+            s.status.data_version_by_instance.get(name).cloned(),
+            running,
+        ]
+        .into_iter()
+        .flatten()
+        .filter_map(|v| Version::parse(&v))
+        .any(|v| v.compare(&pinned).is_ge())
+}
+
 /// The annotations that mirror `record` on the instance (None: remove).
 pub fn mirror(record: Option<&InstanceUpgrade>) -> BTreeMap<String, Option<String>> {
     let mut out = BTreeMap::new();
@@ -468,14 +491,19 @@ pub fn pass(s: &Snapshot, in_flight: &crate::rollout::InFlight) -> Pass {
             None => 'decide: {
                 match rec {
                     None => None,
-                    // Asked no more: a server pin stays once done (never taken
-                    // back to an older image); anything else is dropped.
-                    Some(r) if status_of(r) == Some(Status::Done) && r.image.is_some() => {
+                    // Asked no more: a server image the instance's data has
+                    // run on stays its image (never taken back to an older
+                    // one); anything else is dropped.
+                    Some(r) if keeps_pin(s, name, r) => {
                         // Kept as the instance's image, no longer as asked
                         // (a Pod made again does not carry the annotation).
-                        if !r.upgrade_to.is_empty() {
+                        if !r.upgrade_to.is_empty() || status_of(r) != Some(Status::Done) {
                             let kept = InstanceUpgrade {
                                 upgrade_to: String::new(),
+                                status: Status::Done.as_str().into(),
+                                release: r.release.clone().or_else(|| r.version.clone()),
+                                attempt_started_at: None,
+                                message: String::new(),
                                 ..r.clone()
                             };
                             change(Some(kept.clone()), None);
@@ -516,9 +544,16 @@ pub fn pass(s: &Snapshot, in_flight: &crate::rollout::InFlight) -> Pass {
                     attempts: r.attempts,
                 });
                 let recorded = recorded.unwrap_or_default();
-                let base = same.cloned().unwrap_or_else(|| InstanceUpgrade {
-                    upgrade_to: value.to_string(),
-                    ..Default::default()
+                // Asked anew: the image the instance's data has run on is
+                // carried over until the new attempt pins another.
+                let base = same.cloned().unwrap_or_else(|| {
+                    let pin = rec.filter(|r| keeps_pin(s, name, r));
+                    InstanceUpgrade {
+                        upgrade_to: value.to_string(),
+                        image: pin.and_then(|r| r.image.clone()),
+                        version: pin.and_then(|r| r.version.clone()),
+                        ..Default::default()
+                    }
                 });
                 // `count`: a new attempt refused at its start (a deadline
                 // fails the attempt already counted); a value that does not

@@ -506,9 +506,10 @@ mod tests {
         assert!(page.contains(
             "cnmysql_instance_annotated_upgrade_status{instance=\"db-2\",status=\"failed\",upgrade_to=\"version=11.8\"} 1.0"
         ), "{page}");
-        assert!(page.contains(
-            "cnmysql_instance_annotated_upgrade_attempts{instance=\"db-2\"} 3.0"
-        ), "{page}");
+        assert!(
+            page.contains("cnmysql_instance_annotated_upgrade_attempts{instance=\"db-2\"} 3.0"),
+            "{page}"
+        );
     }
 
     #[test]

@@ -23,6 +23,13 @@
 //!   stops the whole rollout while the primary is stale, until a human
 //!   switches over.
 //!
+//! Annotation-driven upgrades (`instance_upgrade.rs`) go through here too:
+//! an instance with an attempt under way has its own target (the manager
+//! hash it was asked to run, in place from the operator or a file; the
+//! server image it was pinned to) and always moves; under
+//! `instanceUpdateStrategy: manual`, or while the Cluster's orchestrated
+//! upgrade runs, no other instance moves by itself ([`Next::Held`]).
+//!
 //! [`next`] is pure; `reconcile.rs` turns its answer into actions, events
 //! and the phase.
 
@@ -244,8 +251,10 @@ pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
         let why = if s.spec.instance_update_strategy == cnmysql_api::InstanceUpdateStrategy::Manual
         {
             "instanceUpdateStrategy is manual"
-        } else {
+        } else if crate::orchestrated_upgrade::running(s).is_some() {
             "the Cluster's orchestrated upgrade runs"
+        } else {
+            "their upgrade annotations hold them"
         };
         return Next::Held {
             reason: format!(

@@ -459,3 +459,64 @@ fn the_orchestrator_and_a_declared_server_upgrade_never_run_at_once() {
         Next::Held { .. }
     ));
 }
+
+#[test]
+fn the_image_an_instances_data_has_run_on_is_never_given_up_for_an_older_one() {
+    let mut s = cluster(true);
+    annotate(&mut s, "db-2", "version=10.11.19");
+    with_server(&mut s, "version=10.11.19", "mariadb:10.11.19", "10.11.19");
+    run(&mut s);
+    // It runs 10.11.19 now, its data too.
+    {
+        let o = s.instances.iter_mut().find(|o| o.name == "db-2").unwrap();
+        let st = o.status.as_mut().unwrap();
+        st.server_version = "10.11.19-MariaDB".into();
+        st.system_tables_version = "10.11.19".into();
+    }
+    s.status
+        .data_version_by_instance
+        .insert("db-2".into(), "10.11.19".into());
+    run(&mut s);
+    assert_eq!(s.status.instance_upgrades["db-2"].status, "done");
+    let cluster_image = Some("mariadb:10.11.18".to_string());
+    let pinned = || Some("mariadb:10.11.19".to_string());
+    assert_eq!(
+        image_for(&s.status, "db-2", cluster_image.clone()),
+        pinned()
+    );
+    // Asked for an older one: refused, and the pin stays.
+    annotate(&mut s, "db-2", "version=10.11.18");
+    with_server(&mut s, "version=10.11.18", "mariadb:10.11.18", "10.11.18");
+    run(&mut s);
+    let r = &s.status.instance_upgrades["db-2"];
+    assert!(
+        r.status == "failed" && r.message.contains("downgrade"),
+        "{r:?}"
+    );
+    assert_eq!(
+        image_for(&s.status, "db-2", cluster_image.clone()),
+        pinned()
+    );
+    // Asked no more: kept as its image, done, no longer as asked.
+    s.declared
+        .asked
+        .instances
+        .get_mut("db-2")
+        .unwrap()
+        .remove(UPGRADE_TO);
+    run(&mut s);
+    let r = &s.status.instance_upgrades["db-2"];
+    assert_eq!((r.status.as_str(), r.upgrade_to.as_str()), ("done", ""));
+    assert_eq!(image_for(&s.status, "db-2", cluster_image), pinned());
+    // The Cluster declaring 10.11.19 itself takes over.
+    s.status.target_server_version = Some("10.11.19".into());
+    assert_eq!(
+        image_for(
+            &s.status,
+            "db-2",
+            Some("docker.io/library/mariadb:10.11.19".into())
+        )
+        .as_deref(),
+        Some("docker.io/library/mariadb:10.11.19")
+    );
+}
