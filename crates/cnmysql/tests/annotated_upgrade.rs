@@ -8,7 +8,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -29,20 +28,6 @@ fn build_at(path: &Path) -> String {
     hex::encode(sha2::Sha256::digest(&bytes))
 }
 
-fn ok(out: &std::process::Output, what: &str) -> String {
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{what} failed:\n{text}");
-    text
-}
-
-fn instances(c: &LocalCluster) -> BTreeMap<String, Value> {
-    instances_by_name(&c.status_json())
-}
-
 fn record(c: &LocalCluster, instance: &str) -> Value {
     c.status()["instanceUpgrades"][instance].clone()
 }
@@ -55,7 +40,7 @@ async fn a_canary_from_a_file_fails_on_a_wrong_hash_is_retried_once_fixed_and_mo
     // The hash of the build we want; the file holds another one for now.
     let want = build_at(&file);
     std::fs::copy(BIN, &file).unwrap();
-    let before = instances(&c);
+    let before = c.instances();
     let old = before["can-1"]["executableHash"]
         .as_str()
         .unwrap()
@@ -91,7 +76,7 @@ async fn a_canary_from_a_file_fails_on_a_wrong_hash_is_retried_once_fixed_and_mo
         "{failed}"
     );
     assert!(failed["lastFailedAttemptAt"].is_string());
-    let shown = instances(&c)["can-2"]["annotations"].clone();
+    let shown = c.instances()["can-2"]["annotations"].clone();
     assert_eq!(shown["cnmysql.io/upgrade-status"], "failed", "{shown}");
     assert_eq!(
         shown["cnmysql.io/upgrade-last-failed-attempt-at"],
@@ -99,7 +84,7 @@ async fn a_canary_from_a_file_fails_on_a_wrong_hash_is_retried_once_fixed_and_mo
     );
     assert!(c.has_event("InstanceUpgradeFailed").is_some());
     assert_eq!(
-        instances(&c)["can-2"]["executableHash"],
+        c.instances()["can-2"]["executableHash"],
         old.as_str(),
         "nothing replaced"
     );
@@ -118,7 +103,7 @@ async fn a_canary_from_a_file_fails_on_a_wrong_hash_is_retried_once_fixed_and_mo
     .await;
     assert_eq!(done["release"], want.as_str());
     assert!(done["attempts"].as_u64().unwrap() >= 2, "{done}");
-    let now = instances(&c);
+    let now = c.instances();
     assert_eq!(now["can-2"]["executableHash"], want.as_str());
     assert_eq!(
         now["can-2"]["annotations"]["cnmysql.io/upgrade-release"],
@@ -155,7 +140,7 @@ async fn the_cluster_annotation_walks_every_instance_the_primary_last_and_loses_
     let file = tmp.path().join("cnmysql-next");
     let want = build_at(&file);
     let primary = c.current_primary();
-    let before = instances(&c);
+    let before = c.instances();
     let w =
         cnmysql_bench::writer::WriteChecker::start(c.service_port("rw"), c.app_password()).await;
     w.wait_for_more(50, Duration::from_secs(20)).await;
@@ -164,18 +149,9 @@ async fn the_cluster_annotation_walks_every_instance_the_primary_last_and_loses_
         &c.local(&["annotate", "orc", &asked]),
         "annotate the cluster",
     );
-    let o = wait_for(
-        "the orchestrated upgrade to be done",
-        Duration::from_secs(180),
-        || async {
-            let o = c.status()["orchestratedUpgrade"].clone();
-            assert_ne!(o["status"], "failed", "{o}");
-            (o["status"] == "done").then_some(o)
-        },
-    )
-    .await;
+    let o = c.orchestrated_done(Duration::from_secs(180)).await;
     assert_eq!(o["release"], want.as_str(), "{o}");
-    let now = instances(&c);
+    let now = c.instances();
     for n in ["orc-1", "orc-2", "orc-3"] {
         assert_eq!(now[n]["executableHash"], want.as_str(), "{n}");
         assert_eq!(now[n]["mysqldPid"], before[n]["mysqldPid"], "{n}: in place");

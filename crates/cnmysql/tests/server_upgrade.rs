@@ -88,11 +88,6 @@ fn phase(r: &Value) -> &str {
     r["phase"].as_str().unwrap_or("")
 }
 
-/// Each instance's `/status`.
-fn instances(c: &LocalCluster) -> BTreeMap<String, Value> {
-    instances_by_name(&c.status_json())
-}
-
 /// The steps of a record as `type instance: status`.
 fn steps(r: &Value) -> Vec<String> {
     r["conditions"]
@@ -114,7 +109,7 @@ fn steps(r: &Value) -> Vec<String> {
 }
 
 fn mysqld_pids(c: &LocalCluster) -> BTreeMap<String, Value> {
-    instances(c)
+    c.instances()
         .into_iter()
         .map(|(n, v)| (n, v["mysqldPid"].clone()))
         .collect()
@@ -188,7 +183,7 @@ async fn upgrade_under_writes(
     assert_eq!(order[1], format!("UpdatingInstance {}", replicas[1]));
     assert!(order[2].starts_with("SwitchoverForUpgrade"), "{order:?}");
     assert_eq!(order[3], format!("UpdatingInstance {primary}"));
-    for (n, st) in instances(c) {
+    for (n, st) in c.instances() {
         assert!(
             st["serverVersion"].as_str().unwrap().starts_with(version),
             "{n}: {st:#}"
@@ -252,7 +247,7 @@ async fn downgrade_is_refused(c: &LocalCluster, name: &str, to_image: &str, runn
         assert_eq!(mysqld_pids(c), before, "no server was restarted");
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    for (n, st) in instances(c) {
+    for (n, st) in c.instances() {
         assert!(
             st["serverVersion"].as_str().unwrap().starts_with(running),
             "{n} still runs {running}"
@@ -314,7 +309,7 @@ async fn a_patch_upgrade_moves_replicas_then_the_primary_loses_nothing_and_a_dow
         &format!("{name} back on 10.11.19"),
         Duration::from_secs(120),
         || async {
-            let st = instances(&c).remove(name)?;
+            let st = c.instances().remove(name)?;
             (st["ready"] == true && st["serverVersion"] == "10.11.19").then_some(())
         },
     )
@@ -334,7 +329,7 @@ async fn a_major_upgrade_runs_mariadb_upgrade_on_every_instance_and_a_downgrade_
     upgrade_under_writes(&c, "sup2", "mariadb:11.8", "11.8").await;
     // System tables at the new version everywhere: what mariadb-upgrade
     // recorded, and the server's own view of a system table it changed.
-    for (n, st) in instances(&c) {
+    for (n, st) in c.instances() {
         assert!(
             st["systemTablesVersion"]
                 .as_str()
@@ -512,7 +507,7 @@ async fn the_force_annotation_moves_an_upgrade_past_a_broken_replica() {
     wait_for(
         &format!("{broken} broken"),
         Duration::from_secs(30),
-        || async { (instances(&c)[&broken]["ready"] == false).then_some(()) },
+        || async { (c.instances()[&broken]["ready"] == false).then_some(()) },
     )
     .await;
     apply(&c, &manifest("sup4", 3, "mariadb:10.11.19", ""));
@@ -537,7 +532,7 @@ async fn the_force_annotation_moves_an_upgrade_past_a_broken_replica() {
         "every instance on 10.11.19",
         Duration::from_secs(180),
         || async {
-            instances(&c)
+            c.instances()
                 .values()
                 .all(|st| st["serverVersion"] == "10.11.19")
                 .then_some(())
@@ -568,17 +563,6 @@ async fn the_force_annotation_moves_an_upgrade_past_a_broken_replica() {
     c.destroy();
 }
 
-fn annotate(c: &LocalCluster, args: &[&str]) {
-    let mut all = vec!["annotate"];
-    all.extend_from_slice(args);
-    let out = c.local(&all);
-    assert!(
-        out.status.success(),
-        "annotate {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root and the server images mariadb:10.11.18, mariadb:10.11.19, mariadb:11.8: run scripts/test as root (it builds them)"]
 async fn an_annotated_server_canary_fails_on_a_broken_image_is_retried_once_fixed_then_the_cluster_follows()
@@ -606,14 +590,11 @@ async fn an_annotated_server_canary_fails_on_a_broken_image_is_retried_once_fixe
     w.wait_for_more(50, Duration::from_secs(20)).await;
 
     let pids = mysqld_pids(&c);
-    annotate(
-        &c,
-        &[
-            "sua",
-            &canary,
-            &format!("cnmysql.io/upgrade-to=image={}", broken.reference),
-        ],
-    );
+    c.annotate(&[
+        "sua",
+        &canary,
+        &format!("cnmysql.io/upgrade-to=image={}", broken.reference),
+    ]);
     // The image does not start: failed with the time and the server's own
     // words (locally it is tried before anything stops, when the image's
     // template data directory is made; elsewhere the step's 90 s run out).
@@ -654,7 +635,7 @@ async fn an_annotated_server_canary_fails_on_a_broken_image_is_retried_once_fixe
         Some(true),
         "{done}"
     );
-    let now = instances(&c);
+    let now = c.instances();
     for n in ["sua-1", "sua-2", "sua-3"] {
         let want = if *n == canary { "10.11.19" } else { "10.11.18" };
         assert_eq!(now[n]["serverVersion"], want, "{n}");
@@ -662,15 +643,12 @@ async fn an_annotated_server_canary_fails_on_a_broken_image_is_retried_once_fixe
     assert_eq!(c.current_primary(), primary);
     // Back to 10.11.18: refused as a downgrade, nothing touched.
     let pid = mysqld_pids(&c)[&canary].clone();
-    annotate(
-        &c,
-        &[
-            "sua",
-            &canary,
-            "--overwrite",
-            "cnmysql.io/upgrade-to=image=mariadb:10.11.18",
-        ],
-    );
+    c.annotate(&[
+        "sua",
+        &canary,
+        "--overwrite",
+        "cnmysql.io/upgrade-to=image=mariadb:10.11.18",
+    ]);
     let refused = wait_for(
         "the downgrade to be refused",
         Duration::from_secs(30),
@@ -688,23 +666,14 @@ async fn an_annotated_server_canary_fails_on_a_broken_image_is_retried_once_fixe
 
     // The whole cluster by version, through the image the store knows:
     // the other replica, then the primary after a switchover.
-    annotate(&c, &["sua", "cnmysql.io/upgrade-to=image=mariadb:10.11.19"]);
-    let o = wait_for(
-        "the orchestrated upgrade to be done",
-        Duration::from_secs(300),
-        || async {
-            let o = c.status()["orchestratedUpgrade"].clone();
-            assert_ne!(o["status"], "failed", "{o}");
-            (o["status"] == "done").then_some(o)
-        },
-    )
-    .await;
+    c.annotate(&["sua", "cnmysql.io/upgrade-to=image=mariadb:10.11.19"]);
+    let o = c.orchestrated_done(Duration::from_secs(300)).await;
     assert_eq!(
         o["release"].as_str().map(|r| r.starts_with("10.11.19")),
         Some(true),
         "{o}"
     );
-    for (n, st) in instances(&c) {
+    for (n, st) in c.instances() {
         assert_eq!(st["serverVersion"], "10.11.19", "{n}");
     }
     assert_ne!(

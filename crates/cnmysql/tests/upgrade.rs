@@ -16,7 +16,6 @@ use cnmysql_instance::client::ControlClient;
 use common::writer::{start as start_writer, verify_on};
 use common::*;
 use mysql_async::prelude::*;
-use serde_json::Value;
 
 const DURABLE: &str = "    semiSync:\n      enabled: true\n      timeoutMillis: 1000\n      dataDurability: required\n  minSyncReplicas: 1\n  maxSyncReplicas: 1\n  failoverDelay: 0\n";
 
@@ -46,23 +45,8 @@ fn local_with(exe: &Path, c: &LocalCluster, args: &[&str]) -> std::process::Outp
         .unwrap()
 }
 
-fn ok(out: &std::process::Output, what: &str) -> String {
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{what} failed:\n{text}");
-    text
-}
-
-/// Each instance's `/status` as `local status -o json` shows it.
-fn instances(c: &LocalCluster) -> BTreeMap<String, Value> {
-    instances_by_name(&c.status_json())
-}
-
 fn hashes(c: &LocalCluster) -> BTreeMap<String, String> {
-    instances(c)
+    c.instances()
         .into_iter()
         .map(|(n, v)| (n, v["executableHash"].as_str().unwrap_or("").to_string()))
         .collect()
@@ -151,11 +135,11 @@ async fn in_place_upgrade_keeps_every_mysqld_running_and_loses_no_write() {
     assert_eq!(hashes(&c)["inp-2"], old_hash);
 
     // restart-inplace: the same binary re-executed; mysqld keeps its PID.
-    let before = instances(&c)["inp-2"].clone();
+    let before = c.instances()["inp-2"].clone();
     let out = c.local(&["restart-inplace", "inp", "inp-2"]);
     let said = ok(&out, "restart-inplace");
     assert!(said.contains("restarted in place"), "{said}");
-    let after = instances(&c)["inp-2"].clone();
+    let after = c.instances()["inp-2"].clone();
     assert_eq!(after["mysqldPid"], before["mysqldPid"]);
     assert_eq!(after["managerPid"], before["managerPid"]);
     assert_ne!(after["managerStartedAt"], before["managerStartedAt"]);
@@ -169,7 +153,7 @@ async fn in_place_upgrade_keeps_every_mysqld_running_and_loses_no_write() {
     let w =
         cnmysql_bench::writer::WriteChecker::start(c.service_port("rw"), c.app_password()).await;
     w.wait_for_more(50, Duration::from_secs(20)).await;
-    let before = instances(&c);
+    let before = c.instances();
     let log = c.instance_dir("inp-2").join("manager.log");
     let out = local_with(&next, &c, &["upgrade", "--wait-timeout", "180"]);
     let said = ok(&out, "local upgrade");
@@ -190,7 +174,7 @@ async fn in_place_upgrade_keeps_every_mysqld_running_and_loses_no_write() {
     .await;
     wait_healthy(&c, Duration::from_secs(60)).await;
     w.wait_for_more(50, Duration::from_secs(20)).await;
-    let after = instances(&c);
+    let after = c.instances();
     for n in ["inp-1", "inp-2", "inp-3"] {
         assert_eq!(
             after[n]["mysqldPid"], before[n]["mysqldPid"],
@@ -243,7 +227,7 @@ async fn rolling_upgrade_recreates_replicas_then_switches_over_and_loses_nothing
     let tmp = tempfile::tempdir().unwrap();
     let (next, next_hash) = new_executable(tmp.path());
     let primary = c.current_primary();
-    let before = instances(&c);
+    let before = c.instances();
     let w = start_writer(&c).await;
     w.wait_for_more(50, Duration::from_secs(20)).await;
     let out = local_with(&next, &c, &["upgrade", "--wait-timeout", "300"]);
@@ -254,7 +238,7 @@ async fn rolling_upgrade_recreates_replicas_then_switches_over_and_loses_nothing
         assert_eq!(h, next_hash, "{n} runs the new manager");
     }
     // Recreated: every mysqld was restarted.
-    let after = instances(&c);
+    let after = c.instances();
     for n in ["rol-1", "rol-2", "rol-3"] {
         assert_ne!(
             after[n]["mysqldPid"], before[n]["mysqldPid"],
@@ -302,7 +286,7 @@ async fn supervised_rollout_waits_for_a_switchover_then_resumes() {
     );
     let tmp = tempfile::tempdir().unwrap();
     let (next, next_hash) = new_executable(tmp.path());
-    let before = instances(&c);
+    let before = c.instances();
     let old: Vec<String> = hashes(&c).into_values().collect();
     ok(
         &local_with(&next, &c, &["upgrade", "--no-wait"]),
@@ -320,7 +304,7 @@ async fn supervised_rollout_waits_for_a_switchover_then_resumes() {
     assert!(c.has_event("UpgradeWaitingForUser").is_some());
     // Nothing was touched, and a later look still finds nothing touched.
     for _ in 0..3 {
-        let now = instances(&c);
+        let now = c.instances();
         for n in ["sup-1", "sup-2", "sup-3"] {
             assert_eq!(now[n]["mysqldPid"], before[n]["mysqldPid"], "{n} untouched");
         }

@@ -55,3 +55,12 @@ pub fn primary(name: &str, gtid: &str) -> Observed {
     st.replication = None;
     o
 }
+
+/// db-1 primary, db-2 and db-3 replicas, all at `0-1-10`.
+pub fn three() -> Vec<Observed> {
+    vec![
+        primary("db-1", "0-1-10"),
+        replica("db-2", "0-1-10"),
+        replica("db-3", "0-1-10"),
+    ]
+}

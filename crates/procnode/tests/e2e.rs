@@ -621,16 +621,8 @@ async fn a_new_operator_image_upgrades_every_manager_in_place_and_restart_inplac
     let st = e.status().await;
     assert_eq!(st.executable_hash_by_instance.get("db-2"), Some(&hash));
 
-    w.wait_for_more(50, Duration::from_secs(30)).await;
-    let o = w.stop().await;
-    eprintln!(
-        "in place: {} writes acknowledged, {} failed, longest gap {:?}",
-        o.acked.len(),
-        o.errors,
-        o.longest_gap
-    );
+    let o = e.finish(w, "in place").await;
     assert_eq!(o.errors, 0, "writes failed while managers were swapped");
-    e.verify(&o.acked).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -982,6 +974,55 @@ impl Env {
             .get(key)
             .cloned()
     }
+
+    /// Let `w` write on a little, stop it, say what it saw, and check
+    /// that every acknowledged row is on every instance.
+    async fn finish(&self, w: WriteChecker, what: &str) -> cnmysql_bench::writer::Outcome {
+        w.wait_for_more(50, Duration::from_secs(30)).await;
+        let out = w.stop().await;
+        eprintln!(
+            "{what}: {} writes acknowledged, {} failed, longest gap {:?}",
+            out.acked.len(),
+            out.errors,
+            out.longest_gap
+        );
+        self.verify(&out.acked).await;
+        out
+    }
+
+    /// Wait until `pod` carries `cnmysql.io/upgrade-status: <status>`.
+    async fn await_upgrade_status(&self, pod: &str, status: &str, what: &str, timeout: Duration) {
+        until(what, timeout, || async {
+            (self
+                .pod_annotation(pod, "cnmysql.io/upgrade-status")
+                .await
+                .as_deref()
+                == Some(status))
+            .then_some(())
+        })
+        .await
+        .unwrap()
+    }
+
+    /// `kubectl annotate <kind> <name> <key=value>` in the test namespace.
+    fn annotate(&self, kind: &str, name: &str, kv: &str) {
+        self.k
+            .cp
+            .kubectl(&["-n", NS, "annotate", kind, name, kv], None)
+            .unwrap();
+    }
+
+    /// Wait until the Cluster's orchestrated upgrade is done (never failed
+    /// meanwhile); its record.
+    async fn orchestrated_done(&self, timeout: Duration) -> cnmysql_api::OrchestratedUpgrade {
+        until("the orchestrated upgrade to be done", timeout, || async {
+            let o = self.status().await.orchestrated_upgrade?;
+            assert_ne!(o.status, "failed", "{o:?}");
+            (o.status == "done").then_some(o)
+        })
+        .await
+        .unwrap()
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1003,19 +1044,11 @@ async fn annotations_upgrade_a_canary_from_a_file_retry_a_failure_and_walk_the_w
     // The canary: db-2's volume holds the wrong build at first.
     let want = put_build(&e, "db-2", true);
     let file = "/var/lib/cnmysql/cnmysql-next";
-    e.k.cp
-        .kubectl(
-            &[
-                "-n",
-                NS,
-                "annotate",
-                "pod",
-                "db-2",
-                &format!("cnmysql.io/upgrade-to=manager=file://{file}#sha256={want}"),
-            ],
-            None,
-        )
-        .unwrap();
+    e.annotate(
+        "pod",
+        "db-2",
+        &format!("cnmysql.io/upgrade-to=manager=file://{file}#sha256={want}"),
+    );
     let failed_at = until(
         "db-2's attempt to fail on the hash",
         Duration::from_secs(60),
@@ -1041,19 +1074,13 @@ async fn annotations_upgrade_a_canary_from_a_file_retry_a_failure_and_walk_the_w
     assert!(e.events_named("InstanceUpgradeFailed").await >= 1);
     // Fixed: the right build put there; the retry takes.
     put_build(&e, "db-2", false);
-    until(
+    e.await_upgrade_status(
+        "db-2",
+        "done",
         "db-2's retried attempt to be done",
         Duration::from_secs(90),
-        || async {
-            (e.pod_annotation("db-2", "cnmysql.io/upgrade-status")
-                .await
-                .as_deref()
-                == Some("done"))
-            .then_some(())
-        },
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(
         e.pod_annotation("db-2", "cnmysql.io/upgrade-release")
             .await
@@ -1075,30 +1102,12 @@ async fn annotations_upgrade_a_canary_from_a_file_retry_a_failure_and_walk_the_w
     // The whole cluster, from files on each volume (no hash given).
     put_build(&e, "db-1", false);
     put_build(&e, "db-3", false);
-    e.k.cp
-        .kubectl(
-            &[
-                "-n",
-                NS,
-                "annotate",
-                "cluster",
-                "db",
-                &format!("cnmysql.io/upgrade-to=manager=file://{file}"),
-            ],
-            None,
-        )
-        .unwrap();
-    let o = until(
-        "the orchestrated upgrade to be done",
-        Duration::from_secs(180),
-        || async {
-            let o = e.status().await.orchestrated_upgrade?;
-            assert_ne!(o.status, "failed", "{o:?}");
-            (o.status == "done").then_some(o)
-        },
-    )
-    .await
-    .unwrap();
+    e.annotate(
+        "cluster",
+        "db",
+        &format!("cnmysql.io/upgrade-to=manager=file://{file}"),
+    );
+    let o = e.orchestrated_done(Duration::from_secs(180)).await;
     assert_eq!(o.release.as_deref(), Some(want.as_str()));
     let c = e.clusters.get("db").await.unwrap();
     assert_eq!(
@@ -1110,16 +1119,8 @@ async fn annotations_upgrade_a_canary_from_a_file_retry_a_failure_and_walk_the_w
         assert_eq!(st.executable_hash_by_instance[*p], want, "{p}");
         assert_eq!(&e.pod_processes(p).await, b, "{p}: in place");
     }
-    w.wait_for_more(50, Duration::from_secs(30)).await;
-    let out = w.stop().await;
-    eprintln!(
-        "annotated upgrades: {} writes acknowledged, {} failed, longest gap {:?}",
-        out.acked.len(),
-        out.errors,
-        out.longest_gap
-    );
+    let out = e.finish(w, "annotated upgrades").await;
     assert_eq!(out.errors, 0, "writes failed while managers were swapped");
-    e.verify(&out.acked).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1144,19 +1145,7 @@ async fn an_annotated_server_canary_fails_on_a_broken_image_is_retried_once_the_
         .unwrap();
     let w = e.writer().await;
     w.wait_for_more(50, Duration::from_secs(30)).await;
-    e.k.cp
-        .kubectl(
-            &[
-                "-n",
-                NS,
-                "annotate",
-                "pod",
-                canary,
-                "cnmysql.io/upgrade-to=version=10.11.19",
-            ],
-            None,
-        )
-        .unwrap();
+    e.annotate("pod", canary, "cnmysql.io/upgrade-to=version=10.11.19");
     let began = Instant::now();
     let failed = until(
         "the attempt on the broken image to fail",
@@ -1175,19 +1164,13 @@ async fn an_annotated_server_canary_fails_on_a_broken_image_is_retried_once_the_
     );
     assert!(failed.last_failed_attempt_at.is_some());
     // The Pod carries it too (it was made again for the attempt).
-    until(
+    e.await_upgrade_status(
+        canary,
+        "failed",
         "the failure on the Pod",
         Duration::from_secs(30),
-        || async {
-            (e.pod_annotation(canary, "cnmysql.io/upgrade-status")
-                .await
-                .as_deref()
-                == Some("failed"))
-            .then_some(())
-        },
     )
-    .await
-    .unwrap();
+    .await;
     // The cause fixed: the catalog names the real image; the retry takes.
     e.k.cp
         .kubectl(
@@ -1234,30 +1217,8 @@ async fn an_annotated_server_canary_fails_on_a_broken_image_is_retried_once_the_
     }
     // The whole cluster: the other replica, then the primary after a
     // switchover.
-    e.k.cp
-        .kubectl(
-            &[
-                "-n",
-                NS,
-                "annotate",
-                "cluster",
-                "db",
-                "cnmysql.io/upgrade-to=version=10.11.19",
-            ],
-            None,
-        )
-        .unwrap();
-    let o = until(
-        "the orchestrated upgrade to be done",
-        Duration::from_secs(420),
-        || async {
-            let o = e.status().await.orchestrated_upgrade?;
-            assert_ne!(o.status, "failed", "{o:?}");
-            (o.status == "done").then_some(o)
-        },
-    )
-    .await
-    .unwrap();
+    e.annotate("cluster", "db", "cnmysql.io/upgrade-to=version=10.11.19");
+    let o = e.orchestrated_done(Duration::from_secs(420)).await;
     assert_eq!(
         o.release.as_deref().map(|r| r.starts_with("10.11.19")),
         Some(true),
@@ -1277,13 +1238,5 @@ async fn an_annotated_server_canary_fails_on_a_broken_image_is_retried_once_the_
         "switched over first"
     );
     assert_eq!(e.events_named("FailoverCompleted").await, 0);
-    w.wait_for_more(50, Duration::from_secs(30)).await;
-    let out = w.stop().await;
-    eprintln!(
-        "annotated server upgrades: {} writes acknowledged, {} failed, longest gap {:?}",
-        out.acked.len(),
-        out.errors,
-        out.longest_gap
-    );
-    e.verify(&out.acked).await;
+    e.finish(w, "annotated server upgrades").await;
 }

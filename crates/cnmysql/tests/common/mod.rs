@@ -570,6 +570,42 @@ pub async fn rows(conn: &mut Conn, q: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// The output of a command that must have succeeded (stdout and stderr).
+pub fn ok(out: &Output, what: &str) -> String {
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{what} failed:\n{text}");
+    text
+}
+
+impl LocalCluster {
+    /// Each instance as `local status -o json` shows it, by name.
+    pub fn instances(&self) -> BTreeMap<String, Value> {
+        instances_by_name(&self.status_json())
+    }
+
+    /// `cnmysql local annotate <args>`, which must succeed.
+    pub fn annotate(&self, args: &[&str]) {
+        let mut all = vec!["annotate"];
+        all.extend_from_slice(args);
+        ok(&self.local(&all), &format!("annotate {args:?}"));
+    }
+
+    /// Wait until the cluster's orchestrated upgrade is done (never
+    /// failed meanwhile); its record.
+    pub async fn orchestrated_done(&self, timeout: Duration) -> Value {
+        wait_for("the orchestrated upgrade to be done", timeout, || async {
+            let o = self.status()["orchestratedUpgrade"].clone();
+            assert_ne!(o["status"], "failed", "{o}");
+            (o["status"] == "done").then_some(o)
+        })
+        .await
+    }
+}
+
 pub fn instances_by_name(status: &Value) -> BTreeMap<String, Value> {
     status["instances"]
         .as_array()

@@ -92,11 +92,7 @@ fn failed_attempts_are_retried_with_a_growing_backoff_and_done_wins() {
 /// db-1 primary, db-2 and db-3 replicas, all on the operator's manager
 /// and MariaDB 10.11.18; `manual` strategy when asked.
 fn cluster(manual: bool) -> Snapshot {
-    let mut obs = vec![
-        primary("db-1", "0-1-10"),
-        replica("db-2", "0-1-10"),
-        replica("db-3", "0-1-10"),
-    ];
+    let mut obs = crate::testutil::three();
     for o in &mut obs {
         let st = o.status.as_mut().unwrap();
         st.executable_hash = OPERATOR.into();
@@ -150,6 +146,13 @@ fn run(s: &mut Snapshot) -> Pass {
         }
     }
     p
+}
+
+/// The step of `instance`'s attempt failed outright (the engine records
+/// it so).
+fn refuse(s: &mut Snapshot, instance: &str, why: &str) {
+    let r = failed_now(&s.status.instance_upgrades[instance], why, s.now_ms);
+    s.status.instance_upgrades.insert(instance.into(), r);
 }
 
 fn set_hash(s: &mut Snapshot, instance: &str, hash: &str) {
@@ -253,12 +256,7 @@ fn a_refused_attempt_is_failed_with_the_time_and_retried_after_the_backoff_only(
     );
     run(&mut s);
     // The manager refused the file (the engine records it so).
-    let r = failed_now(
-        &s.status.instance_upgrades["db-2"],
-        "its SHA-256 is …, not … as asked",
-        s.now_ms,
-    );
-    s.status.instance_upgrades.insert("db-2".into(), r);
+    refuse(&mut s, "db-2", "its SHA-256 is …, not … as asked");
     let p = run(&mut s);
     assert!(p.changes.is_empty(), "{p:?}");
     let a = &s.declared.asked.instances["db-2"];
@@ -315,8 +313,7 @@ fn with_server(s: &mut Snapshot, value: &str, image: &str, version: &str) {
 fn a_server_version_is_validated_pinned_and_the_primary_switched_over_first() {
     let mut s = cluster(true);
     // No downgrade.
-    annotate(&mut s, "db-2", "version=10.11.17");
-    with_server(&mut s, "version=10.11.17", "mariadb:10.11.17", "10.11.17");
+    ask_server(&mut s, "db-2", "10.11.17");
     run(&mut s);
     let r = &s.status.instance_upgrades["db-2"];
     assert_eq!(r.status, "failed");
@@ -326,8 +323,7 @@ fn a_server_version_is_validated_pinned_and_the_primary_switched_over_first() {
         Some("mariadb:10.11.18")
     );
     // The primary asked for a newer one: pinned, and switched over first.
-    annotate(&mut s, "db-1", "version=10.11.19");
-    with_server(&mut s, "version=10.11.19", "mariadb:10.11.19", "10.11.19");
+    ask_server(&mut s, "db-1", "10.11.19");
     run(&mut s);
     assert_eq!(s.status.instance_upgrades["db-1"].status, "in-progress");
     assert_eq!(
@@ -350,13 +346,24 @@ fn a_server_version_is_validated_pinned_and_the_primary_switched_over_first() {
         complete_time: None,
         conditions: vec![],
     });
-    annotate(&mut t, "db-3", "version=10.11.19");
-    with_server(&mut t, "version=10.11.19", "mariadb:10.11.19", "10.11.19");
+    ask_server(&mut t, "db-3", "10.11.19");
     run(&mut t);
     assert!(
         t.status.instance_upgrades["db-3"]
             .message
             .contains("declared server upgrade")
+    );
+}
+
+/// `instance` asked for `version=<version>`, which resolves to
+/// `mariadb:<version>`.
+fn ask_server(s: &mut Snapshot, instance: &str, version: &str) {
+    annotate(s, instance, &format!("version={version}"));
+    with_server(
+        s,
+        &format!("version={version}"),
+        &format!("mariadb:{version}"),
+        version,
     );
 }
 
@@ -389,12 +396,7 @@ fn the_orchestrator_marks_replicas_in_ordinal_order_the_primary_last_and_stops_a
     );
     // db-2's attempt fails: the orchestration stops there, says so.
     run(&mut s);
-    let r = failed_now(
-        &s.status.instance_upgrades["db-2"],
-        "not executable",
-        s.now_ms,
-    );
-    s.status.instance_upgrades.insert("db-2".into(), r);
+    refuse(&mut s, "db-2", "not executable");
     let o = orchestrate(&mut s);
     assert!(o.mark.is_none());
     let rec = s.status.orchestrated_upgrade.clone().unwrap();
@@ -463,8 +465,7 @@ fn the_orchestrator_and_a_declared_server_upgrade_never_run_at_once() {
 #[test]
 fn the_image_an_instances_data_has_run_on_is_never_given_up_for_an_older_one() {
     let mut s = cluster(true);
-    annotate(&mut s, "db-2", "version=10.11.19");
-    with_server(&mut s, "version=10.11.19", "mariadb:10.11.19", "10.11.19");
+    ask_server(&mut s, "db-2", "10.11.19");
     run(&mut s);
     // It runs 10.11.19 now, its data too.
     {
@@ -485,8 +486,7 @@ fn the_image_an_instances_data_has_run_on_is_never_given_up_for_an_older_one() {
         pinned()
     );
     // Asked for an older one: refused, and the pin stays.
-    annotate(&mut s, "db-2", "version=10.11.18");
-    with_server(&mut s, "version=10.11.18", "mariadb:10.11.18", "10.11.18");
+    ask_server(&mut s, "db-2", "10.11.18");
     run(&mut s);
     let r = &s.status.instance_upgrades["db-2"];
     assert!(

@@ -106,11 +106,7 @@ fn the_spec_resolves_through_a_catalog_an_image_or_the_default() {
 /// db-1 primary, db-2 and db-3 replicas, all on 10.11.18 data and
 /// program, the cluster running OLD and declaring `target`.
 fn cluster(target: &str, version: &str) -> Snapshot {
-    let mut obs = vec![
-        primary("db-1", "0-1-10"),
-        replica("db-2", "0-1-10"),
-        replica("db-3", "0-1-10"),
-    ];
+    let mut obs = crate::testutil::three();
     for o in &mut obs {
         let st = o.status.as_mut().unwrap();
         st.server_version = "10.11.18".into();
