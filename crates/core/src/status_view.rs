@@ -309,9 +309,16 @@ impl View {
         }
         if !st.instance_upgrades.is_empty() || st.orchestrated_upgrade.is_some() {
             out.push_str("\nANNOTATED UPGRADES\n");
+            let w = st
+                .instance_upgrades
+                .keys()
+                .map(|n| n.len())
+                .chain([7])
+                .max()
+                .unwrap_or(7);
             if let Some(o) = &st.orchestrated_upgrade {
                 out.push_str(&format!(
-                    "{:<16} {:<12} {:<12} {}  {}\n",
+                    "{:<w$}  {:<12} {:<12} {}  {}\n",
                     "cluster",
                     o.status,
                     o.release
@@ -329,7 +336,7 @@ impl View {
                     r.upgrade_to.clone()
                 };
                 let mut line = format!(
-                    "{:<16} {:<12} {:<12} {}  attempts {}",
+                    "{:<w$}  {:<12} {:<12} {}  attempts {}",
                     name,
                     r.status,
                     r.release
