@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::rollout::{self, InFlight, Next};
-use crate::testutil::{primary, replica, snapshot};
+use crate::testutil::snapshot;
 
 const HASH: &str = "aa11bb22cc33dd44ee55ff66aa11bb22cc33dd44ee55ff66aa11bb22cc33dd44";
 const OPERATOR: &str = "0000000000000000000000000000000000000000000000000000000000000000";

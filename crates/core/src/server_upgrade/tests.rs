@@ -1,6 +1,6 @@
 use super::*;
 use crate::rollout::{InFlight, Next};
-use crate::testutil::{primary, replica, snapshot};
+use crate::testutil::snapshot;
 use cnmysql_api::{CatalogImage, MaintenanceWindow};
 
 const OLD: &str = "docker.io/library/mariadb:10.11.18";
