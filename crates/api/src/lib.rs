@@ -1,5 +1,6 @@
 //! The `Cluster` API of cloudnative-mysql (`mysql.cnmysql.io/v1`).
 
+pub mod backup;
 pub mod cluster;
 pub mod instance_upgrade;
 pub mod names;

@@ -8,6 +8,8 @@
 //! because no package registry ships these binaries; `scripts/test-kube`
 //! runs them when `KUBEBUILDER_ASSETS` is set.
 
+pub mod object_store;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
