@@ -117,3 +117,70 @@ async fn a_real_s3_server_holds_what_a_backup_writes_and_refuses_a_wrong_key() {
         "{e}"
     );
 }
+
+/// 24 MiB of a stream that compresses somewhat (as a data directory
+/// does), in 64 KiB chunks.
+fn stream_of(
+    mb: usize,
+) -> (
+    Vec<u8>,
+    impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Unpin + Send,
+) {
+    let data: Vec<u8> = (0..mb * 1024 * 1024)
+        .map(|i| ((i / 7) % 253) as u8 ^ ((i % 4096 == 0) as u8))
+        .collect();
+    let chunks: Vec<Result<Bytes, std::io::Error>> = data
+        .chunks(64 * 1024)
+        .map(|c| Ok(Bytes::copy_from_slice(c)))
+        .collect();
+    (data, futures::stream::iter(chunks))
+}
+
+async fn round_trip(d: &Destination) {
+    use cnmysql_backup::stored_stream::{fetch, store};
+    let (data, body) = stream_of(24);
+    let stored = store(d, "base/1/data.mbstream.zst", body).await.unwrap();
+    assert_eq!(stored.raw_bytes, data.len() as u64);
+    assert!(stored.stored_bytes < stored.raw_bytes / 2, "{stored:?}");
+    let mut back = Vec::new();
+    assert_eq!(
+        fetch(d, &stored, &mut back).await.unwrap(),
+        data.len() as u64
+    );
+    assert!(back == data, "the stream read back differs");
+    // Damaged in the store: refused, naming the object.
+    let key = object_store::path::Path::from(stored.key.as_str());
+    let mut bytes = d
+        .store
+        .get(&key)
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap()
+        .to_vec();
+    let last = bytes.len() - 100;
+    bytes[last] ^= 0xff;
+    d.store.put(&key, PutPayload::from(bytes)).await.unwrap();
+    let e = fetch(d, &stored, &mut Vec::new())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains(&stored.key), "{e}");
+}
+
+#[tokio::test]
+async fn a_stream_is_stored_compressed_in_parts_read_back_whole_and_damage_is_caught() {
+    rustls::crypto::ring::default_provider()
+        .install_default()
+        .ok();
+    let dir = tempfile::tempdir().unwrap();
+    let spec = ObjectStore {
+        destination_path: format!("file://{}", dir.path().display()),
+        ..Default::default()
+    };
+    round_trip(&open(&spec, &Secrets::default()).unwrap()).await;
+    let server = S3Server::start("streams").await.unwrap();
+    let (spec, secrets) = s3_spec(&server);
+    round_trip(&open(&spec, &secrets).unwrap()).await;
+}
