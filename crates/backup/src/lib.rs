@@ -1,6 +1,8 @@
 //! Backups and binlog archives in an object store (issue 23): where a
-//! Cluster's backups go (`destination.rs`), and how a stream is stored
-//! there compressed and read back (`stored_stream.rs`).
+//! Cluster's backups go (`destination.rs`), how a stream is stored there
+//! compressed and read back (`stored_stream.rs`), and what a MariaDB base
+//! backup is consistent with, read as it passes (`mbstream.rs`).
 
 pub mod destination;
+pub mod mbstream;
 pub mod stored_stream;

@@ -4,7 +4,8 @@
 //! it) is stored compressed in parts in SeaweedFS, read back, unpacked
 //! with `mbstream` and prepared with `mariadb-backup --prepare`; it holds
 //! the GTID position it is consistent with, at least the last row
-//! written before it began.
+//! written before it began, and that position is read from the stream as
+//! it passes (`cnmysql_backup::mbstream`), the same as unpacked.
 
 mod common;
 
@@ -71,10 +72,17 @@ async fn a_mariadb_base_backup_goes_to_s3_compressed_and_comes_back_preparable()
         .await
         .unwrap();
     assert_eq!(resp.status(), 200);
-    let body = resp
-        .into_body()
-        .into_data_stream()
-        .map_err(std::io::Error::other);
+    // Read as it passes: what the backup is consistent with.
+    let scanner = std::sync::Arc::new(std::sync::Mutex::new(
+        cnmysql_backup::mbstream::Scanner::new(),
+    ));
+    let body = {
+        let scanner = scanner.clone();
+        resp.into_body()
+            .into_data_stream()
+            .map_err(std::io::Error::other)
+            .inspect_ok(move |b| scanner.lock().unwrap().feed(b))
+    };
 
     let server = S3Server::start("backups").await.unwrap();
     let key = |k: &str| SecretKeyRef {
@@ -135,6 +143,11 @@ async fn a_mariadb_base_backup_goes_to_s3_compressed_and_comes_back_preparable()
     );
     assert!(target.join("shop/orders.ibd").exists());
     let gtid = cnmysql_instance::clone::backup_gtid(&target).unwrap();
+    assert_eq!(
+        scanner.lock().unwrap().gtid().as_deref(),
+        Ok(gtid.as_str()),
+        "the GTID read from the passing stream is the unpacked backup's"
+    );
     eprintln!("consistent with {gtid} (the primary was at {before} before it began)");
     let seq = |g: &str| -> u64 { g.rsplit('-').next().unwrap().parse().unwrap() };
     assert!(seq(&gtid) >= seq(&before), "{gtid} < {before}");
