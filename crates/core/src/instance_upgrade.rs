@@ -291,6 +291,27 @@ pub fn pinned_hash<'a>(s: &'a Snapshot, name: &str) -> Option<&'a str> {
         .and_then(|r| r.manager_hash.as_deref())
 }
 
+/// Whether a rollout step given to `name` at `given_ms` still stands for
+/// its annotation-driven attempt: not once the attempt failed (the retry
+/// gets its step at once), nor once a newer attempt started after it.
+pub fn step_stands(s: &Snapshot, name: &str, given_ms: i64) -> bool {
+    record(s, name).is_none_or(|r| {
+        let started = r
+            .attempt_started_at
+            .as_deref()
+            .and_then(|a| a.parse::<k8s_openapi::jiff::Timestamp>().ok())
+            .map(|a| a.as_millisecond());
+        status_of(r) != Some(Status::Failed) && started.is_none_or(|a| a <= given_ms)
+    })
+}
+
+/// Whether `name`'s rollout step lasts until the instance is ready (not
+/// only until its server runs): a server attempt under way, whose
+/// [`STEP_DEADLINE_MS`] runs from the step.
+pub fn step_awaits_ready(s: &Snapshot, name: &str) -> bool {
+    in_progress(s, name) && in_place_source(s, name).is_none()
+}
+
 /// Where an in-place upgrade of `name` takes its executable from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Source {

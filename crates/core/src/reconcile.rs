@@ -788,32 +788,14 @@ fn restart(memory: &mut Memory, instance: &str) -> Action {
 fn rollout_step(s: &Snapshot, memory: &mut Memory) -> Vec<Action> {
     // A step is done once its instance answers up to date with its server
     // running (ready or not: the health gate asks for more, unless forced).
-    // An annotation-driven attempt that failed, or one started after the
-    // step was given, gets its step at once (no wait for the retry).
     memory.rollout_in_flight.retain(|n, t| {
-        crate::instance_upgrade::record(s, n).is_none_or(|r| {
-            let started = r
-                .attempt_started_at
-                .as_deref()
-                .and_then(|a| a.parse::<k8s_openapi::jiff::Timestamp>().ok())
-                .map(|a| a.as_millisecond());
-            r.status != crate::instance_upgrade::Status::Failed.as_str()
-                && started.is_none_or(|a| a <= *t)
-        })
-    });
-    // An annotation-driven server attempt's step lasts until the instance
-    // is ready (its deadline runs from the step).
-    let server_attempt = |n: &str| {
-        crate::instance_upgrade::in_progress(s, n)
-            && crate::instance_upgrade::in_place_source(s, n).is_none()
-    };
-    memory.rollout_in_flight.retain(|n, _| {
-        s.get(n).is_none_or(|o| {
-            o.outdated.is_some()
-                || rollout::is_current(s, n) != Some(true)
-                || o.status.as_ref().is_none_or(|st| !st.mysqld_running)
-                || (server_attempt(n) && !o.ready())
-        })
+        crate::instance_upgrade::step_stands(s, n, *t)
+            && s.get(n).is_none_or(|o| {
+                o.outdated.is_some()
+                    || rollout::is_current(s, n) != Some(true)
+                    || o.status.as_ref().is_none_or(|st| !st.mysqld_running)
+                    || (crate::instance_upgrade::step_awaits_ready(s, n) && !o.ready())
+            })
     });
     // A switchover while the supervised rollout waited is the human's go.
     if let Some((p, target)) = memory.waiting_for_user.clone()

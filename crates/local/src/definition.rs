@@ -130,9 +130,15 @@ impl Definitions {
         status: &cnmysql_api::ClusterStatus,
         name: &str,
     ) -> anyhow::Result<String> {
-        let cluster = self.instance_image(status).ok();
-        cnmysql_core::instance_upgrade::image_for(status, name, cluster)
-            .ok_or_else(|| self.instance_image(status).unwrap_err())
+        let cluster = self.instance_image(status);
+        match cnmysql_core::instance_upgrade::image_for(
+            status,
+            name,
+            cluster.as_ref().ok().cloned(),
+        ) {
+            Some(image) => Ok(image),
+            None => cluster,
+        }
     }
 
     /// What the annotations ask, with the servers they name resolved the

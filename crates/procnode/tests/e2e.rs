@@ -694,21 +694,13 @@ async fn server_version_upgrades_through_a_catalog_record_each_step_lose_nothing
     let patch =
         |v: &str| e.patch_cluster(&format!(r#"{{"spec":{{"mysql":{{"version":"{v}"}}}}}}"#));
     patch("10.11.19");
-    let record = until(
-        "the upgrade to 10.11.19 recorded as Upgraded",
-        Duration::from_secs(420),
-        || async {
-            let st = e.status().await;
-            st.upgrade_history
-                .last()
-                .filter(|r| {
-                    r.version == "10.11.19" && r.phase == cnmysql_api::UpgradePhase::Upgraded
-                })
-                .cloned()
-        },
-    )
-    .await
-    .unwrap();
+    let record = e
+        .upgrade_record(
+            "the upgrade to 10.11.19 recorded as Upgraded",
+            Duration::from_secs(420),
+            |r| r.version == "10.11.19" && r.phase == cnmysql_api::UpgradePhase::Upgraded,
+        )
+        .await;
     eprintln!("server upgrade done {:?} after the patch", began.elapsed());
     w.wait_for_more(50, Duration::from_secs(30)).await;
     let o = w.stop().await;
@@ -780,19 +772,13 @@ async fn server_version_upgrades_through_a_catalog_record_each_step_lose_nothing
     w.wait_for_more(50, Duration::from_secs(30)).await;
     let began = Instant::now();
     patch("11.8");
-    let record = until(
-        "the upgrade to 11.8 recorded as Upgraded",
-        Duration::from_secs(420),
-        || async {
-            let st = e.status().await;
-            st.upgrade_history
-                .last()
-                .filter(|r| r.version == "11.8" && r.phase == cnmysql_api::UpgradePhase::Upgraded)
-                .cloned()
-        },
-    )
-    .await
-    .unwrap();
+    let record = e
+        .upgrade_record(
+            "the upgrade to 11.8 recorded as Upgraded",
+            Duration::from_secs(420),
+            |r| r.version == "11.8" && r.phase == cnmysql_api::UpgradePhase::Upgraded,
+        )
+        .await;
     eprintln!("major upgrade done {:?} after the patch", began.elapsed());
     w.wait_for_more(50, Duration::from_secs(30)).await;
     let o = w.stop().await;
@@ -843,22 +829,15 @@ async fn a_scheduled_server_upgrade_waits_for_upgrade_at_and_a_closed_maintenanc
     patch(format!(
         r#"{{"spec":{{"mysql":{{"image":"{NEW}"}},"maintenanceWindow":{{"start":"{start}","duration":"1h"}}}}}}"#
     ));
-    until(
+    e.upgrade_record(
         "the upgrade held by the window",
         Duration::from_secs(60),
-        || async {
-            let st = e.status().await;
-            st.upgrade_history
-                .last()
-                .filter(|r| {
-                    r.phase == cnmysql_api::UpgradePhase::Pending
-                        && r.conditions[1].reason == "MaintenanceWindow"
-                })
-                .map(|_| ())
+        |r| {
+            r.phase == cnmysql_api::UpgradePhase::Pending
+                && r.conditions[1].reason == "MaintenanceWindow"
         },
     )
-    .await
-    .unwrap();
+    .await;
     // Open the window from now, and schedule the upgrade 20 s ahead.
     let at_ms = jiff::Timestamp::now().as_millisecond() + 20_000;
     let at = jiff::Timestamp::from_millisecond(at_ms).unwrap();
@@ -884,15 +863,11 @@ async fn a_scheduled_server_upgrade_waits_for_upgrade_at_and_a_closed_maintenanc
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let record = until("the upgrade done", Duration::from_secs(420), || async {
-        let st = e.status().await;
-        st.upgrade_history
-            .last()
-            .filter(|r| r.phase == cnmysql_api::UpgradePhase::Upgraded)
-            .cloned()
-    })
-    .await
-    .unwrap();
+    let record = e
+        .upgrade_record("the upgrade done", Duration::from_secs(420), |r| {
+            r.phase == cnmysql_api::UpgradePhase::Upgraded
+        })
+        .await;
     let started: jiff::Timestamp = record.start_time.unwrap().parse().unwrap();
     assert!(
         started.as_millisecond() >= at_ms,
@@ -988,6 +963,26 @@ impl Env {
         );
         self.verify(&out.acked).await;
         out
+    }
+
+    /// Wait until the latest server upgrade record satisfies `accept`;
+    /// that record.
+    async fn upgrade_record(
+        &self,
+        what: &str,
+        timeout: Duration,
+        accept: impl Fn(&cnmysql_api::UpgradeRecord) -> bool,
+    ) -> cnmysql_api::UpgradeRecord {
+        until(what, timeout, || async {
+            self.status()
+                .await
+                .upgrade_history
+                .last()
+                .filter(|r| accept(r))
+                .cloned()
+        })
+        .await
+        .unwrap()
     }
 
     /// Wait until `pod` carries `cnmysql.io/upgrade-status: <status>`.
