@@ -3,6 +3,9 @@
 //! compressed and read back (`stored_stream.rs`), and what a MariaDB base
 //! backup is consistent with, read as it passes (`mbstream.rs`).
 
+pub mod archive;
+pub mod binlog;
 pub mod destination;
 pub mod mbstream;
+pub mod recovery_plan;
 pub mod stored_stream;
