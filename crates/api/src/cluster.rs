@@ -155,6 +155,14 @@ pub struct ClusterSpec {
     /// restart instances; unset: at any time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maintenance_window: Option<crate::upgrade::MaintenanceWindow>,
+
+    /// Base backups and continuous binlog archiving to an object store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<crate::backup::BackupSpec>,
+
+    /// How a new Cluster's data comes to be [default: an empty server].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap: Option<crate::backup::BootstrapSpec>,
 }
 
 /// Storage for each instance's data directory.
@@ -633,7 +641,11 @@ pub struct ClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub orchestrated_upgrade: Option<crate::instance_upgrade::OrchestratedUpgrade>,
 
-    /// Ready, Progressing, Degraded.
+    /// Backups, the binlog archive, and what a recovery reached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<crate::backup::BackupStatus>,
+
+    /// Ready, Progressing, Degraded, ContinuousArchiving.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

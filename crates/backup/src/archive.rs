@@ -140,6 +140,11 @@ pub struct Head {
     /// The run ended (its server stopped being primary, or stopped).
     #[serde(default)]
     pub ended: bool,
+    /// The history archived through this run, once it has caught up with
+    /// its server (MariaDB: a `@@gtid_binlog_state`; MySQL: a GTID set).
+    /// The next run starts from the files this does not hold.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub state: String,
 }
 
 /// The index of a piece.

@@ -82,6 +82,19 @@ impl Secrets {
         self.0.insert(r, value);
     }
 
+    /// The values `spec` names, read from `<dir>/<name>/<key>` (a Secret
+    /// mounted as a volume, or the local platform's secrets directory).
+    /// A missing file is left out: `open` names it with its field.
+    pub fn from_dir(spec: &ObjectStore, dir: &std::path::Path) -> Secrets {
+        let mut out = Secrets::default();
+        for r in spec.secret_refs() {
+            if let Ok(v) = std::fs::read_to_string(dir.join(&r.name).join(&r.key)) {
+                out.insert(r.clone(), v.trim_end_matches(['\n', '\r']).to_string());
+            }
+        }
+        out
+    }
+
     fn get(&self, field: &str, r: &SecretKeyRef) -> Result<String, String> {
         self.0.get(r).cloned().ok_or_else(|| {
             format!(
@@ -115,6 +128,14 @@ pub struct Destination {
 }
 
 impl Destination {
+    /// The same store, `name` deeper.
+    pub fn under(&self, name: &str) -> Destination {
+        Destination {
+            store: self.store.clone(),
+            prefix: self.key(name),
+            path: format!("{}/{name}", self.path.trim_end_matches('/')),
+        }
+    }
     /// The path of `name` (`a/b`) under this destination's prefix.
     pub fn key(&self, name: &str) -> Path {
         let mut parts: Vec<String> = self
@@ -309,4 +330,18 @@ mod tests {
         );
         assert!(!format!("{secrets:?}").contains("AKIDVERYSECRET"));
     }
+}
+
+/// Open the folder of one Cluster's backups: `serverName` (or `cluster`)
+/// under the destination, with credentials read from `secrets_dir`.
+pub fn open_for_cluster(
+    spec: &ObjectStore,
+    secrets_dir: Option<&std::path::Path>,
+    cluster: &str,
+) -> Result<Destination, String> {
+    let secrets = secrets_dir
+        .map(|d| Secrets::from_dir(spec, d))
+        .unwrap_or_default();
+    let dest = open(spec, &secrets)?;
+    Ok(dest.under(spec.server_name.as_deref().unwrap_or(cluster)))
 }

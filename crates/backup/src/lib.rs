@@ -4,8 +4,11 @@
 //! backup is consistent with, read as it passes (`mbstream.rs`).
 
 pub mod archive;
+pub mod archiver;
+pub mod base_backup;
 pub mod binlog;
 pub mod destination;
 pub mod mbstream;
+pub mod recovery;
 pub mod recovery_plan;
 pub mod stored_stream;

@@ -291,6 +291,15 @@ fn orphans(flavor: Flavor, runs: &[RunArchive]) -> Result<BTreeSet<(usize, TxId)
     Ok(out)
 }
 
+/// Whether the position `inner` is within `outer` (a backup taken before
+/// a GTID target).
+pub fn position_within(flavor: Flavor, inner: &str, outer: &str) -> bool {
+    match (Applied::parse(flavor, outer), Applied::parse(flavor, inner)) {
+        (Ok(o), Ok(i)) => o.reaches(&i),
+        _ => false,
+    }
+}
+
 /// Plan the replay from a base backup at `base_position` to `target`.
 pub fn plan(
     flavor: Flavor,

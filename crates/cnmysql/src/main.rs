@@ -163,6 +163,20 @@ enum LocalCommand {
         #[command(flatten)]
         member: Member,
     },
+    /// Take a base backup of the primary into the store `spec.backup`
+    /// names (continuous binlog archiving runs by itself).
+    Backup {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// The base backups in the store, and how far the binlog archive
+    /// reaches.
+    Backups {
+        #[command(flatten)]
+        target: Target,
+        #[arg(short = 'o', long, value_enum, default_value = "table")]
+        output: Output,
+    },
     /// Recent events: switchovers, failovers, fencing, blocked operations.
     Events {
         #[command(flatten)]
@@ -493,6 +507,7 @@ async fn kubernetes_instance(
             admin_password: secrets.join("admin-password"),
             replication_password: secrets.join("replication-password"),
             app_password: secrets.join("app-password"),
+            backup_dir: None,
         },
         programs,
         mysql_bind: bind.clone(),
@@ -681,6 +696,53 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             LocalCommand::RestartInplace { member } => {
                 let (dir, instance) = member.resolve()?;
                 cnmysql_local::restart_inplace(&dir, &instance).await
+            }
+            LocalCommand::Backup { target } => {
+                let m = cnmysql_local::backup(&target.dir()?).await?;
+                println!(
+                    "backup {} of {}: {} bytes ({} stored), consistent with {}",
+                    m.record.id,
+                    m.record.instance,
+                    m.record.raw_bytes,
+                    m.record.stored_bytes,
+                    m.record.gtid
+                );
+                Ok(())
+            }
+            LocalCommand::Backups { target, output } => {
+                let dir = target.dir()?;
+                let cluster = dir.load_cluster()?;
+                let dest = cnmysql_local::backup_destination(&cluster)?;
+                let list = cnmysql_backup::base_backup::list(&dest).await?;
+                match output {
+                    Output::Json => println!("{}", serde_json::to_string_pretty(&list)?),
+                    Output::Table => {
+                        println!(
+                            "{:<18}  {:<9}  {:<10}  {:<20}  {:>12}  {:>12}  GTID",
+                            "ID", "PHASE", "INSTANCE", "STOPPED", "BYTES", "STORED"
+                        );
+                        for m in &list {
+                            println!(
+                                "{:<18}  {:<9}  {:<10}  {:<20}  {:>12}  {:>12}  {}",
+                                m.record.id,
+                                m.record.phase,
+                                m.record.instance,
+                                m.record
+                                    .stopped_at
+                                    .get(..19)
+                                    .unwrap_or(&m.record.stopped_at),
+                                m.record.raw_bytes,
+                                m.record.stored_bytes,
+                                if m.completed() {
+                                    &m.record.gtid
+                                } else {
+                                    &m.record.error
+                                }
+                            );
+                        }
+                    }
+                }
+                Ok(())
             }
             LocalCommand::Events { target, output } => {
                 let dir = target.dir()?;

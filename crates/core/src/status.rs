@@ -169,6 +169,12 @@ pub struct InstanceStatus {
     /// `mariadb-upgrade`; MySQL: the server's own upgrade at start).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub system_tables_version: String,
+    /// Continuous binlog archiving, on the primary that archives.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archive: Option<cnmysql_api::backup::ArchiveStatus>,
+    /// What this instance's data was recovered to, when a recovery made it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovered: Option<cnmysql_api::backup::Recovered>,
 }
 
 impl InstanceStatus {

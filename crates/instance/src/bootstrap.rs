@@ -118,16 +118,29 @@ pub fn read_secret(path: &Path) -> anyhow::Result<String> {
 /// None of it is written to the binary log: replicas receive it with their
 /// physical copy, and the GTID history starts with the user's first write.
 pub async fn init_primary_accounts(cfg: &InstanceConfig) -> anyhow::Result<()> {
+    let opts = sql::socket_opts(&cfg.socket(), "root", None);
+    let mut conn = sql::wait_connectable(&opts, Duration::from_secs(120)).await?;
+    set_accounts(&mut conn, cfg).await?;
+    conn.disconnect().await.ok();
+    Ok(())
+}
+
+/// Give the cluster's accounts this cluster's passwords (they may exist
+/// already, with another's: a recovered server holds its source's), drop
+/// anonymous and remote root accounts, and leave the server read-only.
+pub async fn set_accounts(
+    conn: &mut mysql_async::Conn,
+    cfg: &InstanceConfig,
+) -> anyhow::Result<()> {
     let admin = read_secret(&cfg.secrets.admin_password)?;
     let repl = read_secret(&cfg.secrets.replication_password)?;
     let app = read_secret(&cfg.secrets.app_password)?;
-    let opts = sql::socket_opts(&cfg.socket(), "root", None);
-    let mut conn = sql::wait_connectable(&opts, Duration::from_secs(120)).await?;
+    let conn = &mut *conn;
     conn.query_drop("SET SESSION sql_log_bin = 0").await?;
     if cfg.flavor() == Flavor::Mysql {
         // Even root cannot write under super_read_only, which the server
         // starts with; it is set again below, before anything else runs.
-        sql::exec_all(&mut conn, &flavor::read_only(Flavor::Mysql, false)).await?;
+        sql::exec_all(conn, &flavor::read_only(Flavor::Mysql, false)).await?;
     }
     let extra: Vec<(String, String)> = conn
         .query("SELECT User, Host FROM mysql.user WHERE (User = 'root' AND Host <> 'localhost') OR User = ''")
@@ -157,9 +170,15 @@ pub async fn init_primary_accounts(cfg: &InstanceConfig) -> anyhow::Result<()> {
         "GRANT {APP_PRIVILEGES} ON *.* TO {}@'%'",
         quote(APP_USER)
     )));
-    sql::exec_all(&mut conn, &stmts).await?;
-    sql::exec_all(&mut conn, &flavor::read_only(cfg.flavor(), true)).await?;
-    conn.disconnect().await.ok();
+    for (user, pw, tls) in [
+        (REPLICATION_USER, &repl, " REQUIRE X509"),
+        (APP_USER, &app, ""),
+    ] {
+        let alter = |pw: &str| format!("ALTER USER {}@'%' IDENTIFIED BY {pw}{tls}", quote(user));
+        stmts.push(Sql::secret(alter(&quote(pw)), alter("'<redacted>'")));
+    }
+    sql::exec_all(conn, &stmts).await?;
+    sql::exec_all(conn, &flavor::read_only(cfg.flavor(), true)).await?;
     Ok(())
 }
 

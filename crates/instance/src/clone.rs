@@ -312,22 +312,7 @@ pub async fn clone_from(
         .get(SIZE_HEADER)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    let (backup, extractor) = cfg.programs.mariadb_backup()?;
-    let mut extract = cfg
-        .programs
-        .tokio_command(extractor)
-        .arg("-x")
-        .arg("-C")
-        .arg(&tmp)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| cfg.programs.start_error(extractor, &e))?;
-    let extract_tail = tail_lines(extract.stderr.take().expect("piped"), "extract");
-    let mut stdin = extract.stdin.take().expect("piped");
-    grow_pipe(&stdin);
+    let (mut extract, mut stdin, extract_tail) = spawn_extract(cfg, &tmp)?;
     let mut body = resp.into_body();
     let mut bytes = 0u64;
     let mut last_log = Instant::now();
@@ -350,15 +335,68 @@ pub async fn clone_from(
     }
     stdin.flush().await?;
     drop(stdin);
-    let st = extract.wait().await?;
-    if !st.success() {
-        anyhow::bail!(
-            "extracting the backup failed ({st}): {}",
-            tail_text(&extract_tail)
-        );
-    }
+    finish_extract(&mut extract, &extract_tail).await?;
     log_throughput(source, bytes, started, "backup copied; preparing");
     set("preparing", bytes, expected);
+    let gtid = prepare_and_install(cfg, &tmp).await?;
+    set("done", bytes, expected);
+    release_freed_memory();
+    tracing::info!(
+        source,
+        gtid,
+        seconds = started.elapsed().as_secs_f64(),
+        "clone complete"
+    );
+    Ok(gtid)
+}
+
+/// Start `mbstream -x` into `tmp`: the process, its input, its error tail.
+pub(crate) fn spawn_extract(
+    cfg: &InstanceConfig,
+    tmp: &Path,
+) -> anyhow::Result<(
+    tokio::process::Child,
+    tokio::process::ChildStdin,
+    Arc<Mutex<VecDeque<String>>>,
+)> {
+    let (_, extractor) = cfg.programs.mariadb_backup()?;
+    let mut extract = cfg
+        .programs
+        .tokio_command(extractor)
+        .arg("-x")
+        .arg("-C")
+        .arg(tmp)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| cfg.programs.start_error(extractor, &e))?;
+    let tail = tail_lines(extract.stderr.take().expect("piped"), "extract");
+    let stdin = extract.stdin.take().expect("piped");
+    grow_pipe(&stdin);
+    Ok((extract, stdin, tail))
+}
+
+/// Wait for `mbstream -x` to finish, with its words when it failed.
+pub(crate) async fn finish_extract(
+    extract: &mut tokio::process::Child,
+    tail: &Arc<Mutex<VecDeque<String>>>,
+) -> anyhow::Result<()> {
+    let st = extract.wait().await?;
+    if !st.success() {
+        anyhow::bail!("extracting the backup failed ({st}): {}", tail_text(tail));
+    }
+    Ok(())
+}
+
+/// `mariadb-backup --prepare` the unpacked backup in `tmp`, then make it
+/// the data directory. The GTID position it is consistent with.
+pub(crate) async fn prepare_and_install(
+    cfg: &InstanceConfig,
+    tmp: &Path,
+) -> anyhow::Result<String> {
+    let (backup, _) = cfg.programs.mariadb_backup()?;
     let mut prep = cfg.programs.tokio_command(backup);
     prep.arg("--prepare")
         .arg(format!("--target-dir={}", tmp.display()))
@@ -376,21 +414,13 @@ pub async fn clone_from(
             tail_text(&prep_tail)
         );
     }
-    let gtid = backup_gtid(&tmp)?;
+    let gtid = backup_gtid(tmp)?;
     if cfg.data_dir.exists() {
         if crate::bootstrap::is_initialized(cfg) {
-            anyhow::bail!("refusing to replace an initialised data directory with a clone");
+            anyhow::bail!("refusing to replace an initialised data directory with a backup");
         }
         std::fs::remove_dir_all(&cfg.data_dir)?;
     }
-    std::fs::rename(&tmp, &cfg.data_dir)?;
-    set("done", bytes, expected);
-    release_freed_memory();
-    tracing::info!(
-        source,
-        gtid,
-        seconds = started.elapsed().as_secs_f64(),
-        "clone complete"
-    );
+    std::fs::rename(tmp, &cfg.data_dir)?;
     Ok(gtid)
 }

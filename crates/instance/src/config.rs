@@ -42,6 +42,12 @@ pub struct Programs {
     /// version change (MySQL upgrades itself at start).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade: Option<PathBuf>,
+    /// The binary log reader (`mariadb-binlog`, `mysqlbinlog`) and the
+    /// command-line client, which replay binary logs at recovery.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binlog: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<PathBuf>,
     /// The server image the programs come from (their paths are inside
     /// it); none: this machine's own programs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -144,6 +150,12 @@ impl Programs {
                 .find_map(|n| lookup(n)),
             Flavor::Mysql => None,
         };
+        let (binlog_names, client_names): (&[&str], &[&str]) = match flavor {
+            Flavor::Mariadb => (&["mariadb-binlog", "mysqlbinlog"], &["mariadb", "mysql"]),
+            Flavor::Mysql => (&["mysqlbinlog"], &["mysql"]),
+        };
+        let binlog = binlog_names.iter().find_map(|n| lookup(n));
+        let client = client_names.iter().find_map(|n| lookup(n));
         let mut found = Vec::new();
         for alternatives in program_names(flavor) {
             if alternatives.is_empty() {
@@ -163,6 +175,8 @@ impl Programs {
             backup: next(),
             stream_extract: next(),
             upgrade,
+            binlog,
+            client,
             image: None,
         })
     }
@@ -247,6 +261,10 @@ pub struct SecretFiles {
     pub admin_password: PathBuf,
     pub replication_password: PathBuf,
     pub app_password: PathBuf,
+    /// Where the Secrets `spec.backup` and `spec.bootstrap.recovery` name
+    /// are, as `<dir>/<name>/<key>` (mounted Secrets on Kubernetes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_dir: Option<PathBuf>,
 }
 
 /// Everything an instance manager needs to know, written by the platform.
@@ -482,6 +500,7 @@ pub(crate) mod tests {
                 admin_password: dir.join("s/admin"),
                 replication_password: dir.join("s/repl"),
                 app_password: dir.join("s/app"),
+                backup_dir: None,
             },
             programs: Programs {
                 mysqld: "/usr/sbin/mariadbd".into(),

@@ -2,6 +2,7 @@
 //! (and one process per instance on the local platform).
 
 pub mod api;
+pub mod base_backup;
 pub mod bootstrap;
 pub mod client;
 pub mod clone;

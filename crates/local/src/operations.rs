@@ -239,3 +239,81 @@ pub fn fence(
     }
     Ok(f)
 }
+
+/// The store a local Cluster's `spec.backup` names, opened.
+pub fn backup_destination(
+    cluster: &cnmysql_api::Cluster,
+) -> anyhow::Result<cnmysql_backup::destination::Destination> {
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    let backup = cluster.spec.backup.as_ref().ok_or_else(|| {
+        anyhow::anyhow!(
+            "cluster {name} has no spec.backup: add spec.backup.objectStore.destinationPath (for example file:///var/backups/{name}) to its manifest and apply it"
+        )
+    })?;
+    cnmysql_backup::destination::open_for_cluster(
+        &backup.object_store,
+        Some(&crate::state::backup_secrets_dir()),
+        &name,
+    )
+    .map_err(anyhow::Error::msg)
+}
+
+/// `cnmysql local backup`: a base backup of the primary into the store;
+/// the status records it as the last successful or failed backup.
+pub async fn backup(dir: &StateDir) -> anyhow::Result<cnmysql_backup::base_backup::Manifest> {
+    let cluster = dir.load_cluster()?;
+    let dest = backup_destination(&cluster)?;
+    let status = dir.read_status()?;
+    let primary = status
+        .current_primary
+        .clone()
+        .ok_or_else(|| anyhow::anyhow!("the cluster has no primary to back up"))?;
+    let ports = dir.load_ports()?;
+    let port = ports.instances[&primary].control;
+    let client =
+        cnmysql_instance::client::ControlClient::new(dir.operator_material()?.client_config()?);
+    let id = cnmysql_backup::base_backup::new_id(jiff::Timestamp::now());
+    eprintln!("backing up {primary} as {id} into {}", dest.path);
+    let m = cnmysql_instance::base_backup::take(
+        &client,
+        cluster.spec.mysql.flavor,
+        &ports.host,
+        port,
+        &primary,
+        &id,
+        &dest,
+    )
+    .await;
+    let ok = m.completed();
+    dir.update_status(|st| {
+        let b = st.backup.get_or_insert_with(Default::default);
+        if ok {
+            b.last_successful_backup = Some(m.record.clone());
+            if b.first_recoverability_point.is_empty() {
+                b.first_recoverability_point = m.record.stopped_at.clone();
+            }
+        } else {
+            b.last_failed_backup = Some(m.record.clone());
+        }
+    })?;
+    if ok {
+        dir.event(
+            false,
+            "BackupCompleted",
+            Some(&primary),
+            &format!(
+                "base backup {id} of {primary}: {} bytes stored as {}, consistent with {}",
+                m.record.raw_bytes, m.record.stored_bytes, m.record.gtid
+            ),
+        );
+        Ok(m)
+    } else {
+        dir.event(
+            true,
+            "BackupFailed",
+            Some(&primary),
+            &format!("base backup {id} of {primary} failed: {}", m.record.error),
+        );
+        anyhow::bail!("base backup {id} of {primary} failed: {}", m.record.error)
+    }
+}

@@ -230,6 +230,7 @@ impl StateDir {
             admin_password: d.join("admin-password"),
             replication_password: d.join("replication-password"),
             app_password: d.join("app-password"),
+            backup_dir: Some(backup_secrets_dir()),
         }
     }
     pub fn operator_tls(&self) -> TlsPaths {
@@ -678,4 +679,17 @@ mod tests {
         assert!(err.contains("nothing was changed"), "{err}");
         assert!(!dir.status_file().exists());
     }
+}
+
+/// Where the local platform finds the Secrets a manifest's `spec.backup`
+/// and `spec.bootstrap.recovery` name, as `<dir>/<name>/<key>` files:
+/// `$CNMYSQL_SECRETS_DIR`, or `~/.config/cnmysql/secrets`.
+pub fn backup_secrets_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("CNMYSQL_SECRETS_DIR") {
+        return PathBuf::from(d);
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| "/root".into());
+    home.join(".config/cnmysql/secrets")
 }

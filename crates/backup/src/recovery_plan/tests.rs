@@ -70,6 +70,7 @@ fn head(file: &str, offset: u64, complete_sec: i64) -> Option<Head> {
         last_commit_us: 0,
         complete_until_us: complete_sec * SEC,
         ended: false,
+        state: String::new(),
     })
 }
 

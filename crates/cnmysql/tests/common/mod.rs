@@ -188,6 +188,30 @@ impl LocalCluster {
         c
     }
 
+    /// `local up --detach` a new cluster, waiting at most `wait_secs`, and
+    /// return how that went (a cluster expected not to come up).
+    pub fn try_start(name: &str, manifest_text: &str, wait_secs: u32) -> (LocalCluster, Output) {
+        let dir = tempfile::Builder::new()
+            .prefix("cnmysql-test-")
+            .tempdir()
+            .unwrap();
+        let c = LocalCluster {
+            name: name.to_string(),
+            dir,
+            destroyed: false,
+            started: Instant::now(),
+        };
+        let m = c.state().join("cluster.yaml");
+        std::fs::write(&m, manifest_text).unwrap();
+        let out = local_up(
+            &m,
+            Path::new(&c.state_arg()),
+            "0",
+            &["--detach", "--wait-timeout", &wait_secs.to_string()],
+        );
+        (c, out)
+    }
+
     pub fn state(&self) -> &Path {
         self.dir.path()
     }

@@ -4,11 +4,13 @@
 //! primary lease (`primary_lease.rs`) and observation (`observe.rs`). mysqld's
 //! supervision is `crate::mysqld`.
 
+mod archiving;
 mod backend;
 mod converge;
 mod observe;
 mod obtain;
 mod primary_lease;
+pub mod recovery;
 
 use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
@@ -107,6 +109,8 @@ pub struct Manager<C: ClusterState> {
     deposed: std::sync::atomic::AtomicBool,
     /// The version of the running server (`VERSION()`), once it runs.
     server_version: Mutex<Option<String>>,
+    /// Continuous binlog archiving, while this instance is the primary.
+    archive: Arc<Mutex<cnmysql_api::backup::ArchiveStatus>>,
 }
 
 impl<C: ClusterState> Manager<C> {
@@ -134,6 +138,7 @@ impl<C: ClusterState> Manager<C> {
             shutdown: watch::channel(false).0,
             deposed: Default::default(),
             server_version: Mutex::new(None),
+            archive: Default::default(),
             cfg,
         }))
     }
@@ -260,8 +265,10 @@ impl<C: ClusterState> Manager<C> {
             async move {
                 if me.obtain_data().await? {
                     let watchdog = tokio::spawn(me.clone().self_fence_watchdog().in_current_span());
+                    let archiving = tokio::spawn(me.clone().archive_loop().in_current_span());
                     me.reconcile_loop().await;
                     watchdog.abort();
+                    let _ = archiving.await;
                 }
                 anyhow::Ok(())
             }

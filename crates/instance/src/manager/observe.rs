@@ -87,6 +87,8 @@ impl<C: ClusterState> Manager<C> {
             crate::server_version::system_tables_version(self.cfg.flavor(), data)
                 .unwrap_or_default();
         st.isolated = self.isolated().await;
+        st.archive = self.archive_status();
+        st.recovered = super::recovery::recovered(&self.cfg.data_dir);
         let Some(pool) = self.pool() else { return st };
         let observed = tokio::time::timeout(Duration::from_secs(2), async {
             let mut conn = pool.get_conn().await?;

@@ -124,6 +124,26 @@ impl<C: ClusterState> Manager<C> {
                     return Ok(true);
                 }
                 Bootstrap::InitPrimary => {
+                    if let Some(rec) = self
+                        .cfg
+                        .spec
+                        .bootstrap
+                        .as_ref()
+                        .and_then(|b| b.recovery.clone())
+                    {
+                        if let Err(e) = self.recover_primary(&rec).await {
+                            tracing::error!(error = %format!("{e:#}"), "recovery failed; retrying");
+                            self.set_phase(InstancePhase::Failed, format!("{e:#}"));
+                            if self.sleep_or_stop(Duration::from_secs(10)).await {
+                                return Ok(false);
+                            }
+                            continue;
+                        }
+                        self.set_phase(InstancePhase::Starting, "starting the recovered server");
+                        self.start_server();
+                        self.connect_admin().await?;
+                        return Ok(true);
+                    }
                     self.set_phase(InstancePhase::Initializing, "initialising a new server");
                     let began = Instant::now();
                     let cfg = self.cfg.clone();

@@ -1,0 +1,190 @@
+//! Reading what recovery needs from the store, before anything is made: the
+//! base backup to start from, and every binlog piece, checked and written
+//! at its place in a local copy of its file (sparse where the run did not
+//! start at the file's beginning), with the indexes the plan is made from.
+
+use std::io::{Seek, SeekFrom, Write};
+use std::path::Path;
+
+use cnmysql_api::Flavor;
+use cnmysql_api::backup::RecoveryTarget;
+use futures::TryStreamExt;
+use object_store::ObjectStoreExt;
+
+use crate::archive::{self, Head, Object, Run};
+use crate::base_backup::Manifest;
+use crate::destination::Destination;
+use crate::recovery_plan::{RunArchive, Target};
+
+const TARGET: &str = "spec.bootstrap.recovery.recoveryTarget";
+
+/// The target a recovery spec asks for (none: the latest state).
+pub fn target(t: Option<&RecoveryTarget>) -> Result<Target, String> {
+    let Some(t) = t else {
+        return Ok(Target::Latest);
+    };
+    let set = [
+        t.target_time.is_some(),
+        t.target_gtid.is_some(),
+        t.target_immediate,
+    ]
+    .iter()
+    .filter(|b| **b)
+    .count();
+    if set > 1 {
+        return Err(format!(
+            "{TARGET}: set one of targetTime, targetGTID and targetImmediate, not {set}"
+        ));
+    }
+    if let Some(time) = &t.target_time {
+        let ts: jiff::Timestamp = time.parse().map_err(|e| {
+            format!("{TARGET}.targetTime: {time:?} is not an RFC 3339 time ({e}); write it like 2026-11-24T20:15:00Z")
+        })?;
+        return Ok(Target::Time(ts.as_microsecond()));
+    }
+    if let Some(g) = &t.target_gtid {
+        return Ok(Target::Gtid(g.clone()));
+    }
+    if t.target_immediate {
+        return Ok(Target::BaseOnly);
+    }
+    Ok(Target::Latest)
+}
+
+/// The base backup to recover from: the one named, or the latest completed
+/// one that ends before a time target (or that a GTID target holds).
+pub fn choose_base<'a>(
+    flavor: Flavor,
+    backups: &'a [Manifest],
+    id: Option<&str>,
+    target: &Target,
+    source: &str,
+) -> Result<&'a Manifest, String> {
+    let done: Vec<&Manifest> = backups.iter().filter(|m| m.completed()).collect();
+    if let Some(id) = id {
+        return done.into_iter().find(|m| m.record.id == id).ok_or_else(|| {
+            format!(
+                "spec.bootstrap.recovery.source.backupId: {source} holds no completed backup {id} (completed: {})",
+                list(backups)
+            )
+        });
+    }
+    let fits = |m: &&Manifest| match target {
+        Target::Time(t) => m.stopped_us().is_some_and(|s| s <= *t),
+        Target::Gtid(g) => crate::recovery_plan::position_within(flavor, &m.record.gtid, g),
+        _ => true,
+    };
+    done.into_iter().rev().find(fits).ok_or_else(|| {
+        format!(
+            "{source} holds no completed base backup before the recovery target (backups: {})",
+            list(backups)
+        )
+    })
+}
+
+fn list(backups: &[Manifest]) -> String {
+    if backups.is_empty() {
+        return "none".into();
+    }
+    backups
+        .iter()
+        .map(|m| format!("{} {}", m.record.id, m.record.phase))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Read the whole binlog archive: each run's description, head and pieces.
+/// Pieces are checked (a damaged one is refused, named) and written into
+/// `dir/<run>/<file>` at their offsets.
+pub async fn fetch_archive(dest: &Destination, dir: &Path) -> anyhow::Result<Vec<RunArchive>> {
+    let prefix = dest.key(archive::BINLOGS);
+    let objects: Vec<object_store::ObjectMeta> =
+        dest.store.list(Some(&prefix)).try_collect().await?;
+    let base = dest.prefix.as_ref().to_string();
+    let mut runs: std::collections::BTreeMap<String, RunArchive> = Default::default();
+    let mut pieces = Vec::new();
+    for o in &objects {
+        let full = o.location.as_ref();
+        let rel = full
+            .strip_prefix(&base)
+            .map(|r| r.trim_start_matches('/'))
+            .unwrap_or(full);
+        match archive::parse_key(rel) {
+            Some(Object::Run { run }) => {
+                let bytes = dest.store.get(&o.location).await?.bytes().await?;
+                let r: Run = serde_json::from_slice(&bytes)
+                    .map_err(|e| anyhow::anyhow!("{full} cannot be read: {e}"))?;
+                match runs.get_mut(&run) {
+                    Some(ra) => ra.run = r,
+                    None => {
+                        runs.insert(
+                            run,
+                            RunArchive {
+                                run: r,
+                                pieces: Vec::new(),
+                                head: None,
+                            },
+                        );
+                    }
+                }
+            }
+            Some(Object::Head { run }) => {
+                let bytes = dest.store.get(&o.location).await?.bytes().await?;
+                let h: Head = serde_json::from_slice(&bytes)
+                    .map_err(|e| anyhow::anyhow!("{full} cannot be read: {e}"))?;
+                heads_insert(&mut runs, run, h);
+            }
+            Some(Object::Piece {
+                run,
+                file,
+                start,
+                end,
+            }) => pieces.push((o.location.clone(), run, file, start, end)),
+            None => {}
+        }
+    }
+    for (loc, run, file, start, end) in pieces {
+        let bytes = dest.store.get(&loc).await?.bytes().await?;
+        let piece = archive::decode(loc.as_ref(), &bytes, Some((&file, start, end)))
+            .map_err(anyhow::Error::msg)?;
+        let path = dir.join(&run).join(&file);
+        std::fs::create_dir_all(path.parent().unwrap())?;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)?;
+        f.seek(SeekFrom::Start(start))?;
+        f.write_all(&piece.bytes)?;
+        match runs.get_mut(&run) {
+            Some(r) => r.pieces.push(piece.index),
+            None => anyhow::bail!(
+                "binlog pieces of run {run} are in {} but its run.json is not",
+                dest.path
+            ),
+        }
+    }
+    Ok(runs
+        .into_values()
+        .filter(|r| !r.run.run.is_empty())
+        .collect())
+}
+
+fn heads_insert(runs: &mut std::collections::BTreeMap<String, RunArchive>, run: String, h: Head) {
+    runs.entry(run.clone())
+        .or_insert_with(|| RunArchive {
+            run: Run {
+                run: String::new(),
+                instance: String::new(),
+                flavor: Flavor::Mariadb,
+                server: String::new(),
+                started_at: jiff::Timestamp::UNIX_EPOCH,
+                first_file: String::new(),
+                start_position: String::new(),
+                start_state: String::new(),
+            },
+            pieces: Vec::new(),
+            head: None,
+        })
+        .head = Some(h);
+}

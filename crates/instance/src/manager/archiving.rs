@@ -1,0 +1,159 @@
+//! Continuous binlog archiving on the primary (`spec.backup`): while this
+//! instance is the writable primary holding its lease, an archiver
+//! (`cnmysql_backup::archiver`) stores its binary logs as they are written.
+//! It stops the moment that stops being true — demoted, fenced, deposed,
+//! shutting down — and the next primary's archiver continues the archive.
+
+use super::*;
+use cnmysql_api::backup::ArchiveStatus;
+use cnmysql_backup::archiver::{Archiver, Begin, Source};
+
+/// How often the archiver reads the binary log.
+pub const ARCHIVE_INTERVAL: Duration = Duration::from_millis(1000);
+
+/// The server, as the archiver sees it.
+struct Server {
+    pool: Pool,
+    flavor: Flavor,
+}
+
+impl Source for Server {
+    async fn begin(&self) -> anyhow::Result<Begin> {
+        let mut c = self.pool.get_conn().await?;
+        c.query_drop("FLUSH BINARY LOGS").await?;
+        let file: Option<String> = match self.flavor {
+            Flavor::Mariadb => c
+                .query_first::<mysql_async::Row, _>("SHOW MASTER STATUS")
+                .await?
+                .and_then(|r| r.get(0)),
+            Flavor::Mysql => c
+                .query_first::<mysql_async::Row, _>("SHOW BINARY LOG STATUS")
+                .await?
+                .and_then(|r| r.get(0)),
+        };
+        let file = file.ok_or_else(|| anyhow::anyhow!("the server writes no binary log"))?;
+        let (position, state, server): (String, String, String) = match self.flavor {
+            Flavor::Mariadb => c
+                .query_first(
+                    "SELECT @@gtid_binlog_pos, @@gtid_binlog_state, CAST(@@server_id AS CHAR)",
+                )
+                .await?
+                .unwrap_or_default(),
+            Flavor::Mysql => c
+                .query_first("SELECT @@gtid_executed, @@gtid_executed, @@server_uuid")
+                .await?
+                .unwrap_or_default(),
+        };
+        Ok(Begin {
+            file,
+            position: position.replace('\n', ""),
+            state: state.replace('\n', ""),
+            server,
+        })
+    }
+
+    async fn files(&self) -> anyhow::Result<Vec<String>> {
+        let mut c = self.pool.get_conn().await?;
+        let rows: Vec<mysql_async::Row> = c.query("SHOW BINARY LOGS").await?;
+        Ok(rows.into_iter().filter_map(|r| r.get(0)).collect())
+    }
+}
+
+impl<C: ClusterState> Manager<C> {
+    /// The archiving status to report, when this instance archives (or
+    /// tried to).
+    pub(super) fn archive_status(&self) -> Option<ArchiveStatus> {
+        let st = self.archive.lock().unwrap().clone();
+        (!st.run.is_empty() || !st.error.is_empty()).then_some(st)
+    }
+
+    /// Whether this instance should archive now: the writable primary,
+    /// holding its lease.
+    async fn should_archive(&self) -> bool {
+        let primary = matches!(
+            *self.desired.lock().unwrap(),
+            Some(Desired::Primary) | Some(Desired::HandOver { .. })
+        );
+        if !primary || !self.lease_proven() || *self.shutdown.borrow() {
+            return false;
+        }
+        if !matches!(self.supervisor.state(), ServerState::Running { .. }) {
+            return false;
+        }
+        let Some(pool) = self.pool() else {
+            return false;
+        };
+        let ro = tokio::time::timeout(Duration::from_secs(2), async {
+            let mut c = pool.get_conn().await?;
+            c.query_first::<i64, _>("SELECT @@read_only").await
+        })
+        .await;
+        matches!(ro, Ok(Ok(Some(0))))
+    }
+
+    /// Start and stop the archiver as this instance becomes and stops
+    /// being the primary.
+    pub(super) async fn archive_loop(self: Arc<Self>) {
+        let Some(backup) = self.cfg.spec.backup.clone().filter(|b| b.archive_binlogs) else {
+            return;
+        };
+        let mut running: Option<(watch::Sender<bool>, tokio::task::JoinHandle<()>)> = None;
+        loop {
+            let want = self.should_archive().await;
+            match (running.is_some(), want) {
+                (false, true) => {
+                    match cnmysql_backup::destination::open_for_cluster(
+                        &backup.object_store,
+                        self.cfg.secrets.backup_dir.as_deref(),
+                        &self.cfg.cluster,
+                    ) {
+                        Ok(dest) => {
+                            let (tx, rx) = watch::channel(false);
+                            let archiver = Archiver {
+                                dest,
+                                flavor: self.cfg.flavor(),
+                                instance: self.cfg.instance.clone(),
+                                dir: self.cfg.data_dir.clone(),
+                                source: Server {
+                                    pool: self.pool().expect("checked by should_archive"),
+                                    flavor: self.cfg.flavor(),
+                                },
+                                status: self.archive.clone(),
+                                interval: ARCHIVE_INTERVAL,
+                            };
+                            let task = tokio::spawn(
+                                async move { archiver.run(rx).await }.in_current_span(),
+                            );
+                            running = Some((tx, task));
+                        }
+                        Err(e) => {
+                            let mut st = self.archive.lock().unwrap();
+                            if st.error != e {
+                                tracing::warn!(error = e, "binlog archiving cannot start");
+                            }
+                            if st.failing_since.is_empty() {
+                                st.failing_since = jiff::Timestamp::now().to_string();
+                            }
+                            st.error = e;
+                        }
+                    }
+                }
+                (true, false) => {
+                    let (tx, task) = running.take().unwrap();
+                    tracing::info!("no longer the writable primary: binlog archiving stops");
+                    tx.send_replace(true);
+                    let _ = task.await;
+                    *self.archive.lock().unwrap() = ArchiveStatus::default();
+                }
+                _ => {}
+            }
+            if self.sleep_or_stop(Duration::from_millis(500)).await {
+                if let Some((tx, task)) = running.take() {
+                    tx.send_replace(true);
+                    let _ = task.await;
+                }
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! Bootstrapping the first primary of a new Cluster by recovery
+//! (`spec.bootstrap.recovery`): everything is read and planned before
+//! anything is made — the base backup chosen, every binlog piece fetched and
+//! checked, the replay planned (`cnmysql_backup::recovery_plan`) — so a gap
+//! or a damaged piece refuses the recovery with nothing half-made. Then the
+//! base backup is unpacked and prepared, a private server (no network, no
+//! grant checks) replays the planned binary log ranges with the flavour's
+//! binlog tool, the accounts get this Cluster's passwords, and the server
+//! stops; the manager starts it as usual, and replicas clone from it.
+
+use super::*;
+use cnmysql_api::backup::{Recovered, RecoverySpec};
+use cnmysql_backup::{base_backup, destination, recovery, recovery_plan, stored_stream};
+use std::process::Stdio;
+use tokio::io::AsyncWriteExt;
+
+/// Where what a recovery reached is recorded, in the data directory.
+pub const RECOVERED_FILE: &str = "cnmysql_recovered.json";
+
+/// What this instance's data was recovered to, when it was.
+pub fn recovered(data_dir: &std::path::Path) -> Option<Recovered> {
+    let text = std::fs::read_to_string(data_dir.join(RECOVERED_FILE)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+impl<C: ClusterState> Manager<C> {
+    pub(super) async fn recover_primary(&self, spec: &RecoverySpec) -> anyhow::Result<()> {
+        let cfg = &self.cfg;
+        let f = cfg.flavor();
+        anyhow::ensure!(
+            f == Flavor::Mariadb,
+            "spec.bootstrap.recovery: recovery of MySQL is not built yet (its base backups are not either)"
+        );
+        let src = &spec.source.object_store;
+        let server = src.server_name.clone().ok_or_else(|| {
+            anyhow::anyhow!("spec.bootstrap.recovery.source.objectStore.serverName: name the Cluster whose backups to recover from")
+        })?;
+        let dest = destination::open_for_cluster(src, cfg.secrets.backup_dir.as_deref(), &server)
+            .map_err(|e| {
+            anyhow::anyhow!(e.replace("spec.backup.", "spec.bootstrap.recovery.source."))
+        })?;
+        let target = recovery::target(spec.recovery_target.as_ref()).map_err(anyhow::Error::msg)?;
+        self.set_phase(
+            InstancePhase::Initializing,
+            format!("recovery: reading {}", dest.path),
+        );
+        let backups = base_backup::list(&dest).await?;
+        let base = recovery::choose_base(
+            f,
+            &backups,
+            spec.source.backup_id.as_deref(),
+            &target,
+            &dest.path,
+        )
+        .map_err(anyhow::Error::msg)?
+        .clone();
+        let work = cfg.data_dir.with_extension("recovery");
+        if work.exists() {
+            std::fs::remove_dir_all(&work)?;
+        }
+        std::fs::create_dir_all(&work)?;
+        let binlogs = work.join("binlogs");
+        let plan = if target == recovery_plan::Target::BaseOnly {
+            recovery_plan::plan(f, &base.record.gtid, &[], &target)
+        } else {
+            let runs = recovery::fetch_archive(&dest, &binlogs).await?;
+            recovery_plan::plan(f, &base.record.gtid, &runs, &target)
+        }
+        .map_err(|e| anyhow::anyhow!("recovery refused, nothing was made: {e}"))?;
+        tracing::info!(
+            backup = base.record.id,
+            base_gtid = base.record.gtid,
+            replay = plan.applied,
+            orphaned = plan.orphaned,
+            to = plan.position,
+            "recovery planned"
+        );
+
+        // The base backup.
+        self.set_phase(
+            InstancePhase::Initializing,
+            format!(
+                "recovery: restoring base backup {} ({} bytes)",
+                base.record.id, base.record.raw_bytes
+            ),
+        );
+        let tmp = cfg.data_dir.with_extension("clone");
+        if tmp.exists() {
+            std::fs::remove_dir_all(&tmp)?;
+        }
+        std::fs::create_dir_all(&tmp)?;
+        let (mut extract, mut stdin, tail) = clone::spawn_extract(cfg, &tmp)?;
+        let fetched = stored_stream::fetch(&dest, &base.stored(), &mut stdin).await;
+        let _ = stdin.shutdown().await;
+        drop(stdin);
+        let extracted = clone::finish_extract(&mut extract, &tail).await;
+        fetched?;
+        extracted?;
+        let gtid = clone::prepare_and_install(cfg, &tmp).await?;
+
+        // Replay, on a private server.
+        self.set_phase(
+            InstancePhase::Initializing,
+            format!(
+                "recovery: replaying {} transactions from the binlog archive",
+                plan.applied
+            ),
+        );
+        let mut private = cfg.programs.tokio_command(&cfg.programs.mysqld);
+        private
+            .arg(format!("--defaults-file={}", cfg.mycnf().display()))
+            .args([
+                "--skip-grant-tables",
+                "--skip-networking",
+                "--skip-slave-start",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        if nix::unistd::geteuid().is_root() {
+            private.arg("--user=root");
+        }
+        let mut server = private
+            .spawn()
+            .map_err(|e| cfg.programs.start_error(&cfg.programs.mysqld, &e))?;
+        let server_tail =
+            clone::tail_lines(server.stderr.take().expect("piped"), "recovery mysqld");
+        let result = self.replay(&gtid, &binlogs, &plan).await;
+        if let Err(e) = &result {
+            let _ = server.start_kill();
+            let _ = server.wait().await;
+            anyhow::bail!(
+                "recovery failed while replaying: {e:#}; server: {}",
+                clone::tail_text(&server_tail)
+            );
+        }
+        let st = server.wait().await?;
+        anyhow::ensure!(
+            st.success(),
+            "the recovery server did not stop cleanly ({st}): {}",
+            clone::tail_text(&server_tail)
+        );
+
+        let record = Recovered {
+            backup_id: base.record.id.clone(),
+            gtid: plan.position.clone(),
+            last_transaction: plan
+                .last
+                .as_ref()
+                .map(|t| t.to_string())
+                .unwrap_or_default(),
+            last_commit_time: plan
+                .last_commit_us
+                .map(recovery_plan::show_time)
+                .unwrap_or_default(),
+            replayed: plan.applied,
+            orphaned: plan.orphaned,
+            completed_at: jiff::Timestamp::now().to_string(),
+        };
+        std::fs::write(
+            cfg.data_dir.join(RECOVERED_FILE),
+            serde_json::to_vec_pretty(&record)?,
+        )?;
+        std::fs::remove_dir_all(&work).ok();
+        tracing::info!(
+            backup = record.backup_id,
+            gtid = record.gtid,
+            last = record.last_transaction,
+            last_commit = record.last_commit_time,
+            replayed = record.replayed,
+            "recovered"
+        );
+        bootstrap::mark_initialized(
+            cfg,
+            &format!(
+                "recovered from backup {} to {}",
+                record.backup_id, record.gtid
+            ),
+        )?;
+        Ok(())
+    }
+
+    /// On the private server: the base backup's GTID state, the planned
+    /// binary log ranges, this Cluster's accounts; then shut it down.
+    async fn replay(
+        &self,
+        base_gtid: &str,
+        binlogs: &std::path::Path,
+        plan: &recovery_plan::Plan,
+    ) -> anyhow::Result<()> {
+        let cfg = &self.cfg;
+        let opts = sql::socket_opts(&cfg.socket(), "root", None);
+        let mut conn = sql::wait_connectable(&opts, Duration::from_secs(300)).await?;
+        // The data holds the history up to the backup; its binary log is
+        // empty. Give it that history, so the replayed transactions follow.
+        let mut stmts = vec![
+            flavor::Sql::new("SET GLOBAL read_only = 0"),
+            flavor::Sql::new("RESET MASTER"),
+            flavor::Sql::new(format!(
+                "SET GLOBAL gtid_binlog_state = {}",
+                flavor::quote(base_gtid)
+            )),
+        ];
+        stmts.extend(flavor::seed_gtid_position(cfg.flavor(), base_gtid));
+        sql::exec_all(&mut conn, &stmts).await?;
+        let tool = cfg.programs.binlog.clone().ok_or_else(|| {
+            anyhow::anyhow!("no binary log tool (mariadb-binlog) was found beside the server")
+        })?;
+        let client = cfg.programs.client.clone().ok_or_else(|| {
+            anyhow::anyhow!("no command-line client (mariadb) was found beside the server")
+        })?;
+        for r in &plan.replays {
+            let file = binlogs.join(&r.run).join(&r.file);
+            for (a, b) in &r.ranges {
+                let mut reader = cfg.programs.tokio_command(&tool);
+                reader
+                    .arg(format!("--start-position={a}"))
+                    .arg(format!("--stop-position={b}"))
+                    .arg(&file)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .kill_on_drop(true);
+                let mut reader = reader
+                    .spawn()
+                    .map_err(|e| cfg.programs.start_error(&tool, &e))?;
+                let out: Stdio = reader.stdout.take().expect("piped").try_into()?;
+                let mut apply = cfg.programs.tokio_command(&client);
+                apply
+                    .arg(format!("--socket={}", cfg.socket().display()))
+                    .args(["--user=root", "--binary-mode", "--batch"])
+                    .stdin(out)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .kill_on_drop(true);
+                let apply = apply
+                    .spawn()
+                    .map_err(|e| cfg.programs.start_error(&client, &e))?;
+                let read_done = reader.wait_with_output().await?;
+                let applied = apply.wait_with_output().await?;
+                anyhow::ensure!(
+                    read_done.status.success(),
+                    "{} {}-{} of run {} could not be read: {}",
+                    r.file,
+                    a,
+                    b,
+                    r.run,
+                    String::from_utf8_lossy(&read_done.stderr).trim()
+                );
+                anyhow::ensure!(
+                    applied.status.success(),
+                    "{} {}-{} of run {} could not be applied: {}",
+                    r.file,
+                    a,
+                    b,
+                    r.run,
+                    String::from_utf8_lossy(&applied.stderr).trim()
+                );
+            }
+        }
+        let reached: String = conn
+            .query_first("SELECT @@gtid_binlog_pos")
+            .await?
+            .unwrap_or_default();
+        anyhow::ensure!(
+            recovery_plan::position_within(cfg.flavor(), &plan.position, &reached),
+            "after the replay the server is at {reached:?}, the plan reaches {:?}",
+            plan.position
+        );
+        conn.query_drop("FLUSH PRIVILEGES").await?;
+        bootstrap::set_accounts(&mut conn, cfg).await?;
+        conn.query_drop("SHUTDOWN").await.ok();
+        Ok(())
+    }
+}
