@@ -444,6 +444,96 @@ fn check_upgrade_fields(s: &crate::cluster::ClusterSpec, errors: &mut Vec<FieldE
     }
 }
 
+/// A retention policy: a whole number and a unit (`h`, `d`, `w`), as
+/// seconds.
+pub fn retention_seconds(p: &str) -> Option<u64> {
+    let (n, unit) = p.split_at(p.len().checked_sub(1)?);
+    let n: u64 = n.parse().ok().filter(|n| *n > 0)?;
+    let per = match unit {
+        "h" => 3600,
+        "d" => 86_400,
+        "w" => 7 * 86_400,
+        _ => return None,
+    };
+    n.checked_mul(per)
+}
+
+fn check_store(field: &str, o: &crate::backup::ObjectStore, errors: &mut Vec<FieldError>) {
+    let p = &o.destination_path;
+    if !["s3://", "gs://", "azure://", "file:///"]
+        .iter()
+        .any(|s| p.starts_with(s))
+    {
+        errors.push(err(
+            format!("{field}.destinationPath"),
+            format!("{p:?} is not a store path; write it as s3://bucket/prefix, gs://bucket/prefix, azure://container/prefix or file:///directory"),
+        ));
+    }
+    if let Some(n) = &o.server_name
+        && (n.is_empty() || n.contains('/'))
+    {
+        errors.push(err(
+            format!("{field}.serverName"),
+            format!("{n:?} must be a folder name, without /"),
+        ));
+    }
+}
+
+fn check_backup_fields(s: &crate::cluster::ClusterSpec, errors: &mut Vec<FieldError>) {
+    if let Some(b) = &s.backup {
+        check_store("spec.backup.objectStore", &b.object_store, errors);
+        if let Some(r) = &b.retention_policy
+            && retention_seconds(r).is_none()
+        {
+            errors.push(err(
+                "spec.backup.retentionPolicy",
+                format!("{r:?} is not a retention; write a number and a unit: 30d, 4w or 12h"),
+            ));
+        }
+    }
+    let Some(rec) = s.bootstrap.as_ref().and_then(|b| b.recovery.as_ref()) else {
+        return;
+    };
+    let field = "spec.bootstrap.recovery.source.objectStore";
+    check_store(field, &rec.source.object_store, errors);
+    if rec.source.object_store.server_name.is_none() {
+        errors.push(err(
+            format!("{field}.serverName"),
+            "is needed: the name of the Cluster whose backups to recover from",
+        ));
+    }
+    if s.mysql.flavor == crate::cluster::Flavor::Mysql {
+        errors.push(err(
+            "spec.bootstrap.recovery",
+            "recovery is built for MariaDB only so far (MySQL base backups are not); recover a mariadb Cluster",
+        ));
+    }
+    if let Some(t) = &rec.recovery_target {
+        let set = [
+            t.target_time.is_some(),
+            t.target_gtid.is_some(),
+            t.target_immediate,
+        ]
+        .iter()
+        .filter(|b| **b)
+        .count();
+        if set > 1 {
+            errors.push(err(
+                "spec.bootstrap.recovery.recoveryTarget",
+                "sets more than one of targetTime, targetGTID and targetImmediate: keep one",
+            ));
+        }
+        if let Some(at) = &t.target_time
+            && at.parse::<jiff::Timestamp>().is_err()
+        {
+            errors.push(err(
+                "spec.bootstrap.recovery.recoveryTarget.targetTime",
+                format!("{at:?} is not an RFC 3339 time; write it like 2026-11-24T20:15:00Z"),
+            ));
+        }
+    }
+}
+
 /// The cross-field rules (mirrors of the CRD's CEL rules).
 pub fn validate(c: &Cluster) -> Vec<FieldError> {
     let mut errors = Vec::new();
@@ -456,6 +546,7 @@ pub fn validate(c: &Cluster) -> Vec<FieldError> {
         )),
         _ => {}
     }
+    check_backup_fields(s, &mut errors);
     if s.instances < 1 {
         errors.push(err(
             "spec.instances",

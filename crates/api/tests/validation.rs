@@ -209,3 +209,46 @@ fn a_manifest_holds_one_cluster_and_its_image_catalogs_each_version_once() {
     let e = cnmysql_api::parse_manifest(&format!("{BASE}---\n{BASE}")).unwrap_err();
     assert!(e.to_string().contains("a second Cluster"), "{e}");
 }
+
+#[test]
+fn backup_and_recovery_fields_are_checked_naming_the_field() {
+    let cluster = |spec: &str| {
+        format!(
+            "apiVersion: mysql.cnmysql.io/v1\nkind: Cluster\nmetadata: {{name: x}}\nspec:\n  mysql: {{flavor: mariadb}}\n{spec}"
+        )
+    };
+    let ok = cluster(
+        "  backup:\n    objectStore: {destinationPath: 's3://b/p'}\n    retentionPolicy: 30d\n",
+    );
+    parse_cluster(&ok).expect("a valid backup spec");
+    for (spec, field) in [
+        (
+            "  backup:\n    objectStore: {destinationPath: 'ftp://x'}\n",
+            "spec.backup.objectStore.destinationPath",
+        ),
+        (
+            "  backup:\n    objectStore: {destinationPath: 'file:///b'}\n    retentionPolicy: 30 days\n",
+            "spec.backup.retentionPolicy",
+        ),
+        (
+            "  bootstrap:\n    recovery:\n      source:\n        objectStore: {destinationPath: 'file:///b'}\n",
+            "spec.bootstrap.recovery.source.objectStore.serverName",
+        ),
+        (
+            "  bootstrap:\n    recovery:\n      source:\n        objectStore: {destinationPath: 'file:///b', serverName: db}\n      recoveryTarget: {targetTime: yesterday}\n",
+            "spec.bootstrap.recovery.recoveryTarget.targetTime",
+        ),
+        (
+            "  bootstrap:\n    recovery:\n      source:\n        objectStore: {destinationPath: 'file:///b', serverName: db}\n      recoveryTarget: {targetGTID: 0-1-5, targetImmediate: true}\n",
+            "spec.bootstrap.recovery.recoveryTarget",
+        ),
+    ] {
+        let e = parse_cluster(&cluster(spec)).unwrap_err().to_string();
+        assert!(e.contains(field), "{spec}: {e}");
+    }
+    assert_eq!(
+        cnmysql_api::validation::retention_seconds("2w"),
+        Some(14 * 86_400)
+    );
+    assert_eq!(cnmysql_api::validation::retention_seconds("0d"), None);
+}
