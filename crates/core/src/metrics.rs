@@ -29,6 +29,10 @@
 //!   `upgrade_to`). Alert on a
 //!   rollout that has not finished long after its last step:
 //!   `deploy/prometheus-rules.yaml`;
+//! - continuous binlog archiving, on the primary that archives:
+//!   `cnmysql_instance_archive_lag_seconds` (how far behind the clock the
+//!   archive is known complete), `_archive_failing` (1 while it cannot
+//!   store), `_archived_bytes` (binary log bytes stored by the current run);
 //! - `cnmysql_events_total` by `reason` and `type`: switchovers,
 //!   failovers, blocked operations, fencing, restarts since the cluster was
 //!   created.
@@ -198,6 +202,21 @@ pub fn encode_clusters(clusters: &[Labelled]) -> String {
         "cluster_orchestrated_upgrade_status",
         "The upgrade the Cluster's cnmysql.io/upgrade-to asks: 1 for its status (in-progress, failed, done)",
     );
+    let archive_lag = gauge(
+        &mut r,
+        "instance_archive_lag_seconds",
+        "How far behind the clock the binlog archive is known to be complete",
+    );
+    let archive_failing = gauge(
+        &mut r,
+        "instance_archive_failing",
+        "1 while the primary's binlog archiving cannot store what it reads",
+    );
+    let archived_bytes = gauge(
+        &mut r,
+        "instance_archived_bytes",
+        "Binary log bytes the primary's current archiving run has stored",
+    );
     let counted = Family::<Labels, Counter>::default();
     r.register(
         "events",
@@ -229,6 +248,15 @@ pub fn encode_clusters(clusters: &[Labelled]) -> String {
             }
             if let Some(secs) = st.uptime_seconds {
                 uptime.get_or_create(&l).set(secs as f64);
+            }
+            if let Some(a) = &st.archive {
+                if let Some(secs) = a.lag_seconds {
+                    archive_lag.get_or_create(&l).set(secs);
+                }
+                archive_failing
+                    .get_or_create(&l)
+                    .set(flag(!a.error.is_empty()));
+                archived_bytes.get_or_create(&l).set(a.bytes as f64);
             }
             primary
                 .get_or_create(&l)
