@@ -248,6 +248,20 @@ pub fn open(spec: &ObjectStore, secrets: &Secrets) -> Result<Destination, String
     })
 }
 
+/// Open the folder of one Cluster's backups: `serverName` (or `cluster`)
+/// under the destination, with credentials read from `secrets_dir`.
+pub fn open_for_cluster(
+    spec: &ObjectStore,
+    secrets_dir: Option<&std::path::Path>,
+    cluster: &str,
+) -> Result<Destination, String> {
+    let secrets = secrets_dir
+        .map(|d| Secrets::from_dir(spec, d))
+        .unwrap_or_default();
+    let dest = open(spec, &secrets)?;
+    Ok(dest.under(spec.server_name.as_deref().unwrap_or(cluster)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -330,18 +344,4 @@ mod tests {
         );
         assert!(!format!("{secrets:?}").contains("AKIDVERYSECRET"));
     }
-}
-
-/// Open the folder of one Cluster's backups: `serverName` (or `cluster`)
-/// under the destination, with credentials read from `secrets_dir`.
-pub fn open_for_cluster(
-    spec: &ObjectStore,
-    secrets_dir: Option<&std::path::Path>,
-    cluster: &str,
-) -> Result<Destination, String> {
-    let secrets = secrets_dir
-        .map(|d| Secrets::from_dir(spec, d))
-        .unwrap_or_default();
-    let dest = open(spec, &secrets)?;
-    Ok(dest.under(spec.server_name.as_deref().unwrap_or(cluster)))
 }

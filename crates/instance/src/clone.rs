@@ -350,15 +350,14 @@ pub async fn clone_from(
     Ok(gtid)
 }
 
+/// The last lines a program wrote on its standard error.
+pub(crate) type Tail = Arc<Mutex<VecDeque<String>>>;
+
 /// Start `mbstream -x` into `tmp`: the process, its input, its error tail.
 pub(crate) fn spawn_extract(
     cfg: &InstanceConfig,
     tmp: &Path,
-) -> anyhow::Result<(
-    tokio::process::Child,
-    tokio::process::ChildStdin,
-    Arc<Mutex<VecDeque<String>>>,
-)> {
+) -> anyhow::Result<(tokio::process::Child, tokio::process::ChildStdin, Tail)> {
     let (_, extractor) = cfg.programs.mariadb_backup()?;
     let mut extract = cfg
         .programs

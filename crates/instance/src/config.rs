@@ -508,6 +508,8 @@ pub(crate) mod tests {
                 backup: Some("/usr/bin/mariadb-backup".into()),
                 stream_extract: Some("/usr/bin/mbstream".into()),
                 upgrade: None,
+                binlog: None,
+                client: None,
                 image: None,
             },
             mysql_bind: "127.0.0.1".into(),

@@ -629,6 +629,19 @@ pub fn pid_alive(pid: i32) -> bool {
     u32::try_from(pid).is_ok_and(cnmysql_instance::mysqld::is_alive)
 }
 
+/// Where the local platform finds the Secrets a manifest's `spec.backup`
+/// and `spec.bootstrap.recovery` name, as `<dir>/<name>/<key>` files:
+/// `$CNMYSQL_SECRETS_DIR`, or `~/.config/cnmysql/secrets`.
+pub fn backup_secrets_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("CNMYSQL_SECRETS_DIR") {
+        return PathBuf::from(d);
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| "/root".into());
+    home.join(".config/cnmysql/secrets")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -679,17 +692,4 @@ mod tests {
         assert!(err.contains("nothing was changed"), "{err}");
         assert!(!dir.status_file().exists());
     }
-}
-
-/// Where the local platform finds the Secrets a manifest's `spec.backup`
-/// and `spec.bootstrap.recovery` name, as `<dir>/<name>/<key>` files:
-/// `$CNMYSQL_SECRETS_DIR`, or `~/.config/cnmysql/secrets`.
-pub fn backup_secrets_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("CNMYSQL_SECRETS_DIR") {
-        return PathBuf::from(d);
-    }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| "/root".into());
-    home.join(".config/cnmysql/secrets")
 }
