@@ -25,7 +25,11 @@ pub struct ObjectStore {
     pub server_name: Option<String>,
     /// The S3 endpoint of an S3-compatible server (`https://…`); the
     /// provider's default when unset.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "endpointURL"
+    )]
     pub endpoint_url: Option<String>,
     /// The S3 region (`us-east-1` when unset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -35,7 +39,11 @@ pub struct ObjectStore {
     #[serde(default)]
     pub path_style: bool,
     /// A CA bundle (PEM) the endpoint's certificate is checked against.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "endpointCA"
+    )]
     pub endpoint_ca: Option<SecretKeyRef>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub s3_credentials: Option<S3Credentials>,

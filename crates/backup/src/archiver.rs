@@ -122,6 +122,10 @@ struct RunState {
     last: Option<Tx>,
     complete_until_us: i64,
     head_written_us: i64,
+    /// A piece whose storing failed ends here: it is stored again with the
+    /// same range (and so the same name and bytes), since a request that
+    /// timed out may still have landed.
+    retry_end: Option<u64>,
 }
 
 /// Archives one server's binary logs while it is the primary.
@@ -276,6 +280,7 @@ impl<S: Source> Archiver<S> {
             last: None,
             complete_until_us: 0,
             head_written_us: 0,
+            retry_end: None,
         })
     }
 
@@ -354,11 +359,12 @@ impl<S: Source> Archiver<S> {
         let mut file = tokio::fs::File::open(self.dir.join(&state.file)).await?;
         file.seek(std::io::SeekFrom::Start(state.offset)).await?;
         let mut data = Vec::new();
-        (&mut file)
-            .take(PIECE_BYTES as u64)
-            .read_to_end(&mut data)
-            .await?;
-        let at_end = data.len() < PIECE_BYTES;
+        let limit = state
+            .retry_end
+            .map(|e| e.saturating_sub(state.offset))
+            .unwrap_or(PIECE_BYTES as u64);
+        (&mut file).take(limit).read_to_end(&mut data).await?;
+        let at_end = state.retry_end.is_none() && data.len() < PIECE_BYTES;
         let scanned = binlog::scan(self.flavor, &data, state.offset, state.checksum_len)
             .map_err(|e| anyhow::anyhow!("{}: {e}", state.file))?;
         let mut stored = false;
@@ -375,7 +381,11 @@ impl<S: Source> Archiver<S> {
                 stopped: scanned.stopped,
             };
             let key = archive::piece_key(&state.run, &state.file, state.offset, scanned.boundary);
-            self.put(&key, archive::encode(&index, bytes)).await?;
+            if let Err(e) = self.put(&key, archive::encode(&index, bytes)).await {
+                state.retry_end = Some(scanned.boundary);
+                return Err(e);
+            }
+            state.retry_end = None;
             if state.file.as_str() >= state.flush_file.as_str() {
                 for t in &scanned.txs {
                     state.held.record(&t.id);

@@ -161,7 +161,17 @@ pub fn open(spec: &ObjectStore, secrets: &Secrets) -> Result<Destination, String
             spec.destination_path
         )
     };
-    let mut options = object_store::ClientOptions::new();
+    // A store that hangs fails a request within 30 s, and retries stop
+    // after 20 s: the archiver retries every second by itself, and
+    // its status must say the store is unreachable while it is.
+    let mut options = object_store::ClientOptions::new()
+        .with_connect_timeout(std::time::Duration::from_secs(5))
+        .with_timeout(std::time::Duration::from_secs(30));
+    let retry = object_store::RetryConfig {
+        max_retries: 3,
+        retry_timeout: std::time::Duration::from_secs(20),
+        ..Default::default()
+    };
     if let Some(ca) = &spec.endpoint_ca {
         let pem = secrets.get("endpointCA", ca)?;
         for cert in object_store::Certificate::from_pem_bundle(pem.as_bytes()).map_err(|e| {
@@ -182,6 +192,7 @@ pub fn open(spec: &ObjectStore, secrets: &Secrets) -> Result<Destination, String
         }
         Kind::S3 { bucket } => {
             let mut b = object_store::aws::AmazonS3Builder::new()
+                .with_retry(retry.clone())
                 .with_bucket_name(bucket)
                 .with_region(spec.region.clone().unwrap_or_else(|| "us-east-1".into()))
                 .with_virtual_hosted_style_request(!spec.path_style)
@@ -214,6 +225,7 @@ pub fn open(spec: &ObjectStore, secrets: &Secrets) -> Result<Destination, String
             })?;
             Arc::new(
                 object_store::gcp::GoogleCloudStorageBuilder::new()
+                    .with_retry(retry.clone())
                     .with_bucket_name(bucket)
                     .with_service_account_key(secrets.get(
                         "googleCredentials.applicationCredentials",
@@ -230,6 +242,7 @@ pub fn open(spec: &ObjectStore, secrets: &Secrets) -> Result<Destination, String
             })?;
             Arc::new(
                 object_store::azure::MicrosoftAzureBuilder::new()
+                    .with_retry(retry)
                     .with_account(
                         secrets.get("azureCredentials.storageAccount", &c.storage_account)?,
                     )

@@ -11,4 +11,5 @@ pub mod destination;
 pub mod mbstream;
 pub mod recovery;
 pub mod recovery_plan;
+pub mod retention;
 pub mod stored_stream;

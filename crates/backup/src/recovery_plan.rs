@@ -208,7 +208,12 @@ fn items(runs: &[RunArchive]) -> Vec<Item<'_>> {
             let mut header_end = 0u64;
             expect_file = None;
             for p in pieces {
-                if p.start != at {
+                if p.end <= at && p.start < at {
+                    // Held whole by pieces before it (a store that took a
+                    // request after it timed out, and its retry).
+                    continue;
+                }
+                if p.start > at {
                     out.push(Item::Gap(format!(
                         "run {name}: bytes {at}-{} of {file} are missing from the archive",
                         p.start
@@ -217,7 +222,8 @@ fn items(runs: &[RunArchive]) -> Vec<Item<'_>> {
                 if let Some(h) = p.header_end {
                     header_end = h;
                 }
-                for tx in &p.txs {
+                // Where pieces overlap, what lies before `at` was met already.
+                for tx in p.txs.iter().filter(|t| t.start >= at || p.start >= at) {
                     out.push(Item::Tx {
                         run: r,
                         file,
@@ -225,7 +231,7 @@ fn items(runs: &[RunArchive]) -> Vec<Item<'_>> {
                         tx,
                     });
                 }
-                at = p.end;
+                at = at.max(p.end);
                 expect_file = p.rotated_to.clone();
             }
             last = Some((file.to_string(), at));

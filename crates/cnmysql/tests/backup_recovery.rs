@@ -205,4 +205,35 @@ async fn recovery_to_a_time_and_to_the_latest_state_across_a_switchover() {
             .exists(),
         "nothing half-made"
     );
+
+    // Retention: a second backup, then a policy of an hour applied two
+    // hours on. The first backup goes, with the run the second one no
+    // longer needs; the newest run stays, and recovery still reaches
+    // every row.
+    let out = c.local(&["backup"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = cnmysql_local::state::StateDir::new(std::path::PathBuf::from(c.state_arg()));
+    let cluster = dir.load_cluster().unwrap();
+    let dest = cnmysql_local::backup_destination(&cluster).unwrap();
+    let before = cnmysql_backup::base_backup::list(&dest).await.unwrap();
+    let heads = cnmysql_backup::retention::heads(&dest).await.unwrap();
+    assert_eq!((before.len(), heads.len()), (2, 2));
+    let later = jiff::Timestamp::now() + jiff::SignedDuration::from_hours(2);
+    let pruned = cnmysql_local::apply_retention(&dir, &cluster, &dest, "1h", later)
+        .await
+        .unwrap();
+    assert_eq!(pruned.backups, [before[0].record.id.clone()]);
+    assert_eq!(pruned.runs, [heads[0].0.clone()]);
+    let after = cnmysql_backup::base_backup::list(&dest).await.unwrap();
+    assert_eq!(after, before[1..]);
+    assert_eq!(
+        cnmysql_backup::retention::heads(&dest).await.unwrap().len(),
+        1
+    );
+    let r4 = LocalCluster::start("kept", &recovering("kept", 1, &store, ""));
+    assert_eq!(rows(&r4, &r4.current_primary()).await, (200, 200));
 }

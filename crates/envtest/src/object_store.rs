@@ -152,9 +152,29 @@ impl S3Server {
     }
 }
 
+impl S3Server {
+    /// Freeze the server (SIGSTOP): connections are accepted by the kernel
+    /// and then nothing answers, as with a store that hangs.
+    pub fn pause(&self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGSTOP,
+        );
+    }
+
+    /// Let a paused server go on (SIGCONT).
+    pub fn resume(&self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGCONT,
+        );
+    }
+}
+
 impl Drop for S3Server {
     fn drop(&mut self) {
         // Its components are threads of this one process.
+        self.resume();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -296,6 +296,15 @@ pub async fn backup(dir: &StateDir) -> anyhow::Result<cnmysql_backup::base_backu
             b.last_failed_backup = Some(m.record.clone());
         }
     })?;
+    if ok
+        && let Some(policy) = cluster
+            .spec
+            .backup
+            .as_ref()
+            .and_then(|b| b.retention_policy.clone())
+    {
+        apply_retention(dir, &cluster, &dest, &policy, jiff::Timestamp::now()).await?;
+    }
     if ok {
         dir.event(
             false,
@@ -316,4 +325,57 @@ pub async fn backup(dir: &StateDir) -> anyhow::Result<cnmysql_backup::base_backu
         );
         anyhow::bail!("base backup {id} of {primary} failed: {}", m.record.error)
     }
+}
+
+/// Apply `spec.backup.retentionPolicy` as of `now`: delete the base backups
+/// older than it (never the newest) and the binlog runs no kept backup
+/// needs; the status's first recoverability point moves to the oldest kept
+/// backup.
+pub async fn apply_retention(
+    dir: &StateDir,
+    cluster: &cnmysql_api::Cluster,
+    dest: &cnmysql_backup::destination::Destination,
+    policy: &str,
+    now: jiff::Timestamp,
+) -> anyhow::Result<cnmysql_backup::retention::Pruned> {
+    let keep = cnmysql_api::validation::retention_seconds(policy).ok_or_else(|| {
+        anyhow::anyhow!(
+            "spec.backup.retentionPolicy: {policy:?} is not a retention; write 30d, 4w or 12h"
+        )
+    })?;
+    let backups = cnmysql_backup::base_backup::list(dest).await?;
+    let heads = cnmysql_backup::retention::heads(dest).await?;
+    let pruned = cnmysql_backup::retention::decide(
+        cluster.spec.mysql.flavor,
+        &backups,
+        &heads,
+        keep,
+        now.as_microsecond(),
+    );
+    if pruned.backups.is_empty() && pruned.runs.is_empty() {
+        return Ok(pruned);
+    }
+    cnmysql_backup::retention::delete(dest, &pruned).await?;
+    let first = backups
+        .iter()
+        .filter(|m| m.completed() && !pruned.backups.contains(&m.record.id))
+        .map(|m| m.record.stopped_at.clone())
+        .next()
+        .unwrap_or_default();
+    dir.update_status(|st| {
+        st.backup
+            .get_or_insert_with(Default::default)
+            .first_recoverability_point = first.clone();
+    })?;
+    dir.event(
+        false,
+        "BackupsPruned",
+        None,
+        &format!(
+            "retention {policy}: deleted base backups [{}] and binlog runs [{}]",
+            pruned.backups.join(", "),
+            pruned.runs.join(", ")
+        ),
+    );
+    Ok(pruned)
 }

@@ -355,3 +355,24 @@ fn mysql_gaps_and_orphans_follow_the_gtid_sets() {
         "{e}"
     );
 }
+
+#[test]
+fn overlapping_pieces_from_a_retried_store_are_read_once() {
+    // A piece stored after its request timed out, and the longer one the
+    // archiver stored next from the same offset.
+    let mut a = 0;
+    let p1 = piece("b.000001", &mut a, &[("0-1-1", 1)], None);
+    let mut short_end = a;
+    let p2 = piece("b.000001", &mut short_end, &[("0-1-2", 2)], None);
+    let mut long_end = a;
+    let p3 = piece(
+        "b.000001",
+        &mut long_end,
+        &[("0-1-2", 2), ("0-1-3", 3)],
+        None,
+    );
+    let runs = vec![run(Flavor::Mariadb, "r1", "b.000001", "", vec![p3, p1, p2])];
+    let p = plan(Flavor::Mariadb, "0-1-0", &runs, &Target::Latest).unwrap();
+    assert_eq!((p.applied, p.position.as_str()), (3, "0-1-3"));
+    assert_eq!(p.replays[0].ranges, vec![(120, 420)]);
+}

@@ -230,6 +230,9 @@ impl LocalCluster {
             "0",
             &["--detach", "--wait-timeout", "180"],
         );
+        if !out.status.success() {
+            eprintln!("[{}] {}", self.name, self.log_tails());
+        }
         assert!(
             out.status.success(),
             "local up failed:\nstdout: {}\nstderr: {}",
