@@ -502,12 +502,6 @@ fn check_backup_fields(s: &crate::cluster::ClusterSpec, errors: &mut Vec<FieldEr
             "is needed: the name of the Cluster whose backups to recover from",
         ));
     }
-    if s.mysql.flavor == crate::cluster::Flavor::Mysql {
-        errors.push(err(
-            "spec.bootstrap.recovery",
-            "recovery is built for MariaDB only so far (MySQL base backups are not); recover a mariadb Cluster",
-        ));
-    }
     if let Some(t) = &rec.recovery_target {
         let set = [
             t.target_time.is_some(),

@@ -75,7 +75,8 @@ fn manifest_key(id: &str) -> String {
 
 /// Store a MariaDB backup stream (`mariadb-backup --stream=mbstream`) as
 /// backup `id`, taken on `instance`. The manifest is written either way:
-/// `completed` with the GTID position, or `failed` with the reason.
+/// `completed` with the GTID position read from the stream as it passes,
+/// or `failed` with the reason.
 pub async fn store_mbstream<S, E>(
     dest: &Destination,
     id: &str,
@@ -84,10 +85,9 @@ pub async fn store_mbstream<S, E>(
     body: S,
 ) -> Manifest
 where
-    S: Stream<Item = Result<Bytes, E>> + Unpin + Send,
-    E: Into<std::io::Error>,
+    S: Stream<Item = Result<Bytes, E>> + Unpin + Send + 'static,
+    E: Into<std::io::Error> + 'static,
 {
-    let started = jiff::Timestamp::now();
     let scanner = std::sync::Arc::new(std::sync::Mutex::new(crate::mbstream::Scanner::new()));
     let seen = {
         let scanner = scanner.clone();
@@ -95,29 +95,75 @@ where
             scanner.lock().unwrap().feed(b);
         })
     };
-    let result = stored_stream::store(
-        dest,
-        &format!("{BASE}/{id}/data.mbstream.zst"),
-        seen.boxed(),
-    )
-    .await;
-    let gtid = scanner.lock().unwrap().gtid();
-    let mut m = Manifest {
-        record: BackupRecord {
-            id: id.to_string(),
-            phase: "completed".into(),
-            instance: instance.to_string(),
-            started_at: started.to_string(),
-            stopped_at: jiff::Timestamp::now().to_string(),
-            gtid: gtid.clone().unwrap_or_default(),
-            ..Default::default()
-        },
-        flavor: Flavor::Mariadb,
-        format: "mbstream".into(),
-        key: String::new(),
-        sha256: String::new(),
-        server_version: server_version.to_string(),
+    let head = Manifest::new(id, instance, Flavor::Mariadb, "mbstream", server_version);
+    store_as(dest, head, seen.boxed(), move || {
+        scanner.lock().unwrap().gtid()
+    })
+    .await
+}
+
+/// Store a MySQL backup (a cloned data directory as a tar stream) holding
+/// the GTID set `gtid`, as backup `id`.
+pub async fn store_tar<S, E>(
+    dest: &Destination,
+    id: &str,
+    instance: &str,
+    server_version: &str,
+    gtid: &str,
+    body: S,
+) -> Manifest
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin + Send + 'static,
+    E: Into<std::io::Error> + 'static,
+{
+    let head = Manifest::new(id, instance, Flavor::Mysql, "tar", server_version);
+    let gtid = gtid.to_string();
+    let known = move || {
+        if gtid.is_empty() {
+            Err("the copy holds no GTID set".to_string())
+        } else {
+            Ok(gtid.clone())
+        }
     };
+    store_as(dest, head, body.map_err(Into::into).boxed(), known).await
+}
+
+impl Manifest {
+    fn new(
+        id: &str,
+        instance: &str,
+        flavor: Flavor,
+        format: &str,
+        server_version: &str,
+    ) -> Manifest {
+        Manifest {
+            record: BackupRecord {
+                id: id.to_string(),
+                phase: "completed".into(),
+                instance: instance.to_string(),
+                started_at: jiff::Timestamp::now().to_string(),
+                ..Default::default()
+            },
+            flavor,
+            format: format.into(),
+            key: String::new(),
+            sha256: String::new(),
+            server_version: server_version.to_string(),
+        }
+    }
+}
+
+async fn store_as(
+    dest: &Destination,
+    mut m: Manifest,
+    body: futures::stream::BoxStream<'static, Result<Bytes, std::io::Error>>,
+    gtid: impl FnOnce() -> Result<String, String>,
+) -> Manifest {
+    let name = format!("{BASE}/{}/data.{}.zst", m.record.id, m.format);
+    let result = stored_stream::store(dest, &name, body).await;
+    m.record.stopped_at = jiff::Timestamp::now().to_string();
+    let gtid = gtid();
+    m.record.gtid = gtid.clone().unwrap_or_default();
     match result {
         Ok(stored) if !m.record.gtid.is_empty() => {
             m.key = stored.key;

@@ -363,6 +363,21 @@ async fn backup<B: Backend>(State(b): State<Arc<B>>, Extension(peer): Extension<
             .into_response();
     }
     tracing::info!(peer = peer.0, "backup requested");
+    if b.config().flavor() == cnmysql_api::Flavor::Mysql {
+        return match crate::mysql_backup::start(b.config()).await {
+            Ok((gtid, stream)) => Response::builder()
+                .status(StatusCode::OK)
+                .header(header::CONTENT_TYPE, "application/x-tar")
+                .header(crate::mysql_backup::GTID_HEADER, gtid)
+                .body(Body::from_stream(stream))
+                .expect("valid response"),
+            Err(e) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("cannot start the backup: {e:#}"),
+            )
+                .into_response(),
+        };
+    }
     match crate::clone::start_backup(b.config()) {
         Ok((size, stream)) => Response::builder()
             .status(StatusCode::OK)

@@ -44,13 +44,6 @@ pub async fn take(
             server_version: String::new(),
         }
     };
-    if flavor == Flavor::Mysql {
-        let m = failed(
-            "base backups of MySQL (a clone into a directory, then streamed) are not built yet; only MariaDB is backed up".into(),
-        );
-        let _ = base_backup::write_manifest(dest, &m).await;
-        return m;
-    }
     let version = client
         .expecting(instance)
         .get_json::<cnmysql_core::status::InstanceStatus>(host, port, "/status")
@@ -86,9 +79,22 @@ pub async fn take(
             return m;
         }
     };
+    let gtid = resp
+        .headers()
+        .get(crate::mysql_backup::GTID_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
     let body = resp
         .into_body()
         .into_data_stream()
         .map_err(std::io::Error::other);
-    base_backup::store_mbstream(dest, id, instance, &version, Box::pin(body)).await
+    match flavor {
+        Flavor::Mariadb => {
+            base_backup::store_mbstream(dest, id, instance, &version, Box::pin(body)).await
+        }
+        Flavor::Mysql => {
+            base_backup::store_tar(dest, id, instance, &version, &gtid, Box::pin(body)).await
+        }
+    }
 }

@@ -27,10 +27,6 @@ impl<C: ClusterState> Manager<C> {
     pub(super) async fn recover_primary(&self, spec: &RecoverySpec) -> anyhow::Result<()> {
         let cfg = &self.cfg;
         let f = cfg.flavor();
-        anyhow::ensure!(
-            f == Flavor::Mariadb,
-            "spec.bootstrap.recovery: recovery of MySQL is not built yet (its base backups are not either)"
-        );
         let src = &spec.source.object_store;
         let server = src.server_name.clone().ok_or_else(|| {
             anyhow::anyhow!("spec.bootstrap.recovery.source.objectStore.serverName: name the Cluster whose backups to recover from")
@@ -89,14 +85,53 @@ impl<C: ClusterState> Manager<C> {
             std::fs::remove_dir_all(&tmp)?;
         }
         std::fs::create_dir_all(&tmp)?;
-        let (mut extract, mut stdin, tail) = clone::spawn_extract(cfg, &tmp)?;
-        let fetched = stored_stream::fetch(&dest, &base.stored(), &mut stdin).await;
-        let _ = stdin.shutdown().await;
-        drop(stdin);
-        let extracted = clone::finish_extract(&mut extract, &tail).await;
-        fetched?;
-        extracted?;
-        let gtid = clone::prepare_and_install(cfg, &tmp).await?;
+        let gtid = match f {
+            Flavor::Mariadb => {
+                let (mut extract, mut stdin, tail) = clone::spawn_extract(cfg, &tmp)?;
+                let fetched = stored_stream::fetch(&dest, &base.stored(), &mut stdin).await;
+                let _ = stdin.shutdown().await;
+                drop(stdin);
+                let extracted = clone::finish_extract(&mut extract, &tail).await;
+                fetched?;
+                extracted?;
+                clone::prepare_and_install(cfg, &tmp).await?
+            }
+            Flavor::Mysql => {
+                let mut untar = tokio::process::Command::new("tar")
+                    .arg("-x")
+                    .arg("-C")
+                    .arg(&tmp)
+                    .arg("-f")
+                    .arg("-")
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .kill_on_drop(true)
+                    .spawn()
+                    .map_err(|e| anyhow::anyhow!("cannot run tar: {e}"))?;
+                let tail = clone::tail_lines(untar.stderr.take().expect("piped"), "tar");
+                let mut stdin = untar.stdin.take().expect("piped");
+                let fetched = stored_stream::fetch(&dest, &base.stored(), &mut stdin).await;
+                let _ = stdin.shutdown().await;
+                drop(stdin);
+                let st = untar.wait().await?;
+                fetched?;
+                anyhow::ensure!(
+                    st.success(),
+                    "unpacking the backup failed ({st}): {}",
+                    clone::tail_text(&tail)
+                );
+                if cfg.data_dir.exists() {
+                    anyhow::ensure!(
+                        !bootstrap::is_initialized(cfg),
+                        "refusing to replace an initialised data directory with a backup"
+                    );
+                    std::fs::remove_dir_all(&cfg.data_dir)?;
+                }
+                std::fs::rename(&tmp, &cfg.data_dir)?;
+                base.record.gtid.clone()
+            }
+        };
 
         // Replay, on a private server.
         self.set_phase(
@@ -106,41 +141,23 @@ impl<C: ClusterState> Manager<C> {
                 plan.applied
             ),
         );
-        let mut private = cfg.programs.tokio_command(&cfg.programs.mysqld);
-        private
-            .arg(format!("--defaults-file={}", cfg.mycnf().display()))
-            .args([
-                "--skip-grant-tables",
-                "--skip-networking",
-                "--skip-slave-start",
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        if nix::unistd::geteuid().is_root() {
-            private.arg("--user=root");
+        let args = vec![
+            format!("--defaults-file={}", cfg.mycnf().display()),
+            "--skip-grant-tables".to_string(),
+            "--skip-networking".to_string(),
+            match f {
+                Flavor::Mariadb => "--skip-slave-start",
+                Flavor::Mysql => "--skip-replica-start",
+            }
+            .to_string(),
+        ];
+        let mut server =
+            crate::private_server::PrivateServer::start(cfg, args, &cfg.socket()).await?;
+        if let Err(e) = self.replay(&mut server.conn, &gtid, &binlogs, &plan).await {
+            let words = server.kill().await;
+            anyhow::bail!("recovery failed while replaying: {e:#}; server: {words}");
         }
-        let mut server = private
-            .spawn()
-            .map_err(|e| cfg.programs.start_error(&cfg.programs.mysqld, &e))?;
-        let server_tail =
-            clone::tail_lines(server.stderr.take().expect("piped"), "recovery mysqld");
-        let result = self.replay(&gtid, &binlogs, &plan).await;
-        if let Err(e) = &result {
-            let _ = server.start_kill();
-            let _ = server.wait().await;
-            anyhow::bail!(
-                "recovery failed while replaying: {e:#}; server: {}",
-                clone::tail_text(&server_tail)
-            );
-        }
-        let st = server.wait().await?;
-        anyhow::ensure!(
-            st.success(),
-            "the recovery server did not stop cleanly ({st}): {}",
-            clone::tail_text(&server_tail)
-        );
+        server.stop().await?;
 
         let record = Recovered {
             backup_id: base.record.id.clone(),
@@ -182,33 +199,48 @@ impl<C: ClusterState> Manager<C> {
     }
 
     /// On the private server: the base backup's GTID state, the planned
-    /// binary log ranges, this Cluster's accounts; then shut it down.
+    /// binary log ranges, this Cluster's accounts.
     async fn replay(
         &self,
+        conn: &mut mysql_async::Conn,
         base_gtid: &str,
         binlogs: &std::path::Path,
         plan: &recovery_plan::Plan,
     ) -> anyhow::Result<()> {
         let cfg = &self.cfg;
-        let opts = sql::socket_opts(&cfg.socket(), "root", None);
-        let mut conn = sql::wait_connectable(&opts, Duration::from_secs(300)).await?;
-        // The data holds the history up to the backup; its binary log is
-        // empty. Give it that history, so the replayed transactions follow.
-        let mut stmts = vec![
-            flavor::Sql::new("SET GLOBAL read_only = 0"),
-            flavor::Sql::new("RESET MASTER"),
-            flavor::Sql::new(format!(
-                "SET GLOBAL gtid_binlog_state = {}",
-                flavor::quote(base_gtid)
-            )),
-        ];
-        stmts.extend(flavor::seed_gtid_position(cfg.flavor(), base_gtid));
-        sql::exec_all(&mut conn, &stmts).await?;
+        let f = cfg.flavor();
+        sql::exec_all(conn, &flavor::read_only(f, false)).await?;
+        if f == Flavor::Mariadb {
+            // The data holds the history up to the backup; its binary log
+            // is empty. Give it that history, so the replayed transactions
+            // follow.
+            let mut stmts = vec![
+                flavor::Sql::new("RESET MASTER"),
+                flavor::Sql::new(format!(
+                    "SET GLOBAL gtid_binlog_state = {}",
+                    flavor::quote(base_gtid)
+                )),
+            ];
+            stmts.extend(flavor::seed_gtid_position(f, base_gtid));
+            sql::exec_all(conn, &stmts).await?;
+        } else {
+            // The copy carries its GTID set; it must be the manifest's.
+            let held: String = conn
+                .query_first("SELECT @@gtid_executed")
+                .await?
+                .unwrap_or_default();
+            anyhow::ensure!(
+                recovery_plan::position_within(f, base_gtid, &held.replace('\n', "")),
+                "the restored backup holds {held:?}, its manifest says {base_gtid:?}"
+            );
+        }
         let tool = cfg.programs.binlog.clone().ok_or_else(|| {
-            anyhow::anyhow!("no binary log tool (mariadb-binlog) was found beside the server")
+            anyhow::anyhow!(
+                "no binary log tool (mariadb-binlog, mysqlbinlog) was found beside the server"
+            )
         })?;
         let client = cfg.programs.client.clone().ok_or_else(|| {
-            anyhow::anyhow!("no command-line client (mariadb) was found beside the server")
+            anyhow::anyhow!("no command-line client (mariadb, mysql) was found beside the server")
         })?;
         for r in &plan.replays {
             let file = binlogs.join(&r.run).join(&r.file);
@@ -260,17 +292,20 @@ impl<C: ClusterState> Manager<C> {
             }
         }
         let reached: String = conn
-            .query_first("SELECT @@gtid_binlog_pos")
+            .query_first(match f {
+                Flavor::Mariadb => "SELECT @@gtid_binlog_pos",
+                Flavor::Mysql => "SELECT @@gtid_executed",
+            })
             .await?
             .unwrap_or_default();
+        let reached = reached.replace('\n', "");
         anyhow::ensure!(
             recovery_plan::position_within(cfg.flavor(), &plan.position, &reached),
             "after the replay the server is at {reached:?}, the plan reaches {:?}",
             plan.position
         );
         conn.query_drop("FLUSH PRIVILEGES").await?;
-        bootstrap::set_accounts(&mut conn, cfg).await?;
-        conn.query_drop("SHUTDOWN").await.ok();
+        bootstrap::set_accounts(conn, cfg).await?;
         Ok(())
     }
 }
