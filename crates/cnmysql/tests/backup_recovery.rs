@@ -119,6 +119,23 @@ async fn recovery_to_a_time_and_to_the_latest_state_across_a_switchover() {
     )
     .await;
 
+    // The Cluster's status says what the primary archives.
+    wait_for(
+        "the status to carry the archive",
+        Duration::from_secs(30),
+        || async {
+            let st = c.status();
+            let run = st["backup"]["archive"]["run"].as_str()?.to_string();
+            let on = st["conditions"]
+                .as_array()?
+                .iter()
+                .any(|x| x["type"] == "ContinuousArchiving" && x["status"] == "True");
+            (on && run.ends_with(new)).then_some(())
+        },
+    )
+    .await;
+    assert!(c.status()["backup"]["lastSuccessfulBackup"]["gtid"].is_string());
+
     // To a time between the writes: exactly the first 100 rows.
     let r1 = LocalCluster::start(
         "pitr",
@@ -134,6 +151,16 @@ async fn recovery_to_a_time_and_to_the_latest_state_across_a_switchover() {
     let rec = &instance(&r1, &p)["recovered"];
     let last: jiff::Timestamp = rec["lastCommitTime"].as_str().unwrap().parse().unwrap();
     assert!(last <= t1, "{rec}");
+    wait_for(
+        "the recovery in the Cluster's status",
+        Duration::from_secs(30),
+        || async {
+            r1.status()["backup"]["recovered"]["backupId"]
+                .as_str()
+                .map(|_| ())
+        },
+    )
+    .await;
     r1.down();
 
     // To the latest state: every row, on the replica cloned from it too.

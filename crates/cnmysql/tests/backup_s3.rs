@@ -44,6 +44,20 @@ fn instance(c: &LocalCluster, name: &str) -> serde_json::Value {
         .unwrap_or_default()
 }
 
+/// The Cluster's ContinuousArchiving condition: (status, reason).
+fn condition(c: &LocalCluster) -> Option<(String, String)> {
+    let st = c.status();
+    let cond = st["conditions"]
+        .as_array()?
+        .iter()
+        .find(|x| x["type"] == "ContinuousArchiving")?
+        .clone();
+    Some((
+        cond["status"].as_str()?.to_string(),
+        cond["reason"].as_str()?.to_string(),
+    ))
+}
+
 fn archive(c: &LocalCluster) -> serde_json::Value {
     instance(c, &c.current_primary())["archive"].clone()
 }
@@ -123,6 +137,12 @@ async fn archiving_to_s3_survives_an_outage_and_a_failover_and_recovers_exactly(
     )
     .await;
     eprintln!("store frozen: reported after {:?}: {why}", paused.elapsed());
+    wait_for(
+        "the Cluster to say archiving fails",
+        Duration::from_secs(30),
+        || async { condition(&c).filter(|(on, reason)| on == "False" && reason == "Failing") },
+    )
+    .await;
     assert!(!why.contains(SECRET_ACCESS_KEY), "{why}");
     w.wait_for_more(200, Duration::from_secs(30)).await;
     s3.resume();
@@ -133,6 +153,12 @@ async fn archiving_to_s3_survives_an_outage_and_a_failover_and_recovers_exactly(
     })
     .await;
     eprintln!("store back: caught up in {:?}", back.elapsed());
+    wait_for(
+        "the Cluster to say archiving works",
+        Duration::from_secs(30),
+        || async { condition(&c).filter(|(on, _)| on == "True") },
+    )
+    .await;
 
     // A time to recover to, with rows on both sides of it.
     w.wait_for_more(100, Duration::from_secs(30)).await;

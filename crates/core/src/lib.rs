@@ -2,6 +2,7 @@
 //! observed snapshot. No clock, network or Kubernetes in here; time comes in
 //! as a value. Each concern lives in a module named after it.
 
+pub mod archiving;
 pub mod failover;
 pub mod fencing;
 pub mod flavor;

@@ -170,7 +170,7 @@ pub fn summarize(s: &Snapshot) -> Summary {
         || (!unreachable.is_empty()
             && s.status.current_primary_timestamp.is_some()
             && cloning.is_empty());
-    let conditions = vec![
+    let mut conditions = vec![
         (
             "Ready",
             all_ready,
@@ -211,6 +211,9 @@ pub fn summarize(s: &Snapshot) -> Summary {
             },
         ),
     ];
+    if let Some((on, why, msg)) = crate::archiving::condition(s) {
+        conditions.push((crate::archiving::CONDITION, on, why, msg));
+    }
     Summary {
         phase,
         reason,

@@ -274,6 +274,9 @@ pub enum StatusChange {
     },
     /// Set (Some) or remove the orchestrated upgrade's record.
     OrchestratedUpgrade(Option<cnmysql_api::OrchestratedUpgrade>),
+    /// `status.backup` as the primary's archiving and a recovery report it
+    /// (`archiving.rs`); written when it matters.
+    Backup(cnmysql_api::backup::BackupStatus),
 }
 
 /// The reported part of the status.
@@ -359,6 +362,20 @@ impl StatusChange {
                     Some(r) => st.instance_upgrades.insert(instance.clone(), r.clone()),
                     None => st.instance_upgrades.remove(instance),
                 };
+                true
+            }
+            StatusChange::Backup(b) => {
+                if !crate::archiving::worth_writing(st.backup.as_ref(), b) {
+                    return false;
+                }
+                // Backups recorded meanwhile (by the platform) are kept.
+                let mut b = b.clone();
+                if let Some(old) = &st.backup {
+                    b.last_successful_backup = old.last_successful_backup.clone();
+                    b.last_failed_backup = old.last_failed_backup.clone();
+                    b.first_recoverability_point = old.first_recoverability_point.clone();
+                }
+                st.backup = Some(b);
                 true
             }
             StatusChange::OrchestratedUpgrade(o) => {

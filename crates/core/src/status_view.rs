@@ -189,6 +189,50 @@ impl View {
             out.push_str(&line);
             out.push('\n');
         }
+        if let Some(b) = &st.backup {
+            if let Some(a) = &b.archive {
+                let line = if a.error.is_empty() {
+                    format!(
+                        "Archive:   complete until {}  last {}",
+                        if a.complete_until.is_empty() {
+                            "-"
+                        } else {
+                            &a.complete_until
+                        },
+                        if a.last_transaction.is_empty() {
+                            "-"
+                        } else {
+                            &a.last_transaction
+                        }
+                    )
+                } else {
+                    paint(
+                        "31",
+                        &format!("Archive:   failing since {}: {}", a.failing_since, a.error),
+                    )
+                };
+                out.push_str(&line);
+                out.push('\n');
+            }
+            if let Some(l) = &b.last_successful_backup {
+                out.push_str(&format!(
+                    "Backup:    last {} of {} at {}, consistent with {}\n",
+                    l.id, l.instance, l.stopped_at, l.gtid
+                ));
+            }
+            if let Some(r) = &b.recovered {
+                out.push_str(&format!(
+                    "Recovered: from backup {} to {} (last commit {})\n",
+                    r.backup_id,
+                    r.gtid,
+                    if r.last_commit_time.is_empty() {
+                        "-"
+                    } else {
+                        &r.last_commit_time
+                    }
+                ));
+            }
+        }
         if let Some(since) = &st.primary_failing_since {
             out.push_str(&paint("31", &format!("Primary failing since {since}")));
             out.push('\n');

@@ -48,5 +48,10 @@ pub async fn pass<P: Platform>(
         let report = StatusChange::Report(reconcile::report(s, memory));
         platform.change_status(&report).await?;
     }
+    if let Some(b) = cnmysql_core::archiving::desired(s)
+        && cnmysql_core::archiving::worth_writing(s.status.backup.as_ref(), &b)
+    {
+        platform.change_status(&StatusChange::Backup(b)).await?;
+    }
     Ok(())
 }
