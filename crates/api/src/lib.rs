@@ -1,6 +1,7 @@
 //! The `Cluster` API of cloudnative-mysql (`mysql.cnmysql.io/v1`).
 
 pub mod backup;
+pub mod backup_resources;
 pub mod cluster;
 pub mod instance_upgrade;
 pub mod names;
@@ -17,7 +18,7 @@ pub use validation::{
 use kube::CustomResourceExt;
 
 /// Every CustomResourceDefinition: Cluster, ImageCatalog,
-/// ClusterImageCatalog.
+/// ClusterImageCatalog, Backup, ScheduledBackup.
 pub fn crds()
 -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
 {
@@ -25,13 +26,15 @@ pub fn crds()
         Cluster::crd(),
         ImageCatalog::crd(),
         ClusterImageCatalog::crd(),
+        backup_resources::Backup::crd(),
+        backup_resources::ScheduledBackup::crd(),
     ]
 }
 
 /// The CustomResourceDefinitions, as YAML, exactly as committed under `deploy/`.
 pub fn crd_yaml() -> String {
     let mut out = String::from(
-        "# Generated from crates/api/src/cluster.rs and upgrade.rs by `cnmysql crd`; do not edit.\n",
+        "# Generated from crates/api/src/cluster.rs, upgrade.rs and backup_resources.rs by `cnmysql crd`; do not edit.\n",
     );
     for (i, crd) in crds().iter().enumerate() {
         if i > 0 {

@@ -80,6 +80,50 @@ pub fn decide(
     out
 }
 
+/// Apply a retention policy (`30d`) to the store as of `now_us`: what
+/// went, and the stop time of the oldest backup kept (the first point a
+/// recovery can reach).
+pub async fn apply(
+    dest: &Destination,
+    flavor: Flavor,
+    policy: &str,
+    now_us: i64,
+) -> anyhow::Result<(Pruned, String)> {
+    let keep = cnmysql_api::validation::retention_seconds(policy).ok_or_else(|| {
+        anyhow::anyhow!(
+            "spec.backup.retentionPolicy: {policy:?} is not a retention; write 30d, 4w or 12h"
+        )
+    })?;
+    let backups = crate::base_backup::list(dest).await?;
+    let heads = heads(dest).await?;
+    let pruned = decide(flavor, &backups, &heads, keep, now_us);
+    if !pruned.backups.is_empty() || !pruned.runs.is_empty() {
+        delete(dest, &pruned).await?;
+    }
+    let first = backups
+        .iter()
+        .filter(|m| m.completed() && !pruned.backups.contains(&m.record.id))
+        .map(|m| m.record.stopped_at.clone())
+        .next()
+        .unwrap_or_default();
+    Ok((pruned, first))
+}
+
+impl Pruned {
+    /// What went, for an event.
+    pub fn describe(&self, policy: &str) -> String {
+        format!(
+            "retention {policy}: deleted base backups [{}] and binlog runs [{}]",
+            self.backups.join(", "),
+            self.runs.join(", ")
+        )
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.backups.is_empty() && self.runs.is_empty()
+    }
+}
+
 /// Every run's head (none when it has no head yet).
 pub async fn heads(dest: &Destination) -> anyhow::Result<Vec<(String, Option<Head>)>> {
     let listed = dest

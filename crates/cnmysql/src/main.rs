@@ -507,7 +507,7 @@ async fn kubernetes_instance(
             admin_password: secrets.join("admin-password"),
             replication_password: secrets.join("replication-password"),
             app_password: secrets.join("app-password"),
-            backup_dir: None,
+            backup_dir: std::env::var_os("CNMYSQL_BACKUP_SECRETS").map(Into::into),
         },
         programs,
         mysql_bind: bind.clone(),

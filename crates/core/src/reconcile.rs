@@ -277,6 +277,11 @@ pub enum StatusChange {
     /// `status.backup` as the primary's archiving and a recovery report it
     /// (`archiving.rs`); written when it matters.
     Backup(cnmysql_api::backup::BackupStatus),
+    /// A base backup ended: the last successful or failed one; the first
+    /// successful one also starts the recoverable range.
+    BackupTaken(cnmysql_api::backup::BackupRecord),
+    /// Retention moved the earliest point a recovery can reach.
+    FirstRecoverabilityPoint(String),
 }
 
 /// The reported part of the status.
@@ -362,6 +367,26 @@ impl StatusChange {
                     Some(r) => st.instance_upgrades.insert(instance.clone(), r.clone()),
                     None => st.instance_upgrades.remove(instance),
                 };
+                true
+            }
+            StatusChange::BackupTaken(r) => {
+                let b = st.backup.get_or_insert_with(Default::default);
+                if r.phase == "completed" {
+                    if b.first_recoverability_point.is_empty() {
+                        b.first_recoverability_point = r.stopped_at.clone();
+                    }
+                    b.last_successful_backup = Some(r.clone());
+                } else {
+                    b.last_failed_backup = Some(r.clone());
+                }
+                true
+            }
+            StatusChange::FirstRecoverabilityPoint(t) => {
+                let b = st.backup.get_or_insert_with(Default::default);
+                if b.first_recoverability_point == *t {
+                    return false;
+                }
+                b.first_recoverability_point = t.clone();
                 true
             }
             StatusChange::Backup(b) => {

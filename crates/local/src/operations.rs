@@ -285,16 +285,9 @@ pub async fn backup(dir: &StateDir) -> anyhow::Result<cnmysql_backup::base_backu
     )
     .await;
     let ok = m.completed();
+    let change = cnmysql_core::reconcile::StatusChange::BackupTaken(m.record.clone());
     dir.update_status(|st| {
-        let b = st.backup.get_or_insert_with(Default::default);
-        if ok {
-            b.last_successful_backup = Some(m.record.clone());
-            if b.first_recoverability_point.is_empty() {
-                b.first_recoverability_point = m.record.stopped_at.clone();
-            }
-        } else {
-            b.last_failed_backup = Some(m.record.clone());
-        }
+        change.apply(st);
     })?;
     if ok
         && let Some(policy) = cluster
@@ -338,44 +331,20 @@ pub async fn apply_retention(
     policy: &str,
     now: jiff::Timestamp,
 ) -> anyhow::Result<cnmysql_backup::retention::Pruned> {
-    let keep = cnmysql_api::validation::retention_seconds(policy).ok_or_else(|| {
-        anyhow::anyhow!(
-            "spec.backup.retentionPolicy: {policy:?} is not a retention; write 30d, 4w or 12h"
-        )
-    })?;
-    let backups = cnmysql_backup::base_backup::list(dest).await?;
-    let heads = cnmysql_backup::retention::heads(dest).await?;
-    let pruned = cnmysql_backup::retention::decide(
+    let (pruned, first) = cnmysql_backup::retention::apply(
+        dest,
         cluster.spec.mysql.flavor,
-        &backups,
-        &heads,
-        keep,
+        policy,
         now.as_microsecond(),
-    );
-    if pruned.backups.is_empty() && pruned.runs.is_empty() {
+    )
+    .await?;
+    if pruned.is_empty() {
         return Ok(pruned);
     }
-    cnmysql_backup::retention::delete(dest, &pruned).await?;
-    let first = backups
-        .iter()
-        .filter(|m| m.completed() && !pruned.backups.contains(&m.record.id))
-        .map(|m| m.record.stopped_at.clone())
-        .next()
-        .unwrap_or_default();
+    let change = cnmysql_core::reconcile::StatusChange::FirstRecoverabilityPoint(first);
     dir.update_status(|st| {
-        st.backup
-            .get_or_insert_with(Default::default)
-            .first_recoverability_point = first.clone();
+        change.apply(st);
     })?;
-    dir.event(
-        false,
-        "BackupsPruned",
-        None,
-        &format!(
-            "retention {policy}: deleted base backups [{}] and binlog runs [{}]",
-            pruned.backups.join(", "),
-            pruned.runs.join(", ")
-        ),
-    );
+    dir.event(false, "BackupsPruned", None, &pruned.describe(policy));
     Ok(pruned)
 }

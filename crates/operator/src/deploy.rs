@@ -80,6 +80,17 @@ pub fn cluster_role() -> ClusterRole {
                 &["clusters/status"],
                 &["get", "patch", "update"],
             ),
+            // Backups: taken once each; ScheduledBackups make them.
+            rule(
+                &["mysql.cnmysql.io"],
+                &["backups", "scheduledbackups"],
+                &["get", "list", "watch", "create", "patch"],
+            ),
+            rule(
+                &["mysql.cnmysql.io"],
+                &["backups/status", "scheduledbackups/status"],
+                &["get", "patch", "update"],
+            ),
             rule(
                 &[""],
                 &["pods", "persistentvolumeclaims", "services"],

@@ -10,6 +10,7 @@
 
 // In the order of the pipeline; each module imports only ones above it.
 pub mod apply;
+pub mod backups;
 pub mod catalog;
 pub mod context;
 pub mod deploy;
@@ -313,9 +314,22 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     } else {
         opts.namespaces.iter().cloned().map(Some).collect()
     };
-    let controllers = namespaces
-        .into_iter()
-        .map(|ns| tokio::spawn(control(client.clone(), ns, ctx.clone(), stop.clone())));
+    let controllers = namespaces.into_iter().flat_map(|ns| {
+        [
+            tokio::spawn(control(
+                client.clone(),
+                ns.clone(),
+                ctx.clone(),
+                stop.clone(),
+            )),
+            tokio::spawn(backups::control(
+                client.clone(),
+                ns,
+                ctx.clone(),
+                stop.clone(),
+            )),
+        ]
+    });
     futures::future::join_all(controllers).await;
     ctx.stop.send_replace(true);
     metrics.leader.set(0);

@@ -44,7 +44,10 @@ use crate::objects;
 
 /// The operator's mutual-TLS client for a Cluster, from its Secret (cached
 /// until the Secret changes).
-async fn control_client(ctx: &Context, cluster: &Cluster) -> anyhow::Result<ControlClient> {
+pub(crate) async fn control_client(
+    ctx: &Context,
+    cluster: &Cluster,
+) -> anyhow::Result<ControlClient> {
     let ns = cluster.namespace().unwrap_or_default();
     let name = labels::operator_tls_secret(&cluster.name_any());
     let oref = kube::runtime::reflector::ObjectRef::<Secret>::new(&name).within(&ns);

@@ -1235,3 +1235,141 @@ async fn an_annotated_server_canary_fails_on_a_broken_image_is_retried_once_the_
     assert_eq!(e.events_named("FailoverCompleted").await, 0);
     e.finish(w, "annotated server upgrades").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+async fn backup_objects_archive_and_a_recovered_cluster_hold_every_acknowledged_row() {
+    use cnmysql_api::backup_resources::{Backup, ScheduledBackup};
+    use kube::api::PostParams;
+    // A real S3 server (SeaweedFS) on the host's loopback, which the
+    // process node's Pods share; its credentials in a Secret.
+    let s3 = cnmysql_envtest::object_store::S3Server::start("backups")
+        .await
+        .unwrap();
+    let store = |indent: &str| {
+        format!(
+            "{indent}destinationPath: s3://{}/e2e\n{indent}endpointURL: {}\n{indent}pathStyle: true\n{indent}s3Credentials:\n{indent}  accessKeyId: {{name: store, key: ACCESS_KEY_ID}}\n{indent}  secretAccessKey: {{name: store, key: SECRET_ACCESS_KEY}}\n",
+            s3.bucket, s3.endpoint
+        )
+    };
+    let manifest = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: store\n  namespace: {NS}\nstringData:\n  ACCESS_KEY_ID: {}\n  SECRET_ACCESS_KEY: {}\n---\n{}  backup:\n    objectStore:\n{}    retentionPolicy: 30d\n",
+        cnmysql_envtest::object_store::ACCESS_KEY_ID,
+        cnmysql_envtest::object_store::SECRET_ACCESS_KEY,
+        cluster_yaml("required"),
+        store("      ")
+    );
+    let e = env_with_manifest(&manifest, &[]).await;
+    let w = e.writer().await;
+    w.wait_for_more(200, Duration::from_secs(30)).await;
+
+    // A Backup object, taken once.
+    let backups: Api<Backup> = Api::namespaced(e.k.client.clone(), NS);
+    let b: Backup = serde_json::from_value(serde_json::json!({
+        "apiVersion": "mysql.cnmysql.io/v1", "kind": "Backup",
+        "metadata": {"name": "first"},
+        "spec": {"cluster": {"name": "db"}, "target": "primary"}
+    }))
+    .unwrap();
+    backups.create(&PostParams::default(), &b).await.unwrap();
+    let done = until(
+        "the Backup to complete",
+        Duration::from_secs(120),
+        || async {
+            let st = backups.get("first").await.ok()?.status?;
+            assert_ne!(st.phase, "failed", "{st:?}");
+            (st.phase == "completed").then_some(st)
+        },
+    )
+    .await
+    .unwrap();
+    eprintln!(
+        "Backup first: {} of {}, {} bytes stored as {}, consistent with {}",
+        done.backup_id, done.instance, done.raw_bytes, done.stored_bytes, done.gtid
+    );
+
+    // A ScheduledBackup asked to take one at once.
+    let scheduled: Api<ScheduledBackup> = Api::namespaced(e.k.client.clone(), NS);
+    let sb: ScheduledBackup = serde_json::from_value(serde_json::json!({
+        "apiVersion": "mysql.cnmysql.io/v1", "kind": "ScheduledBackup",
+        "metadata": {"name": "nightly"},
+        "spec": {"cluster": {"name": "db"}, "schedule": "0 3 * * *", "immediate": true}
+    }))
+    .unwrap();
+    scheduled.create(&PostParams::default(), &sb).await.unwrap();
+    let made = until("the scheduled Backup", Duration::from_secs(120), || async {
+        let st = scheduled.get("nightly").await.ok()?.status?;
+        let name = st.last_backup_name.clone();
+        let b = backups.get(&name).await.ok()?.status?;
+        (b.phase == "completed" && !st.next_schedule_time.is_empty()).then_some((name, st))
+    })
+    .await
+    .unwrap();
+    eprintln!(
+        "ScheduledBackup nightly made {}; next at {}",
+        made.0, made.1.next_schedule_time
+    );
+
+    w.wait_for_more(200, Duration::from_secs(30)).await;
+    let o = w.stop().await;
+    let stopped = jiff::Timestamp::now();
+    until(
+        "the archive to pass the last write",
+        Duration::from_secs(90),
+        || async {
+            let st = e.status().await;
+            let until: jiff::Timestamp = st.backup?.archive?.complete_until.parse().ok()?;
+            let on = st
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "ContinuousArchiving" && c.status == "True");
+            (on && until > stopped).then_some(())
+        },
+    )
+    .await
+    .unwrap();
+    let st = e.status().await.backup.unwrap();
+    assert!(st.last_successful_backup.is_some(), "{st:?}");
+
+    // A new Cluster recovered from the store: every acknowledged row.
+    let restored = cnmysql_procnode::harness::cluster_manifest(NS, "restored", "required")
+        .replace("instances: 3", "instances: 2")
+        + &format!(
+            "  bootstrap:\n    recovery:\n      source:\n        objectStore:\n{}          serverName: db\n",
+            store("          ")
+        );
+    let c = cnmysql_api::parse_cluster(&restored).unwrap();
+    e.clusters.create(&PostParams::default(), &c).await.unwrap();
+    e.k.wait_healthy(NS, "restored", 2, Duration::from_secs(240))
+        .await
+        .unwrap();
+    let all = ["restored-1", "restored-2"].map(String::from).to_vec();
+    let missing =
+        e.k.rows_missing(NS, "restored", &all, &o.acked)
+            .await
+            .unwrap();
+    assert_eq!(
+        missing, 0,
+        "acknowledged rows missing from the recovered Cluster"
+    );
+    let rec = until(
+        "the recovery in the status",
+        Duration::from_secs(60),
+        || async {
+            e.k.cluster_status(NS, "restored")
+                .await
+                .ok()?
+                .backup?
+                .recovered
+        },
+    )
+    .await
+    .unwrap();
+    eprintln!(
+        "recovered from {} to {} ({} replayed), {} acknowledged rows all there",
+        rec.backup_id,
+        rec.gtid,
+        rec.replayed,
+        o.acked.len()
+    );
+}

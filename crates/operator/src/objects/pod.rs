@@ -39,6 +39,8 @@ pub const DATA_MOUNT: &str = "/var/lib/cnmysql";
 pub const RUN_MOUNT: &str = "/run/cnmysql";
 pub const TLS_MOUNT: &str = "/etc/cnmysql/tls";
 pub const SECRETS_MOUNT: &str = "/etc/cnmysql/secrets";
+/// Where the Secret keys the object store names are mounted.
+pub const BACKUP_SECRETS_MOUNT: &str = "/etc/cnmysql/backup-secrets";
 /// User and group of the server in the MariaDB and Percona images.
 pub const MYSQL_UID: i64 = 999;
 /// Enough for a clean shutdown (the manager gives mysqld 90 s) and the
@@ -263,6 +265,41 @@ pub fn pod(cluster: &Cluster, instance: &str, env_: &Environment) -> Pod {
             ..Default::default()
         },
     ];
+    // The Secrets the object store names (archiving, recovery): each key
+    // at `<mount>/<Secret>/<key>`.
+    let mut refs: Vec<&cnmysql_api::backup::SecretKeyRef> = Vec::new();
+    if let Some(b) = &cluster.spec.backup {
+        refs.extend(b.object_store.secret_refs());
+    }
+    if let Some(r) = cluster
+        .spec
+        .bootstrap
+        .as_ref()
+        .and_then(|b| b.recovery.as_ref())
+    {
+        refs.extend(r.source.object_store.secret_refs());
+    }
+    refs.sort();
+    refs.dedup();
+    let mut volumes = volumes;
+    let mut backup_mount = None;
+    if !refs.is_empty() {
+        volumes.push(Volume {
+            name: "backup-secrets".into(),
+            projected: Some(ProjectedVolumeSource {
+                default_mode: Some(0o440),
+                sources: Some(
+                    refs.iter()
+                        .map(|r| {
+                            secret_items(r.name.clone(), &r.key, &format!("{}/{}", r.name, r.key))
+                        })
+                        .collect(),
+                ),
+            }),
+            ..Default::default()
+        });
+        backup_mount = Some(mount("backup-secrets", BACKUP_SECRETS_MOUNT, true));
+    }
     let bootstrap = Container {
         name: "bootstrap-controller".into(),
         image: Some(env_.operator_image.clone()),
@@ -287,16 +324,25 @@ pub fn pod(cluster: &Cluster, instance: &str, env_: &Environment) -> Pod {
             "run".into(),
             "--kubernetes".into(),
         ]),
-        env: Some(vec![
-            env("CNMYSQL_CLUSTER", &name),
-            field_env("CNMYSQL_INSTANCE", "metadata.name"),
-            field_env("CNMYSQL_NAMESPACE", "metadata.namespace"),
-            field_env("CNMYSQL_POD_IP", "status.podIP"),
-            env("CNMYSQL_DATA", DATA_MOUNT),
-            env("CNMYSQL_RUN", RUN_MOUNT),
-            env("CNMYSQL_TLS", TLS_MOUNT),
-            env("CNMYSQL_SECRETS", SECRETS_MOUNT),
-        ]),
+        env: Some(
+            vec![
+                env("CNMYSQL_CLUSTER", &name),
+                field_env("CNMYSQL_INSTANCE", "metadata.name"),
+                field_env("CNMYSQL_NAMESPACE", "metadata.namespace"),
+                field_env("CNMYSQL_POD_IP", "status.podIP"),
+                env("CNMYSQL_DATA", DATA_MOUNT),
+                env("CNMYSQL_RUN", RUN_MOUNT),
+                env("CNMYSQL_TLS", TLS_MOUNT),
+                env("CNMYSQL_SECRETS", SECRETS_MOUNT),
+            ]
+            .into_iter()
+            .chain(
+                backup_mount
+                    .is_some()
+                    .then(|| env("CNMYSQL_BACKUP_SECRETS", BACKUP_SECRETS_MOUNT)),
+            )
+            .collect(),
+        ),
         ports: Some(vec![
             port("mysql", MYSQL_PORT),
             port("control", CONTROL_PORT),
@@ -309,14 +355,19 @@ pub fn pod(cluster: &Cluster, instance: &str, env_: &Environment) -> Pod {
         liveness_probe: Some(probe("/healthz", 10, 3)),
         readiness_probe: Some(probe("/readyz", 2, 3)),
         resources: cluster.spec.resources.clone(),
-        volume_mounts: Some(vec![
-            // Writable: an in-place upgrade puts the new manager here.
-            mount("controller", "/controller", false),
-            mount("data", DATA_MOUNT, false),
-            mount("run", RUN_MOUNT, false),
-            mount("tls", TLS_MOUNT, true),
-            mount("secrets", SECRETS_MOUNT, true),
-        ]),
+        volume_mounts: Some(
+            vec![
+                // Writable: an in-place upgrade puts the new manager here.
+                mount("controller", "/controller", false),
+                mount("data", DATA_MOUNT, false),
+                mount("run", RUN_MOUNT, false),
+                mount("tls", TLS_MOUNT, true),
+                mount("secrets", SECRETS_MOUNT, true),
+            ]
+            .into_iter()
+            .chain(backup_mount)
+            .collect(),
+        ),
         security_context: Some(container_security()),
         termination_message_policy: Some("FallbackToLogsOnError".into()),
         ..Default::default()
