@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod backup;
 mod kube;
 mod operator;
 mod server_upgrade;
@@ -108,6 +109,14 @@ enum What {
     /// to a second image of 9.7; total time and longest rw write gap,
     /// beside a plain switchover.
     ServerUpgrade,
+    /// Backups (issue 23): base backup throughput against a plain
+    /// `mariadb-backup --stream | zstd` pipe into the same store, archive
+    /// lag under steady writes, recovery time with and without replay.
+    Backup {
+        /// Megabytes of table data on the primary.
+        #[arg(long, default_value = "500")]
+        megabytes: u64,
+    },
     /// All of the above but the operator and Kubernetes.
     All,
 }
@@ -258,9 +267,9 @@ fn startup(runs: usize) -> anyhow::Result<Value> {
 
 use cnmysql_instance::clone::dir_size;
 
-fn clone(runs: usize, megabytes: u64) -> anyhow::Result<Value> {
-    let b = Bench::new();
-    b.up("clone", 1)?;
+/// Load about `megabytes` MB of rows into `b.t` through the cluster's rw
+/// endpoint.
+fn load(b: &Bench, megabytes: u64) -> anyhow::Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
     let port = b.ports()["services"]["rw"].as_u64().unwrap() as u16;
     let pw = b.secret("app-password");
@@ -295,7 +304,13 @@ fn clone(runs: usize, megabytes: u64) -> anyhow::Result<Value> {
             lo = hi + 1;
         }
         anyhow::Ok(())
-    })?;
+    })
+}
+
+fn clone(runs: usize, megabytes: u64) -> anyhow::Result<Value> {
+    let b = Bench::new();
+    b.up("clone", 1)?;
+    load(&b, megabytes)?;
     let primary_dir = b.state().join("instances/clone-1");
     let data_bytes = dir_size(&primary_dir.join("data"));
     // Both sides copy the same data directory, measured from the start of the
@@ -721,6 +736,7 @@ fn main() -> anyhow::Result<()> {
             | What::Switchover
             | What::Upgrade
             | What::ServerUpgrade
+            | What::Backup { .. }
     );
     for f in if local {
         cli.flavor.clone()
@@ -767,6 +783,11 @@ fn measure(
     }
     if all || matches!(cli.what, What::Upgrade) {
         results.insert("upgrade".into(), upgrade::upgrade(cli.runs)?);
+    }
+    if let What::Backup { megabytes } = cli.what {
+        results.insert("backup".into(), backup::backup(cli.runs, megabytes)?);
+    } else if all {
+        results.insert("backup".into(), backup::backup(cli.runs, 500)?);
     }
     if all || matches!(cli.what, What::ServerUpgrade) {
         results.insert(
