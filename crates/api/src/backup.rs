@@ -218,6 +218,20 @@ pub struct RecoveryTarget {
     pub target_immediate: bool,
 }
 
+impl RecoveryTarget {
+    /// How many of the three targets are set (one is allowed).
+    pub fn targets_set(&self) -> usize {
+        [
+            self.target_time.is_some(),
+            self.target_gtid.is_some(),
+            self.target_immediate,
+        ]
+        .iter()
+        .filter(|b| **b)
+        .count()
+    }
+}
+
 /// `status.backup`: what there is to recover from.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -56,6 +56,8 @@ fn err(field: impl Into<String>, message: impl Into<String>) -> FieldError {
 pub struct Manifest {
     pub cluster: Cluster,
     pub catalogs: Vec<crate::upgrade::CatalogDocument>,
+    /// Base backups on a schedule (the local platform runs them).
+    pub scheduled_backups: Vec<crate::backup_resources::ScheduledBackup>,
 }
 
 /// Parse a manifest: exactly one Cluster (checked as [`parse_cluster`]
@@ -77,6 +79,7 @@ pub fn parse_manifest(text: &str) -> Result<Manifest, InvalidCluster> {
     });
     let mut cluster = None;
     let mut catalogs = Vec::new();
+    let mut scheduled: Vec<(usize, crate::backup_resources::ScheduledBackup)> = Vec::new();
     for (i, doc) in docs.iter().enumerate() {
         let kind = serde_saphyr::from_str::<Value>(doc)
             .ok()
@@ -118,19 +121,45 @@ pub fn parse_manifest(text: &str) -> Result<Manifest, InvalidCluster> {
                 }
                 catalogs.push(parsed);
             }
+            Some("ScheduledBackup") => {
+                let parsed = serde_saphyr::from_str(doc).map_err(|e| {
+                    InvalidCluster(vec![err(
+                        at("spec"),
+                        format!("is not a ScheduledBackup: {e}"),
+                    )])
+                })?;
+                scheduled.push((i, parsed));
+            }
             _ if cluster.is_some() => {
                 return Err(InvalidCluster(vec![err(
                     at("kind"),
-                    "a second Cluster: a manifest holds one Cluster (and its image catalogs)",
+                    "a second Cluster: a manifest holds one Cluster (and its image catalogs and scheduled backups)",
                 )]));
             }
             _ => cluster = Some(parse_cluster(doc)?),
         }
     }
-    match cluster {
-        Some(cluster) => Ok(Manifest { cluster, catalogs }),
-        None => parse_cluster("").map(|cluster| Manifest { cluster, catalogs }),
+    let cluster = match cluster {
+        Some(c) => c,
+        None => parse_cluster("")?,
+    };
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    for (i, sb) in &scheduled {
+        if sb.spec.cluster.name != name {
+            return Err(InvalidCluster(vec![err(
+                format!("(document {}) spec.cluster.name", i + 1),
+                format!(
+                    "{:?} is not this manifest's Cluster; name {name:?}",
+                    sb.spec.cluster.name
+                ),
+            )]));
+        }
     }
+    Ok(Manifest {
+        cluster,
+        catalogs,
+        scheduled_backups: scheduled.into_iter().map(|(_, s)| s).collect(),
+    })
 }
 
 pub fn parse_cluster(text: &str) -> Result<Cluster, InvalidCluster> {
@@ -503,14 +532,7 @@ fn check_backup_fields(s: &crate::cluster::ClusterSpec, errors: &mut Vec<FieldEr
         ));
     }
     if let Some(t) = &rec.recovery_target {
-        let set = [
-            t.target_time.is_some(),
-            t.target_gtid.is_some(),
-            t.target_immediate,
-        ]
-        .iter()
-        .filter(|b| **b)
-        .count();
+        let set = t.targets_set();
         if set > 1 {
             errors.push(err(
                 "spec.bootstrap.recovery.recoveryTarget",

@@ -126,6 +126,9 @@ struct RunState {
     /// same range (and so the same name and bytes), since a request that
     /// timed out may still have landed.
     retry_end: Option<u64>,
+    /// The transaction open at `offset`, when the last piece ended inside
+    /// one.
+    open: Option<binlog::OpenTx>,
 }
 
 /// Archives one server's binary logs while it is the primary.
@@ -281,6 +284,7 @@ impl<S: Source> Archiver<S> {
             complete_until_us: 0,
             head_written_us: 0,
             retry_end: None,
+            open: None,
         })
     }
 
@@ -356,33 +360,64 @@ impl<S: Source> Archiver<S> {
         let t0 = now_us();
         let files = self.source.files().await?;
         let later = files.iter().any(|f| f.as_str() > state.file.as_str());
-        let mut file = tokio::fs::File::open(self.dir.join(&state.file)).await?;
-        file.seek(std::io::SeekFrom::Start(state.offset)).await?;
-        let mut data = Vec::new();
-        let limit = state
+        let start = state.offset;
+        let mut limit = state
             .retry_end
-            .map(|e| e.saturating_sub(state.offset))
+            .map(|e| e.saturating_sub(start))
             .unwrap_or(PIECE_BYTES as u64);
-        (&mut file).take(limit).read_to_end(&mut data).await?;
-        let at_end = state.retry_end.is_none() && data.len() < PIECE_BYTES;
-        let scanned = binlog::scan(self.flavor, &data, state.offset, state.checksum_len)
+        // Read from where the last piece ended; when not even one event
+        // fits (a statement larger than a piece), read more.
+        let (data, scanned, full) = loop {
+            let mut file = tokio::fs::File::open(self.dir.join(&state.file)).await?;
+            file.seek(std::io::SeekFrom::Start(start)).await?;
+            let mut data = Vec::new();
+            (&mut file).take(limit).read_to_end(&mut data).await?;
+            let full = data.len() as u64 == limit;
+            let scanned = binlog::scan_from(
+                self.flavor,
+                &data,
+                start,
+                state.checksum_len,
+                state.open.clone(),
+            )
             .map_err(|e| anyhow::anyhow!("{}: {e}", state.file))?;
+            if full && state.retry_end.is_none() && scanned.event_boundary == start {
+                limit *= 2;
+                continue;
+            }
+            break (data, scanned, full);
+        };
+        let read_end = start + data.len() as u64;
+        let at_end = state.retry_end.is_none() && !full;
+        // Where this piece ends: at the last whole transaction, or, when one
+        // transaction is larger than a piece, at the last whole event inside
+        // it (its start and identity carried to the next read).
+        let cut = match state.retry_end {
+            Some(e) => e,
+            None if at_end || scanned.boundary > start => scanned.boundary,
+            None => scanned.event_boundary,
+        };
+        let open_after = if cut == scanned.boundary {
+            None
+        } else {
+            scanned.open.clone()
+        };
         let mut stored = false;
-        if scanned.boundary > state.offset {
-            let bytes = &data[..(scanned.boundary - state.offset) as usize];
+        if cut > start {
+            let bytes = &data[..(cut - start) as usize];
             let index = PieceIndex {
                 file: state.file.clone(),
-                start: state.offset,
-                end: scanned.boundary,
+                start,
+                end: cut,
                 sha256: archive::sha256(bytes),
                 header_end: scanned.header_end,
                 txs: scanned.txs.clone(),
                 rotated_to: scanned.rotated_to.clone(),
                 stopped: scanned.stopped,
             };
-            let key = archive::piece_key(&state.run, &state.file, state.offset, scanned.boundary);
+            let key = archive::piece_key(&state.run, &state.file, start, cut);
             if let Err(e) = self.put(&key, archive::encode(&index, bytes)).await {
-                state.retry_end = Some(scanned.boundary);
+                state.retry_end = Some(cut);
                 return Err(e);
             }
             state.retry_end = None;
@@ -391,7 +426,8 @@ impl<S: Source> Archiver<S> {
                     state.held.record(&t.id);
                 }
             }
-            state.offset = scanned.boundary;
+            state.offset = cut;
+            state.open = open_after;
             state.checksum_len = scanned.checksum_len;
             if let Some(t) = scanned.txs.last() {
                 state.last = Some(t.clone());
@@ -418,7 +454,7 @@ impl<S: Source> Archiver<S> {
                         .cloned()
                 });
             if let Some(next) = next {
-                if scanned.boundary < state.offset + data.len() as u64 && !scanned.closed() {
+                if scanned.boundary < read_end && !scanned.closed() {
                     // A transaction the server never finished (it crashed
                     // mid-write); it was never committed.
                     tracing::warn!(
@@ -429,6 +465,7 @@ impl<S: Source> Archiver<S> {
                 }
                 state.file = next;
                 state.offset = 0;
+                state.open = None;
                 state.checksum_len = None;
                 self.write_head(state, false).await?;
                 return Ok(true);

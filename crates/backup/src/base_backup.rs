@@ -118,13 +118,8 @@ where
 {
     let head = Manifest::new(id, instance, Flavor::Mysql, "tar", server_version);
     let gtid = gtid.to_string();
-    let known = move || {
-        if gtid.is_empty() {
-            Err("the copy holds no GTID set".to_string())
-        } else {
-            Ok(gtid.clone())
-        }
-    };
+    // Empty: the server had executed no transaction yet.
+    let known = move || Ok(gtid.clone());
     store_as(dest, head, body.map_err(Into::into).boxed(), known).await
 }
 
@@ -165,7 +160,7 @@ async fn store_as(
     let gtid = gtid();
     m.record.gtid = gtid.clone().unwrap_or_default();
     match result {
-        Ok(stored) if !m.record.gtid.is_empty() => {
+        Ok(stored) if gtid.is_ok() => {
             m.key = stored.key;
             m.sha256 = stored.sha256;
             m.record.raw_bytes = stored.raw_bytes;

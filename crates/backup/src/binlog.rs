@@ -128,6 +128,12 @@ pub struct Scanned {
     pub rotated_to: Option<String>,
     /// The server stopped; nothing more is written to this file.
     pub stopped: bool,
+    /// Where the last whole event ends (at or past `boundary`): a read may
+    /// be cut here, inside a transaction too large for one piece, carrying
+    /// `open` into the next read.
+    pub event_boundary: u64,
+    /// The transaction open at `event_boundary`, if any.
+    pub open: Option<OpenTx>,
 }
 
 impl Scanned {
@@ -156,8 +162,10 @@ impl fmt::Display for Malformed {
 
 impl std::error::Error for Malformed {}
 
-/// The transaction being read.
-struct Open {
+/// A transaction being read, carried from one read to the next when a
+/// read ends inside it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenTx {
     id: TxId,
     start: u64,
     commit_us: i64,
@@ -176,8 +184,21 @@ pub fn scan(
     offset: u64,
     checksum_len: Option<usize>,
 ) -> Result<Scanned, Malformed> {
+    scan_from(flavor, data, offset, checksum_len, None)
+}
+
+/// [`scan`] from an event boundary inside the transaction `open` (an
+/// earlier read's `open` at its `event_boundary`).
+pub fn scan_from(
+    flavor: Flavor,
+    data: &[u8],
+    offset: u64,
+    checksum_len: Option<usize>,
+    open: Option<OpenTx>,
+) -> Result<Scanned, Malformed> {
     let mut out = Scanned {
         boundary: offset,
+        event_boundary: offset,
         checksum_len,
         ..Default::default()
     };
@@ -194,8 +215,9 @@ pub fn scan(
         }
         at = 4;
         out.boundary = 4;
+        out.event_boundary = 4;
     }
-    let mut open: Option<Open> = None;
+    let mut open = open;
     while data.len() - at >= HEADER {
         let h = &data[at..at + HEADER];
         let pos = offset + at as u64;
@@ -238,6 +260,7 @@ pub fn scan(
         }
         let body = &event[HEADER..size - crc];
         at += size;
+        out.event_boundary = end;
         let commit_us = when * 1_000_000;
         match (kind, &mut open) {
             (MYSQL_GTID | MYSQL_GTID_TAGGED | MYSQL_ANONYMOUS_GTID, _)
@@ -247,7 +270,7 @@ pub fn scan(
                     offset: pos,
                     reason: reason.into(),
                 })?;
-                open = Some(Open {
+                open = Some(OpenTx {
                     id,
                     start: pos,
                     commit_us: us.unwrap_or(commit_us),
@@ -264,7 +287,7 @@ pub fn scan(
                 let seq = u64::from_le_bytes(body[0..8].try_into().unwrap());
                 let domain = u32::from_le_bytes(body[8..12].try_into().unwrap());
                 let standalone = body[12] & MARIADB_FL_STANDALONE != 0;
-                open = Some(Open {
+                open = Some(OpenTx {
                     id: TxId::Mariadb(cnmysql_gtid::mariadb::Gtid {
                         domain,
                         server: server_id,
@@ -322,6 +345,7 @@ pub fn scan(
             }
         }
     }
+    out.open = open;
     Ok(out)
 }
 

@@ -12,4 +12,5 @@ pub mod mbstream;
 pub mod recovery;
 pub mod recovery_plan;
 pub mod retention;
+pub mod schedule;
 pub mod stored_stream;

@@ -112,10 +112,13 @@ impl Scanner {
                 "the stream holds no binlog info file: was binary logging on?".to_string()
             })?;
         let text = String::from_utf8_lossy(text);
-        text.split_whitespace()
+        // File, position, GTID position; a server that has logged no
+        // transaction yet has none: the backup starts the history.
+        Ok(text
+            .split_whitespace()
             .nth(2)
-            .map(str::to_string)
-            .ok_or_else(|| format!("the binlog info file holds no GTID position: {text:?}"))
+            .unwrap_or_default()
+            .to_string())
     }
 }
 

@@ -23,14 +23,7 @@ pub fn target(t: Option<&RecoveryTarget>) -> Result<Target, String> {
     let Some(t) = t else {
         return Ok(Target::Latest);
     };
-    let set = [
-        t.target_time.is_some(),
-        t.target_gtid.is_some(),
-        t.target_immediate,
-    ]
-    .iter()
-    .filter(|b| **b)
-    .count();
+    let set = t.targets_set();
     if set > 1 {
         return Err(format!(
             "{TARGET}: set one of targetTime, targetGTID and targetImmediate, not {set}"

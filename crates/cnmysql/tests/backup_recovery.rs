@@ -45,20 +45,9 @@ async fn rows(c: &LocalCluster, instance: &str) -> (u64, u64) {
         .unwrap()
 }
 
-/// One instance's status, as `local status -o json` shows it.
-fn instance(c: &LocalCluster, name: &str) -> serde_json::Value {
-    c.status_json()["instances"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|i| i["name"] == name)
-        .cloned()
-        .unwrap_or_default()
-}
-
 /// The archive's reach, as the primary reports it.
 fn complete_until(c: &LocalCluster) -> Option<jiff::Timestamp> {
-    instance(c, &c.current_primary())["archive"]["completeUntil"]
+    c.instance_status(&c.current_primary())["archive"]["completeUntil"]
         .as_str()
         .and_then(|t| t.parse().ok())
 }
@@ -86,12 +75,39 @@ async fn recovery_to_a_time_and_to_the_latest_state_across_a_switchover() {
     let backups: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
     assert_eq!(backups[0]["phase"], "completed", "{backups}");
     insert(&c, 51, 100).await;
+    // One transaction larger than a piece (16 MiB of binary log).
+    {
+        let mut a = c.admin(&c.current_primary()).await;
+        a.query_drop(sql(
+            "SET SESSION max_recursive_iterations = 100000",
+            "SET SESSION cte_max_recursion_depth = 100000",
+        ))
+        .await
+        .unwrap();
+        a.query_drop("CREATE TABLE shop.big (id INT PRIMARY KEY, body VARCHAR(1100))")
+            .await
+            .unwrap();
+        a.query_drop(
+            "INSERT INTO shop.big WITH RECURSIVE s (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < 20000) SELECT n, REPEAT(SHA2(n, 256), 16) FROM s",
+        )
+        .await
+        .unwrap();
+    }
     // A quiet second on each side of the target: MariaDB records commit
     // times in whole seconds.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let t1 = jiff::Timestamp::now();
     tokio::time::sleep(Duration::from_millis(1100)).await;
     insert(&c, 101, 150).await;
+    // The GTID position (MariaDB) or set (MySQL) the 150th row ends.
+    let gtid150: String = c
+        .admin(&c.current_primary())
+        .await
+        .query_first(sql("SELECT @@gtid_binlog_pos", "SELECT @@gtid_executed"))
+        .await
+        .unwrap()
+        .unwrap();
+    let gtid150 = gtid150.replace('\n', "");
     let old = c.current_primary();
     let new = if old == "src-1" { "src-2" } else { "src-1" };
     let out = c.local(&["promote", new]);
@@ -107,7 +123,11 @@ async fn recovery_to_a_time_and_to_the_latest_state_across_a_switchover() {
     wait_for(
         "the new primary to archive",
         Duration::from_secs(60),
-        || async { instance(&c, new)["archive"]["run"].as_str().map(|_| ()) },
+        || async {
+            c.instance_status(new)["archive"]["run"]
+                .as_str()
+                .map(|_| ())
+        },
     )
     .await;
     insert(&c, 151, 200).await;
@@ -148,7 +168,7 @@ async fn recovery_to_a_time_and_to_the_latest_state_across_a_switchover() {
     );
     let p = r1.current_primary();
     assert_eq!(rows(&r1, &p).await, (100, 100));
-    let rec = &instance(&r1, &p)["recovered"];
+    let rec = &r1.instance_status(&p)["recovered"];
     let last: jiff::Timestamp = rec["lastCommitTime"].as_str().unwrap().parse().unwrap();
     assert!(last <= t1, "{rec}");
     wait_for(
@@ -163,10 +183,31 @@ async fn recovery_to_a_time_and_to_the_latest_state_across_a_switchover() {
     .await;
     r1.down();
 
+    // To a GTID position: exactly the rows up to it.
+    let rg = LocalCluster::start(
+        "bygtid",
+        &recovering(
+            "bygtid",
+            1,
+            &store,
+            &format!("      recoveryTarget:\n        targetGTID: \"{gtid150}\"\n"),
+        ),
+    );
+    assert_eq!(rows(&rg, &rg.current_primary()).await, (150, 150));
+    rg.down();
+
     // To the latest state: every row, on the replica cloned from it too.
     let r2 = LocalCluster::start("latest", &recovering("latest", 2, &store, ""));
     let p = r2.current_primary();
     assert_eq!(rows(&r2, &p).await, (200, 200));
+    let big: u64 = r2
+        .admin(&p)
+        .await
+        .query_first("SELECT COUNT(*) FROM shop.big")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(big, 20000, "the transaction larger than a piece");
     let replica = if p == "latest-1" {
         "latest-2"
     } else {
@@ -205,15 +246,39 @@ async fn recovery_to_a_time_and_to_the_latest_state_across_a_switchover() {
     }
     pieces.sort();
     assert!(pieces.len() >= 3, "{pieces:?}");
-    let gone = &pieces[pieces.len() / 2];
-    std::fs::remove_file(gone).unwrap();
+    // One byte of a piece changed: refused, the piece named.
+    let hit = &pieces[pieces.len() / 2];
+    let mut bytes = std::fs::read(hit).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x20;
+    std::fs::write(hit, &bytes).unwrap();
     let store2 = format!("file://{}", damaged.path().display());
+    let (r5, out) = LocalCluster::try_start("bad", &recovering("bad", 1, &store2, ""), 15);
+    assert!(
+        !out.status.success(),
+        "a recovery over a damaged piece must not come up"
+    );
+    let msg = r5.instance_status("bad-1")["message"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    let name = hit.file_name().unwrap().to_string_lossy().to_string();
+    assert!(
+        msg.contains("recovery refused, nothing was made")
+            && msg.contains("is damaged")
+            && msg.contains(&name),
+        "{msg}"
+    );
+    drop(r5);
+    // The piece gone instead: a gap, named.
+    let gone = hit;
+    std::fs::remove_file(gone).unwrap();
     let (r3, out) = LocalCluster::try_start("gap", &recovering("gap", 1, &store2, ""), 20);
     assert!(
         !out.status.success(),
         "a recovery over a gap must not come up"
     );
-    let msg = instance(&r3, "gap-1")["message"]
+    let msg = r3.instance_status("gap-1")["message"]
         .as_str()
         .unwrap_or("")
         .to_string();
@@ -259,4 +324,39 @@ async fn recovery_to_a_time_and_to_the_latest_state_across_a_switchover() {
     );
     let r4 = LocalCluster::start("kept", &recovering("kept", 1, &store, ""));
     assert_eq!(rows(&r4, &r4.current_primary()).await, (200, 200));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduled_backup_in_the_manifest_is_taken_at_once_and_on_its_schedule() {
+    let store_dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", store_dir.path().display());
+    // Every 20 seconds (six fields: seconds first), and one at once.
+    let manifest = format!(
+        "{}---\napiVersion: mysql.cnmysql.io/v1\nkind: ScheduledBackup\nmetadata:\n  name: often\nspec:\n  cluster: {{name: sched}}\n  schedule: \"*/20 * * * * *\"\n  immediate: true\n",
+        with_backup("sched", 1, &store)
+    );
+    let c = LocalCluster::start("sched", &manifest);
+    let ids = wait_for("two scheduled backups", Duration::from_secs(90), || async {
+        let out = c.local(&["backups", "-o", "json"]);
+        let list: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        let done: Vec<String> = list
+            .as_array()?
+            .iter()
+            .filter(|b| b["phase"] == "completed")
+            .filter_map(|b| b["id"].as_str().map(str::to_string))
+            .collect();
+        (done.len() >= 2).then_some(done)
+    })
+    .await;
+    assert_ne!(ids[0], ids[1]);
+    assert!(c.has_event("BackupCompleted").is_some());
+    let schedules: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(std::path::Path::new(&c.state_arg()).join("schedules.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(
+        schedules["often"]["lastScheduleTime"].is_string(),
+        "{schedules}"
+    );
 }

@@ -34,16 +34,6 @@ fn recovering(name: &str, s: &S3Server, target: &str) -> String {
     )
 }
 
-fn instance(c: &LocalCluster, name: &str) -> serde_json::Value {
-    c.status_json()["instances"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|i| i["name"] == name)
-        .cloned()
-        .unwrap_or_default()
-}
-
 /// The Cluster's ContinuousArchiving condition: (status, reason).
 fn condition(c: &LocalCluster) -> Option<(String, String)> {
     let st = c.status();
@@ -59,7 +49,7 @@ fn condition(c: &LocalCluster) -> Option<(String, String)> {
 }
 
 fn archive(c: &LocalCluster) -> serde_json::Value {
-    instance(c, &c.current_primary())["archive"].clone()
+    c.instance_status(&c.current_primary())["archive"].clone()
 }
 
 fn complete_past(c: &LocalCluster, t: jiff::Timestamp) -> Option<()> {

@@ -29,6 +29,9 @@
 //!   `upgrade_to`). Alert on a
 //!   rollout that has not finished long after its last step:
 //!   `deploy/prometheus-rules.yaml`;
+//! - base backups, per cluster: `cnmysql_cluster_backup_last_success_timestamp_seconds`,
+//!   `_backup_last_failure_timestamp_seconds`, `_backup_last_duration_seconds`
+//!   (of the last successful one), `_backup_last_stored_bytes`;
 //! - continuous binlog archiving, on the primary that archives:
 //!   `cnmysql_instance_archive_lag_seconds` (how far behind the clock the
 //!   archive is known complete), `_archive_failing` (1 while it cannot
@@ -217,6 +220,26 @@ pub fn encode_clusters(clusters: &[Labelled]) -> String {
         "instance_archived_bytes",
         "Binary log bytes the primary's current archiving run has stored",
     );
+    let backup_ok = gauge(
+        &mut r,
+        "cluster_backup_last_success_timestamp_seconds",
+        "When the last successful base backup stopped (Unix seconds)",
+    );
+    let backup_failed = gauge(
+        &mut r,
+        "cluster_backup_last_failure_timestamp_seconds",
+        "When the last failed base backup stopped (Unix seconds)",
+    );
+    let backup_duration = gauge(
+        &mut r,
+        "cluster_backup_last_duration_seconds",
+        "How long the last successful base backup took",
+    );
+    let backup_bytes = gauge(
+        &mut r,
+        "cluster_backup_last_stored_bytes",
+        "Bytes the last successful base backup took in the store",
+    );
     let counted = Family::<Labels, Counter>::default();
     r.register(
         "events",
@@ -341,6 +364,31 @@ pub fn encode_clusters(clusters: &[Labelled]) -> String {
             l.push(("status".into(), o.status.clone()));
             l.push(("upgrade_to".into(), o.upgrade_to.clone()));
             orchestrated.get_or_create(&l).set(1.0);
+        }
+        if let Some(b) = &s.status.backup {
+            let secs = |t: &str| {
+                t.parse::<k8s_openapi::jiff::Timestamp>()
+                    .ok()
+                    .map(|t| t.as_millisecond() as f64 / 1000.0)
+            };
+            if let Some(ok) = &b.last_successful_backup {
+                if let Some(t) = secs(&ok.stopped_at) {
+                    backup_ok.get_or_create(&cluster).set(t);
+                    if let Some(began) = secs(&ok.started_at) {
+                        backup_duration.get_or_create(&cluster).set(t - began);
+                    }
+                }
+                backup_bytes
+                    .get_or_create(&cluster)
+                    .set(ok.stored_bytes as f64);
+            }
+            if let Some(t) = b
+                .last_failed_backup
+                .as_ref()
+                .and_then(|f| secs(&f.stopped_at))
+            {
+                backup_failed.get_or_create(&cluster).set(t);
+            }
         }
         if let Some(rec) = s.status.upgrade_history.last() {
             let mut l = cluster.clone();

@@ -16,6 +16,7 @@ use cnmysql_engine::poller::{self, Target};
 use cnmysql_instance::client::ControlClient;
 use cnmysql_instance::manager::executable_hash;
 use tokio::sync::watch;
+use tracing::Instrument;
 
 use crate::definition::Definitions;
 use crate::platform::LocalPlatform;
@@ -180,6 +181,7 @@ impl ControlPlane {
         if let Some(port) = self.ports.metrics {
             crate::metrics::serve(&self.ports.host, port, metrics_rx, self.dir.clone()).await?;
         }
+        tokio::spawn(crate::scheduled_backups::run(self.dir.clone()).in_current_span());
         let operator_hash = self.hash.clone();
         self.dir.update_status(|s| {
             s.operator_executable_hash = Some(operator_hash.clone());

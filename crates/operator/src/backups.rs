@@ -244,22 +244,7 @@ async fn take(
     })
 }
 
-/// The next time a schedule fires after `after`.
-pub fn next_time(schedule: &str, after: jiff::Timestamp) -> Result<jiff::Timestamp, String> {
-    use croner::parser::{CronParser, Seconds};
-    let cron = CronParser::builder()
-        .seconds(Seconds::Optional)
-        .build()
-        .parse(schedule)
-        .map_err(|e| {
-            format!("spec.schedule: {schedule:?} is not a cron schedule: {e}; write five fields like 0 3 * * *")
-        })?;
-    let from = after.to_zoned(jiff::tz::TimeZone::UTC);
-    let next = cron
-        .find_next_occurrence(&from, false)
-        .map_err(|e| format!("spec.schedule: {schedule:?} never fires: {e}"))?;
-    Ok(next.timestamp())
-}
+use cnmysql_backup::schedule::next_time;
 
 /// Make the ScheduledBackup's next Backup when it is due.
 async fn reconcile_scheduled(
@@ -298,13 +283,16 @@ async fn reconcile_scheduled(
         .map(|t| t.0)
         .unwrap_or(now);
     let last: Option<jiff::Timestamp> = st.last_schedule_time.parse().ok();
-    let due = match last {
-        None if sb.spec.immediate => Ok(now),
-        None => next_time(&sb.spec.schedule, created),
-        Some(l) => next_time(&sb.spec.schedule, l),
-    };
+    let due = cnmysql_backup::schedule::due(
+        &sb.spec.schedule,
+        sb.spec.immediate,
+        false,
+        created,
+        last,
+        now,
+    );
     let due = match due {
-        Ok(d) => d,
+        Ok(d) => d.unwrap_or(now),
         Err(why) => {
             if st.error != why {
                 st.error = why;
@@ -390,24 +378,4 @@ pub async fn control(
         .run(reconcile_scheduled, error_policy, ctx)
         .for_each(|_| async {});
     futures::join!(one, two);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn schedules_fire_at_their_next_time_and_bad_ones_are_named() {
-        let t: jiff::Timestamp = "2026-11-24T20:10:30Z".parse().unwrap();
-        assert_eq!(
-            next_time("0 3 * * *", t).unwrap().to_string(),
-            "2026-11-25T03:00:00Z"
-        );
-        assert_eq!(
-            next_time("*/15 * * * *", t).unwrap().to_string(),
-            "2026-11-24T20:15:00Z"
-        );
-        let e = next_time("every day", t).unwrap_err();
-        assert!(e.contains("spec.schedule"), "{e}");
-    }
 }

@@ -174,3 +174,41 @@ fn transaction_ids_read_back_as_written() {
     }
     assert!("nonsense".parse::<TxId>().is_err());
 }
+
+#[test]
+fn a_transaction_larger_than_a_read_is_carried_across_reads() {
+    let f = mariadb_file();
+    let whole = scan(Flavor::Mariadb, &f, 0, None).unwrap();
+    // Read in windows cut at event boundaries, carrying what is open, as
+    // the archiver does when one transaction outgrows a piece.
+    // A window holds at least the largest event (the archiver reads more
+    // when one does not fit).
+    for window in 160..f.len() {
+        let mut at = 0u64;
+        let mut open = None;
+        let mut crc = None;
+        let mut txs = Vec::new();
+        while (at as usize) < f.len() {
+            let end = (at as usize + window).min(f.len());
+            let s =
+                scan_from(Flavor::Mariadb, &f[at as usize..end], at, crc, open.clone()).unwrap();
+            crc = s.checksum_len.or(crc);
+            txs.extend(s.txs.clone());
+            let next = if s.boundary > at {
+                s.boundary
+            } else {
+                s.event_boundary
+            };
+            open = if next == s.boundary {
+                None
+            } else {
+                s.open.clone()
+            };
+            if next == at {
+                break;
+            }
+            at = next;
+        }
+        assert_eq!(txs, whole.txs, "window {window}");
+    }
+}

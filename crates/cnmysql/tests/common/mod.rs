@@ -174,33 +174,41 @@ where
 impl LocalCluster {
     /// `local up --detach` a new cluster and wait until it is ready.
     pub fn start(name: &str, manifest_text: &str) -> LocalCluster {
+        let c = LocalCluster::new(name);
+        c.up(manifest_text);
+        c
+    }
+
+    /// A cluster's state in a new temporary directory, not yet up.
+    fn new(name: &str) -> LocalCluster {
         let dir = tempfile::Builder::new()
             .prefix("cnmysql-test-")
             .tempdir()
             .unwrap();
-        let c = LocalCluster {
+        LocalCluster {
             name: name.to_string(),
             dir,
             destroyed: false,
             started: Instant::now(),
-        };
-        c.up(manifest_text);
-        c
+        }
+    }
+
+    /// One instance's status, as `local status -o json` shows it (null when
+    /// it does not answer).
+    pub fn instance_status(&self, name: &str) -> Value {
+        self.status_json()["instances"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|i| i["name"] == name)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// `local up --detach` a new cluster, waiting at most `wait_secs`, and
     /// return how that went (a cluster expected not to come up).
     pub fn try_start(name: &str, manifest_text: &str, wait_secs: u32) -> (LocalCluster, Output) {
-        let dir = tempfile::Builder::new()
-            .prefix("cnmysql-test-")
-            .tempdir()
-            .unwrap();
-        let c = LocalCluster {
-            name: name.to_string(),
-            dir,
-            destroyed: false,
-            started: Instant::now(),
-        };
+        let c = LocalCluster::new(name);
         let m = c.state().join("cluster.yaml");
         std::fs::write(&m, manifest_text).unwrap();
         let out = local_up(

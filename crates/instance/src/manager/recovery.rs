@@ -59,7 +59,9 @@ impl<C: ClusterState> Manager<C> {
         let plan = if target == recovery_plan::Target::BaseOnly {
             recovery_plan::plan(f, &base.record.gtid, &[], &target)
         } else {
-            let runs = recovery::fetch_archive(&dest, &binlogs).await?;
+            let runs = recovery::fetch_archive(&dest, &binlogs)
+                .await
+                .map_err(|e| anyhow::anyhow!("recovery refused, nothing was made: {e:#}"))?;
             recovery_plan::plan(f, &base.record.gtid, &runs, &target)
         }
         .map_err(|e| anyhow::anyhow!("recovery refused, nothing was made: {e}"))?;
@@ -145,6 +147,7 @@ impl<C: ClusterState> Manager<C> {
             format!("--defaults-file={}", cfg.mycnf().display()),
             "--skip-grant-tables".to_string(),
             "--skip-networking".to_string(),
+            "--max-allowed-packet=1G".to_string(),
             match f {
                 Flavor::Mariadb => "--skip-slave-start",
                 Flavor::Mysql => "--skip-replica-start",
@@ -261,7 +264,13 @@ impl<C: ClusterState> Manager<C> {
                 let mut apply = cfg.programs.tokio_command(&client);
                 apply
                     .arg(format!("--socket={}", cfg.socket().display()))
-                    .args(["--user=root", "--binary-mode", "--batch"])
+                    .args([
+                        "--user=root",
+                        "--binary-mode",
+                        "--batch",
+                        // A large transaction is one statement.
+                        "--max-allowed-packet=1G",
+                    ])
                     .stdin(out)
                     .stdout(Stdio::null())
                     .stderr(Stdio::piped())

@@ -1,0 +1,76 @@
+//! When a `ScheduledBackup` is due: its cron schedule (UTC; five fields,
+//! or six with seconds first), `immediate` and `suspend`. Shared by the
+//! operator's controller and the local control plane.
+
+use croner::parser::{CronParser, Seconds};
+
+/// The next time `schedule` fires after `after`.
+pub fn next_time(schedule: &str, after: jiff::Timestamp) -> Result<jiff::Timestamp, String> {
+    let cron = CronParser::builder()
+        .seconds(Seconds::Optional)
+        .build()
+        .parse(schedule)
+        .map_err(|e| {
+            format!("spec.schedule: {schedule:?} is not a cron schedule: {e}; write five fields like 0 3 * * *")
+        })?;
+    let from = after.to_zoned(jiff::tz::TimeZone::UTC);
+    let next = cron
+        .find_next_occurrence(&from, false)
+        .map_err(|e| format!("spec.schedule: {schedule:?} never fires: {e}"))?;
+    Ok(next.timestamp())
+}
+
+/// When the next backup is due: at once when `immediate` and none was
+/// taken, else the schedule's next time after the last one (or after the
+/// schedule was made). None while suspended.
+pub fn due(
+    schedule: &str,
+    immediate: bool,
+    suspend: bool,
+    created: jiff::Timestamp,
+    last: Option<jiff::Timestamp>,
+    now: jiff::Timestamp,
+) -> Result<Option<jiff::Timestamp>, String> {
+    if suspend {
+        return Ok(None);
+    }
+    Ok(Some(match last {
+        None if immediate => now,
+        None => next_time(schedule, created)?,
+        Some(l) => next_time(schedule, l)?,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedules_fire_at_their_next_time_and_bad_ones_are_named() {
+        let t: jiff::Timestamp = "2026-11-24T20:10:30Z".parse().unwrap();
+        assert_eq!(
+            next_time("0 3 * * *", t).unwrap().to_string(),
+            "2026-11-25T03:00:00Z"
+        );
+        assert_eq!(
+            next_time("*/15 * * * *", t).unwrap().to_string(),
+            "2026-11-24T20:15:00Z"
+        );
+        assert_eq!(
+            next_time("30 * * * * *", t).unwrap().to_string(),
+            "2026-11-24T20:11:30Z"
+        );
+        let e = next_time("every day", t).unwrap_err();
+        assert!(e.contains("spec.schedule"), "{e}");
+        assert_eq!(due("0 3 * * *", true, false, t, None, t).unwrap(), Some(t));
+        assert_eq!(due("0 3 * * *", true, true, t, None, t).unwrap(), None);
+        let last: jiff::Timestamp = "2026-11-25T03:00:00Z".parse().unwrap();
+        assert_eq!(
+            due("0 3 * * *", true, false, t, Some(last), t)
+                .unwrap()
+                .unwrap()
+                .to_string(),
+            "2026-11-26T03:00:00Z"
+        );
+    }
+}
