@@ -31,6 +31,15 @@ impl<C: ClusterState> Manager<C> {
     /// The liveness isolation check: cluster state unreachable for long and
     /// no peer answering.
     pub async fn isolated(&self) -> bool {
+        // While the data is being obtained (made, cloned, recovered) the
+        // cluster state is not read: that is no isolation (a long recovery
+        // of a single instance has no peer to answer either).
+        if matches!(
+            self.phase.lock().unwrap().0,
+            InstancePhase::Initializing | InstancePhase::Cloning | InstancePhase::Preparing
+        ) {
+            return false;
+        }
         let unreachable_for = self.last_cluster_ok.lock().unwrap().elapsed();
         if unreachable_for < isolation::UNREACHABLE_FOR {
             return false;

@@ -148,6 +148,12 @@ impl<C: ClusterState> Manager<C> {
             "--skip-grant-tables".to_string(),
             "--skip-networking".to_string(),
             "--max-allowed-packet=1G".to_string(),
+            // Nothing waits on the replay's commits one by one: a recovery
+            // that stops half-way starts again from the base backup (the
+            // data directory is only marked made at the end), and the
+            // server's clean shutdown writes everything out.
+            "--sync-binlog=0".to_string(),
+            "--innodb-flush-log-at-trx-commit=2".to_string(),
             match f {
                 Flavor::Mariadb => "--skip-slave-start",
                 Flavor::Mysql => "--skip-replica-start",
