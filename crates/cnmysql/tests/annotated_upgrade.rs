@@ -76,8 +76,16 @@ async fn a_canary_from_a_file_fails_on_a_wrong_hash_is_retried_once_fixed_and_mo
         "{failed}"
     );
     assert!(failed["lastFailedAttemptAt"].is_string());
-    let shown = c.instances()["can-2"]["annotations"].clone();
-    assert_eq!(shown["cnmysql.io/upgrade-status"], "failed", "{shown}");
+    // The record is mirrored onto the instance by a second write.
+    let shown = wait_for(
+        "the failure on the instance",
+        Duration::from_secs(30),
+        || async {
+            let shown = c.instances()["can-2"]["annotations"].clone();
+            (shown["cnmysql.io/upgrade-status"] == "failed").then_some(shown)
+        },
+    )
+    .await;
     assert_eq!(
         shown["cnmysql.io/upgrade-last-failed-attempt-at"],
         failed["lastFailedAttemptAt"]
@@ -160,11 +168,15 @@ async fn the_cluster_annotation_walks_every_instance_the_primary_last_and_loses_
             "{n}"
         );
     }
-    let report = c.status_json();
-    assert_eq!(
-        report["annotations"]["cnmysql.io/upgrade-status"], "done",
-        "{report}"
-    );
+    // Mirrored onto the Cluster by a second write.
+    wait_for(
+        "the Cluster's annotation to say done",
+        Duration::from_secs(30),
+        || async {
+            (c.status_json()["annotations"]["cnmysql.io/upgrade-status"] == "done").then_some(())
+        },
+    )
+    .await;
     // One at a time: replicas in ascending ordinal, the primary last.
     let order: Vec<String> = c
         .event_steps(&["InstanceUpgradeStarted"])
