@@ -276,10 +276,10 @@ pub enum StatusChange {
     OrchestratedUpgrade(Option<cnmysql_api::OrchestratedUpgrade>),
     /// `status.backup` as the primary's archiving and a recovery report it
     /// (`archiving.rs`); written when it matters.
-    Backup(cnmysql_api::backup::BackupStatus),
+    Backup(Box<cnmysql_api::backup::BackupStatus>),
     /// A base backup ended: the last successful or failed one; the first
     /// successful one also starts the recoverable range.
-    BackupTaken(cnmysql_api::backup::BackupRecord),
+    BackupTaken(Box<cnmysql_api::backup::BackupRecord>),
     /// Retention moved the earliest point a recovery can reach.
     FirstRecoverabilityPoint(String),
 }
@@ -375,9 +375,9 @@ impl StatusChange {
                     if b.first_recoverability_point.is_empty() {
                         b.first_recoverability_point = r.stopped_at.clone();
                     }
-                    b.last_successful_backup = Some(r.clone());
+                    b.last_successful_backup = Some((**r).clone());
                 } else {
-                    b.last_failed_backup = Some(r.clone());
+                    b.last_failed_backup = Some((**r).clone());
                 }
                 true
             }
@@ -394,7 +394,7 @@ impl StatusChange {
                     return false;
                 }
                 // Backups recorded meanwhile (by the platform) are kept.
-                let mut b = b.clone();
+                let mut b = (**b).clone();
                 if let Some(old) = &st.backup {
                     b.last_successful_backup = old.last_successful_backup.clone();
                     b.last_failed_backup = old.last_failed_backup.clone();

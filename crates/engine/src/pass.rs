@@ -51,7 +51,9 @@ pub async fn pass<P: Platform>(
     if let Some(b) = cnmysql_core::archiving::desired(s)
         && cnmysql_core::archiving::worth_writing(s.status.backup.as_ref(), &b)
     {
-        platform.change_status(&StatusChange::Backup(b)).await?;
+        platform
+            .change_status(&StatusChange::Backup(Box::new(b)))
+            .await?;
     }
     Ok(())
 }

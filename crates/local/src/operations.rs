@@ -285,7 +285,7 @@ pub async fn backup(dir: &StateDir) -> anyhow::Result<cnmysql_backup::base_backu
     )
     .await;
     let ok = m.completed();
-    let change = cnmysql_core::reconcile::StatusChange::BackupTaken(m.record.clone());
+    let change = cnmysql_core::reconcile::StatusChange::BackupTaken(Box::new(m.record.clone()));
     dir.update_status(|st| {
         change.apply(st);
     })?;

@@ -194,9 +194,12 @@ async fn take(
         &dest,
     )
     .await;
-    let _ =
-        crate::topology::change_status(ctx, cluster, &StatusChange::BackupTaken(m.record.clone()))
-            .await;
+    let _ = crate::topology::change_status(
+        ctx,
+        cluster,
+        &StatusChange::BackupTaken(Box::new(m.record.clone())),
+    )
+    .await;
     if m.completed()
         && let Some(policy) = cluster
             .spec
