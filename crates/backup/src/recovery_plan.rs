@@ -111,10 +111,7 @@ impl Applied {
             (Applied::Mariadb(m), TxId::Mariadb(g)) => match m.get(&g.domain) {
                 // A domain the base never saw: nothing to follow.
                 None => Ok(()),
-                Some(&(server, seq)) if g.seq == seq + 1 => {
-                    let _ = server;
-                    Ok(())
-                }
+                Some(&(_, seq)) if g.seq == seq + 1 => Ok(()),
                 Some(&(server, seq)) => Err(format!(
                     "after {}-{server}-{seq} the next transaction archived is {g}",
                     g.domain
