@@ -95,9 +95,18 @@ async fn recovery_to_a_time_and_to_the_latest_state_across_a_switchover() {
     }
     // A quiet second on each side of the target: MariaDB records commit
     // times in whole seconds.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let last_write = jiff::Timestamp::now().as_second();
+    let next_second = |after: i64| async move {
+        wait_for(
+            "the clock to pass a second",
+            Duration::from_secs(5),
+            || async { (jiff::Timestamp::now().as_second() > after).then_some(()) },
+        )
+        .await
+    };
+    next_second(last_write).await;
     let t1 = jiff::Timestamp::now();
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    next_second(t1.as_second()).await;
     insert(&c, 101, 150).await;
     // The GTID position (MariaDB) or set (MySQL) the 150th row ends.
     let gtid150: String = c
