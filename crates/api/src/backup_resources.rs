@@ -18,7 +18,8 @@ pub struct ClusterRef {
 pub enum BackupTarget {
     /// The primary.
     Primary,
-    /// A ready replica when there is one (not built yet: the primary).
+    /// The most caught-up ready replica when there is one, else the
+    /// primary.
     #[default]
     PreferReplica,
 }
@@ -33,6 +34,7 @@ pub enum BackupTarget {
     status = "BackupObjectStatus",
     printcolumn = r#"{"name":"Cluster","type":"string","jsonPath":".spec.cluster.name"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Instance","type":"string","jsonPath":".status.instance"}"#,
     printcolumn = r#"{"name":"GTID","type":"string","jsonPath":".status.gtid"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -71,8 +73,13 @@ pub struct BackupObjectStatus {
     pub stored_bytes: u64,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub error: String,
+    /// Which instance it is taken from and why (and any that refused).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
+    /// While running: bytes read of the instance's data size, rate and
+    /// time left, refreshed every 10 seconds; then how long it took.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub progress: String,
 }
 
 /// Base backups of a Cluster on a schedule.

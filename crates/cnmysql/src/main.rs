@@ -67,6 +67,12 @@ enum PluginEntry {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
+enum BackupFrom {
+    Primary,
+    PreferReplica,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
 enum Output {
     Table,
     Json,
@@ -163,11 +169,16 @@ enum LocalCommand {
         #[command(flatten)]
         member: Member,
     },
-    /// Take a base backup of the primary into the store `spec.backup`
-    /// names (continuous binlog archiving runs by itself).
+    /// Take a base backup into the store `spec.backup` names, from the
+    /// most caught-up ready replica or, failing one, the primary
+    /// (continuous binlog archiving runs by itself).
     Backup {
         #[command(flatten)]
         target: Target,
+        /// Which instance to copy: a ready replica when there is one, or
+        /// the primary.
+        #[arg(long, value_enum, default_value = "prefer-replica")]
+        backup_target: BackupFrom,
     },
     /// The base backups in the store, and how far the binlog archive
     /// reaches.
@@ -697,15 +708,21 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 let (dir, instance) = member.resolve()?;
                 cnmysql_local::restart_inplace(&dir, &instance).await
             }
-            LocalCommand::Backup { target } => {
-                let m = cnmysql_local::backup(&target.dir()?).await?;
+            LocalCommand::Backup {
+                target,
+                backup_target,
+            } => {
+                use cnmysql_api::backup_resources::BackupTarget;
+                let from = match backup_target {
+                    BackupFrom::Primary => BackupTarget::Primary,
+                    BackupFrom::PreferReplica => BackupTarget::PreferReplica,
+                };
+                let t =
+                    cnmysql_local::backup(&target.dir()?, from, |line| eprintln!("{line}")).await?;
+                let m = &t.manifest.record;
                 println!(
                     "backup {} of {}: {} bytes ({} stored), consistent with {}",
-                    m.record.id,
-                    m.record.instance,
-                    m.record.raw_bytes,
-                    m.record.stored_bytes,
-                    m.record.gtid
+                    m.id, m.instance, m.raw_bytes, m.stored_bytes, m.gtid
                 );
                 Ok(())
             }

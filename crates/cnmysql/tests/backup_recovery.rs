@@ -74,6 +74,13 @@ async fn recovery_to_a_time_and_to_the_latest_state_across_a_switchover() {
     let listed = c.local(&["backups", "-o", "json"]);
     let backups: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
     assert_eq!(backups[0]["phase"], "completed", "{backups}");
+    // The default target, prefer-replica: the primary is not disturbed.
+    assert_eq!(backups[0]["instance"], "src-2", "{backups}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("most caught-up ready replica"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     insert(&c, 51, 100).await;
     // One transaction larger than a piece (16 MiB of binary log).
     {
@@ -307,11 +314,16 @@ async fn recovery_to_a_time_and_to_the_latest_state_across_a_switchover() {
     // hours on. The first backup goes, with the run the second one no
     // longer needs; the newest run stays, and recovery still reaches
     // every row.
-    let out = c.local(&["backup"]);
+    let out = c.local(&["backup", "--backup-target", "primary"]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&format!(" of {}:", c.current_primary())),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
     );
     let dir = cnmysql_local::state::StateDir::new(std::path::PathBuf::from(c.state_arg()));
     let cluster = dir.load_cluster().unwrap();

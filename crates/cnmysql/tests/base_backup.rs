@@ -5,7 +5,9 @@
 //! with `mbstream` and prepared with `mariadb-backup --prepare`; it holds
 //! the GTID position it is consistent with, at least the last row
 //! written before it began, and that position is read from the stream as
-//! it passes (`cnmysql_backup::mbstream`), the same as unpacked.
+//! it passes (`cnmysql_backup::mbstream`), the same as unpacked. And on
+//! both flavours: a backup taken from a replica past an unreachable
+//! instance, with its progress reported.
 
 mod common;
 
@@ -151,5 +153,88 @@ async fn a_mariadb_base_backup_goes_to_s3_compressed_and_comes_back_preparable()
     eprintln!("consistent with {gtid} (the primary was at {before} before it began)");
     let seq = |g: &str| -> u64 { g.rsplit('-').next().unwrap().parse().unwrap() };
     assert!(seq(&gtid) >= seq(&before), "{gtid} < {before}");
+    c.destroy();
+}
+
+/// The replica a backup is taken from, as both platforms take it: an
+/// instance that cannot be reached gives way to the next in the order
+/// `cnmysql_core::backup_source` gives, and progress is reported while the
+/// copy streams (bytes read of the instance's data size).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_skips_an_unreachable_instance_and_reports_progress() {
+    rustls::crypto::ring::default_provider()
+        .install_default()
+        .ok();
+    let c = LocalCluster::start("bkq", &manifest("bkq", 2));
+    let primary = c.current_primary();
+    let replica = if primary == "bkq-1" { "bkq-2" } else { "bkq-1" };
+    let dir = cnmysql_local::state::StateDir::new(PathBuf::from(c.state_arg()));
+    let client = ControlClient::new(dir.operator_material().unwrap().client_config().unwrap());
+    let store = tempfile::tempdir().unwrap();
+    let spec = ObjectStore {
+        destination_path: format!("file://{}", store.path().display()),
+        ..Default::default()
+    };
+    let d = open(&spec, &Secrets::default()).unwrap();
+    let control = |name: &str| c.ports()["instances"][name]["control"].as_u64().unwrap() as u16;
+    let sources = [
+        cnmysql_instance::base_backup::Source {
+            instance: "bkq-9".into(),
+            host: "127.0.0.1".into(),
+            port: cnmysql_envtest::free_port(),
+            why: "first choice".into(),
+        },
+        cnmysql_instance::base_backup::Source {
+            instance: replica.into(),
+            host: "127.0.0.1".into(),
+            port: control(replica),
+            why: "second choice".into(),
+        },
+    ];
+    let reports = std::sync::Mutex::new(Vec::new());
+    let taken = cnmysql_instance::base_backup::take(
+        &client,
+        match flavor() {
+            Flavor::Mariadb => cnmysql_api::Flavor::Mariadb,
+            Flavor::Mysql => cnmysql_api::Flavor::Mysql,
+        },
+        &sources,
+        "b1",
+        &d,
+        std::time::Duration::from_millis(20),
+        |p| {
+            reports.lock().unwrap().push(p);
+            std::future::ready(())
+        },
+    )
+    .await;
+    let m = &taken.manifest.record;
+    assert_eq!(m.phase, "completed", "{m:?}");
+    assert_eq!(m.instance, replica);
+    assert!(
+        taken.message.contains("bkq-9 cannot be reached")
+            && taken
+                .message
+                .contains(&format!("taken on {replica}: second choice")),
+        "{}",
+        taken.message
+    );
+    let reports = reports.into_inner().unwrap();
+    let last = reports
+        .last()
+        .expect("progress was reported while it streamed");
+    assert_eq!(last.source, replica);
+    assert!(
+        last.bytes > 0 && last.bytes <= m.raw_bytes,
+        "{last:?} of {m:?}"
+    );
+    let expected = last
+        .expected_bytes
+        .expect("the instance says its data size");
+    assert!(expected > 0, "{last:?}");
+    assert!(
+        last.describe()
+            .starts_with(&format!("backup from {replica}: "))
+    );
     c.destroy();
 }

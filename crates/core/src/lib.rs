@@ -3,6 +3,7 @@
 //! as a value. Each concern lives in a module named after it.
 
 pub mod archiving;
+pub mod backup_source;
 pub mod failover;
 pub mod fencing;
 pub mod flavor;

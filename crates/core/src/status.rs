@@ -115,6 +115,46 @@ pub struct CloneProgress {
     pub stage: String,
 }
 
+impl CloneProgress {
+    /// `backup from c-2: 1.20 GB of ~3.40 GB at 120 MB/s, ETA 18s`.
+    pub fn describe(&self) -> String {
+        let of = self
+            .expected_bytes
+            .map(|e| format!(" of ~{}", human_bytes(e as f64)))
+            .unwrap_or_default();
+        let eta = self
+            .eta_seconds
+            .map(|e| format!(", ETA {}", human_duration(e)))
+            .unwrap_or_default();
+        format!(
+            "{} from {}: {}{of} at {}/s{eta}",
+            self.stage,
+            self.source,
+            human_bytes(self.bytes as f64),
+            human_bytes(self.bytes_per_second)
+        )
+    }
+}
+
+/// `812 MB`, `3.40 GB`.
+pub fn human_bytes(b: f64) -> String {
+    if b >= 1e9 {
+        format!("{:.2} GB", b / 1e9)
+    } else {
+        format!("{:.0} MB", b / 1e6)
+    }
+}
+
+/// `42s`, `3m05s`, `2h10m`.
+pub fn human_duration(secs: f64) -> String {
+    let s = secs.max(0.0).round() as u64;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
 /// The body of `GET /status`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]

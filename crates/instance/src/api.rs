@@ -365,10 +365,11 @@ async fn backup<B: Backend>(State(b): State<Arc<B>>, Extension(peer): Extension<
     tracing::info!(peer = peer.0, "backup requested");
     if b.config().flavor() == cnmysql_api::Flavor::Mysql {
         return match crate::mysql_backup::start(b.config()).await {
-            Ok((gtid, stream)) => Response::builder()
+            Ok((gtid, size, stream)) => Response::builder()
                 .status(StatusCode::OK)
                 .header(header::CONTENT_TYPE, "application/x-tar")
                 .header(crate::mysql_backup::GTID_HEADER, gtid)
+                .header(crate::clone::SIZE_HEADER, size.to_string())
                 .body(Body::from_stream(stream))
                 .expect("valid response"),
             Err(e) => (

@@ -26,6 +26,7 @@ pub async fn start(
     cfg: &InstanceConfig,
 ) -> anyhow::Result<(
     String,
+    u64,
     impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static,
 )> {
     let dir = cfg.data_dir.with_extension("backup");
@@ -51,8 +52,10 @@ pub async fn start(
     let gtid = gtid.unwrap_or_default().replace('\n', "");
     // The copy's own identity: a server made from it gets a new one.
     let _ = std::fs::remove_file(dir.join("auto.cnf"));
+    let size = crate::clone::dir_size(&dir);
     tracing::info!(
         gtid,
+        bytes = size,
         seconds = began.elapsed().as_secs_f64(),
         "cloned into a directory; streaming it"
     );
@@ -97,5 +100,5 @@ pub async fn start(
             }
         },
     );
-    Ok((gtid, stream))
+    Ok((gtid, size, stream))
 }

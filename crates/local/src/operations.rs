@@ -260,30 +260,54 @@ pub fn backup_destination(
 
 /// `cnmysql local backup`: a base backup of the primary into the store;
 /// the status records it as the last successful or failed backup.
-pub async fn backup(dir: &StateDir) -> anyhow::Result<cnmysql_backup::base_backup::Manifest> {
+pub async fn backup(
+    dir: &StateDir,
+    target: cnmysql_api::backup_resources::BackupTarget,
+    show: impl Fn(&str),
+) -> anyhow::Result<cnmysql_instance::base_backup::Taken> {
     let cluster = dir.load_cluster()?;
     let dest = backup_destination(&cluster)?;
     let status = dir.read_status()?;
-    let primary = status
-        .current_primary
-        .clone()
-        .ok_or_else(|| anyhow::anyhow!("the cluster has no primary to back up"))?;
     let ports = dir.load_ports()?;
-    let port = ports.instances[&primary].control;
+    let sources: Vec<cnmysql_instance::base_backup::Source> =
+        cnmysql_core::backup_source::sources(target, cluster.spec.mysql.flavor, &status)
+            .map_err(anyhow::Error::msg)?
+            .into_iter()
+            .filter_map(|s| {
+                Some(cnmysql_instance::base_backup::Source {
+                    host: ports.host.clone(),
+                    port: ports.instances.get(&s.instance)?.control,
+                    instance: s.instance,
+                    why: s.why,
+                })
+            })
+            .collect();
     let client =
         cnmysql_instance::client::ControlClient::new(dir.operator_material()?.client_config()?);
     let id = cnmysql_backup::base_backup::new_id(jiff::Timestamp::now());
-    eprintln!("backing up {primary} as {id} into {}", dest.path);
-    let m = cnmysql_instance::base_backup::take(
+    show(&format!(
+        "backing up as {id} into {} (from {})",
+        dest.path,
+        sources
+            .first()
+            .map(|s| format!("{}: {}", s.instance, s.why))
+            .unwrap_or_default()
+    ));
+    let taken = cnmysql_instance::base_backup::take(
         &client,
         cluster.spec.mysql.flavor,
-        &ports.host,
-        port,
-        &primary,
+        &sources,
         &id,
         &dest,
+        std::time::Duration::from_secs(5),
+        |p| {
+            show(&p.describe());
+            std::future::ready(())
+        },
     )
     .await;
+    let m = &taken.manifest;
+    let from = m.record.instance.clone();
     let ok = m.completed();
     let change = cnmysql_core::reconcile::StatusChange::BackupTaken(Box::new(m.record.clone()));
     dir.update_status(|st| {
@@ -302,21 +326,21 @@ pub async fn backup(dir: &StateDir) -> anyhow::Result<cnmysql_backup::base_backu
         dir.event(
             false,
             "BackupCompleted",
-            Some(&primary),
+            Some(&from),
             &format!(
-                "base backup {id} of {primary}: {} bytes stored as {}, consistent with {}",
-                m.record.raw_bytes, m.record.stored_bytes, m.record.gtid
+                "base backup {id}: {} bytes stored as {}, consistent with {} ({})",
+                m.record.raw_bytes, m.record.stored_bytes, m.record.gtid, taken.message
             ),
         );
-        Ok(m)
+        Ok(taken)
     } else {
         dir.event(
             true,
             "BackupFailed",
-            Some(&primary),
-            &format!("base backup {id} of {primary} failed: {}", m.record.error),
+            Some(&from),
+            &format!("base backup {id} of {from} failed: {}", m.record.error),
         );
-        anyhow::bail!("base backup {id} of {primary} failed: {}", m.record.error)
+        anyhow::bail!("base backup {id} of {from} failed: {}", m.record.error)
     }
 }
 

@@ -80,24 +80,7 @@ impl Progress {
                 // Reported once data has flowed for a second: an earlier
                 // rate (and ETA) is noise.
                 if due && c.bytes > 0 && c.elapsed_seconds >= 1.0 {
-                    let of = c
-                        .expected_bytes
-                        .map(|e| format!(" of ~{}", human_bytes(e as f64)))
-                        .unwrap_or_default();
-                    let eta = c
-                        .eta_seconds
-                        .map(|e| format!(", ETA {}", human_duration(e)))
-                        .unwrap_or_default();
-                    reporter.say(
-                        Some(&o.name),
-                        &format!(
-                            "{} from {}: {}{of} at {}/s{eta}",
-                            c.stage,
-                            c.source,
-                            human_bytes(c.bytes as f64),
-                            human_bytes(c.bytes_per_second)
-                        ),
-                    );
+                    reporter.say(Some(&o.name), &c.describe());
                     self.clone_reports.insert(o.name.clone(), Instant::now());
                 }
             }
@@ -107,23 +90,5 @@ impl Progress {
             reporter.say(None, &format!("cluster: {phase_text}"));
             self.cluster_phase = phase_text;
         }
-    }
-}
-
-fn human_bytes(b: f64) -> String {
-    if b >= 1e9 {
-        format!("{:.2} GB", b / 1e9)
-    } else {
-        format!("{:.0} MB", b / 1e6)
-    }
-}
-
-/// `42s`, `3m05s`, `2h10m`.
-fn human_duration(secs: f64) -> String {
-    let s = secs.max(0.0).round() as u64;
-    match s {
-        0..60 => format!("{s}s"),
-        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
-        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
     }
 }

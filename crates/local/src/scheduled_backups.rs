@@ -85,7 +85,11 @@ async fn tick(dir: &StateDir) -> anyhow::Result<()> {
             .unwrap_or_default();
         cnmysql_tls::write_private(&path(dir), &serde_json::to_string_pretty(&records)?, false)?;
         tracing::info!(schedule = name, "scheduled backup due");
-        if let Err(e) = crate::operations::backup(dir).await {
+        if let Err(e) = crate::operations::backup(dir, sb.spec.target, |line| {
+            tracing::info!(schedule = name, "{line}")
+        })
+        .await
+        {
             // Recorded in the status and events by the backup itself.
             tracing::warn!(schedule = name, error = %e, "scheduled backup failed");
         }

@@ -1,6 +1,7 @@
 //! The `Backup` and `ScheduledBackup` resources on Kubernetes. A Backup is
 //! taken once: the store is opened with the Secrets its Cluster's
-//! `spec.backup` names, the primary's manager streams the backup
+//! `spec.backup` names, the manager of the instance its target chooses
+//! (`cnmysql_core::backup_source`) streams the backup
 //! (`cnmysql_instance::base_backup::take`, the same as locally), the
 //! Backup's status and the Cluster's `status.backup` record it, and
 //! retention runs. A ScheduledBackup makes Backups on its cron schedule.
@@ -146,54 +147,77 @@ async fn take(
     name: &str,
 ) -> Result<BackupObjectStatus, String> {
     let dest = destination(ctx, cluster).await?;
-    let primary = cluster
-        .status
-        .as_ref()
-        .and_then(|s| s.current_primary.clone())
-        .ok_or_else(|| "the Cluster has no primary to back up".to_string())?;
+    let flavor = cluster.spec.mysql.flavor;
+    let chosen = cnmysql_core::backup_source::sources(
+        spec.target,
+        flavor,
+        &cluster.status.clone().unwrap_or_default(),
+    )?;
     let ns = cluster.namespace().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let ip = pods
-        .get(&primary)
-        .await
-        .map_err(|e| format!("Pod {primary}: {e}"))?
-        .status
-        .and_then(|s| s.pod_ip)
-        .filter(|ip| !ip.is_empty())
-        .ok_or_else(|| format!("Pod {primary} has no IP yet"))?;
+    let mut sources = Vec::new();
+    for s in chosen {
+        let ip = match pods.get_opt(&s.instance).await {
+            Ok(p) => p
+                .and_then(|p| p.status)
+                .and_then(|s| s.pod_ip)
+                .filter(|ip| !ip.is_empty()),
+            Err(e) => return Err(format!("Pod {}: {e}", s.instance)),
+        };
+        if let Some(ip) = ip {
+            sources.push(cnmysql_instance::base_backup::Source {
+                instance: s.instance,
+                host: ip,
+                port: CONTROL_PORT,
+                why: s.why,
+            });
+        }
+    }
+    let first = sources
+        .first()
+        .cloned()
+        .ok_or_else(|| "no instance of the Cluster has a Pod IP to back up from".to_string())?;
     let client = crate::topology::control_client(ctx, cluster)
         .await
         .map_err(|e| e.to_string())?
         .with_connect_timeout(Duration::from_secs(10));
     let id = cnmysql_backup::base_backup::new_id(jiff::Timestamp::now());
-    let message = match spec.target {
-        cnmysql_api::backup_resources::BackupTarget::Primary => String::new(),
-        cnmysql_api::backup_resources::BackupTarget::PreferReplica => {
-            "taken on the primary: backups from a replica are not built yet".to_string()
-        }
-    };
     let running = BackupObjectStatus {
         phase: "running".into(),
         backup_id: id.clone(),
         destination_path: dest.path.clone(),
-        instance: primary.clone(),
+        instance: first.instance.clone(),
         started_at: jiff::Timestamp::now().to_string(),
-        message: message.clone(),
+        message: format!("taking it on {}: {}", first.instance, first.why),
         ..Default::default()
     };
     set_status(api, name, &running)
         .await
         .map_err(|e| e.to_string())?;
-    let m = cnmysql_instance::base_backup::take(
+    let began = std::time::Instant::now();
+    let taken = cnmysql_instance::base_backup::take(
         &client,
-        cluster.spec.mysql.flavor,
-        &ip,
-        CONTROL_PORT,
-        &primary,
+        flavor,
+        &sources,
         &id,
         &dest,
+        Duration::from_secs(10),
+        |p| async move {
+            let st = json!({ "status": {
+                "instance": p.source,
+                "rawBytes": p.bytes,
+                "progress": p.describe(),
+            }});
+            if let Err(e) = api
+                .patch_status(name, &PatchParams::default(), &Patch::Merge(&st))
+                .await
+            {
+                tracing::debug!(backup = name, error = %e, "progress not recorded");
+            }
+        },
     )
     .await;
+    let m = &taken.manifest;
     let _ = crate::topology::change_status(
         ctx,
         cluster,
@@ -238,6 +262,14 @@ async fn take(
     }
     Ok(BackupObjectStatus {
         phase: m.record.phase.clone(),
+        instance: m.record.instance.clone(),
+        message: taken.message.clone(),
+        progress: format!(
+            "{}: {} read in {}",
+            m.record.phase,
+            cnmysql_core::status::human_bytes(m.record.raw_bytes as f64),
+            cnmysql_core::status::human_duration(began.elapsed().as_secs_f64())
+        ),
         stopped_at: m.record.stopped_at.clone(),
         gtid: m.record.gtid.clone(),
         raw_bytes: m.record.raw_bytes,
