@@ -1284,9 +1284,18 @@ async fn backup_objects_archive_and_a_recovered_cluster_hold_every_acknowledged_
     .await
     .unwrap();
     eprintln!(
-        "Backup first: {} of {}, {} bytes stored as {}, consistent with {}",
-        done.backup_id, done.instance, done.raw_bytes, done.stored_bytes, done.gtid
+        "Backup first: {} of {}, {} bytes stored as {}, consistent with {} ({}; {})",
+        done.backup_id,
+        done.instance,
+        done.raw_bytes,
+        done.stored_bytes,
+        done.gtid,
+        done.message,
+        done.progress
     );
+    let primary = e.status().await.current_primary.unwrap();
+    assert_eq!(done.instance, primary, "target primary: {done:?}");
+    assert!(done.progress.starts_with("completed: "), "{done:?}");
 
     // A ScheduledBackup asked to take one at once.
     let scheduled: Api<ScheduledBackup> = Api::namespaced(e.k.client.clone(), NS);
@@ -1305,9 +1314,16 @@ async fn backup_objects_archive_and_a_recovered_cluster_hold_every_acknowledged_
     })
     .await
     .unwrap();
+    let from = backups.get(&made.0).await.unwrap().status.unwrap();
     eprintln!(
-        "ScheduledBackup nightly made {}; next at {}",
-        made.0, made.1.next_schedule_time
+        "ScheduledBackup nightly made {} from {} ({}); next at {}",
+        made.0, from.instance, from.message, made.1.next_schedule_time
+    );
+    // Its default target, prefer-replica: a ready replica, not the primary.
+    assert_ne!(from.instance, primary, "{from:?}");
+    assert!(
+        from.message.contains("most caught-up ready replica"),
+        "{from:?}"
     );
 
     w.wait_for_more(200, Duration::from_secs(30)).await;
