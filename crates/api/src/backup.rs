@@ -185,17 +185,76 @@ pub struct RecoverySpec {
     pub recovery_target: Option<RecoveryTarget>,
 }
 
-/// Where the backups to recover from are.
+/// Where the backups to recover from are: a store (`objectStore`, with an
+/// optional `backupId`), or on Kubernetes a `Backup` object of the same
+/// namespace (`backup.name`), whose store and id the operator records in
+/// `status.backup.recoverySource` before the first Pod is made.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RecoverySource {
     /// The store, with `serverName` the name of the Cluster that stored
     /// its backups there.
-    pub object_store: ObjectStore,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_store: Option<ObjectStore>,
     /// A base backup by its id (as `cnmysql local backups` or the Backup's
     /// status shows it) [default: the latest one before the target].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup_id: Option<String>,
+    /// A completed `Backup` object (Kubernetes): its store and its base
+    /// backup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<BackupName>,
+}
+
+/// A `Backup` object in the Cluster's namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupName {
+    pub name: String,
+}
+
+/// The store and base backup a recovery reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResolvedSource {
+    pub object_store: ObjectStore,
+    pub backup_id: Option<String>,
+}
+
+impl RecoverySpec {
+    /// The store and backup to recover from: `source.objectStore` as
+    /// written, or the Backup object `source.backup` names as the operator
+    /// resolved it into `status.backup.recoverySource`.
+    pub fn resolved(
+        &self,
+        status: Option<&crate::ClusterStatus>,
+    ) -> Result<ResolvedSource, String> {
+        if let Some(store) = &self.source.object_store {
+            return Ok(ResolvedSource {
+                object_store: store.clone(),
+                backup_id: self.source.backup_id.clone(),
+            });
+        }
+        let Some(b) = &self.source.backup else {
+            return Err(
+                "spec.bootstrap.recovery.source: name an objectStore or a backup".to_string(),
+            );
+        };
+        status
+            .and_then(|s| s.backup.as_ref())
+            .and_then(|b| b.recovery_source.as_ref())
+            .and_then(|r| {
+                Some(ResolvedSource {
+                    object_store: r.object_store.clone()?,
+                    backup_id: r.backup_id.clone(),
+                })
+            })
+            .ok_or_else(|| {
+                format!(
+                    "spec.bootstrap.recovery.source.backup: Backup {} is not resolved yet (the operator records its store and id in status.backup.recoverySource)",
+                    b.name
+                )
+            })
+    }
 }
 
 /// A point to recover to: one of the three.
@@ -250,6 +309,11 @@ pub struct BackupStatus {
     /// What this Cluster was recovered to, when it was made by recovery.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovered: Option<Recovered>,
+    /// The store and backup id of the Backup object that
+    /// `spec.bootstrap.recovery.source.backup` names, recorded once by the
+    /// operator before the first Pod is made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery_source: Option<RecoverySource>,
 }
 
 /// One base backup, as its manifest (`backup.json`) records it.

@@ -58,6 +58,10 @@ pub struct BackupObjectStatus {
     pub backup_id: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub destination_path: String,
+    /// The store it is in (with `serverName`; Secrets by reference only):
+    /// what a Cluster recovering from this Backup reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_store: Option<crate::backup::ObjectStore>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub instance: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]

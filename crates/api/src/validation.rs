@@ -524,12 +524,38 @@ fn check_backup_fields(s: &crate::cluster::ClusterSpec, errors: &mut Vec<FieldEr
         return;
     };
     let field = "spec.bootstrap.recovery.source.objectStore";
-    check_store(field, &rec.source.object_store, errors);
-    if rec.source.object_store.server_name.is_none() {
-        errors.push(err(
-            format!("{field}.serverName"),
-            "is needed: the name of the Cluster whose backups to recover from",
-        ));
+    match (&rec.source.object_store, &rec.source.backup) {
+        (Some(store), None) => {
+            check_store(field, store, errors);
+            if store.server_name.is_none() {
+                errors.push(err(
+                    format!("{field}.serverName"),
+                    "is needed: the name of the Cluster whose backups to recover from",
+                ));
+            }
+        }
+        (None, Some(b)) => {
+            if b.name.is_empty() {
+                errors.push(err(
+                    "spec.bootstrap.recovery.source.backup.name",
+                    "is empty: name a completed Backup object of this namespace",
+                ));
+            }
+            if rec.source.backup_id.is_some() {
+                errors.push(err(
+                    "spec.bootstrap.recovery.source.backupId",
+                    "goes with objectStore: the Backup object names its own base backup; remove backupId",
+                ));
+            }
+        }
+        (Some(_), Some(_)) => errors.push(err(
+            "spec.bootstrap.recovery.source",
+            "names both an objectStore and a backup: keep one",
+        )),
+        (None, None) => errors.push(err(
+            "spec.bootstrap.recovery.source",
+            "names no backups: set objectStore (with serverName), or backup.name (a Backup object on Kubernetes)",
+        )),
     }
     if let Some(t) = &rec.recovery_target {
         let set = t.targets_set();

@@ -242,10 +242,46 @@ fn backup_and_recovery_fields_are_checked_naming_the_field() {
             "  bootstrap:\n    recovery:\n      source:\n        objectStore: {destinationPath: 'file:///b', serverName: db}\n      recoveryTarget: {targetGTID: 0-1-5, targetImmediate: true}\n",
             "spec.bootstrap.recovery.recoveryTarget",
         ),
+        (
+            "  bootstrap:\n    recovery:\n      source: {}\n",
+            "spec.bootstrap.recovery.source: names no backups",
+        ),
+        (
+            "  bootstrap:\n    recovery:\n      source:\n        backup: {name: nightly}\n        objectStore: {destinationPath: 'file:///b', serverName: db}\n",
+            "spec.bootstrap.recovery.source: names both",
+        ),
+        (
+            "  bootstrap:\n    recovery:\n      source:\n        backup: {name: nightly}\n        backupId: '20261124T030000Z'\n",
+            "spec.bootstrap.recovery.source.backupId",
+        ),
     ] {
         let e = parse_cluster(&cluster(spec)).unwrap_err().to_string();
         assert!(e.contains(field), "{spec}: {e}");
     }
+    // A Backup object as the source: valid, and read through the status
+    // the operator resolves it into.
+    let by_name = parse_cluster(&cluster(
+        "  bootstrap:\n    recovery:\n      source:\n        backup: {name: nightly}\n",
+    ))
+    .expect("a Backup object as the source");
+    let rec = by_name.spec.bootstrap.unwrap().recovery.unwrap();
+    let e = rec.resolved(None).unwrap_err();
+    assert!(e.contains("Backup nightly is not resolved yet"), "{e}");
+    let mut st = cnmysql_api::ClusterStatus::default();
+    st.backup
+        .get_or_insert_with(Default::default)
+        .recovery_source = Some(cnmysql_api::backup::RecoverySource {
+        object_store: Some(cnmysql_api::backup::ObjectStore {
+            destination_path: "s3://b/p".into(),
+            server_name: Some("db".into()),
+            ..Default::default()
+        }),
+        backup_id: Some("20261124T030000Z".into()),
+        backup: None,
+    });
+    let r = rec.resolved(Some(&st)).unwrap();
+    assert_eq!(r.object_store.server_name.as_deref(), Some("db"));
+    assert_eq!(r.backup_id.as_deref(), Some("20261124T030000Z"));
     assert_eq!(
         cnmysql_api::validation::retention_seconds("2w"),
         Some(14 * 86_400)

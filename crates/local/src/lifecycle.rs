@@ -58,6 +58,19 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", opts.manifest.display()))?;
     let manifest = cnmysql_api::parse_manifest(&text)?;
     let cluster = manifest.cluster.clone();
+    if let Some(b) = cluster
+        .spec
+        .bootstrap
+        .as_ref()
+        .and_then(|b| b.recovery.as_ref())
+        .and_then(|r| r.source.backup.as_ref())
+    {
+        anyhow::bail!(
+            "{}: spec.bootstrap.recovery.source.backup ({}) names a Backup object, which only Kubernetes has; locally, name the store in source.objectStore (with serverName) and the backup by source.backupId (`cnmysql local backups` lists them)",
+            opts.manifest.display(),
+            b.name
+        );
+    }
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let dir = resolve_state_dir(opts.state_dir.as_deref(), Some(&name))?;
     // Re-executed by `cnmysql local upgrade`: this process is the running

@@ -75,6 +75,48 @@ pub async fn open(
     Ok(dest.under(store.server_name.as_deref().unwrap_or(folder)))
 }
 
+/// The store and base backup of the completed Backup `name` in `ns`, for
+/// a Cluster that recovers from it (`spec.bootstrap.recovery.source.backup`).
+/// An error, naming the field and the fix, when it cannot be used yet or
+/// at all.
+pub async fn resolve(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+) -> Result<cnmysql_api::backup::RecoverySource, String> {
+    let field = "spec.bootstrap.recovery.source.backup.name";
+    let api: Api<Backup> = Api::namespaced(ctx.client.clone(), ns);
+    let b = api
+        .get_opt(name)
+        .await
+        .map_err(|e| format!("{field}: Backup {name} cannot be read: {e}"))?
+        .ok_or_else(|| format!("{field}: there is no Backup {name} in {ns}; name one `kubectl get backups -n {ns}` lists"))?;
+    let st = b.status.unwrap_or_default();
+    match st.phase.as_str() {
+        "completed" => {}
+        "failed" => {
+            return Err(format!(
+                "{field}: Backup {name} failed ({}); name a completed one",
+                st.error
+            ));
+        }
+        _ => {
+            return Err(format!(
+                "{field}: Backup {name} has not completed yet (phase {:?}); recovery waits for it",
+                st.phase
+            ));
+        }
+    }
+    let store = st.object_store.ok_or_else(|| {
+        format!("{field}: Backup {name} does not record its store; name the store in source.objectStore and its id ({}) in source.backupId", st.backup_id)
+    })?;
+    Ok(cnmysql_api::backup::RecoverySource {
+        object_store: Some(store),
+        backup_id: Some(st.backup_id),
+        backup: None,
+    })
+}
+
 async fn set_status(api: &Api<Backup>, name: &str, st: &BackupObjectStatus) -> kube::Result<()> {
     api.patch_status(
         name,
@@ -182,10 +224,18 @@ async fn take(
         .map_err(|e| e.to_string())?
         .with_connect_timeout(Duration::from_secs(10));
     let id = cnmysql_backup::base_backup::new_id(jiff::Timestamp::now());
+    let mut store = cluster
+        .spec
+        .backup
+        .as_ref()
+        .map(|b| b.object_store.clone())
+        .unwrap_or_default();
+    store.server_name = Some(store.server_name.unwrap_or_else(|| cluster.name_any()));
     let running = BackupObjectStatus {
         phase: "running".into(),
         backup_id: id.clone(),
         destination_path: dest.path.clone(),
+        object_store: Some(store),
         instance: first.instance.clone(),
         started_at: jiff::Timestamp::now().to_string(),
         message: format!("taking it on {}: {}", first.instance, first.why),

@@ -105,6 +105,36 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Action, Err
         return Ok(Action::requeue(Duration::from_secs(30)));
     }
 
+    // A recovery from a Backup object: its store and id recorded once,
+    // before the first Pod (which reads them) is made.
+    if let Some(b) = cluster
+        .spec
+        .bootstrap
+        .as_ref()
+        .and_then(|b| b.recovery.as_ref())
+        .and_then(|r| r.source.backup.as_ref())
+        && st
+            .backup
+            .as_ref()
+            .is_none_or(|s| s.recovery_source.is_none())
+    {
+        match crate::backups::resolve(ctx, &ns, &b.name).await {
+            Ok(src) => {
+                write_status(cluster, ctx, |st| {
+                    st.backup
+                        .get_or_insert_with(Default::default)
+                        .recovery_source = Some(src.clone());
+                })
+                .await?;
+                return Ok(Action::requeue(Duration::from_millis(100)));
+            }
+            Err(why) => {
+                report_invalid(cluster, ctx, &why).await?;
+                return Ok(Action::requeue(Duration::from_secs(10)));
+            }
+        }
+    }
+
     // 3. build
     let desired = objects::desired(cluster, &ctx.env);
 

@@ -1329,11 +1329,19 @@ async fn backup_objects_archive_and_a_recovered_cluster_hold_every_acknowledged_
     w.wait_for_more(200, Duration::from_secs(30)).await;
     let o = w.stop().await;
     let stopped = jiff::Timestamp::now();
-    until(
+    let seen = std::sync::Mutex::new(String::new());
+    let passed = until(
         "the archive to pass the last write",
         Duration::from_secs(90),
         || async {
             let st = e.status().await;
+            *seen.lock().unwrap() = format!(
+                "{:?} {:?}",
+                st.backup.as_ref().and_then(|b| b.archive.as_ref()),
+                st.conditions
+                    .iter()
+                    .find(|c| c.type_ == "ContinuousArchiving")
+            );
             let until: jiff::Timestamp = st.backup?.archive?.complete_until.parse().ok()?;
             let on = st
                 .conditions
@@ -1342,17 +1350,24 @@ async fn backup_objects_archive_and_a_recovered_cluster_hold_every_acknowledged_
             (on && until > stopped).then_some(())
         },
     )
-    .await
-    .unwrap();
+    .await;
+    if let Err(e) = passed {
+        panic!(
+            "{e} (stopped at {stopped}); last seen: {}",
+            seen.lock().unwrap()
+        );
+    }
     let st = e.status().await.backup.unwrap();
     assert!(st.last_successful_backup.is_some(), "{st:?}");
 
-    // A new Cluster recovered from the store: every acknowledged row.
+    // A new Cluster recovered from the scheduled Backup object (its store
+    // and id, resolved by the operator) and the archive after it: every
+    // acknowledged row.
     let restored = cnmysql_procnode::harness::cluster_manifest(NS, "restored", "required")
         .replace("instances: 3", "instances: 2")
         + &format!(
-            "  bootstrap:\n    recovery:\n      source:\n        objectStore:\n{}          serverName: db\n",
-            store("          ")
+            "  bootstrap:\n    recovery:\n      source:\n        backup: {{name: {}}}\n",
+            made.0
         );
     let c = cnmysql_api::parse_cluster(&restored).unwrap();
     e.clusters.create(&PostParams::default(), &c).await.unwrap();
@@ -1381,6 +1396,7 @@ async fn backup_objects_archive_and_a_recovered_cluster_hold_every_acknowledged_
     )
     .await
     .unwrap();
+    assert_eq!(rec.backup_id, from.backup_id, "the Backup named: {rec:?}");
     eprintln!(
         "recovered from {} to {} ({} replayed), {} acknowledged rows all there",
         rec.backup_id,

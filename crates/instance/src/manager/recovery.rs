@@ -27,7 +27,9 @@ impl<C: ClusterState> Manager<C> {
     pub(super) async fn recover_primary(&self, spec: &RecoverySpec) -> anyhow::Result<()> {
         let cfg = &self.cfg;
         let f = cfg.flavor();
-        let src = &spec.source.object_store;
+        let status = self.cluster.get().await?;
+        let resolved = spec.resolved(Some(&status)).map_err(anyhow::Error::msg)?;
+        let src = &resolved.object_store;
         let server = src.server_name.clone().ok_or_else(|| {
             anyhow::anyhow!("spec.bootstrap.recovery.source.objectStore.serverName: name the Cluster whose backups to recover from")
         })?;
@@ -44,7 +46,7 @@ impl<C: ClusterState> Manager<C> {
         let base = recovery::choose_base(
             f,
             &backups,
-            spec.source.backup_id.as_deref(),
+            resolved.backup_id.as_deref(),
             &target,
             &dest.path,
         )

@@ -267,9 +267,9 @@ pub fn pod(cluster: &Cluster, instance: &str, env_: &Environment) -> Pod {
     ];
     // The Secrets the object store names (archiving, recovery): each key
     // at `<mount>/<Secret>/<key>`.
-    let mut refs: Vec<&cnmysql_api::backup::SecretKeyRef> = Vec::new();
+    let mut refs: Vec<cnmysql_api::backup::SecretKeyRef> = Vec::new();
     if let Some(b) = &cluster.spec.backup {
-        refs.extend(b.object_store.secret_refs());
+        refs.extend(b.object_store.secret_refs().into_iter().cloned());
     }
     if let Some(r) = cluster
         .spec
@@ -277,7 +277,9 @@ pub fn pod(cluster: &Cluster, instance: &str, env_: &Environment) -> Pod {
         .as_ref()
         .and_then(|b| b.recovery.as_ref())
     {
-        refs.extend(r.source.object_store.secret_refs());
+        if let Ok(src) = r.resolved(cluster.status.as_ref()) {
+            refs.extend(src.object_store.secret_refs().into_iter().cloned());
+        }
     }
     refs.sort();
     refs.dedup();
