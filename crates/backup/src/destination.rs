@@ -152,6 +152,22 @@ impl Destination {
     }
 }
 
+/// Whether this machine has a certificate store to verify a store's TLS
+/// with (`SSL_CERT_FILE` / `SSL_CERT_DIR` or the system's); a server image
+/// may have none. Read once.
+fn system_certificates() -> bool {
+    static HAVE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAVE.get_or_init(|| {
+        let found = !rustls_native_certs::load_native_certs().certs.is_empty();
+        if !found {
+            tracing::info!(
+                "no system certificate store: object stores are verified against Mozilla's roots and the endpoint CA"
+            );
+        }
+        found
+    })
+}
+
 /// Open `spec` with the secret values it names.
 pub fn open(spec: &ObjectStore, secrets: &Secrets) -> Result<Destination, String> {
     let parsed = parse(&spec.destination_path)?;
@@ -172,6 +188,16 @@ pub fn open(spec: &ObjectStore, secrets: &Secrets) -> Result<Destination, String
         retry_timeout: std::time::Duration::from_secs(20),
         ..Default::default()
     };
+    if !system_certificates() {
+        // reqwest's platform verifier cannot start without them: trust
+        // Mozilla's roots (and the endpoint CA) instead.
+        options = options.with_no_system_certificates(true);
+        for der in webpki_root_certs::TLS_SERVER_ROOT_CERTS {
+            if let Ok(cert) = object_store::Certificate::from_der(der.as_ref()) {
+                options = options.with_root_certificate(cert);
+            }
+        }
+    }
     if let Some(ca) = &spec.endpoint_ca {
         let pem = secrets.get("endpointCA", ca)?;
         for cert in object_store::Certificate::from_pem_bundle(pem.as_bytes()).map_err(|e| {

@@ -184,3 +184,52 @@ async fn a_stream_is_stored_compressed_in_parts_read_back_whole_and_damage_is_ca
     let (spec, secrets) = s3_spec(&server);
     round_trip(&open(&spec, &secrets).unwrap()).await;
 }
+
+/// A server image may have no certificate store at all (MySQL's, made
+/// without the ca-certificates package): a store is still opened, verified
+/// against Mozilla's roots compiled in. Run in a child process of this test
+/// binary, where `SSL_CERT_FILE` and `SSL_CERT_DIR` name an empty store.
+#[test]
+fn a_store_opens_on_a_machine_without_a_certificate_store() {
+    const CHILD: &str = "CNMYSQL_TEST_NO_CERTIFICATE_STORE";
+    let name = "a_store_opens_on_a_machine_without_a_certificate_store";
+    if std::env::var_os(CHILD).is_some() {
+        rustls::crypto::ring::default_provider()
+            .install_default()
+            .ok();
+        let key = |k: &str| SecretKeyRef {
+            name: "store".into(),
+            key: k.into(),
+        };
+        let spec = ObjectStore {
+            destination_path: "s3://backups/prod".into(),
+            endpoint_url: Some("https://s3.example.invalid".into()),
+            s3_credentials: Some(S3Credentials {
+                access_key_id: key("id"),
+                secret_access_key: key("secret"),
+                session_token: None,
+            }),
+            ..Default::default()
+        };
+        let mut secrets = Secrets::default();
+        secrets.insert(key("id"), "AKIAEXAMPLE".into());
+        secrets.insert(key("secret"), "example".into());
+        if let Err(e) = open(&spec, &secrets) {
+            panic!("not opened without a certificate store: {e}");
+        }
+        return;
+    }
+    let empty = tempfile::tempdir().unwrap();
+    let file = empty.path().join("none.pem");
+    std::fs::write(&file, "").unwrap();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1")
+        .env("SSL_CERT_FILE", &file)
+        .env("SSL_CERT_DIR", empty.path())
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && text.contains("1 passed"), "{text}");
+}
