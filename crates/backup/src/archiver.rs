@@ -330,9 +330,17 @@ impl<S: Source> Archiver<S> {
             return Ok(oldest);
         };
         for (i, f) in files.iter().enumerate().rev() {
-            let data = tokio::fs::read(self.dir.join(f)).await?;
-            let txs = binlog::scan(self.flavor, &data, 0, None)?.txs;
-            let (Some(first), Some(last)) = (txs.first(), txs.last()) else {
+            let path = self.dir.join(f);
+            let flavor = self.flavor;
+            let ends = tokio::task::spawn_blocking(move || {
+                let mut file =
+                    std::fs::File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+                binlog::ends(flavor, &mut file, PIECE_BYTES)
+                    .map_err(|e| format!("{}: {e}", path.display()))
+            })
+            .await?
+            .map_err(anyhow::Error::msg)?;
+            let (Some(first), Some(last)) = ends else {
                 continue;
             };
             if held.holds(&last.id) {

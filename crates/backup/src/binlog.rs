@@ -417,5 +417,58 @@ fn is_end(q: &[u8]) -> bool {
         || q.len() > 11 && q[..11].eq_ignore_ascii_case(b"XA ROLLBACK")
 }
 
+/// The first and last whole transactions of one binary log file, read
+/// from `file` in windows of `window` bytes (larger only while one event
+/// does not fit): a file may be a gigabyte, and no more than a window of
+/// it is held at once.
+pub fn ends(
+    flavor: Flavor,
+    file: &mut (impl std::io::Read + std::io::Seek),
+    window: usize,
+) -> Result<(Option<Tx>, Option<Tx>), String> {
+    let (mut first, mut last) = (None, None);
+    let (mut at, mut crc, mut open) = (0u64, None, None);
+    let mut size = window;
+    loop {
+        file.seek(std::io::SeekFrom::Start(at))
+            .map_err(|e| e.to_string())?;
+        let mut data = Vec::with_capacity(size.min(1 << 24));
+        std::io::Read::read_to_end(
+            &mut std::io::Read::take(std::io::Read::by_ref(file), size as u64),
+            &mut data,
+        )
+        .map_err(|e| e.to_string())?;
+        let full = data.len() == size;
+        let s = scan_from(flavor, &data, at, crc, open.clone()).map_err(|e| e.to_string())?;
+        crc = s.checksum_len.or(crc);
+        if first.is_none() {
+            first = s.txs.first().cloned();
+        }
+        if let Some(t) = s.txs.last() {
+            last = Some(t.clone());
+        }
+        let next = if s.boundary > at {
+            s.boundary
+        } else {
+            s.event_boundary
+        };
+        if next == at {
+            if full {
+                // Not one whole event in the window: a larger one.
+                size *= 2;
+                continue;
+            }
+            return Ok((first, last));
+        }
+        open = if next == s.boundary {
+            None
+        } else {
+            s.open.clone()
+        };
+        at = next;
+        size = window;
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -212,3 +212,18 @@ fn a_transaction_larger_than_a_read_is_carried_across_reads() {
         assert_eq!(txs, whole.txs, "window {window}");
     }
 }
+
+#[test]
+fn a_file_s_first_and_last_transactions_are_found_window_by_window() {
+    for (flavor, f) in [(Flavor::Mariadb, mariadb_file())] {
+        let whole = scan(flavor, &f, 0, None).unwrap();
+        let want = (whole.txs.first().cloned(), whole.txs.last().cloned());
+        assert!(want.0.is_some() && want.0 != want.1);
+        for window in [1, 7, 19, 64, 160, f.len(), 1 << 20] {
+            let got = ends(flavor, &mut std::io::Cursor::new(&f), window).unwrap();
+            assert_eq!(got, want, "window {window}");
+        }
+    }
+    let empty = ends(Flavor::Mysql, &mut std::io::Cursor::new(MAGIC.to_vec()), 64).unwrap();
+    assert_eq!(empty, (None, None));
+}
