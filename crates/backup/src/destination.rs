@@ -266,18 +266,25 @@ pub fn open(spec: &ObjectStore, secrets: &Secrets) -> Result<Destination, String
             let c = spec.azure_credentials.as_ref().ok_or_else(|| {
                 "spec.backup.objectStore.azureCredentials: an azure:// destination needs storageAccount and storageKey".to_string()
             })?;
-            Arc::new(
-                object_store::azure::MicrosoftAzureBuilder::new()
-                    .with_retry(retry)
-                    .with_account(
-                        secrets.get("azureCredentials.storageAccount", &c.storage_account)?,
-                    )
-                    .with_access_key(secrets.get("azureCredentials.storageKey", &c.storage_key)?)
-                    .with_container_name(container)
-                    .with_client_options(options)
-                    .build()
-                    .map_err(fail)?,
-            )
+            let mut b = object_store::azure::MicrosoftAzureBuilder::new()
+                .with_retry(retry)
+                .with_account(secrets.get("azureCredentials.storageAccount", &c.storage_account)?)
+                .with_access_key(secrets.get("azureCredentials.storageKey", &c.storage_key)?)
+                .with_container_name(container)
+                .with_client_options(
+                    options.with_allow_http(
+                        spec.endpoint_url
+                            .as_deref()
+                            .is_some_and(|u| u.starts_with("http://")),
+                    ),
+                );
+            // Another endpoint than `https://<account>.blob.core.windows.net`
+            // (Azure Stack, Azurite): the account's URL, with the account
+            // in its path where the server wants it there.
+            if let Some(e) = &spec.endpoint_url {
+                b = b.with_endpoint(e.clone());
+            }
+            Arc::new(b.build().map_err(fail)?)
         }
     };
     Ok(Destination {

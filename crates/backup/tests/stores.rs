@@ -90,6 +90,49 @@ fn s3_spec(server: &S3Server) -> (ObjectStore, Secrets) {
     (spec, secrets)
 }
 
+/// Azure Blob Storage through the same client library, against a real
+/// server (Azurite): the account's URL as `endpointURL`, its name and key
+/// from the Secret.
+#[tokio::test]
+async fn a_real_azure_blob_server_holds_what_a_backup_writes_and_refuses_a_wrong_key() {
+    use cnmysql_api::backup::AzureCredentials;
+    use cnmysql_envtest::azure_blob::{ACCOUNT, ACCOUNT_KEY, BlobServer};
+    rustls::crypto::ring::default_provider()
+        .install_default()
+        .ok();
+    let server = BlobServer::start("backups").await.unwrap();
+    let key = |k: &str| SecretKeyRef {
+        name: "blob".into(),
+        key: k.into(),
+    };
+    let spec = ObjectStore {
+        destination_path: format!("azure://{}/prod/db", server.container),
+        endpoint_url: Some(server.endpoint.clone()),
+        azure_credentials: Some(AzureCredentials {
+            storage_account: key("account"),
+            storage_key: key("key"),
+        }),
+        ..Default::default()
+    };
+    let mut secrets = Secrets::default();
+    secrets.insert(key("account"), ACCOUNT.into());
+    secrets.insert(key("key"), ACCOUNT_KEY.into());
+    let d = open(&spec, &secrets).unwrap();
+    exercise(&d).await;
+    round_trip(&d).await;
+    // Another key: refused, and the error does not hold it.
+    let wrong_key = "d3Jvbmcta2V5LXRoYXQtaXMtbm90LXRoZS1hY2NvdW50cy1rZXk=";
+    secrets.insert(key("key"), wrong_key.into());
+    let d = open(&spec, &secrets).unwrap();
+    let e = d
+        .store
+        .put(&d.key("x"), PutPayload::from_static(b"x"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(!e.contains(wrong_key), "{e}");
+}
+
 #[tokio::test]
 async fn a_real_s3_server_holds_what_a_backup_writes_and_refuses_a_wrong_key() {
     rustls::crypto::ring::default_provider()

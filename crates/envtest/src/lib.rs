@@ -8,6 +8,7 @@
 //! because no package registry ships these binaries; `scripts/test-kube`
 //! runs them when `KUBEBUILDER_ASSETS` is set.
 
+pub mod azure_blob;
 pub mod object_store;
 
 use std::net::TcpListener;
