@@ -220,6 +220,13 @@ pub struct ResolvedSource {
     pub backup_id: Option<String>,
 }
 
+impl crate::ClusterSpec {
+    /// `spec.bootstrap.recovery`, when the Cluster is made by recovery.
+    pub fn recovery(&self) -> Option<&RecoverySpec> {
+        self.bootstrap.as_ref().and_then(|b| b.recovery.as_ref())
+    }
+}
+
 impl RecoverySpec {
     /// The store and backup to recover from: `source.objectStore` as
     /// written, or the Backup object `source.backup` names as the operator

@@ -520,7 +520,7 @@ fn check_backup_fields(s: &crate::cluster::ClusterSpec, errors: &mut Vec<FieldEr
             ));
         }
     }
-    let Some(rec) = s.bootstrap.as_ref().and_then(|b| b.recovery.as_ref()) else {
+    let Some(rec) = s.recovery() else {
         return;
     };
     let field = "spec.bootstrap.recovery.source.objectStore";

@@ -206,6 +206,12 @@ pub fn open(spec: &ObjectStore, secrets: &Secrets) -> Result<Destination, String
             options = options.with_root_certificate(cert);
         }
     }
+    // An endpoint of one's own may be plain HTTP (a test server, a store
+    // inside the cluster).
+    let plain_http = spec
+        .endpoint_url
+        .as_deref()
+        .is_some_and(|u| u.starts_with("http://"));
     let store: Arc<dyn Store> = match &parsed.kind {
         Kind::File { dir } => {
             std::fs::create_dir_all(dir)
@@ -222,13 +228,7 @@ pub fn open(spec: &ObjectStore, secrets: &Secrets) -> Result<Destination, String
                 .with_bucket_name(bucket)
                 .with_region(spec.region.clone().unwrap_or_else(|| "us-east-1".into()))
                 .with_virtual_hosted_style_request(!spec.path_style)
-                .with_client_options(
-                    options.with_allow_http(
-                        spec.endpoint_url
-                            .as_deref()
-                            .is_some_and(|u| u.starts_with("http://")),
-                    ),
-                );
+                .with_client_options(options.with_allow_http(plain_http));
             if let Some(e) = &spec.endpoint_url {
                 b = b.with_endpoint(e);
             }
@@ -271,13 +271,7 @@ pub fn open(spec: &ObjectStore, secrets: &Secrets) -> Result<Destination, String
                 .with_account(secrets.get("azureCredentials.storageAccount", &c.storage_account)?)
                 .with_access_key(secrets.get("azureCredentials.storageKey", &c.storage_key)?)
                 .with_container_name(container)
-                .with_client_options(
-                    options.with_allow_http(
-                        spec.endpoint_url
-                            .as_deref()
-                            .is_some_and(|u| u.starts_with("http://")),
-                    ),
-                );
+                .with_client_options(options.with_allow_http(plain_http));
             // Another endpoint than `https://<account>.blob.core.windows.net`
             // (Azure Stack, Azurite): the account's URL, with the account
             // in its path where the server wants it there.

@@ -60,9 +60,7 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<()> {
     let cluster = manifest.cluster.clone();
     if let Some(b) = cluster
         .spec
-        .bootstrap
-        .as_ref()
-        .and_then(|b| b.recovery.as_ref())
+        .recovery()
         .and_then(|r| r.source.backup.as_ref())
     {
         anyhow::bail!(

@@ -109,9 +109,7 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Action, Err
     // before the first Pod (which reads them) is made.
     if let Some(b) = cluster
         .spec
-        .bootstrap
-        .as_ref()
-        .and_then(|b| b.recovery.as_ref())
+        .recovery()
         .and_then(|r| r.source.backup.as_ref())
         && st
             .backup

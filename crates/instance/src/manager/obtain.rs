@@ -124,13 +124,7 @@ impl<C: ClusterState> Manager<C> {
                     return Ok(true);
                 }
                 Bootstrap::InitPrimary => {
-                    if let Some(rec) = self
-                        .cfg
-                        .spec
-                        .bootstrap
-                        .as_ref()
-                        .and_then(|b| b.recovery.clone())
-                    {
+                    if let Some(rec) = self.cfg.spec.recovery().cloned() {
                         if let Err(e) = self.recover_primary(&rec).await {
                             tracing::error!(error = %format!("{e:#}"), "recovery failed; retrying");
                             self.set_phase(InstancePhase::Failed, format!("{e:#}"));

@@ -271,15 +271,10 @@ pub fn pod(cluster: &Cluster, instance: &str, env_: &Environment) -> Pod {
     if let Some(b) = &cluster.spec.backup {
         refs.extend(b.object_store.secret_refs().into_iter().cloned());
     }
-    if let Some(r) = cluster
-        .spec
-        .bootstrap
-        .as_ref()
-        .and_then(|b| b.recovery.as_ref())
+    if let Some(r) = cluster.spec.recovery()
+        && let Ok(src) = r.resolved(cluster.status.as_ref())
     {
-        if let Ok(src) = r.resolved(cluster.status.as_ref()) {
-            refs.extend(src.object_store.secret_refs().into_iter().cloned());
-        }
+        refs.extend(src.object_store.secret_refs().into_iter().cloned());
     }
     refs.sort();
     refs.dedup();
