@@ -83,32 +83,38 @@ pub async fn resolve(
     ctx: &Context,
     ns: &str,
     name: &str,
-) -> Result<cnmysql_api::backup::RecoverySource, String> {
+) -> Result<cnmysql_api::backup::RecoverySource, (bool, String)> {
     let field = "spec.bootstrap.recovery.source.backup.name";
     let api: Api<Backup> = Api::namespaced(ctx.client.clone(), ns);
     let b = api
         .get_opt(name)
         .await
-        .map_err(|e| format!("{field}: Backup {name} cannot be read: {e}"))?
-        .ok_or_else(|| format!("{field}: there is no Backup {name} in {ns}; name one `kubectl get backups -n {ns}` lists"))?;
+        .map_err(|e| (true, format!("{field}: Backup {name} cannot be read: {e}")))?
+        .ok_or_else(|| (false, format!("{field}: there is no Backup {name} in {ns}; name one `kubectl get backups -n {ns}` lists")))?;
     let st = b.status.unwrap_or_default();
     match st.phase.as_str() {
         "completed" => {}
         "failed" => {
-            return Err(format!(
-                "{field}: Backup {name} failed ({}); name a completed one",
-                st.error
+            return Err((
+                false,
+                format!(
+                    "{field}: Backup {name} failed ({}); name a completed one",
+                    st.error
+                ),
             ));
         }
         _ => {
-            return Err(format!(
-                "{field}: Backup {name} has not completed yet (phase {:?}); recovery waits for it",
-                st.phase
+            return Err((
+                true,
+                format!(
+                    "{field}: Backup {name} has not completed yet (phase {:?}); recovery waits for it",
+                    st.phase
+                ),
             ));
         }
     }
     let store = st.object_store.ok_or_else(|| {
-        format!("{field}: Backup {name} does not record its store; name the store in source.objectStore and its id ({}) in source.backupId", st.backup_id)
+        (false, format!("{field}: Backup {name} does not record its store; name the store in source.objectStore and its id ({}) in source.backupId", st.backup_id))
     })?;
     Ok(cnmysql_api::backup::RecoverySource {
         object_store: Some(store),

@@ -126,8 +126,15 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Action, Err
                 .await?;
                 return Ok(Action::requeue(Duration::from_millis(100)));
             }
-            Err(why) => {
-                report_invalid(cluster, ctx, &why).await?;
+            Err((waiting, why)) => {
+                // Not an invalid spec: the Backup may still complete, or
+                // be made. Still running: the primary is being set up.
+                let phase = if waiting {
+                    Phase::SettingUpPrimary
+                } else {
+                    Phase::Degraded
+                };
+                report_blocked(cluster, ctx, "RecoverySourceNotReady", &why, phase).await?;
                 return Ok(Action::requeue(Duration::from_secs(10)));
             }
         }
@@ -190,10 +197,23 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Action, Err
 /// Status for an invalid Cluster: Degraded, with the fields named; one
 /// Event per distinct message.
 async fn report_invalid(cluster: &Cluster, ctx: &Context, message: &str) -> Result<(), Error> {
+    report_blocked(cluster, ctx, "InvalidSpec", message, Phase::Degraded).await
+}
+
+/// Status for a Cluster nothing can be made of yet, for `reason`: not
+/// Ready, in `phase` (Degraded when it needs a human), with the message;
+/// one Event per distinct message.
+async fn report_blocked(
+    cluster: &Cluster,
+    ctx: &Context,
+    reason: &str,
+    message: &str,
+    phase: Phase,
+) -> Result<(), Error> {
     let already = cluster.status.as_ref().is_some_and(|st| {
         st.conditions
             .iter()
-            .any(|c| c.type_ == "Degraded" && c.reason == "InvalidSpec" && c.message == message)
+            .any(|c| c.type_ == "Degraded" && c.reason == reason && c.message == message)
     });
     if already {
         return Ok(());
@@ -204,8 +224,8 @@ async fn report_invalid(cluster: &Cluster, ctx: &Context, message: &str) -> Resu
         set_condition(
             &mut st.conditions,
             "Degraded",
-            true,
-            "InvalidSpec",
+            phase == Phase::Degraded,
+            reason,
             message,
             now,
             generation,
@@ -214,24 +234,29 @@ async fn report_invalid(cluster: &Cluster, ctx: &Context, message: &str) -> Resu
             &mut st.conditions,
             "Ready",
             false,
-            "InvalidSpec",
-            "the spec is invalid",
+            reason,
+            if reason == "InvalidSpec" {
+                "the spec is invalid"
+            } else {
+                message
+            },
             now,
             generation,
         );
-        st.phase = Some(Phase::Degraded);
-        st.phase_reason = Some(format!("invalid spec: {message}"));
+        st.phase = Some(phase);
+        st.phase_reason = Some(if reason == "InvalidSpec" {
+            format!("invalid spec: {message}")
+        } else {
+            message.to_string()
+        });
     })
     .await?;
-    publish(
-        ctx,
-        cluster,
-        Kind::Warning,
-        "Validate",
-        "InvalidSpec",
-        message,
-    )
-    .await;
+    let kind = if phase == Phase::Degraded {
+        Kind::Warning
+    } else {
+        Kind::Normal
+    };
+    publish(ctx, cluster, kind, "Validate", reason, message).await;
     Ok(())
 }
 

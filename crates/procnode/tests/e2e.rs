@@ -1360,6 +1360,34 @@ async fn backup_objects_archive_and_a_recovered_cluster_hold_every_acknowledged_
     let st = e.status().await.backup.unwrap();
     assert!(st.last_successful_backup.is_some(), "{st:?}");
 
+    // A Cluster naming a Backup that does not exist: not invalid, blocked,
+    // saying why, and nothing made.
+    let waiting = cnmysql_procnode::harness::cluster_manifest(NS, "waiting", "required")
+        .replace("instances: 3", "instances: 2")
+        + "  bootstrap:\n    recovery:\n      source:\n        backup: {name: not-yet}\n";
+    let c = cnmysql_api::parse_cluster(&waiting).unwrap();
+    e.clusters.create(&PostParams::default(), &c).await.unwrap();
+    let why = until(
+        "the blocked recovery in the status",
+        Duration::from_secs(60),
+        || async {
+            let st = e.k.cluster_status(NS, "waiting").await.ok()?;
+            st.conditions
+                .iter()
+                .find(|c| c.type_ == "Ready" && c.reason == "RecoverySourceNotReady")
+                .map(|c| (st.phase, c.message.clone()))
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(why.0, Some(cnmysql_api::Phase::Degraded), "{why:?}");
+    assert!(why.1.contains("there is no Backup not-yet"), "{why:?}");
+    assert!(e.pods.get_opt("waiting-1").await.unwrap().is_none());
+    e.clusters
+        .delete("waiting", &Default::default())
+        .await
+        .unwrap();
+
     // A new Cluster recovered from the scheduled Backup object (its store
     // and id, resolved by the operator) and the archive after it: every
     // acknowledged row.
