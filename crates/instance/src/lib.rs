@@ -14,6 +14,7 @@ pub mod manager;
 pub mod mysql_backup;
 pub mod mysqld;
 pub mod private_server;
+pub mod run_dir;
 pub mod server_image;
 pub mod server_version;
 pub mod sql;

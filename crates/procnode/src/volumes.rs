@@ -91,8 +91,15 @@ async fn volume(
 ) -> anyhow::Result<PathBuf> {
     let files = dir.join("volumes").join(&v.name);
     if v.empty_dir.is_some() {
+        // As a kubelet makes it: owned by root, group the Pod's fsGroup,
+        // mode 2777 (so a container user can write in it but not chmod it).
         std::fs::create_dir_all(&files)?;
-        owner.chown(&files)?;
+        Owner {
+            uid: Some(0),
+            gid: owner.gid,
+        }
+        .chown(&files)?;
+        std::fs::set_permissions(&files, std::fs::Permissions::from_mode(0o2777))?;
         return Ok(files);
     }
     if let Some(h) = &v.host_path {

@@ -178,11 +178,7 @@ impl<C: ClusterState> Manager<C> {
 
     async fn run_in_span(self: Arc<Self>) -> anyhow::Result<()> {
         let cfg = self.cfg.clone();
-        std::fs::create_dir_all(&cfg.run_dir)?;
-        std::fs::set_permissions(
-            &cfg.run_dir,
-            std::os::unix::fs::PermissionsExt::from_mode(0o700),
-        )?;
+        crate::run_dir::prepare(&cfg.run_dir)?;
         std::fs::write(cfg.mycnf(), render_mycnf(&cfg))?;
         // After an in-place upgrade or restart: the running mysqld and the
         // log FIFO the previous image handed on.
