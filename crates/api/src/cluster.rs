@@ -60,6 +60,13 @@ pub const OPERATOR_OWNED_PARAMETERS: &[&str] = &[
     namespaced,
     shortname = "cmy",
     status = "ClusterStatus",
+    // `kubectl scale cluster/NAME --replicas=N`, and the size Kubernetes
+    // controllers read from an owner of Pods (as CloudNativePG's Cluster).
+    scale(
+        spec_replicas_path = ".spec.instances",
+        status_replicas_path = ".status.instances",
+        label_selector_path = ".status.selector"
+    ),
     printcolumn = r#"{"name":"Instances","type":"integer","jsonPath":".spec.instances"}"#,
     printcolumn = r#"{"name":"Ready","type":"integer","jsonPath":".status.readyInstances"}"#,
     printcolumn = r#"{"name":"Primary","type":"string","jsonPath":".status.currentPrimary"}"#,
@@ -529,6 +536,13 @@ pub struct InstanceState {
     /// The server refuses writes.
     #[serde(default)]
     pub read_only: bool,
+    /// How far behind its source a replica's applier is, in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag_seconds: Option<u64>,
+    /// Semi-synchronous replication as the instance has it (`waits 1 of
+    /// 2`, `acks`, `fell back to async`, `off`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub semi_sync: String,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
@@ -566,6 +580,10 @@ pub struct ClusterStatus {
     pub instances: i32,
     #[serde(default)]
     pub ready_instances: i32,
+    /// The label selector of the instances' Pods, as the scale subresource
+    /// reports it (`kubectl scale`, autoscalers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
 
     /// The instance currently accepted as primary.
     #[serde(default, skip_serializing_if = "Option::is_none")]

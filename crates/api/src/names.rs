@@ -4,6 +4,8 @@
 pub const GROUP: &str = "mysql.cnmysql.io";
 /// Prefix of our labels and annotations.
 pub const LABEL_PREFIX: &str = "cnmysql.io/";
+/// The label naming the cluster a Pod, claim or Service belongs to.
+pub const CLUSTER_LABEL: &str = "cnmysql.io/cluster";
 /// Header that carries the expected SHA-256 of an uploaded manager binary.
 pub const MANAGER_HASH_HEADER: &str = "X-CNMSQL-Manager-Hash";
 /// Environment variable through which a re-exec'd manager learns the PID of

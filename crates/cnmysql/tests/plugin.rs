@@ -43,6 +43,7 @@ async fn kube() -> Kube {
                     phase: phase.into(),
                     ready,
                     read_only,
+                    ..Default::default()
                 },
             )
         })

@@ -106,6 +106,7 @@ mod tests {
             phase: "running".into(),
             ready,
             read_only: role != "primary",
+            ..Default::default()
         }
     }
 

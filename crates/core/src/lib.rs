@@ -7,6 +7,7 @@ pub mod backup_source;
 pub mod failover;
 pub mod fencing;
 pub mod flavor;
+pub mod handover;
 pub mod hold_down;
 pub mod instance_upgrade;
 pub mod isolation;

@@ -68,6 +68,9 @@ pub struct Memory {
     /// The instance last asked to upgrade its system tables, and when
     /// (Unix ms): not asked again within [`SYSTEM_TABLES_RETRY_MS`].
     pub system_tables_asked: Option<(String, i64)>,
+    /// The primary seen down in place ([`Observation::primary_down_in_place`])
+    /// and since when (Unix ms), until it is seen otherwise.
+    pub primary_down_in_place: Option<(String, i64)>,
 }
 
 /// A system tables upgrade not reported done is asked for again after
@@ -123,6 +126,17 @@ pub struct Observation<'a> {
     /// place (Kubernetes: its container restarted in the same Pod after
     /// its PID 1 died), Unix ms. See [`IN_PLACE_RESTART_GRACE_MS`].
     pub primary_restarted_at_ms: Option<i64>,
+    /// The platform saw the primary's processes gone while the place they
+    /// run in stays and will start them again (Kubernetes: its Pod, not
+    /// being deleted, refuses connections to its control port: the
+    /// container died and the kubelet restarts it, before the kubelet has
+    /// reported so). Counts as a restart in place from the first pass it
+    /// was seen.
+    pub primary_down_in_place: bool,
+    /// Instances going away on notice (Kubernetes: their Pod is being
+    /// deleted gracefully, its preStop hook holding the shutdown): a
+    /// primary among them hands over first ([`crate::handover`]).
+    pub leaving: &'a [String],
 }
 
 /// A primary whose processes were started again in place within this long
@@ -289,6 +303,8 @@ pub enum StatusChange {
 pub struct Report {
     pub summary: Summary,
     pub instances: i32,
+    /// The label selector of the instances' Pods (the scale subresource's).
+    pub selector: String,
     pub gtids: BTreeMap<String, String>,
     /// GTID source ids of the observed instances.
     pub sources: BTreeMap<String, String>,
@@ -418,6 +434,7 @@ impl StatusChange {
                 st.phase_reason = Some(r.summary.reason.clone());
                 st.ready_instances = r.summary.ready_instances;
                 st.instances = r.instances;
+                st.selector = Some(r.selector.clone());
                 // Last observed: unreachable instances keep their last entry.
                 st.gtid_executed_by_instance.extend(r.gtids.clone());
                 st.source_id_by_instance.extend(r.sources.clone());
@@ -439,6 +456,7 @@ impl Report {
             || st.phase_reason.as_deref() != Some(s.reason.as_str())
             || st.ready_instances != s.ready_instances
             || st.instances != self.instances
+            || st.selector.as_deref() != Some(self.selector.as_str())
             || self
                 .gtids
                 .iter()
@@ -598,6 +616,23 @@ pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
         });
     }
 
+    if let Some((from, to)) = crate::handover::decide(s, o.leaving) {
+        out.push(Action::Status {
+            change: StatusChange::Switchover {
+                from: from.clone(),
+                to: to.clone(),
+                at,
+            },
+            then: vec![Event::new(
+                false,
+                "SwitchoverForLeavingPrimary",
+                Some(&to),
+                format!("{from} is going away on notice: it hands the primary role to {to}"),
+            )],
+        });
+        return out;
+    }
+
     let primary = s.status.current_primary.clone().unwrap_or_default();
     // A primary the rollout restarts in place is away on purpose: its
     // absence is not a failure until it has had time to come back.
@@ -608,8 +643,10 @@ pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
         }
     }
     let primary_gone = !primary.is_empty() && o.absent.contains(&primary);
+    let down_since = down_in_place_since(o, &primary, memory);
     let restarting_in_place = !primary_gone
         && o.primary_restarted_at_ms
+            .max(down_since)
             .is_some_and(|t| s.now_ms.saturating_sub(t) < IN_PLACE_RESTART_GRACE_MS);
     let decision = if memory.restarting_primary.is_some() {
         Decision::Nothing
@@ -1011,6 +1048,23 @@ fn semi_sync(s: &Snapshot, memory: &mut Memory) -> Option<Action> {
 /// The status summary for this snapshot: phase and conditions from
 /// `phase.rs`, overridden while failover is blocked, plus the last observed
 /// GTID state and manager hash of every reachable instance.
+/// Since when the primary has been seen down in place, in a streak of
+/// passes that saw it so (a new primary or a pass that does not see it
+/// down ends the streak).
+fn down_in_place_since(o: &Observation, primary: &str, memory: &mut Memory) -> Option<i64> {
+    if !o.primary_down_in_place || primary.is_empty() {
+        memory.primary_down_in_place = None;
+        return None;
+    }
+    let now = o.snapshot.now_ms;
+    let since = match &memory.primary_down_in_place {
+        Some((p, t)) if p == primary => *t,
+        _ => now,
+    };
+    memory.primary_down_in_place = Some((primary.to_string(), since));
+    Some(since)
+}
+
 pub fn report(s: &Snapshot, memory: &Memory) -> Report {
     let mut summary = summarize(s);
     let rollout = rollout::next(s, &memory.rollout_in_flight, memory.consent(s));
@@ -1112,6 +1166,8 @@ pub fn report(s: &Snapshot, memory: &Memory) -> Report {
                         .unwrap_or_default(),
                     ready: st.ready,
                     read_only: st.read_only,
+                    lag_seconds: st.lag_seconds,
+                    semi_sync: crate::status_view::semi_sync_cell(st),
                 },
                 None => cnmysql_api::InstanceState {
                     role: "unreachable".into(),
@@ -1124,6 +1180,7 @@ pub fn report(s: &Snapshot, memory: &Memory) -> Report {
     Report {
         summary,
         instances: s.spec.instances,
+        selector: format!("{}={}", cnmysql_api::names::CLUSTER_LABEL, s.cluster),
         gtids: s.gtid_by_instance(),
         sources: s.source_ids(),
         hashes,
@@ -1194,6 +1251,8 @@ mod tests {
                 absent: &gone,
                 fence_early: false,
                 primary_restarted_at_ms: None,
+                primary_down_in_place: false,
+                leaving: &[],
             },
             &mut m,
         );
@@ -1263,6 +1322,8 @@ mod tests {
                 absent: &[],
                 fence_early: false,
                 primary_restarted_at_ms: None,
+                primary_down_in_place: false,
+                leaving: &[],
             },
             &mut m,
         );
@@ -1278,6 +1339,8 @@ mod tests {
                 absent: &[],
                 fence_early: false,
                 primary_restarted_at_ms: None,
+                primary_down_in_place: false,
+                leaving: &[],
             },
             &mut m,
         );
@@ -1325,6 +1388,8 @@ mod tests {
                     absent: &[],
                     fence_early: early,
                     primary_restarted_at_ms: None,
+                    primary_down_in_place: false,
+                    leaving: &[],
                 },
                 &mut m,
             );
@@ -1391,6 +1456,8 @@ mod tests {
                     absent: &absent,
                     fence_early: true,
                     primary_restarted_at_ms: restarted,
+                    primary_down_in_place: false,
+                    leaving: &[],
                 },
                 &mut m,
             )
@@ -1405,6 +1472,50 @@ mod tests {
             false
         )));
         assert!(fences(&observe(Some(s.now_ms - 2_000), true)));
+    }
+
+    /// The race a real kubelet shows: the primary's container died, the
+    /// kubelet has not reported it yet (up to about a second), and the
+    /// control plane already sees the primary unreachable. Its Pod refusing
+    /// connections is the fact that it will come back in place.
+    #[test]
+    fn a_primary_seen_down_in_place_before_the_kubelet_reports_is_waited_for() {
+        let mut s = failing_primary("0-1-100");
+        s.now_ms = 1_767_225_610_000; // 10 s after failing
+        let start = s.now_ms;
+        let mut m = Memory {
+            last_current: Some("db-1".into()),
+            ..warm()
+        };
+        let fences = |a: &[Action]| a.iter().any(|a| matches!(a, Action::FenceOut(_)));
+        let mut observe = |s: &Snapshot, down: bool, m: &mut Memory| {
+            step(
+                &Observation {
+                    snapshot: s,
+                    lease: None,
+                    absent: &[],
+                    fence_early: true,
+                    primary_restarted_at_ms: None,
+                    primary_down_in_place: down,
+                    leaving: &[],
+                },
+                m,
+            )
+        };
+        // Seen down in place: waited for, across passes, within the grace.
+        assert!(!fences(&observe(&s, true, &mut m)));
+        s.now_ms = start + IN_PLACE_RESTART_GRACE_MS - 1;
+        assert!(!fences(&observe(&s, true, &mut m)));
+        // Still down when the grace has run out: fail over as usual.
+        s.now_ms = start + IN_PLACE_RESTART_GRACE_MS;
+        assert!(fences(&observe(&s, true, &mut m)));
+        // Unreachable without that fact (frozen, cut off): no wait.
+        let mut fresh = Memory {
+            last_current: Some("db-1".into()),
+            ..warm()
+        };
+        s.now_ms = start;
+        assert!(fences(&observe(&s, false, &mut fresh)));
     }
 }
 
@@ -1435,6 +1546,8 @@ mod platform_rule_tests {
             absent,
             fence_early: false,
             primary_restarted_at_ms: None,
+            primary_down_in_place: false,
+            leaving: &[],
         }
     }
 

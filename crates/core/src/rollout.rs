@@ -391,7 +391,7 @@ pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
     if s.spec.primary_update_method == PrimaryUpdateMethod::Restart {
         return restart(Some("primaryUpdateMethod is restart".into()));
     }
-    match switchover_target(s, current) {
+    match switchover_target(s, current, &[]) {
         Some(to) => Next::Switchover {
             from: primary,
             to,
@@ -451,14 +451,20 @@ pub fn instances_healthy(s: &Snapshot, primary: &str, skip: Option<&str>) -> Res
     Ok(())
 }
 
-/// The replica a stale primary hands over to: one a switchover accepts,
-/// the most advanced, lowest ordinal first among equals.
-fn switchover_target(s: &Snapshot, current: &str) -> Option<String> {
+/// The replica a primary hands over to (a stale one, or one leaving): one
+/// a switchover accepts, the most advanced, lowest ordinal first among
+/// equals, none of `excluded`.
+pub(crate) fn switchover_target(
+    s: &Snapshot,
+    current: &str,
+    excluded: &[String],
+) -> Option<String> {
     let flavor = s.spec.mysql.flavor;
     let mut ok: Vec<_> = s
         .instances
         .iter()
-        .filter(|o| o.name != current && crate::switchover::validate(s, &o.name).is_ok())
+        .filter(|o| o.name != current && !excluded.contains(&o.name))
+        .filter(|o| crate::switchover::validate(s, &o.name).is_ok())
         .filter_map(|o| {
             let h = crate::status::parse_history(flavor, &o.status.as_ref()?.gtid_executed).ok()?;
             Some((o.ordinal, o.name.clone(), h))

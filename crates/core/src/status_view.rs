@@ -62,8 +62,11 @@ impl View {
                         .get(&name)
                         .cloned()
                         .unwrap_or_else(|| "-".into()),
-                    lag_seconds: None,
-                    semi_sync: "-".into(),
+                    lag_seconds: live.and_then(|l| l.lag_seconds),
+                    semi_sync: live
+                        .map(|l| l.semi_sync.clone())
+                        .filter(|s| !s.is_empty())
+                        .unwrap_or_else(|| "-".into()),
                     manager: status
                         .executable_hash_by_instance
                         .get(&name)
@@ -424,7 +427,7 @@ fn short(s: &str, n: usize) -> String {
 /// Semi-sync as a reader wants it: on a primary, how many acknowledgements
 /// each commit waits for out of the replicas connected, or that it fell
 /// back to asynchronous; on a replica, whether it acknowledges.
-fn semi_sync_cell(s: &InstanceStatus) -> String {
+pub(crate) fn semi_sync_cell(s: &InstanceStatus) -> String {
     let Some(semi) = &s.semi_sync else {
         return "-".into();
     };
@@ -459,11 +462,35 @@ mod tests {
                 phase: "running".into(),
                 ready: true,
                 read_only: false,
+                semi_sync: "waits 1 of 2".into(),
+                ..Default::default()
+            },
+        );
+        st.instance_states.insert(
+            "db-2".into(),
+            cnmysql_api::InstanceState {
+                role: "replica".into(),
+                phase: "running".into(),
+                ready: true,
+                read_only: true,
+                lag_seconds: Some(3),
+                semi_sync: "acks".into(),
             },
         );
         st.gtid_executed_by_instance
             .insert("db-1".into(), "0-1-100".into());
         st
+    }
+
+    /// Kubernetes' plugin cannot ask the instances: what the status holds
+    /// is all it shows, lag and semi-sync included.
+    #[test]
+    fn the_status_alone_shows_lag_and_semi_sync() {
+        let t = View::from_status("db", 3, &status()).render(false);
+        let row = |i: &str| t.lines().find(|l| l.starts_with(i)).unwrap().to_string();
+        assert!(row("db-1").contains("waits 1 of 2"), "{t}");
+        assert!(row("db-2").contains("acks"), "{t}");
+        assert!(row("db-2").contains('3'), "{t}");
     }
 
     #[test]
@@ -478,14 +505,15 @@ mod tests {
         for t in [&from_status, &live] {
             let h = t.lines().find(|l| l.starts_with("INSTANCE")).unwrap();
             assert!(h.starts_with(header), "{t}");
-            assert!(h.ends_with("SEMI-SYNC  VERSION  MANAGER"), "{t}");
+            let tail: Vec<&str> = h.split_whitespace().rev().take(3).collect();
+            assert_eq!(tail, ["MANAGER", "VERSION", "SEMI-SYNC"], "{t}");
             assert!(t.contains("Primary:   current db-1  target db-2"), "{t}");
         }
         let row = |t: &str, i: &str| t.lines().find(|l| l.starts_with(i)).unwrap().to_string();
         // From the status: what was reported, and `-` for the unknown.
         assert!(row(&from_status, "db-1").contains("primary"));
         assert!(row(&from_status, "db-1").contains("0-1-100"));
-        assert!(row(&from_status, "db-2").contains("- (target)"));
+        assert!(row(&from_status, "db-2").contains("replica (target)"));
         assert!(row(&from_status, "db-3").contains("- (fenced)"));
         // Refined by what the instances answer.
         assert!(row(&live, "db-2").contains("replica (target)"), "{live}");

@@ -16,6 +16,10 @@ pub struct Facts<'a> {
     pub fence_early: bool,
     /// See [`Observation::primary_restarted_at_ms`].
     pub primary_restarted_at_ms: Option<i64>,
+    /// See [`Observation::primary_down_in_place`].
+    pub primary_down_in_place: bool,
+    /// See [`Observation::leaving`].
+    pub leaving: &'a [String],
 }
 
 /// Read the Lease if the step needs it, take the core's step, carry its
@@ -40,6 +44,8 @@ pub async fn pass<P: Platform>(
             absent: facts.absent,
             fence_early: facts.fence_early,
             primary_restarted_at_ms: facts.primary_restarted_at_ms,
+            primary_down_in_place: facts.primary_down_in_place,
+            leaving: facts.leaving,
         },
         memory,
     );

@@ -521,6 +521,8 @@ impl World {
             absent: &absent,
             fence_early: self.fence_early,
             primary_restarted_at_ms: None,
+            primary_down_in_place: false,
+            leaving: &[],
         };
         futures::executor::block_on(cnmysql_engine::pass(self, &facts, &mut memory))
             .expect("the simulated platform does not fail");

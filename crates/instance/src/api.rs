@@ -39,6 +39,10 @@ pub trait Backend: Send + Sync + 'static {
     /// Bring the system tables to the running server's version (MariaDB:
     /// `mariadb-upgrade`); says what it did.
     fn upgrade_system_tables(&self) -> impl Future<Output = anyhow::Result<String>> + Send;
+    /// The cluster status as the platform last holds it.
+    fn cluster_status(
+        &self,
+    ) -> impl Future<Output = anyhow::Result<cnmysql_api::ClusterStatus>> + Send;
     /// The manager's own binary, replaced by an upgrade.
     fn executable_path(&self) -> &std::path::Path;
     /// Whether a re-exec may happen now (not while cloning or starting).
@@ -265,13 +269,38 @@ fn answer_then(text: String) -> (Response, tokio::sync::oneshot::Receiver<()>) {
     )
 }
 
-/// The kubelet's probes on a plain-HTTP port: health and readiness only,
-/// nothing that reveals or changes data.
+/// The kubelet's probes and hooks on a plain-HTTP port: health,
+/// readiness, and the preStop hook; nothing that reveals or changes data.
 pub fn probe_router<B: Backend>(backend: Arc<B>) -> Router {
     Router::new()
         .route("/healthz", get(healthz::<B>))
         .route("/readyz", get(ready::<B>))
+        .route("/prestop", get(prestop::<B>))
         .with_state(backend)
+}
+
+/// The preStop hook of a Pod being deleted: a primary holds its shutdown
+/// until the control plane has handed its role over (or gives up waiting,
+/// see `cnmysql_core::handover::prestop`); anything else goes at once.
+async fn prestop<B: Backend>(State(b): State<Arc<B>>) -> Response {
+    use cnmysql_core::handover::{PreStop, prestop};
+    let me = b.config().instance.clone();
+    let started = std::time::Instant::now();
+    loop {
+        let waited = started.elapsed().as_millis() as i64;
+        let decision = match b.cluster_status().await {
+            Ok(st) => prestop(&me, &st, waited),
+            Err(_) if waited < cnmysql_core::handover::START_WAIT_MS => PreStop::Wait,
+            Err(_) => PreStop::Go("the cluster status cannot be read"),
+        };
+        match decision {
+            PreStop::Wait => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+            PreStop::Go(why) => {
+                tracing::info!(waited_ms = waited, reason = why, "preStop: shutting down");
+                return (StatusCode::OK, why).into_response();
+            }
+        }
+    }
 }
 
 async fn status<B: Backend>(State(b): State<Arc<B>>) -> Json<InstanceStatus> {

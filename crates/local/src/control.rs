@@ -291,6 +291,8 @@ impl ControlPlane {
                     // Fencing is instant here: the lease is waited for.
                     fence_early: false,
                     primary_restarted_at_ms: None,
+                    primary_down_in_place: false,
+                    leaving: &[],
                 };
                 if let Err(e) = cnmysql_engine::pass(&mut platform, &facts, &mut memory).await {
                     tracing::warn!(error = %e, "topology pass failed");

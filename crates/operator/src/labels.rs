@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use cnmysql_api::ServiceRole;
 
 /// The cluster a Pod, claim or Service belongs to.
-pub const CLUSTER: &str = "cnmysql.io/cluster";
+pub const CLUSTER: &str = cnmysql_api::names::CLUSTER_LABEL;
 /// The instance a Pod or claim is (`<cluster>-<ordinal>`).
 pub const INSTANCE: &str = "cnmysql.io/instanceName";
 /// `primary` or `replica`, set only once the role change is safe.

@@ -28,7 +28,7 @@ use cnmysql_api::names::CONTROL_PORT;
 use cnmysql_api::{Cluster, ClusterStatus};
 use cnmysql_core::lease::Lease;
 use cnmysql_core::reconcile::{Cadence, Event, Memory, StatusChange};
-use cnmysql_core::status::Snapshot;
+use cnmysql_core::status::{Observed, Snapshot};
 use cnmysql_engine::poller::{self, Target};
 use cnmysql_engine::{ControlRequest, Facts, Platform};
 use cnmysql_instance::client::ControlClient;
@@ -118,6 +118,24 @@ fn restarted_in_place_at_ms(p: &Pod) -> Option<i64> {
         })
         .flatten();
     stopped.max(started)
+}
+
+/// An instance counts as ready only once its Pod is Ready too: what users
+/// see (`kubectl get pods`) and what routes traffic (a Service sends
+/// nothing to a Pod that is not Ready) agree with the status.
+fn only_ready_with_its_pod(mut o: Observed, pods: &BTreeMap<String, Pod>) -> Observed {
+    let pod_ready = pods.get(&o.name).is_some_and(|p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    });
+    if let Some(st) = o.status.as_mut()
+        && !pod_ready
+    {
+        st.ready = false;
+    }
+    o
 }
 
 fn pod_ip(p: &Pod) -> Option<String> {
@@ -305,15 +323,25 @@ pub async fn step(
             Target {
                 name: name.clone(),
                 ordinal: i as u32 + 1,
+                // A Pod being deleted still answers until its container
+                // stops: a leaving primary hands over from there.
                 address: pod
-                    .filter(|p| p.metadata.deletion_timestamp.is_none())
                     .and_then(pod_ip)
                     .map(|ip| (client.expecting(name), ip, CONTROL_PORT)),
                 outdated: pod.and_then(|p| objects::definition::outdated(p, cluster)),
             }
         })
         .collect();
-    let observed = poller::poll(targets).await;
+    let polled = poller::poll_noting_refusals(targets).await;
+    let refused: Vec<String> = polled
+        .iter()
+        .filter(|(_, r)| *r)
+        .map(|(o, _)| o.name.clone())
+        .collect();
+    let observed = polled
+        .into_iter()
+        .map(|(o, _)| only_ready_with_its_pod(o, pods))
+        .collect();
     let status = cluster.status.clone().unwrap_or_default();
     let snapshot = Snapshot {
         cluster: cluster.name_any(),
@@ -344,6 +372,24 @@ pub async fn step(
         .as_ref()
         .and_then(|p| pods.get(p))
         .and_then(restarted_in_place_at_ms);
+    // Its Pod stays (not being deleted) and its address answers, but
+    // nothing listens: the container died and the kubelet starts it again
+    // in the same Pod, which it reports only up to a second later.
+    let primary_down_in_place = status.current_primary.as_ref().is_some_and(|p| {
+        refused.contains(p)
+            && pods
+                .get(p)
+                .is_some_and(|pod| pod.metadata.deletion_timestamp.is_none())
+    });
+    // Pods deleted gracefully: their preStop hook holds the shutdown.
+    let leaving: Vec<String> = names
+        .iter()
+        .filter(|n| {
+            pods.get(*n)
+                .is_some_and(|p| p.metadata.deletion_timestamp.is_some())
+        })
+        .cloned()
+        .collect();
     let mut platform = KubePlatform {
         ctx,
         cluster,
@@ -361,6 +407,8 @@ pub async fn step(
         // A Pod's termination takes time: it starts while the lease runs out.
         fence_early: true,
         primary_restarted_at_ms,
+        primary_down_in_place,
+        leaving: &leaving,
     };
     let mut memory = ctx.memory.core(cluster);
     let passed = cnmysql_engine::pass(&mut platform, &facts, &mut memory).await;

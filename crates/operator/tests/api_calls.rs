@@ -155,6 +155,8 @@ fn topology_step(
             absent: &absent,
             fence_early: true,
             primary_restarted_at_ms: None,
+            primary_down_in_place: false,
+            leaving: &[],
         },
         &mut memory,
     );

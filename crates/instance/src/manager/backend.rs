@@ -11,6 +11,9 @@ impl<C: ClusterState> Backend for Manager<C> {
     fn cluster(&self) -> &str {
         &self.cfg.cluster
     }
+    async fn cluster_status(&self) -> anyhow::Result<cnmysql_api::ClusterStatus> {
+        self.cluster.get().await
+    }
     fn config(&self) -> &InstanceConfig {
         &self.cfg
     }

@@ -15,10 +15,10 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
-    HTTPGetAction, KeyToPath, ObjectFieldSelector, PersistentVolumeClaimVolumeSource, Pod,
-    PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec, Probe, ProjectedVolumeSource,
-    SeccompProfile, SecretProjection, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
-    VolumeProjection, WeightedPodAffinityTerm,
+    HTTPGetAction, KeyToPath, Lifecycle, LifecycleHandler, ObjectFieldSelector,
+    PersistentVolumeClaimVolumeSource, Pod, PodAffinityTerm, PodAntiAffinity, PodSecurityContext,
+    PodSpec, Probe, ProjectedVolumeSource, SeccompProfile, SecretProjection, SecretVolumeSource,
+    SecurityContext, Volume, VolumeMount, VolumeProjection, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -86,14 +86,31 @@ fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
     }
 }
 
-fn probe(path: &str, period: i32, failures: i32) -> Probe {
-    Probe {
-        http_get: Some(HTTPGetAction {
-            path: Some(path.into()),
-            port: IntOrString::String("probes".into()),
-            scheme: Some("HTTP".into()),
+fn on_probe_port(path: &str) -> HTTPGetAction {
+    HTTPGetAction {
+        path: Some(path.into()),
+        port: IntOrString::String("probes".into()),
+        scheme: Some("HTTP".into()),
+        ..Default::default()
+    }
+}
+
+/// A Pod deleted gracefully holds its shutdown while a primary hands its
+/// role over (`cnmysql_core::handover`): the kubelet sends SIGTERM only
+/// once the hook answers.
+fn prestop_hook() -> Lifecycle {
+    Lifecycle {
+        pre_stop: Some(LifecycleHandler {
+            http_get: Some(on_probe_port("/prestop")),
             ..Default::default()
         }),
+        ..Default::default()
+    }
+}
+
+fn probe(path: &str, period: i32, failures: i32) -> Probe {
+    Probe {
+        http_get: Some(on_probe_port(path)),
         period_seconds: Some(period),
         failure_threshold: Some(failures),
         timeout_seconds: Some(5),
@@ -351,6 +368,7 @@ pub fn pod(cluster: &Cluster, instance: &str, env_: &Environment) -> Pod {
         startup_probe: Some(probe("/healthz", 1, 3600)),
         liveness_probe: Some(probe("/healthz", 10, 3)),
         readiness_probe: Some(probe("/readyz", 2, 3)),
+        lifecycle: Some(prestop_hook()),
         resources: cluster.spec.resources.clone(),
         volume_mounts: Some(
             vec![

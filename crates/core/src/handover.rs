@@ -1,0 +1,155 @@
+//! A primary that is leaving on notice hands over first.
+//!
+//! On Kubernetes a Pod that is deleted gracefully (a drain, an eviction,
+//! `kubectl delete pod`) is told so before its processes are stopped: it
+//! carries a deletion timestamp and its container runs its preStop hook.
+//! A primary leaving that way is a planned change, not a failure: the
+//! control plane switches over to the best replica as a user's switchover
+//! would, and the leaving primary's hook holds its shutdown until the
+//! handover is done ([`prestop`]), so writes stop only for the switchover
+//! itself instead of a failover's lease wait.
+
+use cnmysql_api::ClusterStatus;
+
+use crate::status::Snapshot;
+
+/// How long a leaving primary's hook waits for a handover to start; none
+/// starting by then (no healthy replica, a single instance, the control
+/// plane away) it lets the shutdown go on.
+pub const START_WAIT_MS: i64 = 5_000;
+
+/// How long a leaving primary's hook waits at most for the handover to
+/// finish (a switchover stuck longer is given up by its own deadline).
+pub const FINISH_WAIT_MS: i64 = 60_000;
+
+/// The switchover `(from, to)` to start when the settled primary is among
+/// `leaving` (instances whose place is going away on notice), if a healthy
+/// replica that is not leaving too can take over.
+pub fn decide(s: &Snapshot, leaving: &[String]) -> Option<(String, String)> {
+    let primary = crate::rollout::settled_primary(s).ok()?;
+    if !leaving.iter().any(|l| l == primary) || s.spec.instances <= 1 {
+        return None;
+    }
+    let to = crate::rollout::switchover_target(s, primary, leaving)?;
+    Some((primary.to_string(), to))
+}
+
+/// What a leaving instance's preStop hook does now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PreStop {
+    /// Hold the shutdown a little longer.
+    Wait,
+    /// Let the shutdown go on, and why.
+    Go(&'static str),
+}
+
+/// Decide for instance `me`, whose hook has waited `waited_ms`, given the
+/// cluster status as it stands now.
+pub fn prestop(me: &str, status: &ClusterStatus, waited_ms: i64) -> PreStop {
+    let current = status.current_primary.as_deref();
+    let target = status.target_primary.as_deref();
+    if current != Some(me) {
+        return PreStop::Go("not the primary");
+    }
+    if status.primary_failing_since.is_some() {
+        return PreStop::Go("failing over: no handover to wait for");
+    }
+    if waited_ms >= FINISH_WAIT_MS {
+        return PreStop::Go("the handover did not finish in time");
+    }
+    match target {
+        Some(t) if t != me => PreStop::Wait,
+        _ if waited_ms < START_WAIT_MS => PreStop::Wait,
+        _ => PreStop::Go("no handover started: nothing to hand over to"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::{primary, replica, snapshot};
+
+    fn settled() -> Snapshot {
+        let mut obs = vec![
+            primary("db-1", "0-1-100"),
+            replica("db-2", "0-1-100"),
+            replica("db-3", "0-1-100"),
+        ];
+        for o in &mut obs {
+            if let Some(r) = o.status.as_mut().and_then(|st| st.replication.as_mut()) {
+                r.io_state = "Yes".into();
+            }
+        }
+        let mut s = snapshot(obs);
+        s.status.current_primary = Some("db-1".into());
+        s.status.target_primary = Some("db-1".into());
+        s
+    }
+
+    #[test]
+    fn a_leaving_primary_hands_over_to_a_replica_that_stays() {
+        let s = settled();
+        assert_eq!(decide(&s, &[]), None);
+        assert_eq!(
+            decide(&s, &["db-2".into()]),
+            None,
+            "a replica leaving changes nothing"
+        );
+        assert_eq!(
+            decide(&s, &["db-1".into()]),
+            Some(("db-1".into(), "db-2".into()))
+        );
+        assert_eq!(
+            decide(&s, &["db-1".into(), "db-2".into()]),
+            Some(("db-1".into(), "db-3".into())),
+            "never to another leaving instance"
+        );
+        assert_eq!(
+            decide(&s, &["db-1".into(), "db-2".into(), "db-3".into()]),
+            None
+        );
+    }
+
+    #[test]
+    fn no_handover_while_a_primary_change_is_under_way() {
+        let mut s = settled();
+        s.status.target_primary = Some("db-2".into());
+        assert_eq!(decide(&s, &["db-1".into()]), None);
+        let mut s = settled();
+        s.status.primary_failing_since = Some("2026-01-01T00:00:00Z".into());
+        assert_eq!(decide(&s, &["db-1".into()]), None);
+    }
+
+    #[test]
+    fn the_hook_holds_the_primary_until_the_handover_is_done() {
+        let mut st = ClusterStatus {
+            current_primary: Some("db-1".into()),
+            target_primary: Some("db-1".into()),
+            ..Default::default()
+        };
+        assert_eq!(prestop("db-2", &st, 0), PreStop::Go("not the primary"));
+        // Waiting for the control plane to start the handover, not forever.
+        assert_eq!(prestop("db-1", &st, 0), PreStop::Wait);
+        assert!(matches!(
+            prestop("db-1", &st, START_WAIT_MS),
+            PreStop::Go(_)
+        ));
+        // Under way: held until another instance is primary.
+        st.target_primary = Some("db-2".into());
+        assert_eq!(prestop("db-1", &st, START_WAIT_MS + 1), PreStop::Wait);
+        assert!(matches!(
+            prestop("db-1", &st, FINISH_WAIT_MS),
+            PreStop::Go(_)
+        ));
+        st.current_primary = Some("db-2".into());
+        assert_eq!(prestop("db-1", &st, 100), PreStop::Go("not the primary"));
+        // A failover does not wait on the hook.
+        let failing = ClusterStatus {
+            current_primary: Some("db-1".into()),
+            target_primary: Some("db-1".into()),
+            primary_failing_since: Some("2026-01-01T00:00:00Z".into()),
+            ..Default::default()
+        };
+        assert!(matches!(prestop("db-1", &failing, 0), PreStop::Go(_)));
+    }
+}
