@@ -64,9 +64,14 @@ impl Outcome {
 
 /// The application user over TCP to 127.0.0.1:`port`.
 pub fn app_opts(port: u16, password: String) -> mysql_async::Opts {
+    app_opts_at(([127, 0, 0, 1], port).into(), password)
+}
+
+/// The application user over TCP to `addr`.
+pub fn app_opts_at(addr: std::net::SocketAddr, password: String) -> mysql_async::Opts {
     OptsBuilder::default()
-        .ip_or_hostname("127.0.0.1")
-        .tcp_port(port)
+        .ip_or_hostname(addr.ip().to_string())
+        .tcp_port(addr.port())
         .user(Some("app"))
         .pass(Some(password))
         .prefer_socket(false)
@@ -77,7 +82,15 @@ impl WriteChecker {
     /// Create the table and start writing through the endpoint at `port`
     /// (the `rw` Service) as the application user.
     pub async fn start(port: u16, password: String) -> WriteChecker {
-        let mut conn = Conn::new(app_opts(port, password.clone())).await.unwrap();
+        Self::start_at(([127, 0, 0, 1], port).into(), password).await
+    }
+
+    /// [`WriteChecker::start`] through the endpoint at `addr` (say, a
+    /// Service's ClusterIP).
+    pub async fn start_at(addr: std::net::SocketAddr, password: String) -> WriteChecker {
+        let mut conn = Conn::new(app_opts_at(addr, password.clone()))
+            .await
+            .unwrap();
         conn.query_drop("CREATE DATABASE IF NOT EXISTS chk")
             .await
             .unwrap();
@@ -96,7 +109,7 @@ impl WriteChecker {
         let log = Arc::new(Mutex::new(Log::default()));
         let (s, l) = (stop.clone(), log.clone());
         let task = tokio::spawn(async move {
-            let opts = app_opts(port, password);
+            let opts = app_opts_at(addr, password);
             let mut next = first;
             let mut conn: Option<Conn> = None;
             while !s.load(Ordering::Relaxed) {

@@ -17,10 +17,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose, SanType,
-};
+use rcgen::KeyPair;
+
+mod certs;
 
 /// What an ignored real-API test says about why it is ignored.
 pub const IGNORE_REASON: &str = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube";
@@ -61,6 +60,20 @@ pub struct Options {
     /// Keep the data, logs, certificates and kubeconfig in this directory
     /// (created if missing, never removed) instead of a temporary one.
     pub dir: Option<PathBuf>,
+    /// Serve on this address instead of 127.0.0.1 (a real node's Pods
+    /// reach the API server there; it is also the advertised endpoint).
+    pub address: Option<std::net::Ipv4Addr>,
+    /// The ClusterIP range (default `10.96.0.0/16`).
+    pub service_cidr: Option<String>,
+    /// Users besides the administrator, as (name, group), each given a
+    /// bearer token and a kubeconfig ([`ControlPlane::kubeconfig_of`]).
+    pub users: Vec<(String, String)>,
+    /// Real kubelets join: the Node authorizer and the NodeRestriction
+    /// admission, and a client certificate for the API server's calls to
+    /// kubelets (exec, logs, port-forward).
+    pub nodes: bool,
+    /// Also run kube-scheduler.
+    pub scheduler: bool,
 }
 
 /// Where a control plane keeps its files.
@@ -104,43 +117,24 @@ pub struct ControlPlane {
     pub service_account_key: PathBuf,
 }
 
-fn pem_ca() -> anyhow::Result<(String, Issuer<'static, KeyPair>)> {
-    let key = KeyPair::generate()?;
-    let mut params = CertificateParams::default();
-    let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, "envtest CA");
-    params.distinguished_name = dn;
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let cert = params.self_signed(&key)?;
-    Ok((cert.pem(), Issuer::new(params, key)))
-}
-
-fn serving_cert(issuer: &Issuer<'_, KeyPair>) -> anyhow::Result<(String, String)> {
-    let key = KeyPair::generate()?;
-    let mut params = CertificateParams::default();
-    let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, "kube-apiserver");
-    params.distinguished_name = dn;
-    params.subject_alt_names = vec![
-        SanType::IpAddress("127.0.0.1".parse()?),
-        SanType::DnsName("localhost".try_into()?),
-        SanType::DnsName("kubernetes.default.svc".try_into()?),
-    ];
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let cert = params.signed_by(&key, issuer)?;
-    Ok((cert.pem(), key.serialize_pem()))
-}
-
 fn token() -> String {
     use rand::Rng;
     let mut rng = rand::rng();
     (0..32)
         .map(|_| char::from(b"abcdefghijklmnopqrstuvwxyz0123456789"[rng.random_range(0..36)]))
         .collect()
+}
+
+/// The first address of a ClusterIP range: the `kubernetes` Service's,
+/// which the API server's certificate must name.
+fn first_service_ip(cidr: &str) -> anyhow::Result<std::net::Ipv4Addr> {
+    let base: std::net::Ipv4Addr = cidr
+        .split('/')
+        .next()
+        .unwrap_or_default()
+        .parse()
+        .with_context(|| format!("service CIDR {cidr}: not an IPv4 range"))?;
+    Ok(std::net::Ipv4Addr::from(u32::from(base) + 1))
 }
 
 /// Write a kubeconfig for `url` with a bearer token.
@@ -229,27 +223,48 @@ impl ControlPlane {
         cp.children.push(("etcd".into(), etcd));
 
         // Certificates, tokens, service-account key.
-        let (ca_pem, issuer) = pem_ca()?;
-        let (cert, key) = serving_cert(&issuer)?;
+        let address = opts.address.unwrap_or(std::net::Ipv4Addr::LOCALHOST);
+        let service_cidr = opts
+            .service_cidr
+            .clone()
+            .unwrap_or_else(|| "10.96.0.0/16".into());
+        let (ca_pem, issuer) = certs::pem_ca()?;
+        let (cert, key) = certs::serving_cert(
+            &issuer,
+            &[address.into(), first_service_ip(&service_cidr)?.into()],
+        )?;
+        if opts.nodes {
+            let (cert, key) = certs::client_cert(
+                &issuer,
+                "kube-apiserver-kubelet-client",
+                &["system:masters"],
+            )?;
+            std::fs::write(d.join("kubelet-client.crt"), cert)?;
+            std::fs::write(d.join("kubelet-client.key"), key)?;
+        }
         std::fs::write(d.join("ca.crt"), &ca_pem)?;
         std::fs::write(d.join("apiserver.crt"), cert)?;
         std::fs::write(d.join("apiserver.key"), key)?;
         let sa = KeyPair::generate()?;
         std::fs::write(&cp.service_account_key, sa.serialize_pem())?;
         std::fs::write(d.join("sa.pub"), sa.public_key_pem())?;
-        std::fs::write(
-            d.join("tokens.csv"),
-            format!("{},admin,admin-uid,\"system:masters\"\n", cp.admin_token),
-        )?;
+        let mut tokens = format!("{},admin,admin-uid,\"system:masters\"\n", cp.admin_token);
+        let mut user_tokens = Vec::new();
+        for (user, group) in &opts.users {
+            let t = token();
+            tokens.push_str(&format!("{t},{user},{user},\"{group}\"\n"));
+            user_tokens.push((user.clone(), t));
+        }
+        std::fs::write(d.join("tokens.csv"), tokens)?;
         cp.ca_pem = ca_pem;
 
         let port = free_port();
-        cp.url = format!("https://127.0.0.1:{port}");
+        cp.url = format!("https://{address}:{port}");
         let api_args: Vec<String> = vec![
             format!("--etcd-servers=http://127.0.0.1:{client}"),
             format!("--etcd-prefix=/registry-{port}"),
-            "--bind-address=127.0.0.1".into(),
-            "--advertise-address=127.0.0.1".into(),
+            format!("--bind-address={address}"),
+            format!("--advertise-address={address}"),
             format!("--secure-port={port}"),
             format!("--tls-cert-file={}", d.join("apiserver.crt").display()),
             format!(
@@ -257,20 +272,39 @@ impl ControlPlane {
                 d.join("apiserver.key").display()
             ),
             format!("--token-auth-file={}", d.join("tokens.csv").display()),
-            "--authorization-mode=RBAC".into(),
+            if opts.nodes {
+                "--authorization-mode=Node,RBAC".into()
+            } else {
+                "--authorization-mode=RBAC".into()
+            },
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
             format!("--service-account-key-file={}", d.join("sa.pub").display()),
             format!(
                 "--service-account-signing-key-file={}",
                 cp.service_account_key.display()
             ),
-            "--service-cluster-ip-range=10.96.0.0/16".into(),
+            format!("--service-cluster-ip-range={service_cidr}"),
             "--allow-privileged=true".into(),
             "--enable-priority-and-fairness=false".into(),
             format!("--cert-dir={}", d.join("certs").display()),
             "--v=1".into(),
         ];
         let mut api_args = api_args;
+        if opts.nodes {
+            api_args.extend([
+                "--enable-admission-plugins=NodeRestriction".into(),
+                format!(
+                    "--kubelet-client-certificate={}",
+                    d.join("kubelet-client.crt").display()
+                ),
+                format!(
+                    "--kubelet-client-key={}",
+                    d.join("kubelet-client.key").display()
+                ),
+                "--kubelet-preferred-address-types=InternalIP".into(),
+                "--endpoint-reconciler-type=lease".into(),
+            ]);
+        }
         if opts.audit {
             std::fs::write(
                 d.join("audit-policy.yaml"),
@@ -299,6 +333,9 @@ impl ControlPlane {
             &cp.admin_token,
             "default",
         )?;
+        for (user, t) in &user_tokens {
+            write_kubeconfig(&cp.kubeconfig_of(user), &cp.url, &cp.ca_pem, t, "default")?;
+        }
         cp.wait_ready(Duration::from_secs(90)).await?;
 
         if !opts.controllers.is_empty() {
@@ -317,6 +354,10 @@ impl ControlPlane {
                 "--use-service-account-credentials=false".into(),
                 "--concurrent-gc-syncs=5".into(),
                 format!("--root-ca-file={}", d.join("ca.crt").display()),
+                format!(
+                    "--service-account-private-key-file={}",
+                    cp.service_account_key.display()
+                ),
                 "--v=1".into(),
             ];
             let child = spawn(
@@ -327,7 +368,29 @@ impl ControlPlane {
             )?;
             cp.children.push(("kube-controller-manager".into(), child));
         }
+        if opts.scheduler {
+            let args: Vec<String> = vec![
+                format!("--kubeconfig={}", cp.kubeconfig.display()),
+                "--leader-elect=false".into(),
+                "--secure-port=0".into(),
+                "--v=1".into(),
+            ];
+            let child = spawn(
+                "kube-scheduler",
+                &assets.join("kube-scheduler"),
+                &args,
+                &d.join("kube-scheduler.log"),
+            )?;
+            cp.children.push(("kube-scheduler".into(), child));
+        }
         Ok(cp)
+    }
+
+    /// The kubeconfig of a user named in [`Options::users`].
+    pub fn kubeconfig_of(&self, user: &str) -> PathBuf {
+        self.dir
+            .path()
+            .join(format!("kubeconfig-{}", user.replace(':', "-")))
     }
 
     /// The data directory (logs of each process are `<name>.log` there).

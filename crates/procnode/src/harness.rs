@@ -107,13 +107,31 @@ pub fn repo() -> PathBuf {
 }
 
 pub struct KubeCluster {
+    /// Dropped before the control plane: its Pods stop while the API
+    /// server still answers.
+    node: Node,
     pub cp: ControlPlane,
     pub client: kube::Client,
     state: tempfile::TempDir,
-    node: Child,
-    /// One such cluster at a time on this machine (see [`one_at_a_time`]);
-    /// released last.
-    _one_at_a_time: nix::fcntl::Flock<std::fs::File>,
+}
+
+/// The node the cluster's Pods run on.
+enum Node {
+    /// A real kubelet, containerd and kube-proxy (`cnmysql-realnode`): the
+    /// proof of Kubernetes work.
+    Real(Box<cnmysql_realnode::RealNode>),
+    /// The process node (`cnmysql-node`), with the machine-wide lock of
+    /// process-node clusters (see [`one_at_a_time`]), released last.
+    Process {
+        child: Child,
+        _one_at_a_time: nix::fcntl::Flock<std::fs::File>,
+    },
+}
+
+/// Which node tests run on: `CNMYSQL_KUBE_NODE=process` for the process
+/// node, the real node otherwise.
+pub fn real_node() -> bool {
+    std::env::var("CNMYSQL_KUBE_NODE").as_deref() != Ok("process")
 }
 
 /// Take the machine-wide lock of process-node clusters: Pods that listen
@@ -198,50 +216,26 @@ impl KubeCluster {
         cnmysql: &Path,
         extra_images: &[String],
     ) -> anyhow::Result<KubeCluster> {
-        let lock = tokio::task::spawn_blocking(|| {
-            one_at_a_time(true, &format!("a test (pid {})", std::process::id()))
-        })
-        .await??;
-        let cp = ControlPlane::start(Options {
-            controllers: CONTROLLERS.iter().map(|s| s.to_string()).collect(),
-            ..Default::default()
-        })
-        .await?;
+        let state = tempfile::Builder::new().prefix("cnmysql-kube-").tempdir()?;
+        let (node, cp) = if real_node() {
+            start_real(cnmysql, extra_images).await?
+        } else {
+            start_process(node_exe, cnmysql, extra_images, state.path()).await?
+        };
         let client = cp.client().await?;
-        let state = tempfile::Builder::new()
-            .prefix("cnmysql-procnode-")
-            .tempdir()?;
-        let log = std::fs::File::create(state.path().join("node.log"))?;
-        let node = Command::new(node_exe)
-            .arg("run")
-            .arg("--kubeconfig")
-            .arg(&cp.kubeconfig)
-            .arg("--state-dir")
-            .arg(state.path())
-            .arg("--image")
-            .arg(format!(
-                "ghcr.io/cloudnative-mysql/cnmysql=/usr/local/bin/cnmysql={}",
-                cnmysql.display()
-            ))
-            .args(extra_images.iter().flat_map(|i| ["--image", i.as_str()]))
-            .env_remove("KUBECONFIG")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("starting {}", node_exe.display()))?;
         let kc = KubeCluster {
-            _one_at_a_time: lock,
+            node,
             cp,
             client,
             state,
-            node,
         };
-        until("the node to register", Duration::from_secs(30), || async {
-            kc.state.path().join("node.ready").exists().then_some(())
-        })
-        .await
-        .with_context(|| kc.node_log_tail())?;
+        if let Node::Process { .. } = kc.node {
+            until("the node to register", Duration::from_secs(30), || async {
+                kc.state.path().join("node.ready").exists().then_some(())
+            })
+            .await
+            .with_context(|| kc.node_log_tail())?;
+        }
         let manifest = repo().join("deploy/operator.yaml");
         kc.cp.kubectl(
             &[
@@ -260,7 +254,7 @@ impl KubeCluster {
                     "rollout",
                     "status",
                     "deployment/cnmysql-operator",
-                    "--timeout=90s",
+                    "--timeout=120s",
                 ],
                 None,
             )
@@ -274,13 +268,40 @@ impl KubeCluster {
     }
 
     fn node_log_tail(&self) -> String {
-        let text = std::fs::read_to_string(self.state.path().join("node.log")).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
+        match &self.node {
+            Node::Real(n) => format!("kubelet:\n{}", n.log_tail("kubelet")),
+            Node::Process { .. } => {
+                let text =
+                    std::fs::read_to_string(self.state.path().join("node.log")).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                lines[lines.len().saturating_sub(20)..].join("\n")
+            }
+        }
     }
 
-    /// Where a Service listens on this machine.
+    /// Where a Service answers from this machine: its ClusterIP on the
+    /// real node (routed to the node, served by kube-proxy), a local
+    /// listener on the process node.
     pub fn service(&self, namespace: &str, name: &str) -> Option<SocketAddr> {
+        if let Node::Real(_) = self.node {
+            let svc = self
+                .cp
+                .kubectl(
+                    &[
+                        "-n",
+                        namespace,
+                        "get",
+                        "service",
+                        name,
+                        "-o",
+                        "jsonpath={.spec.clusterIP} {.spec.ports[0].port}",
+                    ],
+                    None,
+                )
+                .ok()?;
+            let (ip, port) = svc.trim().split_once(' ')?;
+            return format!("{ip}:{port}").parse().ok();
+        }
         let text = std::fs::read_to_string(self.state.path().join("services.json")).ok()?;
         let map: std::collections::BTreeMap<String, String> = serde_json::from_str(&text).ok()?;
         map.get(&format!("{namespace}/{name}"))?.parse().ok()
@@ -296,25 +317,187 @@ impl KubeCluster {
         .await
     }
 
-    /// Put a fault on a Pod (`cut`, `isolate`, `freeze`, `heal`).
+    /// Put a fault on a Pod: `cut` (no traffic), `isolate` (no traffic
+    /// but the kubelet's), `freeze` (every process stopped, as a stalled
+    /// node), `heal` (undo).
     pub async fn fault(&self, kind: &str, namespace: &str, pod: &str) -> anyhow::Result<()> {
-        crate::request(
-            self.state.path(),
-            &format!("fault {kind} {namespace}/{pod}"),
-        )
-        .await?;
-        Ok(())
+        let Node::Real(n) = &self.node else {
+            crate::request(
+                self.state.path(),
+                &format!("fault {kind} {namespace}/{pod}"),
+            )
+            .await?;
+            return Ok(());
+        };
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+            kube::Api::namespaced(self.client.clone(), namespace);
+        let p = pods.get(pod).await?;
+        let uid = p.metadata.uid.clone().unwrap_or_default();
+        let ip = p.status.and_then(|s| s.pod_ip).unwrap_or_default();
+        use cnmysql_realnode::faults;
+        match kind {
+            "cut" => faults::cut_pod(&n.net, &ip, faults::Cut::All),
+            "isolate" => faults::cut_pod(&n.net, &ip, faults::Cut::ButTheNode),
+            "freeze" => faults::freeze_pod(&n.net, &uid, true),
+            "heal" => {
+                let _ = faults::freeze_pod(&n.net, &uid, false);
+                faults::cut_pod(&n.net, &ip, faults::Cut::None)
+            }
+            other => bail!("unknown fault {other}"),
+        }
     }
 
     /// The host PID of a container's PID 1.
     pub async fn pid(&self, namespace: &str, pod: &str, container: &str) -> anyhow::Result<i32> {
-        Ok(crate::request(
-            self.state.path(),
-            &format!("pid {namespace}/{pod} {container}"),
-        )
-        .await?
-        .parse()?)
+        let Node::Real(n) = &self.node else {
+            return Ok(crate::request(
+                self.state.path(),
+                &format!("pid {namespace}/{pod} {container}"),
+            )
+            .await?
+            .parse()?);
+        };
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+            kube::Api::namespaced(self.client.clone(), namespace);
+        let p = pods.get(pod).await?;
+        let id = p
+            .status
+            .and_then(|s| s.container_statuses)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.name == container)
+            .and_then(|c| c.container_id)
+            .with_context(|| format!("{namespace}/{pod} has no running container {container}"))?;
+        cnmysql_realnode::faults::container_pid(n.containerd(), &id)
     }
+
+    /// Where a claim's data is on this machine.
+    pub async fn claim_path(&self, namespace: &str, claim: &str) -> anyhow::Result<PathBuf> {
+        if let Node::Process { .. } = self.node {
+            return Ok(crate::volumes::claim_dir(
+                self.state.path(),
+                namespace,
+                claim,
+            ));
+        }
+        use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+        let claims: kube::Api<PersistentVolumeClaim> =
+            kube::Api::namespaced(self.client.clone(), namespace);
+        let volume = claims
+            .get(claim)
+            .await?
+            .spec
+            .and_then(|s| s.volume_name)
+            .with_context(|| format!("claim {namespace}/{claim} is not bound"))?;
+        let pvs: kube::Api<PersistentVolume> = kube::Api::all(self.client.clone());
+        pvs.get(&volume)
+            .await?
+            .spec
+            .and_then(|s| s.local)
+            .map(|l| PathBuf::from(l.path))
+            .with_context(|| format!("volume {volume} is not a local volume"))
+    }
+}
+
+/// The real node with the operator's image made from `cnmysql` and every
+/// server image the store holds; `extra_images` as `REPO=PATH=HOST_FILE`
+/// (an executable image named `REPO:latest` unless REPO has a tag).
+async fn start_real(
+    cnmysql: &Path,
+    extra_images: &[String],
+) -> anyhow::Result<(Node, ControlPlane)> {
+    use cnmysql_realnode::images;
+    let operator = operator_image_name()?;
+    let mut all = vec![images::operator(&operator, cnmysql)];
+    all.extend(images::from_store(&images::store()));
+    for spec in extra_images {
+        let mut parts = spec.splitn(3, '=');
+        let (Some(repo), Some(at), Some(file)) = (parts.next(), parts.next(), parts.next()) else {
+            bail!("image {spec:?}: expected REPO=PATH=HOST_FILE");
+        };
+        let name = if repo
+            .rsplit('/')
+            .next()
+            .is_some_and(|last| last.contains(':'))
+        {
+            repo.to_string()
+        } else {
+            format!(
+                "{repo}:{}",
+                operator
+                    .rsplit_once(':')
+                    .map(|(_, t)| t)
+                    .unwrap_or("latest")
+            )
+        };
+        let mut image = images::operator(&name, Path::new(file));
+        image.source = images::Source::Executable {
+            file: file.into(),
+            at: at.into(),
+        };
+        image.entrypoint = vec![at.into()];
+        all.push(image);
+    }
+    let node = cnmysql_realnode::RealNode::start(cnmysql_realnode::Options {
+        images: all,
+        ..Default::default()
+    })
+    .await?;
+    let (node, cp) = node.split();
+    Ok((Node::Real(Box::new(node)), cp))
+}
+
+/// The operator image `deploy/operator.yaml` names.
+pub fn operator_image_name() -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(repo().join("deploy/operator.yaml"))?;
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("image: "))
+        .find(|i| i.contains("/cnmysql:"))
+        .map(str::to_string)
+        .context("deploy/operator.yaml names no cnmysql image")
+}
+
+async fn start_process(
+    node_exe: &Path,
+    cnmysql: &Path,
+    extra_images: &[String],
+    state: &Path,
+) -> anyhow::Result<(Node, ControlPlane)> {
+    let lock = tokio::task::spawn_blocking(|| {
+        one_at_a_time(true, &format!("a test (pid {})", std::process::id()))
+    })
+    .await??;
+    let cp = ControlPlane::start(Options {
+        controllers: CONTROLLERS.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    })
+    .await?;
+    let log = std::fs::File::create(state.join("node.log"))?;
+    let child = Command::new(node_exe)
+        .arg("run")
+        .arg("--kubeconfig")
+        .arg(&cp.kubeconfig)
+        .arg("--state-dir")
+        .arg(state)
+        .arg("--image")
+        .arg(format!(
+            "ghcr.io/cloudnative-mysql/cnmysql=/usr/local/bin/cnmysql={}",
+            cnmysql.display()
+        ))
+        .args(extra_images.iter().flat_map(|i| ["--image", i.as_str()]))
+        .env_remove("KUBECONFIG")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("starting {}", node_exe.display()))?;
+    Ok((
+        Node::Process {
+            child,
+            _one_at_a_time: lock,
+        },
+        cp,
+    ))
 }
 
 /// What tests and benchmarks ask of a Cluster running on the node.
@@ -511,19 +694,24 @@ impl Drop for KubeCluster {
             .keep();
             eprintln!("process node: keeping {}", kept.display());
         }
-        // The node kills its Pods' processes when it stops.
+        // The real node tears itself down when dropped (before the control
+        // plane, by field order); the process node kills its Pods'
+        // processes when it stops.
+        let Node::Process { child, .. } = &mut self.node else {
+            return;
+        };
         let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.node.id() as i32),
+            nix::unistd::Pid::from_raw(child.id() as i32),
             nix::sys::signal::Signal::SIGTERM,
         );
         let deadline = Instant::now() + Duration::from_secs(15);
         while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.node.try_wait() {
+            if let Ok(Some(_)) = child.try_wait() {
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        let _ = self.node.kill();
-        let _ = self.node.wait();
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }

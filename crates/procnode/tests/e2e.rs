@@ -75,15 +75,16 @@ impl Env {
 
     async fn writer(&self) -> WriteChecker {
         let rw = self.k.wait_service(NS, "db-rw").await.unwrap();
-        drop(self.admin(rw.port()).await);
-        WriteChecker::start(rw.port(), self.app_password().await).await
+        drop(self.admin(rw).await);
+        WriteChecker::start_at(rw, self.app_password().await).await
     }
 
-    /// A connection through a Service listener (waiting for an endpoint).
-    async fn admin(&self, port: u16) -> mysql_async::Conn {
+    /// A connection through a Service (waiting for an endpoint).
+    async fn admin(&self, at: std::net::SocketAddr) -> mysql_async::Conn {
         let pw = self.app_password().await;
+        let host = at.ip().to_string();
         until("a connection", Duration::from_secs(30), || {
-            cnmysql_procnode::harness::connect("127.0.0.1", port, &pw)
+            cnmysql_procnode::harness::connect(&host, at.port(), &pw)
         })
         .await
         .unwrap()
@@ -153,8 +154,8 @@ async fn failover(
 #[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
 async fn a_cluster_comes_up_routes_rw_and_ro_and_is_deleted_with_everything_it_owns() {
     let e = env("preferred").await;
-    let rw = e.k.wait_service(NS, "db-rw").await.unwrap().port();
-    let ro = e.k.wait_service(NS, "db-ro").await.unwrap().port();
+    let rw = e.k.wait_service(NS, "db-rw").await.unwrap();
+    let ro = e.k.wait_service(NS, "db-ro").await.unwrap();
     let mut c = e.admin(rw).await;
     let ro_flag: u8 = c.query_first("SELECT @@read_only").await.unwrap().unwrap();
     assert_eq!(ro_flag, 0, "rw reaches a writable primary");
@@ -908,7 +909,7 @@ async fn a_changed_server_setting_is_rolled_out_one_pod_at_a_time_and_loses_noth
     let events = e.events_json().await;
     assert!(events.contains("spec.mysql.parameters changed"), "{events}");
     let rw = e.k.wait_service(NS, "db-rw").await.unwrap();
-    let mut c = e.admin(rw.port()).await;
+    let mut c = e.admin(rw).await;
     let max: Option<u64> = c.query_first("SELECT @@max_connections").await.unwrap();
     assert_eq!(max, Some(321));
     eprintln!(

@@ -157,7 +157,7 @@ async fn suite(durability: &str, default_faults: usize) {
         })
     };
     let rw = k.wait_service(NS, "db-rw").await.unwrap();
-    let w = WriteChecker::start(rw.port(), password.clone()).await;
+    let w = WriteChecker::start_at(rw, password.clone()).await;
     w.wait_for_more(50, Duration::from_secs(30)).await;
     let mut run = faults::Run::start(
         seed,

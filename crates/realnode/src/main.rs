@@ -1,0 +1,89 @@
+//! `cnmysql-realnode`: a real single-node Kubernetes on this machine, with
+//! the operator's and the servers' images imported (development and tests;
+//! see the crate documentation).
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "cnmysql-realnode",
+    version,
+    about = "A real single-node Kubernetes on this machine: control plane, containerd, kubelet, kube-proxy (needs root and KUBEBUILDER_ASSETS)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start the node and its control plane; write DIR/kubeconfig, then
+    /// DIR/node.ready; run until SIGTERM or SIGINT, then stop everything.
+    Up {
+        #[arg(long, value_name = "DIR")]
+        state_dir: PathBuf,
+        /// The node's name.
+        #[arg(long, default_value = "realnode")]
+        name: String,
+        /// The operator image: NAME=EXECUTABLE (the release cnmysql
+        /// binary, placed at /usr/local/bin/cnmysql).
+        #[arg(long, value_name = "NAME=FILE")]
+        operator_image: Option<String>,
+        /// A server image from the image store: NAME=STORE_REF (e.g.
+        /// docker.io/library/mariadb:10.11=mariadb:10.11.19). Repeatable.
+        #[arg(long = "server-image", value_name = "NAME=STORE_REF")]
+        server_images: Vec<String>,
+    },
+}
+
+fn split(s: &str, what: &str) -> anyhow::Result<(String, String)> {
+    s.split_once('=')
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .ok_or_else(|| anyhow::anyhow!("{what} {s:?}: expected NAME=VALUE"))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let Command::Up {
+        state_dir,
+        name,
+        operator_image,
+        server_images,
+    } = Cli::parse().command;
+    let mut images = Vec::new();
+    if let Some(op) = operator_image {
+        let (n, file) = split(&op, "--operator-image")?;
+        images.push(cnmysql_realnode::images::operator(&n, &PathBuf::from(file)));
+    }
+    let store = cnmysql_realnode::images::store();
+    for s in &server_images {
+        let (n, r) = split(s, "--server-image")?;
+        images.push(cnmysql_realnode::images::server(&n, &store, &r)?);
+    }
+    std::fs::create_dir_all(&state_dir)?;
+    let _ = std::fs::remove_file(state_dir.join("node.ready"));
+    let node = cnmysql_realnode::RealNode::start(cnmysql_realnode::Options {
+        name: Some(name),
+        images,
+        dir: Some(state_dir.join("node")),
+    })
+    .await?;
+    std::fs::copy(node.kubeconfig(), state_dir.join("kubeconfig"))?;
+    std::fs::write(state_dir.join("node.ready"), "")?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::info!("stopping the node");
+    drop(node);
+    Ok(())
+}
