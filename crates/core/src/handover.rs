@@ -22,16 +22,58 @@ pub const START_WAIT_MS: i64 = 5_000;
 /// finish (a switchover stuck longer is given up by its own deadline).
 pub const FINISH_WAIT_MS: i64 = 60_000;
 
-/// The switchover `(from, to)` to start when the settled primary is among
-/// `leaving` (instances whose place is going away on notice), if a healthy
-/// replica that is not leaving too can take over.
-pub fn decide(s: &Snapshot, leaving: &[String]) -> Option<(String, String)> {
-    let primary = crate::rollout::settled_primary(s).ok()?;
-    if !leaving.iter().any(|l| l == primary) || s.spec.instances <= 1 {
-        return None;
+/// What to do about instances leaving on notice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Handover {
+    /// The primary is not leaving (or no primary is settled): nothing.
+    None,
+    /// Switch over from the leaving primary to this replica.
+    Start { from: String, to: String },
+    /// The primary is leaving but no replica can take over: why.
+    Impossible { primary: String, why: String },
+}
+
+/// The switchover to start when the settled primary is among `leaving`
+/// (instances whose place is going away on notice), to the most caught-up
+/// healthy replica that is not leaving too.
+pub fn decide(s: &Snapshot, leaving: &[String]) -> Handover {
+    let Ok(primary) = crate::rollout::settled_primary(s) else {
+        return Handover::None;
+    };
+    if !leaving.iter().any(|l| l == primary) {
+        return Handover::None;
     }
-    let to = crate::rollout::switchover_target(s, primary, leaving)?;
-    Some((primary.to_string(), to))
+    let impossible = |why: String| Handover::Impossible {
+        primary: primary.to_string(),
+        why,
+    };
+    if s.spec.instances <= 1 {
+        return impossible("a single instance".into());
+    }
+    match crate::rollout::switchover_target(s, primary, leaving) {
+        Some(to) => Handover::Start {
+            from: primary.to_string(),
+            to,
+        },
+        None => impossible(
+            s.instances
+                .iter()
+                .filter(|o| o.name != primary)
+                .map(|o| {
+                    let why = if leaving.contains(&o.name) {
+                        "leaving too".to_string()
+                    } else {
+                        crate::switchover::validate(s, &o.name)
+                            .err()
+                            .map(|r| r.explain(&o.name))
+                            .unwrap_or_else(|| "behind another replica".into())
+                    };
+                    format!("{}: {why}", o.name)
+                })
+                .collect::<Vec<_>>()
+                .join("; "),
+        ),
+    }
 }
 
 /// What a leaving instance's preStop hook does now.
@@ -89,35 +131,39 @@ mod tests {
     #[test]
     fn a_leaving_primary_hands_over_to_a_replica_that_stays() {
         let s = settled();
-        assert_eq!(decide(&s, &[]), None);
+        let start = |from: &str, to: &str| Handover::Start {
+            from: from.into(),
+            to: to.into(),
+        };
+        assert_eq!(decide(&s, &[]), Handover::None);
         assert_eq!(
             decide(&s, &["db-2".into()]),
-            None,
+            Handover::None,
             "a replica leaving changes nothing"
         );
-        assert_eq!(
-            decide(&s, &["db-1".into()]),
-            Some(("db-1".into(), "db-2".into()))
-        );
+        assert_eq!(decide(&s, &["db-1".into()]), start("db-1", "db-2"));
         assert_eq!(
             decide(&s, &["db-1".into(), "db-2".into()]),
-            Some(("db-1".into(), "db-3".into())),
+            start("db-1", "db-3"),
             "never to another leaving instance"
         );
-        assert_eq!(
-            decide(&s, &["db-1".into(), "db-2".into(), "db-3".into()]),
-            None
-        );
+        match decide(&s, &["db-1".into(), "db-2".into(), "db-3".into()]) {
+            Handover::Impossible { primary, why } => {
+                assert_eq!(primary, "db-1");
+                assert_eq!(why, "db-2: leaving too; db-3: leaving too");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
     fn no_handover_while_a_primary_change_is_under_way() {
         let mut s = settled();
         s.status.target_primary = Some("db-2".into());
-        assert_eq!(decide(&s, &["db-1".into()]), None);
+        assert_eq!(decide(&s, &["db-1".into()]), Handover::None);
         let mut s = settled();
         s.status.primary_failing_since = Some("2026-01-01T00:00:00Z".into());
-        assert_eq!(decide(&s, &["db-1".into()]), None);
+        assert_eq!(decide(&s, &["db-1".into()]), Handover::None);
     }
 
     #[test]

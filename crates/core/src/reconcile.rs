@@ -71,6 +71,8 @@ pub struct Memory {
     /// The primary seen down in place ([`Observation::primary_down_in_place`])
     /// and since when (Unix ms), until it is seen otherwise.
     pub primary_down_in_place: Option<(String, i64)>,
+    /// Why a leaving primary could not hand over, reported once.
+    pub last_handover_refusal: String,
 }
 
 /// A system tables upgrade not reported done is asked for again after
@@ -616,7 +618,19 @@ pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
         });
     }
 
-    if let Some((from, to)) = crate::handover::decide(s, o.leaving) {
+    let handover = crate::handover::decide(s, o.leaving);
+    if let crate::handover::Handover::Impossible { primary, why } = &handover
+        && memory.last_handover_refusal != *why
+    {
+        memory.last_handover_refusal = why.clone();
+        out.push(Action::Event(Event::new(
+            true,
+            "HandoverImpossible",
+            Some(primary),
+            format!("{primary} is going away on notice but no replica can take over ({why}); it will be failed over once gone"),
+        )));
+    }
+    if let crate::handover::Handover::Start { from, to } = handover {
         out.push(Action::Status {
             change: StatusChange::Switchover {
                 from: from.clone(),

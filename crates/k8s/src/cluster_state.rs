@@ -325,7 +325,9 @@ impl ClusterState for KubeClusterState {
         self.pods
             .state()
             .iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            // A Pod being deleted keeps its address until it is gone: a
+            // leaving primary is still the source its replicas catch up
+            // from while it hands over (core/handover.rs).
             .filter_map(|p| {
                 let ip = p
                     .status

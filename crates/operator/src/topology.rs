@@ -93,8 +93,9 @@ pub(crate) async fn control_client(
 /// it has been restarted (Unix ms): the kubelet restarts a container whose
 /// PID 1 died in the same Pod.
 fn restarted_in_place_at_ms(p: &Pod) -> Option<i64> {
-    // A Pod being deleted is not coming back in place.
-    if p.metadata.deletion_timestamp.is_some() {
+    // A Pod being deleted is not coming back in place, nor soon one
+    // whose container the kubelet holds back after repeated crashes.
+    if p.metadata.deletion_timestamp.is_some() || in_back_off(p) {
         return None;
     }
     let c = p.status.as_ref()?.container_statuses.as_ref()?.first()?;
@@ -136,6 +137,18 @@ fn only_ready_with_its_pod(mut o: Observed, pods: &BTreeMap<String, Pod>) -> Obs
         st.ready = false;
     }
     o
+}
+
+/// The kubelet holds the Pod's container back before starting it again
+/// (`CrashLoopBackOff`: 10 s after a second crash, doubling up to 5 min):
+/// waiting for it in place would outlast a failover.
+fn in_back_off(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first())
+        .and_then(|c| c.state.as_ref()?.waiting.as_ref()?.reason.as_deref())
+        == Some("CrashLoopBackOff")
 }
 
 fn pod_ip(p: &Pod) -> Option<String> {
@@ -379,7 +392,7 @@ pub async fn step(
         refused.contains(p)
             && pods
                 .get(p)
-                .is_some_and(|pod| pod.metadata.deletion_timestamp.is_none())
+                .is_some_and(|pod| pod.metadata.deletion_timestamp.is_none() && !in_back_off(pod))
     });
     // Pods deleted gracefully: their preStop hook holds the shutdown.
     let leaving: Vec<String> = names
@@ -390,6 +403,9 @@ pub async fn step(
         })
         .cloned()
         .collect();
+    if !leaving.is_empty() {
+        tracing::debug!(?leaving, "instances leaving on notice");
+    }
     let mut platform = KubePlatform {
         ctx,
         cluster,
@@ -497,4 +513,45 @@ pub fn forget(ctx: &Context, cluster: &Cluster) {
         &cluster.namespace().unwrap_or_default(),
         &cluster.name_any(),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(container_status: serde_json::Value, deleting: bool) -> Pod {
+        let mut p: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "db-1"},
+            "status": {"containerStatuses": [container_status]}
+        }))
+        .unwrap();
+        if deleting {
+            p.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        }
+        p
+    }
+
+    #[test]
+    fn a_restarted_container_is_waited_for_unless_held_back_or_deleted() {
+        let restarted = serde_json::json!({
+            "name": "mysql", "image": "i", "imageID": "", "ready": false, "restartCount": 1,
+            "state": {"running": {"startedAt": "2026-01-01T00:00:10Z"}},
+            "lastState": {"terminated": {"exitCode": 137, "finishedAt": "2026-01-01T00:00:09Z"}}
+        });
+        assert_eq!(
+            restarted_in_place_at_ms(&pod(restarted.clone(), false)),
+            Some(1_767_225_610_000)
+        );
+        assert_eq!(restarted_in_place_at_ms(&pod(restarted, true)), None);
+        let held_back = serde_json::json!({
+            "name": "mysql", "image": "i", "imageID": "", "ready": false, "restartCount": 2,
+            "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s restarting failed container"}},
+            "lastState": {"terminated": {"exitCode": 137, "finishedAt": "2026-01-01T00:00:09Z"}}
+        });
+        let p = pod(held_back, false);
+        assert!(in_back_off(&p));
+        assert_eq!(restarted_in_place_at_ms(&p), None);
+    }
 }

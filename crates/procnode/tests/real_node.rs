@@ -232,41 +232,55 @@ async fn a_primary_pod_deleted_on_notice_hands_over_by_switchover_and_loses_noth
     assert_eq!(missing, 0, "acknowledged rows lost");
 }
 
+/// Kill the container PID 1 of `primary`; the first write acknowledged
+/// after it, and the primary once healthy again.
+async fn kill_primary(k: &KubeCluster, ns: &str, primary: &str) -> (Duration, String) {
+    let w = writer(k, ns, "db").await;
+    let pid = k.pid(ns, primary, "mysql").await.unwrap();
+    let t = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let (took, acked) = outage(w, t).await;
+    let now = k.wait_healthy(ns, "db", 3, Duration::from_secs(180)).await.unwrap();
+    let missing = k.rows_missing(ns, "db", &all("db"), &acked).await.unwrap();
+    assert_eq!(missing, 0, "acknowledged rows lost");
+    (took, now)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
-async fn a_killed_primary_container_is_restarted_in_place_not_failed_over() {
+async fn a_killed_primary_container_is_restarted_in_place_and_a_crash_loop_is_failed_over() {
     let k = cluster().await;
     let manifest = cnmysql_procnode::harness::cluster_manifest("kill", "db", "required");
     k.apply_in_new_namespace("kill", &manifest).await.unwrap();
-    let primary = k
-        .wait_healthy("kill", "db", 3, Duration::from_secs(240))
+    let mut primary = k.wait_healthy("kill", "db", 3, Duration::from_secs(240)).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(k.client.clone(), "kill");
+    for round in 1..=3 {
+        // A container that has not crashed before: the kubelet starts it
+        // again at once, and the operator waits for it in place (the
+        // kubelet reports the death up to a second after the operator's
+        // poll first finds nothing listening).
+        let (took, now) = kill_primary(&k, "kill", &primary).await;
+        eprintln!("round {round}: PID 1 of {primary} killed, writes back after {took:?}, primary {now}");
+        assert_eq!(now, primary, "restarted in place, not failed over");
+        // Killed again: the kubelet holds it back (CrashLoopBackOff, 10 s)
+        // and the operator fails over rather than wait that out.
+        let (took, now) = kill_primary(&k, "kill", &primary).await;
+        eprintln!("round {round}: killed again, writes back after {took:?}, primary {now}");
+        assert!(took < Duration::from_secs(10), "waited out the kubelet's back-off: {took:?}");
+        // A fresh container for the next round: the primary's Pod deleted
+        // on notice (it hands over), made again by the operator.
+        let leaving = now.clone();
+        pods.delete(&leaving, &DeleteParams::default()).await.unwrap();
+        primary = until("another primary", Duration::from_secs(60), || async {
+            let p = k.cluster_status("kill", "db").await.ok()?.current_primary?;
+            (p != leaving).then_some(p)
+        })
         .await
         .unwrap();
-    // Three kills, each from a healthy cluster: the kubelet's report of a
-    // dead container lags the operator's poll by up to a second, and every
-    // kill must still be waited for in place.
-    for round in 1..=3 {
-        let w = writer(&k, "kill", "db").await;
-        let pid = k.pid("kill", &primary, "mysql").await.unwrap();
-        let t = Instant::now();
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        )
-        .unwrap();
-        let (took, acked) = outage(w, t).await;
-        let now = k
-            .wait_healthy("kill", "db", 3, Duration::from_secs(180))
-            .await
-            .unwrap();
-        eprintln!(
-            "kill {round}: PID 1 of {primary} killed, writes back after {took:?}, primary {now}"
-        );
-        assert_eq!(now, primary, "restarted in place, not failed over");
-        let missing = k
-            .rows_missing("kill", "db", &all("db"), &acked)
-            .await
-            .unwrap();
-        assert_eq!(missing, 0, "acknowledged rows lost");
+        k.wait_healthy("kill", "db", 3, Duration::from_secs(180)).await.unwrap();
     }
 }

@@ -14,7 +14,8 @@ pub const PAUSE_IMAGE: &str = "localhost/cnmysql-realnode/pause:1";
 
 pub struct Containerd {
     pub socket: PathBuf,
-    pub child: Child,
+    /// The process, when this program started it (not when attached).
+    pub child: Option<Child>,
 }
 
 fn config(dir: &Path, net: &Net) -> String {
@@ -108,7 +109,10 @@ impl Containerd {
             .stderr(log)
             .spawn()
             .context("starting containerd")?;
-        let c = Containerd { socket, child };
+        let c = Containerd {
+            socket,
+            child: Some(child),
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         while c.ctr(&["version"]).is_err() {
             if Instant::now() > deadline {
@@ -122,12 +126,21 @@ impl Containerd {
         Ok(c)
     }
 
+    /// The containerd of a running node whose directory is `dir`.
+    pub fn attach(dir: &Path) -> anyhow::Result<Containerd> {
+        let socket = dir.join("containerd/containerd.sock");
+        if !socket.exists() {
+            bail!("no node runs from {} ({} is missing)", dir.display(), socket.display());
+        }
+        Ok(Containerd {
+            socket,
+            child: None,
+        })
+    }
+
     /// Run `ctr` against this containerd, in the Kubernetes namespace.
     pub fn ctr(&self, args: &[&str]) -> anyhow::Result<String> {
-        let sock = self.socket.display().to_string();
-        let mut all = vec!["-a", sock.as_str(), "-n", "k8s.io"];
-        all.extend_from_slice(args);
-        crate::net::run("ctr", &all)
+        ctr_at(&self.socket, args)
     }
 
     /// Import an OCI archive under `name` (`repo:tag`).
@@ -142,6 +155,13 @@ impl Containerd {
         }
         Ok(())
     }
+}
+
+fn ctr_at(socket: &Path, args: &[&str]) -> anyhow::Result<String> {
+    let sock = socket.display().to_string();
+    let mut all = vec!["-a", sock.as_str(), "-n", "k8s.io"];
+    all.extend_from_slice(args);
+    crate::net::run("ctr", &all)
 }
 
 pub fn which(program: &str) -> Option<PathBuf> {

@@ -319,7 +319,9 @@ impl RealNode {
         }
         if let Some(c) = self.containerd.take() {
             let sock = c.socket.display().to_string();
-            stop_child(c.child);
+            if let Some(child) = c.child {
+                stop_child(child);
+            }
             for pid in faults::pids_matching(&format!("-address {sock}")) {
                 let _ = nix::sys::signal::kill(
                     nix::unistd::Pid::from_raw(pid),

@@ -30,12 +30,42 @@ enum Command {
         /// The operator image: NAME=EXECUTABLE (the release cnmysql
         /// binary, placed at /usr/local/bin/cnmysql).
         #[arg(long, value_name = "NAME=FILE")]
-        operator_image: Option<String>,
+        operator_image: Vec<String>,
         /// A server image from the image store: NAME=STORE_REF (e.g.
         /// docker.io/library/mariadb:10.11=mariadb:10.11.19). Repeatable.
         #[arg(long = "server-image", value_name = "NAME=STORE_REF")]
         server_images: Vec<String>,
     },
+    /// Make images and import them into the running node of DIR (say, a
+    /// new operator build to roll out with `kubectl set image`).
+    Import {
+        #[arg(long, value_name = "DIR")]
+        state_dir: PathBuf,
+        /// An executable image: NAME=EXECUTABLE (placed at
+        /// /usr/local/bin/cnmysql, as the operator image has it).
+        #[arg(long, value_name = "NAME=FILE")]
+        operator_image: Vec<String>,
+        /// A server image from the image store: NAME=STORE_REF. Repeatable.
+        #[arg(long = "server-image", value_name = "NAME=STORE_REF")]
+        server_images: Vec<String>,
+    },
+}
+
+fn images(
+    operator: &[String],
+    servers: &[String],
+) -> anyhow::Result<Vec<cnmysql_realnode::images::Image>> {
+    let mut out = Vec::new();
+    for op in operator {
+        let (n, file) = split(op, "--operator-image")?;
+        out.push(cnmysql_realnode::images::operator(&n, &PathBuf::from(file)));
+    }
+    let store = cnmysql_realnode::images::store();
+    for s in servers {
+        let (n, r) = split(s, "--server-image")?;
+        out.push(cnmysql_realnode::images::server(&n, &store, &r)?);
+    }
+    Ok(out)
 }
 
 fn split(s: &str, what: &str) -> anyhow::Result<(String, String)> {
@@ -52,22 +82,30 @@ async fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    let Command::Up {
-        state_dir,
-        name,
-        operator_image,
-        server_images,
-    } = Cli::parse().command;
-    let mut images = Vec::new();
-    if let Some(op) = operator_image {
-        let (n, file) = split(&op, "--operator-image")?;
-        images.push(cnmysql_realnode::images::operator(&n, &PathBuf::from(file)));
-    }
-    let store = cnmysql_realnode::images::store();
-    for s in &server_images {
-        let (n, r) = split(s, "--server-image")?;
-        images.push(cnmysql_realnode::images::server(&n, &store, &r)?);
-    }
+    let (state_dir, name, images) = match Cli::parse().command {
+        Command::Up {
+            state_dir,
+            name,
+            operator_image,
+            server_images,
+        } => (
+            state_dir,
+            name,
+            images(operator_image.as_slice(), &server_images)?,
+        ),
+        Command::Import {
+            state_dir,
+            operator_image,
+            server_images,
+        } => {
+            let c = cnmysql_realnode::containerd::Containerd::attach(&state_dir.join("node"))?;
+            for i in images(&operator_image, &server_images)? {
+                c.import(&i.archive()?, &i.name)?;
+                println!("imported {}", i.name);
+            }
+            return Ok(());
+        }
+    };
     std::fs::create_dir_all(&state_dir)?;
     let _ = std::fs::remove_file(state_dir.join("node.ready"));
     let node = cnmysql_realnode::RealNode::start(cnmysql_realnode::Options {
