@@ -125,6 +125,20 @@ fn token() -> String {
         .collect()
 }
 
+/// The child is killed when the process that started it dies, even by
+/// SIGKILL (a test run stopped hard leaves no control plane behind).
+pub fn die_with_parent(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: prctl is async-signal-safe; nothing else runs in the child
+    // between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                .map_err(std::io::Error::from)
+        });
+    }
+}
+
 /// The first address of a ClusterIP range: the `kubernetes` Service's,
 /// which the API server's certificate must name.
 fn first_service_ip(cidr: &str) -> anyhow::Result<std::net::Ipv4Addr> {
@@ -166,8 +180,9 @@ fn base64(data: &[u8]) -> String {
 
 fn spawn(name: &str, program: &Path, args: &[String], log: &Path) -> anyhow::Result<Child> {
     let out = std::fs::File::create(log)?;
-    Command::new(program)
-        .args(args)
+    let mut cmd = Command::new(program);
+    die_with_parent(&mut cmd);
+    cmd.args(args)
         .stdin(Stdio::null())
         .stdout(out.try_clone()?)
         .stderr(out)

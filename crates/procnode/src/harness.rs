@@ -484,7 +484,14 @@ async fn start_process(
             "ghcr.io/cloudnative-mysql/cnmysql=/usr/local/bin/cnmysql={}",
             cnmysql.display()
         ))
-        .args(extra_images.iter().flat_map(|i| ["--image", i.as_str()]))
+        // The process node maps repositories, whatever the tag.
+        .args(extra_images.iter().flat_map(|i| {
+            let (repo, rest) = i.split_once('=').unwrap_or((i.as_str(), ""));
+            [
+                "--image".to_string(),
+                format!("{}={rest}", crate::images::repository(repo)),
+            ]
+        }))
         .env_remove("KUBECONFIG")
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
@@ -515,7 +522,9 @@ impl KubeCluster {
             &serde_json::from_value(serde_json::json!({"metadata": {"name": namespace}}))?,
         )
         .await?;
-        self.cp.kubectl(&["apply", "-f", "-"], Some(manifest))?;
+        // Objects that name no namespace go into this one.
+        self.cp
+            .kubectl(&["-n", namespace, "apply", "-f", "-"], Some(manifest))?;
         Ok(())
     }
 

@@ -432,10 +432,7 @@ fn next_operator(dir: &std::path::Path) -> String {
     std::fs::copy(cnmysql_exe(), &exe).unwrap();
     let mut f = std::fs::OpenOptions::new().append(true).open(&exe).unwrap();
     writeln!(f, "\nnext operator release").unwrap();
-    format!(
-        "ghcr.io/cloudnative-mysql/cnmysql-next=/usr/local/bin/cnmysql={}",
-        exe.display()
-    )
+    format!("{NEXT_IMAGE}=/usr/local/bin/cnmysql={}", exe.display())
 }
 
 impl Env {
@@ -925,13 +922,17 @@ async fn a_changed_server_setting_is_rolled_out_one_pod_at_a_time_and_loses_noth
 /// volume, where its Pod sees it at `/var/lib/cnmysql/cnmysql-next`, the
 /// way an air-gapped site puts a release on a volume the Pod mounts; its
 /// SHA-256. `wrong`: a copy of the running build instead (another hash).
-fn put_build(e: &Env, claim: &str, wrong: bool) -> String {
+async fn put_build(e: &Env, claim: &str, wrong: bool) -> String {
     use sha2::Digest;
     let mut bytes = std::fs::read(cnmysql_exe()).unwrap();
     if !wrong {
         bytes.extend_from_slice(b"\nannotated upgrade release\n");
     }
-    let path = cnmysql_procnode::volumes::claim_dir(e.k.state(), NS, claim).join("cnmysql-next");
+    let path =
+        e.k.claim_path(NS, claim)
+            .await
+            .unwrap()
+            .join("cnmysql-next");
     std::fs::write(&path, &bytes).unwrap();
     std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let mut good = std::fs::read(cnmysql_exe()).unwrap();
@@ -1038,7 +1039,7 @@ async fn annotations_upgrade_a_canary_from_a_file_retry_a_failure_and_walk_the_w
     w.wait_for_more(50, Duration::from_secs(30)).await;
 
     // The canary: db-2's volume holds the wrong build at first.
-    let want = put_build(&e, "db-2", true);
+    let want = put_build(&e, "db-2", true).await;
     let file = "/var/lib/cnmysql/cnmysql-next";
     e.annotate(
         "pod",
@@ -1069,7 +1070,7 @@ async fn annotations_upgrade_a_canary_from_a_file_retry_a_failure_and_walk_the_w
     assert!(rec.message.contains("SHA-256"), "{rec:?}");
     assert!(e.events_named("InstanceUpgradeFailed").await >= 1);
     // Fixed: the right build put there; the retry takes.
-    put_build(&e, "db-2", false);
+    put_build(&e, "db-2", false).await;
     e.await_upgrade_status(
         "db-2",
         "done",
@@ -1096,8 +1097,8 @@ async fn annotations_upgrade_a_canary_from_a_file_retry_a_failure_and_walk_the_w
     }
 
     // The whole cluster, from files on each volume (no hash given).
-    put_build(&e, "db-1", false);
-    put_build(&e, "db-3", false);
+    put_build(&e, "db-1", false).await;
+    put_build(&e, "db-3", false).await;
     e.annotate(
         "cluster",
         "db",

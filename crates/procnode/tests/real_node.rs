@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use cnmysql_bench::writer::WriteChecker;
 use cnmysql_procnode::harness::{KubeCluster, until};
 use k8s_openapi::api::core::v1::{Event, Pod};
-use kube::api::{Api, DeleteParams, EvictParams, ListParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use mysql_async::prelude::*;
 
 fn cnmysql_exe() -> std::path::PathBuf {
@@ -32,7 +32,8 @@ async fn cluster() -> KubeCluster {
     .unwrap()
 }
 
-/// `kubectl apply -n NS -f FILE`, the file as the repository has it.
+/// `kubectl apply -n NS -f FILE` into a new namespace, the file as the
+/// repository has it (it names no namespace).
 async fn apply_example(k: &KubeCluster, ns: &str, file: &str) {
     let text = std::fs::read_to_string(cnmysql_procnode::harness::repo().join(file)).unwrap();
     k.apply_in_new_namespace(ns, &text).await.unwrap();
@@ -137,24 +138,47 @@ async fn a_replica_may_be_evicted_but_not_a_second_one_nor_the_primary() {
         .map(|n| format!("cluster-example-{n}"))
         .filter(|n| *n != primary)
         .collect();
-    let evict = |name: String| {
-        let pods = pods.clone();
-        async move { pods.evict(&name, &EvictParams::default()).await }
+    // As kubectl drain asks: a policy/v1 Eviction posted to the Pod.
+    let evict = |name: &str| {
+        let body = format!(
+            r#"{{"apiVersion":"policy/v1","kind":"Eviction","metadata":{{"name":"{name}","namespace":"ev"}}}}"#
+        );
+        k.cp.kubectl(
+            &[
+                "create",
+                "--raw",
+                &format!("/api/v1/namespaces/ev/pods/{name}/eviction"),
+                "-f",
+                "-",
+            ],
+            Some(&body),
+        )
     };
-    let refused =
-        |r: Result<_, kube::Error>| matches!(r, Err(kube::Error::Api(e)) if e.code == 429);
-    // The budgets are computed once the disruption controller has seen
-    // the Pods: the first eviction of a replica is allowed by then.
-    until("a replica evicted", Duration::from_secs(60), || async {
-        evict(replicas[0].clone()).await.ok().map(|_| ())
-    })
+    let refused = |r: &anyhow::Result<String>| matches!(r, Err(e) if e.to_string().contains("disruption budget"));
+    // The disruption controller computes a budget from the Pods' role
+    // labels a moment after they change (every Pod starts as a replica
+    // until the primary is known): wait until it counts the two replicas.
+    let pdbs: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
+        Api::namespaced(k.client.clone(), "ev");
+    until(
+        "the replicas' budget computed",
+        Duration::from_secs(60),
+        || async {
+            let st = pdbs.get("cluster-example").await.ok()?.status?;
+            (st.expected_pods == 2 && st.disruptions_allowed == 1).then_some(())
+        },
+    )
     .await
     .unwrap();
+    let first = evict(&replicas[0]);
+    assert!(first.is_ok(), "one replica may be evicted: {first:?}");
+    let second = evict(&replicas[1]);
     assert!(
-        refused(evict(replicas[1].clone()).await),
-        "a second replica while the first is away"
+        refused(&second),
+        "a second replica while the first is away: {second:?}"
     );
-    assert!(refused(evict(primary.clone()).await), "the primary");
+    let of_primary = evict(&primary);
+    assert!(refused(&of_primary), "the primary: {of_primary:?}");
     // The evicted replica comes back (a new Pod on its claim) and the
     // cluster is whole again.
     k.wait_healthy("ev", "cluster-example", 3, Duration::from_secs(120))
@@ -244,7 +268,10 @@ async fn kill_primary(k: &KubeCluster, ns: &str, primary: &str) -> (Duration, St
     )
     .unwrap();
     let (took, acked) = outage(w, t).await;
-    let now = k.wait_healthy(ns, "db", 3, Duration::from_secs(180)).await.unwrap();
+    let now = k
+        .wait_healthy(ns, "db", 3, Duration::from_secs(180))
+        .await
+        .unwrap();
     let missing = k.rows_missing(ns, "db", &all("db"), &acked).await.unwrap();
     assert_eq!(missing, 0, "acknowledged rows lost");
     (took, now)
@@ -256,7 +283,10 @@ async fn a_killed_primary_container_is_restarted_in_place_and_a_crash_loop_is_fa
     let k = cluster().await;
     let manifest = cnmysql_procnode::harness::cluster_manifest("kill", "db", "required");
     k.apply_in_new_namespace("kill", &manifest).await.unwrap();
-    let mut primary = k.wait_healthy("kill", "db", 3, Duration::from_secs(240)).await.unwrap();
+    let mut primary = k
+        .wait_healthy("kill", "db", 3, Duration::from_secs(240))
+        .await
+        .unwrap();
     let pods: Api<Pod> = Api::namespaced(k.client.clone(), "kill");
     for round in 1..=3 {
         // A container that has not crashed before: the kubelet starts it
@@ -264,23 +294,32 @@ async fn a_killed_primary_container_is_restarted_in_place_and_a_crash_loop_is_fa
         // kubelet reports the death up to a second after the operator's
         // poll first finds nothing listening).
         let (took, now) = kill_primary(&k, "kill", &primary).await;
-        eprintln!("round {round}: PID 1 of {primary} killed, writes back after {took:?}, primary {now}");
+        eprintln!(
+            "round {round}: PID 1 of {primary} killed, writes back after {took:?}, primary {now}"
+        );
         assert_eq!(now, primary, "restarted in place, not failed over");
         // Killed again: the kubelet holds it back (CrashLoopBackOff, 10 s)
         // and the operator fails over rather than wait that out.
         let (took, now) = kill_primary(&k, "kill", &primary).await;
         eprintln!("round {round}: killed again, writes back after {took:?}, primary {now}");
-        assert!(took < Duration::from_secs(10), "waited out the kubelet's back-off: {took:?}");
+        assert!(
+            took < Duration::from_secs(10),
+            "waited out the kubelet's back-off: {took:?}"
+        );
         // A fresh container for the next round: the primary's Pod deleted
         // on notice (it hands over), made again by the operator.
         let leaving = now.clone();
-        pods.delete(&leaving, &DeleteParams::default()).await.unwrap();
+        pods.delete(&leaving, &DeleteParams::default())
+            .await
+            .unwrap();
         primary = until("another primary", Duration::from_secs(60), || async {
             let p = k.cluster_status("kill", "db").await.ok()?.current_primary?;
             (p != leaving).then_some(p)
         })
         .await
         .unwrap();
-        k.wait_healthy("kill", "db", 3, Duration::from_secs(180)).await.unwrap();
+        k.wait_healthy("kill", "db", 3, Duration::from_secs(180))
+            .await
+            .unwrap();
     }
 }

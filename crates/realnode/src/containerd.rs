@@ -100,8 +100,9 @@ impl Containerd {
         std::fs::write(dir.join("cni/net.d/10-cnmysql.conflist"), cni(dir, net))?;
         let socket = dir.join("containerd/containerd.sock");
         let log = std::fs::File::create(dir.join("containerd.log"))?;
-        let child = net
-            .command("containerd")
+        let mut cmd = net.command("containerd");
+        cnmysql_envtest::die_with_parent(&mut cmd);
+        let child = cmd
             .arg("--config")
             .arg(dir.join("containerd/config.toml"))
             .stdin(Stdio::null())
@@ -130,7 +131,11 @@ impl Containerd {
     pub fn attach(dir: &Path) -> anyhow::Result<Containerd> {
         let socket = dir.join("containerd/containerd.sock");
         if !socket.exists() {
-            bail!("no node runs from {} ({} is missing)", dir.display(), socket.display());
+            bail!(
+                "no node runs from {} ({} is missing)",
+                dir.display(),
+                socket.display()
+            );
         }
         Ok(Containerd {
             socket,

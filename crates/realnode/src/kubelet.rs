@@ -131,8 +131,9 @@ pub fn start(
     ));
     std::fs::write(k.join("start.sh"), script)?;
     let log = std::fs::File::create(dir.join("kubelet.log"))?;
-    net.command("unshare")
-        .args(["-m", "--propagation", "unchanged", "sh"])
+    let mut cmd = net.command("unshare");
+    cnmysql_envtest::die_with_parent(&mut cmd);
+    cmd.args(["-m", "--propagation", "unchanged", "sh"])
         .arg(k.join("start.sh"))
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
@@ -171,8 +172,9 @@ conntrack: {{maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeo
     );
     std::fs::write(dir.join("kube-proxy.yaml"), cfg)?;
     let log = std::fs::File::create(dir.join("kube-proxy.log"))?;
-    net.command(&assets.join("kube-proxy").display().to_string())
-        .arg("--config")
+    let mut cmd = net.command(&assets.join("kube-proxy").display().to_string());
+    cnmysql_envtest::die_with_parent(&mut cmd);
+    cmd.arg("--config")
         .arg(dir.join("kube-proxy.yaml"))
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)

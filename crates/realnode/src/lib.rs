@@ -15,6 +15,7 @@ pub mod containerd;
 pub mod faults;
 pub mod images;
 pub mod kubelet;
+pub mod leftovers;
 pub mod net;
 pub mod storage;
 
@@ -100,7 +101,7 @@ impl RealNode {
                 (t, true)
             }
         };
-        let net = net::Net::create()?;
+        let net = net::Net::create(&dir)?;
         let cp = ControlPlane::start(cnmysql_envtest::Options {
             controllers: vec!["*".into()],
             dir: Some(dir.join("cp")),
@@ -366,7 +367,7 @@ fn stop_child(mut c: Child) {
 }
 
 /// Lazily unmount every mount under `dir`, deepest first.
-fn unmount_under(dir: &Path) {
+pub(crate) fn unmount_under(dir: &Path) {
     let prefix = format!("{}/", dir.display());
     let mut mounts: Vec<String> = std::fs::read_to_string("/proc/self/mounts")
         .unwrap_or_default()

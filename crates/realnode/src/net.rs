@@ -54,21 +54,31 @@ pub fn run(program: &str, args: &[&str]) -> anyhow::Result<String> {
 }
 
 impl Net {
-    /// Take a free slot and make the namespace, the veth and the routes.
-    pub fn create() -> anyhow::Result<Net> {
+    /// Take a free slot and make the namespace, the veth and the routes;
+    /// `dir` (the node's directory) is written into the slot's lock, so
+    /// that what a run killed before it could clean up is found and
+    /// removed by the next one to take the slot ([`crate::leftovers`]).
+    pub fn create(dir: &Path) -> anyhow::Result<Net> {
+        use std::io::{Read as _, Seek as _, Write as _};
         std::fs::create_dir_all(LOCKS)?;
-        let routes = run("ip", &["-4", "route", "show"])?;
         for slot in 1..=250u8 {
-            let file = std::fs::File::create(Path::new(LOCKS).join(format!("slot-{slot}.lock")))?;
-            let Ok(lock) =
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .read(true)
+                .write(true)
+                .open(Path::new(LOCKS).join(format!("slot-{slot}.lock")))?;
+            let Ok(mut lock) =
                 nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock)
             else {
                 continue;
             };
-            if routes.contains(&format!("10.244.{slot}.0/24")) {
-                // Left by a run that did not clean up: take another.
-                continue;
-            }
+            let mut previous = String::new();
+            lock.read_to_string(&mut previous)?;
+            crate::leftovers::remove(slot, previous.trim());
+            lock.set_len(0)?;
+            lock.rewind()?;
+            write!(&mut *lock, "{}", dir.display())?;
             let net = Net {
                 slot,
                 host_ip: Ipv4Addr::new(10, 243, slot, 1),
