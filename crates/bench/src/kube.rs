@@ -36,7 +36,7 @@ async fn writer(k: &KubeCluster) -> anyhow::Result<cnmysql_bench::writer::WriteC
         Some(())
     })
     .await?;
-    Ok(cnmysql_bench::writer::WriteChecker::start(rw.port(), pw).await)
+    Ok(cnmysql_bench::writer::WriteChecker::start_at(rw, pw).await)
 }
 
 /// One fault on the primary; (seconds until writes flow, rows lost).
@@ -73,6 +73,19 @@ async fn fault_run(k: &KubeCluster, kind: &str) -> anyhow::Result<(f64, usize, S
         .wait_healthy(NS, "db", 3, Duration::from_secs(180))
         .await?;
     let lost = k.rows_missing(NS, "db", &instances(), &o.acked).await?;
+    if kind == "kill" {
+        // The kubelet holds a container that crashed before back for a
+        // while (CrashLoopBackOff): each run's kill meets a container that
+        // never crashed, as a one-off crash does. The primary's Pod is
+        // deleted on notice (it hands over) and made again.
+        let pods: Api<Pod> = Api::namespaced(k.client.clone(), NS);
+        pods.delete(&new, &DeleteParams::default()).await?;
+        cnmysql_procnode::harness::until("the handover", Duration::from_secs(60), || async {
+            let p = k.cluster_status(NS, "db").await.ok()?.current_primary?;
+            (p != new).then_some(())
+        })
+        .await?;
+    }
     Ok((secs, lost, format!("{old} → {new}")))
 }
 

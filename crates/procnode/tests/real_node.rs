@@ -133,7 +133,6 @@ async fn a_replica_may_be_evicted_but_not_a_second_one_nor_the_primary() {
         scale["status"]["selector"],
         "cnmysql.io/cluster=cluster-example"
     );
-    let pods: Api<Pod> = Api::namespaced(k.client.clone(), "ev");
     let replicas: Vec<String> = (1..=3)
         .map(|n| format!("cluster-example-{n}"))
         .filter(|n| *n != primary)
