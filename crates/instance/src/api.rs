@@ -285,13 +285,20 @@ pub fn probe_router<B: Backend>(backend: Arc<B>) -> Router {
 async fn prestop<B: Backend>(State(b): State<Arc<B>>) -> Response {
     use cnmysql_core::handover::{PreStop, prestop};
     let me = b.config().instance.clone();
+    // A replica has nothing to hand over: it goes at once, without asking
+    // the cluster state (which an isolated instance cannot reach: the
+    // kubelet runs this hook before a liveness restart too).
+    if b.status().await.role != cnmysql_core::status::Role::Primary {
+        return (StatusCode::OK, "not the primary").into_response();
+    }
     let started = std::time::Instant::now();
     loop {
         let waited = started.elapsed().as_millis() as i64;
-        let decision = match b.cluster_status().await {
-            Ok(st) => prestop(&me, &st, waited),
-            Err(_) if waited < cnmysql_core::handover::START_WAIT_MS => PreStop::Wait,
-            Err(_) => PreStop::Go("the cluster status cannot be read"),
+        let read = tokio::time::timeout(std::time::Duration::from_secs(2), b.cluster_status());
+        let decision = match read.await {
+            Ok(Ok(st)) => prestop(&me, &st, waited),
+            _ if waited < cnmysql_core::handover::START_WAIT_MS => PreStop::Wait,
+            _ => PreStop::Go("the cluster status cannot be read"),
         };
         match decision {
             PreStop::Wait => tokio::time::sleep(std::time::Duration::from_millis(100)).await,

@@ -156,6 +156,7 @@ pub fn cut_pod(net: &Net, pod_ip: &str, cut: Cut) -> anyhow::Result<()> {
     }
     let table = format!("cnmysql-cut-{}", pod_ip.replace('.', "-"));
     let _ = net.run_in("nft", &["delete", "table", "inet", &table]);
+    let _ = net.run_in("nft", &["delete", "table", "bridge", &table]);
     let node_rules = match cut {
         Cut::None => return Ok(()),
         Cut::ButTheNode => String::new(),
@@ -164,10 +165,16 @@ pub fn cut_pod(net: &Net, pod_ip: &str, cut: Cut) -> anyhow::Result<()> {
              chain output {{ type filter hook output priority -200; ip daddr {pod_ip} drop; }}\n"
         ),
     };
+    // Routed traffic (to the host, the API server, ClusterIPs) in the inet
+    // table; traffic between Pods of the bridge in the bridge table, which
+    // sees it whether or not the kernel hands bridged packets to IP rules.
     let rules = format!(
         "table inet {table} {{\n\
          chain forward {{ type filter hook forward priority -200; ip saddr {pod_ip} drop; ip daddr {pod_ip} drop; }}\n\
-         {node_rules}}}\n"
+         {node_rules}}}\n\
+         table bridge {table} {{\n\
+         chain forward {{ type filter hook forward priority -200; ip saddr {pod_ip} drop; ip daddr {pod_ip} drop; }}\n\
+         }}\n"
     );
     let file = std::env::temp_dir().join(format!("{table}.nft"));
     std::fs::write(&file, rules)?;
