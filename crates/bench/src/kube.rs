@@ -1,14 +1,16 @@
-//! Topology changes on Kubernetes: a real control plane (KUBEBUILDER_ASSETS),
-//! the process node running the operator's Deployment and a 3-instance
+//! Topology changes on Kubernetes: a real control plane (KUBEBUILDER_ASSETS)
+//! and a real node (the harness's default; `CNMYSQL_KUBE_NODE=process` for
+//! the process node) running the operator's Deployment and a 3-instance
 //! Cluster (`dataDurability: required`), the write checker through the rw
-//! Service's listener. Per run, measured from the fault to when writes
+//! Service's ClusterIP. Per run, measured from the fault to when writes
 //! flow again (the end of the longest stretch without an acknowledged
 //! write after it), and the acknowledged rows missing on any instance:
 //!
-//! - the primary's Pod deleted (`kubectl delete pod`);
-//! - the primary's PID 1 killed with SIGKILL;
-//! - the primary cut off (no traffic in or out, no longer reported);
-//! - the primary frozen (SIGSTOP, no longer reported);
+//! - the primary's Pod deleted on notice (`kubectl delete pod`: a handover);
+//! - the primary's container PID 1 killed with SIGKILL (a container that
+//!   never crashed before: the kubelet starts it again at once);
+//! - the primary cut off (no traffic in or out);
+//! - the primary frozen (its cgroup in the freezer);
 //! - a planned switchover (`kubectl cnmsql promote`): the longest gap.
 
 use std::path::Path;
@@ -30,10 +32,14 @@ fn instances() -> Vec<String> {
 async fn writer(k: &KubeCluster) -> anyhow::Result<cnmysql_bench::writer::WriteChecker> {
     let rw = k.wait_service(NS, "db-rw").await?;
     let pw = k.app_password(NS, "db").await?;
-    // Wait until rw has an endpoint.
-    cnmysql_procnode::harness::until("rw to answer", Duration::from_secs(30), || async {
-        tokio::net::TcpStream::connect(rw).await.ok()?;
-        Some(())
+    // Wait until rw reaches the writable primary: kube-proxy follows a
+    // change of primary a moment after the status says it is done.
+    let host = rw.ip().to_string();
+    cnmysql_procnode::harness::until("rw to reach the primary", Duration::from_secs(30), || async {
+        use mysql_async::prelude::Queryable as _;
+        let mut c = cnmysql_procnode::harness::connect(&host, rw.port(), &pw).await?;
+        let ro: u8 = c.query_first("SELECT @@read_only").await.ok()??;
+        (ro == 0).then_some(())
     })
     .await?;
     Ok(cnmysql_bench::writer::WriteChecker::start_at(rw, pw).await)

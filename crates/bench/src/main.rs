@@ -87,8 +87,9 @@ enum What {
     /// resident memory with 1 and 10 Clusters.
     Operator,
     /// Failover and switchover on Kubernetes (needs KUBEBUILDER_ASSETS and
-    /// root): a real control plane, the process node running the operator
-    /// and a 3-instance Cluster; Pod deleted, PID 1 killed, node cut off,
+    /// root): a real control plane and a real node (kubelet, containerd,
+    /// kube-proxy) running the operator and a 3-instance Cluster; Pod
+    /// deleted on notice (a handover), PID 1 killed, node cut off,
     /// node frozen, planned switchover; beside the same figures on the
     /// local platform.
     Kube {
