@@ -35,12 +35,16 @@ async fn writer(k: &KubeCluster) -> anyhow::Result<cnmysql_bench::writer::WriteC
     // Wait until rw reaches the writable primary: kube-proxy follows a
     // change of primary a moment after the status says it is done.
     let host = rw.ip().to_string();
-    cnmysql_procnode::harness::until("rw to reach the primary", Duration::from_secs(30), || async {
-        use mysql_async::prelude::Queryable as _;
-        let mut c = cnmysql_procnode::harness::connect(&host, rw.port(), &pw).await?;
-        let ro: u8 = c.query_first("SELECT @@read_only").await.ok()??;
-        (ro == 0).then_some(())
-    })
+    cnmysql_procnode::harness::until(
+        "rw to reach the primary",
+        Duration::from_secs(30),
+        || async {
+            use mysql_async::prelude::Queryable as _;
+            let mut c = cnmysql_procnode::harness::connect(&host, rw.port(), &pw).await?;
+            let ro: u8 = c.query_first("SELECT @@read_only").await.ok()??;
+            (ro == 0).then_some(())
+        },
+    )
     .await?;
     Ok(cnmysql_bench::writer::WriteChecker::start_at(rw, pw).await)
 }
@@ -67,6 +71,15 @@ async fn fault_run(k: &KubeCluster, kind: &str) -> anyhow::Result<(f64, usize, S
         }
         "cut" | "freeze" => k.fault(kind, NS, &old).await?,
         _ => unreachable!(),
+    }
+    // A Pod deleted on notice keeps serving until it has handed over:
+    // wait for the change of primary before counting the writes after it.
+    if kind == "delete" {
+        cnmysql_procnode::harness::until("the handover", Duration::from_secs(60), || async {
+            let p = k.cluster_status(NS, "db").await.ok()?.current_primary?;
+            (p != old).then_some(())
+        })
+        .await?;
     }
     // Writes flow again: 200 more acknowledged after the fault.
     w.wait_for_more(200, Duration::from_secs(120)).await;

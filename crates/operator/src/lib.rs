@@ -81,7 +81,12 @@ where
 
 /// A watch cache of `api`'s objects matching `config`, kept up to date by a
 /// task of its own.
-fn cache<K>(api: Api<K>, config: watcher::Config, what: &'static str) -> reflector::Store<K>
+fn cache<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    what: &'static str,
+    touched: impl Fn(&K) + Send + 'static,
+) -> reflector::Store<K>
 where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
@@ -93,8 +98,9 @@ where
     tokio::spawn(async move {
         futures::pin_mut!(events);
         while let Some(r) = events.next().await {
-            if let Err(e) = r {
-                tracing::warn!(error = %e, "watching {what}");
+            match r {
+                Ok(object) => touched(&object),
+                Err(e) => tracing::warn!(error = %e, "watching {what}"),
             }
         }
     });
@@ -113,14 +119,27 @@ async fn control(
     let owned = watcher::Config::default().labels(labels::CLUSTER);
     // The Pods and Secrets again, in caches the topology tasks read (the
     // controller keeps its own watches private).
+    // A change of one of a Cluster's Pods wakes its topology task at once
+    // (a Pod deleted on notice hands over without waiting for a poll).
+    let waking = ctx.clone();
+    let wake = move |p: &Pod| {
+        if let (Some(ns), Some(c)) = (
+            p.metadata.namespace.as_deref(),
+            kube::ResourceExt::labels(p).get(labels::CLUSTER),
+        ) {
+            waking.memory.waker(ns, c).notify_one();
+        }
+    };
     ctx.pods
         .lock()
         .unwrap()
-        .push(cache(api::<Pod>(&client, ns), owned.clone(), "Pods"));
-    ctx.secrets
-        .lock()
-        .unwrap()
-        .push(cache(api::<Secret>(&client, ns), owned.clone(), "Secrets"));
+        .push(cache(api::<Pod>(&client, ns), owned.clone(), "Pods", wake));
+    ctx.secrets.lock().unwrap().push(cache(
+        api::<Secret>(&client, ns),
+        owned.clone(),
+        "Secrets",
+        |_| {},
+    ));
     let controller = Controller::new(api::<Cluster>(&client, ns), watcher::Config::default());
     let store = controller.store();
     ctx.clusters.lock().unwrap().push(store.clone());

@@ -23,6 +23,9 @@ struct ClusterMemory {
     task: Option<String>,
     /// Why the Cluster's server image cannot be resolved, if it cannot.
     image_error: Option<String>,
+    /// Wakes the polling task before its next period: one of the
+    /// Cluster's Pods changed (deleted on notice, its container died).
+    wake: std::sync::Arc<tokio::sync::Notify>,
 }
 
 /// Per-Cluster memory, keyed by namespace and name.
@@ -89,6 +92,17 @@ impl Memories {
             .entry(key(cluster))
             .or_default()
             .client = Some((version, client));
+    }
+
+    /// What wakes the polling task of Cluster `namespace/name`.
+    pub fn waker(&self, namespace: &str, name: &str) -> std::sync::Arc<tokio::sync::Notify> {
+        self.all
+            .lock()
+            .unwrap()
+            .entry((namespace.to_string(), name.to_string()))
+            .or_default()
+            .wake
+            .clone()
     }
 
     /// Claim the polling of `cluster` (uid `uid`) for a new task: false

@@ -459,6 +459,7 @@ pub fn ensure_running(ctx: &std::sync::Arc<Context>, cluster: &Cluster) {
     tokio::spawn(
         async move {
             let mut stop = ctx.stop.subscribe();
+            let waker = ctx.memory.waker(&ns, &name);
             loop {
                 if *stop.borrow() {
                     return;
@@ -498,6 +499,7 @@ pub fn ensure_running(ctx: &std::sync::Arc<Context>, cluster: &Cluster) {
                 }
                 tokio::select! {
                     _ = tokio::time::sleep(period) => {}
+                    _ = waker.notified() => {}
                     _ = stop.changed() => return,
                 }
             }
