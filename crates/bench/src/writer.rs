@@ -79,6 +79,24 @@ pub fn app_opts_at(addr: std::net::SocketAddr, password: String) -> mysql_async:
 }
 
 impl WriteChecker {
+    /// The table, and the first number after the rows of earlier checkers
+    /// (a number already taken would fail as a duplicate, not measure the
+    /// endpoint).
+    async fn prepare(
+        addr: std::net::SocketAddr,
+        password: &str,
+    ) -> Result<(Conn, u64), mysql_async::Error> {
+        let mut conn = Conn::new(app_opts_at(addr, password.to_string())).await?;
+        conn.query_drop("CREATE DATABASE IF NOT EXISTS chk").await?;
+        conn.query_drop("CREATE TABLE IF NOT EXISTS chk.w (id BIGINT PRIMARY KEY, at TIMESTAMP(6) DEFAULT CURRENT_TIMESTAMP(6))")
+            .await?;
+        let first: u64 = conn
+            .query_first("SELECT COALESCE(MAX(id), 0) + 1 FROM chk.w")
+            .await?
+            .unwrap_or(1);
+        Ok((conn, first))
+    }
+
     /// Create the table and start writing through the endpoint at `port`
     /// (the `rw` Service) as the application user.
     pub async fn start(port: u16, password: String) -> WriteChecker {
@@ -88,22 +106,19 @@ impl WriteChecker {
     /// [`WriteChecker::start`] through the endpoint at `addr` (say, a
     /// Service's ClusterIP).
     pub async fn start_at(addr: std::net::SocketAddr, password: String) -> WriteChecker {
-        let mut conn = Conn::new(app_opts_at(addr, password.clone()))
-            .await
-            .unwrap();
-        conn.query_drop("CREATE DATABASE IF NOT EXISTS chk")
-            .await
-            .unwrap();
-        conn.query_drop("CREATE TABLE IF NOT EXISTS chk.w (id BIGINT PRIMARY KEY, at TIMESTAMP(6) DEFAULT CURRENT_TIMESTAMP(6))")
-            .await
-            .unwrap();
-        // Continue after the rows of earlier checkers: a number already
-        // taken would fail as a duplicate, not measure the endpoint.
-        let first: u64 = conn
-            .query_first("SELECT COALESCE(MAX(id), 0) + 1 FROM chk.w")
-            .await
-            .unwrap()
-            .unwrap_or(1);
+        // The endpoint may reach a former primary for a moment after a
+        // change of primary (a Service's endpoints follow the labels a
+        // moment later): try again until the table is ready.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let (conn, first) = loop {
+            match Self::prepare(addr, &password).await {
+                Ok(ready) => break ready,
+                Err(e) if Instant::now() > deadline => {
+                    panic!("the write checker's table through {addr}: {e}")
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        };
         drop(conn);
         let stop = Arc::new(AtomicBool::new(false));
         let log = Arc::new(Mutex::new(Log::default()));
