@@ -631,19 +631,14 @@ pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
         )));
     }
     if let crate::handover::Handover::Start { from, to } = handover {
-        out.push(Action::Status {
-            change: StatusChange::Switchover {
-                from: from.clone(),
-                to: to.clone(),
-                at,
-            },
-            then: vec![Event::new(
-                false,
-                "SwitchoverForLeavingPrimary",
-                Some(&to),
-                format!("{from} is going away on notice: it hands the primary role to {to}"),
-            )],
-        });
+        let note = format!("{from} is going away on notice: it hands the primary role to {to}");
+        out.push(switchover(
+            from,
+            to,
+            at,
+            "SwitchoverForLeavingPrimary",
+            note,
+        ));
         return out;
     }
 
@@ -981,19 +976,8 @@ fn rollout_step(s: &Snapshot, memory: &mut Memory) -> Vec<Action> {
         }
         Next::Switchover { from, to, .. } => {
             out.push(step_time(&at));
-            out.push(Action::Status {
-                change: StatusChange::Switchover {
-                    from: from.clone(),
-                    to: to.clone(),
-                    at,
-                },
-                then: vec![Event::new(
-                    false,
-                    "SwitchoverForUpgrade",
-                    Some(&to),
-                    format!("{said}: {from} hands the primary role to {to}"),
-                )],
-            });
+            let note = format!("{said}: {from} hands the primary role to {to}");
+            out.push(switchover(from, to, at, "SwitchoverForUpgrade", note));
         }
     }
     out
@@ -1062,6 +1046,14 @@ fn semi_sync(s: &Snapshot, memory: &mut Memory) -> Option<Action> {
 /// The status summary for this snapshot: phase and conditions from
 /// `phase.rs`, overridden while failover is blocked, plus the last observed
 /// GTID state and manager hash of every reachable instance.
+/// A switchover the controller starts itself, with its Event.
+fn switchover(from: String, to: String, at: String, reason: &'static str, note: String) -> Action {
+    Action::Status {
+        then: vec![Event::new(false, reason, Some(&to), note)],
+        change: StatusChange::Switchover { from, to, at },
+    }
+}
+
 /// Since when the primary has been seen down in place, in a streak of
 /// passes that saw it so (a new primary or a pass that does not see it
 /// down ends the streak).

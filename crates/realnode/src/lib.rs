@@ -352,10 +352,16 @@ fn rand_seed() -> u128 {
         .unwrap_or_default()
 }
 
-fn stop_child(mut c: Child) {
+/// SIGTERM, then SIGKILL after 10 s if it has not exited.
+pub fn stop_child(c: Child) {
+    stop_child_within(c, Duration::from_secs(10));
+}
+
+/// SIGTERM, then SIGKILL after `grace` if it has not exited.
+pub fn stop_child_within(mut c: Child, grace: Duration) {
     use nix::sys::signal::{Signal, kill};
     let _ = kill(nix::unistd::Pid::from_raw(c.id() as i32), Signal::SIGTERM);
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + grace;
     while Instant::now() < deadline {
         if let Ok(Some(_)) = c.try_wait() {
             return;

@@ -402,21 +402,10 @@ impl Drop for KubeCluster {
         // The real node tears itself down when dropped (before the control
         // plane, by field order); the process node kills its Pods'
         // processes when it stops.
-        let Node::Process { child, .. } = &mut self.node else {
-            return;
-        };
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        if let Node::Process { child, .. } = &mut self.node
+            && let Some(child) = child.take()
+        {
+            cnmysql_realnode::stop_child_within(child, Duration::from_secs(15));
         }
-        let _ = child.kill();
-        let _ = child.wait();
     }
 }

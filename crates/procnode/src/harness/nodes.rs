@@ -20,7 +20,8 @@ pub(super) enum Node {
     /// The process node (`cnmysql-node`), with the machine-wide lock of
     /// process-node clusters (see [`one_at_a_time`]), released last.
     Process {
-        child: Child,
+        /// Taken when the cluster is dropped.
+        child: Option<Child>,
         _one_at_a_time: nix::fcntl::Flock<std::fs::File>,
     },
 }
@@ -314,7 +315,7 @@ pub(super) async fn start_process(
         .with_context(|| format!("starting {}", node_exe.display()))?;
     Ok((
         Node::Process {
-            child,
+            child: Some(child),
             _one_at_a_time: lock,
         },
         cp,
