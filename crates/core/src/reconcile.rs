@@ -1494,7 +1494,7 @@ mod tests {
             ..warm()
         };
         let fences = |a: &[Action]| a.iter().any(|a| matches!(a, Action::FenceOut(_)));
-        let mut observe = |s: &Snapshot, down: bool, m: &mut Memory| {
+        let observe = |s: &Snapshot, down: bool, m: &mut Memory| {
             step(
                 &Observation {
                     snapshot: s,
