@@ -618,27 +618,7 @@ pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
         });
     }
 
-    let handover = crate::handover::decide(s, o.leaving);
-    if let crate::handover::Handover::Impossible { primary, why } = &handover
-        && memory.last_handover_refusal != *why
-    {
-        memory.last_handover_refusal = why.clone();
-        out.push(Action::Event(Event::new(
-            true,
-            "HandoverImpossible",
-            Some(primary),
-            format!("{primary} is going away on notice but no replica can take over ({why}); it will be failed over once gone"),
-        )));
-    }
-    if let crate::handover::Handover::Start { from, to } = handover {
-        let note = format!("{from} is going away on notice: it hands the primary role to {to}");
-        out.push(switchover(
-            from,
-            to,
-            at,
-            "SwitchoverForLeavingPrimary",
-            note,
-        ));
+    if hand_over(o, memory, &at, &mut out) {
         return out;
     }
 
@@ -1046,6 +1026,37 @@ fn semi_sync(s: &Snapshot, memory: &mut Memory) -> Option<Action> {
 /// The status summary for this snapshot: phase and conditions from
 /// `phase.rs`, overridden while failover is blocked, plus the last observed
 /// GTID state and manager hash of every reachable instance.
+/// A primary leaving on notice ([`crate::handover`]): the switchover to
+/// start (true: nothing else this step), or why none can, said once.
+fn hand_over(o: &Observation, memory: &mut Memory, at: &str, out: &mut Vec<Action>) -> bool {
+    match crate::handover::decide(o.snapshot, o.leaving) {
+        crate::handover::Handover::None => false,
+        crate::handover::Handover::Impossible { primary, why } => {
+            if memory.last_handover_refusal != why {
+                out.push(Action::Event(Event::new(
+                    true,
+                    "HandoverImpossible",
+                    Some(&primary),
+                    format!("{primary} is going away on notice but no replica can take over ({why}); it will be failed over once gone"),
+                )));
+                memory.last_handover_refusal = why;
+            }
+            false
+        }
+        crate::handover::Handover::Start { from, to } => {
+            let note = format!("{from} is going away on notice: it hands the primary role to {to}");
+            out.push(switchover(
+                from,
+                to,
+                at.to_string(),
+                "SwitchoverForLeavingPrimary",
+                note,
+            ));
+            true
+        }
+    }
+}
+
 /// A switchover the controller starts itself, with its Event.
 fn switchover(from: String, to: String, at: String, reason: &'static str, note: String) -> Action {
     Action::Status {

@@ -190,6 +190,42 @@ fn spawn(name: &str, program: &Path, args: &[String], log: &Path) -> anyhow::Res
         .with_context(|| format!("starting {name} ({})", program.display()))
 }
 
+/// The API server's flags that some options add: real kubelets joining
+/// ([`Options::nodes`]) and the audit log ([`Options::audit`]).
+fn optional_api_args(opts: &Options, d: &Path) -> anyhow::Result<Vec<String>> {
+    let mut api_args = Vec::new();
+    if opts.nodes {
+        api_args.extend([
+            "--enable-admission-plugins=NodeRestriction".into(),
+            format!(
+                "--kubelet-client-certificate={}",
+                d.join("kubelet-client.crt").display()
+            ),
+            format!(
+                "--kubelet-client-key={}",
+                d.join("kubelet-client.key").display()
+            ),
+            "--kubelet-preferred-address-types=InternalIP".into(),
+            "--endpoint-reconciler-type=lease".into(),
+        ]);
+    }
+    if opts.audit {
+        std::fs::write(
+            d.join("audit-policy.yaml"),
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived, ResponseStarted]\nrules:\n- level: Metadata\n",
+        )?;
+        api_args.push(format!(
+            "--audit-policy-file={}",
+            d.join("audit-policy.yaml").display()
+        ));
+        api_args.push(format!(
+            "--audit-log-path={}",
+            d.join("audit.log").display()
+        ));
+    }
+    Ok(api_args)
+}
+
 impl ControlPlane {
     /// Start etcd and kube-apiserver (and kube-controller-manager when
     /// controllers are asked for); returns once `/readyz` answers ok.
@@ -305,35 +341,7 @@ impl ControlPlane {
             "--v=1".into(),
         ];
         let mut api_args = api_args;
-        if opts.nodes {
-            api_args.extend([
-                "--enable-admission-plugins=NodeRestriction".into(),
-                format!(
-                    "--kubelet-client-certificate={}",
-                    d.join("kubelet-client.crt").display()
-                ),
-                format!(
-                    "--kubelet-client-key={}",
-                    d.join("kubelet-client.key").display()
-                ),
-                "--kubelet-preferred-address-types=InternalIP".into(),
-                "--endpoint-reconciler-type=lease".into(),
-            ]);
-        }
-        if opts.audit {
-            std::fs::write(
-                d.join("audit-policy.yaml"),
-                "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived, ResponseStarted]\nrules:\n- level: Metadata\n",
-            )?;
-            api_args.push(format!(
-                "--audit-policy-file={}",
-                d.join("audit-policy.yaml").display()
-            ));
-            api_args.push(format!(
-                "--audit-log-path={}",
-                d.join("audit.log").display()
-            ));
-        }
+        api_args.extend(optional_api_args(&opts, &d)?);
         let api = spawn(
             "kube-apiserver",
             &assets.join("kube-apiserver"),
@@ -353,6 +361,13 @@ impl ControlPlane {
         }
         cp.wait_ready(Duration::from_secs(90)).await?;
 
+        cp.start_controllers(&opts, &assets)?;
+        Ok(cp)
+    }
+
+    /// kube-controller-manager (when controllers are asked for) and
+    /// kube-scheduler (when asked for).
+    fn start_controllers(&mut self, opts: &Options, assets: &Path) -> anyhow::Result<()> {
         if !opts.controllers.is_empty() {
             let kcm = assets.join("kube-controller-manager");
             if !kcm.is_file() {
@@ -362,16 +377,19 @@ impl ControlPlane {
                 );
             }
             let args: Vec<String> = vec![
-                format!("--kubeconfig={}", cp.kubeconfig.display()),
+                format!("--kubeconfig={}", self.kubeconfig.display()),
                 format!("--controllers={}", opts.controllers.join(",")),
                 "--leader-elect=false".into(),
                 "--secure-port=0".into(),
                 "--use-service-account-credentials=false".into(),
                 "--concurrent-gc-syncs=5".into(),
-                format!("--root-ca-file={}", d.join("ca.crt").display()),
+                format!(
+                    "--root-ca-file={}",
+                    self.dir.path().join("ca.crt").display()
+                ),
                 format!(
                     "--service-account-private-key-file={}",
-                    cp.service_account_key.display()
+                    self.service_account_key.display()
                 ),
                 "--v=1".into(),
             ];
@@ -379,13 +397,14 @@ impl ControlPlane {
                 "kube-controller-manager",
                 &kcm,
                 &args,
-                &d.join("kube-controller-manager.log"),
+                &self.dir.path().join("kube-controller-manager.log"),
             )?;
-            cp.children.push(("kube-controller-manager".into(), child));
+            self.children
+                .push(("kube-controller-manager".into(), child));
         }
         if opts.scheduler {
             let args: Vec<String> = vec![
-                format!("--kubeconfig={}", cp.kubeconfig.display()),
+                format!("--kubeconfig={}", self.kubeconfig.display()),
                 "--leader-elect=false".into(),
                 "--secure-port=0".into(),
                 "--v=1".into(),
@@ -394,11 +413,11 @@ impl ControlPlane {
                 "kube-scheduler",
                 &assets.join("kube-scheduler"),
                 &args,
-                &d.join("kube-scheduler.log"),
+                &self.dir.path().join("kube-scheduler.log"),
             )?;
-            cp.children.push(("kube-scheduler".into(), child));
+            self.children.push(("kube-scheduler".into(), child));
         }
-        Ok(cp)
+        Ok(())
     }
 
     /// The kubeconfig of a user named in [`Options::users`].
