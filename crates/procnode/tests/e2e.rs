@@ -1084,13 +1084,23 @@ async fn annotations_upgrade_a_canary_from_a_file_retry_a_failure_and_walk_the_w
             .as_deref(),
         Some(want.as_str())
     );
-    let st = e.status().await;
-    assert_eq!(st.executable_hash_by_instance["db-2"], want);
+    // The status reports the new hash at the operator's next poll.
+    until(
+        "db-2's new hash in the status",
+        Duration::from_secs(30),
+        || async {
+            let st = e.status().await;
+            (st.executable_hash_by_instance.get("db-2") == Some(&want)).then_some(())
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(
         e.pod_processes("db-2").await,
         before[1],
         "db-2: same Pod, manager and mysqld"
     );
+    let st = e.status().await;
     for (p, b) in [("db-1", &before[0]), ("db-3", &before[2])] {
         assert_eq!(st.executable_hash_by_instance[p], old, "{p} untouched");
         assert_eq!(&e.pod_processes(p).await, b, "{p} untouched");
@@ -1106,11 +1116,17 @@ async fn annotations_upgrade_a_canary_from_a_file_retry_a_failure_and_walk_the_w
     );
     let o = e.orchestrated_done(Duration::from_secs(180)).await;
     assert_eq!(o.release.as_deref(), Some(want.as_str()));
-    let c = e.clusters.get("db").await.unwrap();
-    assert_eq!(
-        c.metadata.annotations.unwrap()["cnmysql.io/upgrade-status"],
-        "done"
-    );
+    // Mirrored onto the Cluster by a second write after the status record.
+    until(
+        "the Cluster's upgrade-status annotation done",
+        Duration::from_secs(30),
+        || async {
+            let c = e.clusters.get("db").await.ok()?;
+            (c.metadata.annotations?.get("cnmysql.io/upgrade-status")? == "done").then_some(())
+        },
+    )
+    .await
+    .unwrap();
     let st = e.status().await;
     for (p, b) in ["db-1", "db-2", "db-3"].iter().zip(&before) {
         assert_eq!(st.executable_hash_by_instance[*p], want, "{p}");
