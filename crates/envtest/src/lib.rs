@@ -614,7 +614,18 @@ pub async fn install_crd(client: &kube::Client, path: &Path) -> anyhow::Result<(
 }
 
 /// Wait until `f` returns Some, or fail after `timeout` naming `what`.
-pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    until(what, timeout, f)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Poll `f` every 100 ms until it returns Some, or fail naming `what`.
+pub async fn until<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -622,10 +633,10 @@ where
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(v) = f().await {
-            return v;
+            return Ok(v);
         }
         if Instant::now() > deadline {
-            panic!("timed out after {timeout:?} waiting for {what}");
+            bail!("timed out after {timeout:?} waiting for {what}");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

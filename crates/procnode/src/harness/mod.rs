@@ -118,23 +118,7 @@ pub struct KubeCluster {
     state: tempfile::TempDir,
 }
 
-/// Poll `f` every 100 ms until it returns Some, or fail naming `what`.
-pub async fn until<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await {
-            return Ok(v);
-        }
-        if Instant::now() > deadline {
-            bail!("timed out after {timeout:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
+pub use cnmysql_envtest::until;
 
 impl KubeCluster {
     /// Start the control plane and the node (`node_exe`, running `cnmysql`
