@@ -22,9 +22,15 @@ const APP_PRIVILEGES: &str = "SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, INDE
 /// Run the flavour's install program into an empty directory.
 pub fn install_db(flavor: Flavor, programs: &Programs, target: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(target)?;
+    // Its own temporary directory: in the shared /tmp another server's
+    // cleanup can take this one's files away mid-install.
+    let tmp = tempfile::Builder::new()
+        .prefix(".cnmysql-install-tmp")
+        .tempdir_in(target.parent().unwrap_or(Path::new("/tmp")))?;
     let mut cmd = programs.command(&programs.install_db);
     cmd.arg("--no-defaults")
-        .arg(format!("--datadir={}", target.display()));
+        .arg(format!("--datadir={}", target.display()))
+        .arg(format!("--tmpdir={}", tmp.path().display()));
     match flavor {
         Flavor::Mariadb => {
             // --force: without it the script insists on resolving the

@@ -333,6 +333,11 @@ impl InstanceConfig {
     pub fn pid_file(&self) -> PathBuf {
         self.run_dir.join("mysqld.pid")
     }
+    /// The server's own temporary files (sorts, temporary tables): never
+    /// the machine's shared /tmp, where another server's files live.
+    pub fn tmp_dir(&self) -> PathBuf {
+        self.run_dir.join("tmp")
+    }
     pub fn log_fifo(&self) -> PathBuf {
         self.run_dir.join("mysqld.log.fifo")
     }
@@ -397,6 +402,7 @@ pub fn render_mycnf(c: &InstanceConfig) -> String {
         ("datadir", c.data_dir.display().to_string()),
         ("socket", c.socket().display().to_string()),
         ("pid_file", c.pid_file().display().to_string()),
+        ("tmpdir", c.tmp_dir().display().to_string()),
         ("bind_address", c.mysql_bind.clone()),
         ("port", c.mysql_port.to_string()),
         ("server_id", c.server_id().to_string()),
@@ -536,6 +542,8 @@ pub(crate) mod tests {
         assert!(cnf.contains("rpl_semi_sync_master_wait_point = AFTER_SYNC\n"));
         assert!(cnf.contains("bind_address = 127.0.0.1\n"));
         assert!(cnf.contains("port = 3307\n"));
+        let tmp = format!("tmpdir = {}\n", c.run_dir.join("tmp").display());
+        assert!(cnf.contains(&tmp), "each server has its own tmpdir: {cnf}");
     }
 
     #[test]

@@ -53,6 +53,13 @@ pub fn prepare(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A directory of the manager's own inside the run directory, private.
+pub fn make_private_dir(dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)
+        .and_then(|_| std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)))
+        .map_err(|e| anyhow::anyhow!("cannot make the private directory {}: {e}", dir.display()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

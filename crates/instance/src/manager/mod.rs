@@ -179,6 +179,7 @@ impl<C: ClusterState> Manager<C> {
     async fn run_in_span(self: Arc<Self>) -> anyhow::Result<()> {
         let cfg = self.cfg.clone();
         crate::run_dir::prepare(&cfg.run_dir)?;
+        crate::run_dir::make_private_dir(&cfg.tmp_dir())?;
         std::fs::write(cfg.mycnf(), render_mycnf(&cfg))?;
         // After an in-place upgrade or restart: the running mysqld and the
         // log FIFO the previous image handed on.
