@@ -21,6 +21,7 @@ pub const OPERATOR_OWNED_PARAMETERS: &[&str] = &[
     "datadir",
     "bind_address",
     "pid_file",
+    "tmpdir",
     "log_bin",
     "log_bin_index",
     "log_slave_updates",
@@ -330,12 +331,30 @@ pub struct MysqlSpec {
     #[serde(default)]
     #[schemars(extend("maxProperties" = 256, "additionalProperties" = {"type": "string", "maxLength": 4096}))]
     #[x_kube(validation = Rule::new("self.all(k, k.matches('^[A-Za-z0-9_.-]+$') && !self[k].contains('\\n'))").message("spec.mysql.parameters: names are letters, digits, _ . - and values are single lines"))]
-    #[x_kube(validation = Rule::new("self.all(k, !(k.lowerAscii().replace('-', '_') in ['server_id','port','socket','datadir','bind_address','pid_file','log_bin','log_bin_index','log_slave_updates','log_replica_updates','binlog_format','gtid_strict_mode','gtid_domain_id','gtid_mode','enforce_gtid_consistency','read_only','super_read_only','relay_log','ssl_ca','ssl_cert','ssl_key','skip_slave_start','skip_replica_start','rpl_semi_sync_master_enabled','rpl_semi_sync_slave_enabled','rpl_semi_sync_master_timeout','rpl_semi_sync_master_wait_point','rpl_semi_sync_source_enabled','rpl_semi_sync_replica_enabled','rpl_semi_sync_source_timeout','rpl_semi_sync_source_wait_for_replica_count','rpl_semi_sync_source_wait_point','plugin_load_add','user']))").message("spec.mysql.parameters sets a setting the operator owns (server_id, binlog, GTID, TLS, read-only, semi-sync, paths): remove it; use spec.mysql.semiSync for semi-sync"))]
+    #[x_kube(validation = Rule::new("self.all(k, !(k.lowerAscii().replace('-', '_') in ['server_id','port','socket','datadir','bind_address','pid_file','tmpdir','log_bin','log_bin_index','log_slave_updates','log_replica_updates','binlog_format','gtid_strict_mode','gtid_domain_id','gtid_mode','enforce_gtid_consistency','read_only','super_read_only','relay_log','ssl_ca','ssl_cert','ssl_key','skip_slave_start','skip_replica_start','rpl_semi_sync_master_enabled','rpl_semi_sync_slave_enabled','rpl_semi_sync_master_timeout','rpl_semi_sync_master_wait_point','rpl_semi_sync_source_enabled','rpl_semi_sync_replica_enabled','rpl_semi_sync_source_timeout','rpl_semi_sync_source_wait_for_replica_count','rpl_semi_sync_source_wait_point','plugin_load_add','user']))").message("spec.mysql.parameters sets a setting the operator owns (server_id, binlog, GTID, TLS, read-only, semi-sync, paths): remove it; use spec.mysql.semiSync for semi-sync"))]
     pub parameters: BTreeMap<String, String>,
 
     /// Semi-synchronous replication.
     #[serde(default)]
     pub semi_sync: SemiSyncSpec,
+
+    /// What happens to an instance whose GTID history holds transactions
+    /// the primary lacks (a former primary stopped mid-commit).
+    /// `automatic`: when those transactions provably include no write a
+    /// client was told had committed, they are saved (a binary log file on
+    /// the instance's volume and in the backup store) and the instance
+    /// re-clones itself from the primary. `manual`: it stays out, read-only,
+    /// until `reinit` is asked for.
+    #[serde(default)]
+    pub diverged_instances: DivergedInstances,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DivergedInstances {
+    #[default]
+    Automatic,
+    Manual,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
@@ -519,6 +538,22 @@ pub struct ServiceTemplateSpec {
     pub health_check_node_port: Option<i32>,
 }
 
+/// Transactions only one instance held, saved before its data was replaced.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SavedTransactions {
+    pub instance: String,
+    /// When they were saved (RFC 3339).
+    pub time: String,
+    /// Their GTID set.
+    pub gtid_set: String,
+    /// The binary log file holding their events, on the instance's volume.
+    pub file: String,
+    /// The same file in the backup store, when the Cluster has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object: Option<String>,
+}
+
 /// One instance as the control plane last saw it (`status.instanceStates`).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -604,6 +639,21 @@ pub struct ClusterStatus {
     /// Instances kept out of service because their GTID history is unsafe.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub diverged_instances: Vec<String>,
+    /// Why each diverged instance is kept out, and whether it re-clones
+    /// itself (`spec.mysql.divergedInstances`) or waits for `reinit`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub diverged_reasons: BTreeMap<String, String>,
+    /// Instances a user asked to re-initialise (`reinit`): each saves what
+    /// only it holds, then re-clones itself from the primary.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reinit_requests: Vec<String>,
+    /// The instance re-cloning itself now (one at a time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reinitializing: Option<String>,
+    /// Transactions only a diverged instance held, saved before it was
+    /// re-initialised (newest last, the last 20).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub saved_transactions: Vec<SavedTransactions>,
     /// Instances fenced out of routing and held read-only.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fenced_instances: Vec<String>,

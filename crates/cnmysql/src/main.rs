@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 
 mod plugin;
+mod reinit;
 
 #[derive(Parser)]
 #[command(
@@ -168,6 +169,19 @@ enum LocalCommand {
     RestartInplace {
         #[command(flatten)]
         member: Member,
+    },
+    /// Re-initialise an instance: it saves the transactions only it holds
+    /// (a file beside its data, and the backup store), then replaces its
+    /// data with a fresh clone of the primary. Refused for the primary.
+    Reinit {
+        #[command(flatten)]
+        member: Member,
+        /// Return once requested, without following it.
+        #[arg(long)]
+        no_wait: bool,
+        /// How long to follow it.
+        #[arg(long, default_value = "600", value_name = "SECONDS")]
+        wait_timeout: u64,
     },
     /// Take a base backup into the store `spec.backup` names, from the
     /// most caught-up ready replica or, failing one, the primary
@@ -707,6 +721,21 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             LocalCommand::RestartInplace { member } => {
                 let (dir, instance) = member.resolve()?;
                 cnmysql_local::restart_inplace(&dir, &instance).await
+            }
+            LocalCommand::Reinit {
+                member,
+                no_wait,
+                wait_timeout,
+            } => {
+                let (dir, instance) = member.resolve()?;
+                cnmysql_local::reinit::request_reinit(&dir, &instance)?;
+                if no_wait {
+                    return Ok(());
+                }
+                reinit::follow(Duration::from_secs(wait_timeout), &instance, || async {
+                    dir.read_status()
+                })
+                .await
             }
             LocalCommand::Backup {
                 target,

@@ -109,6 +109,22 @@ pub enum PluginCommand {
         #[arg(long, value_name = "SECONDS", default_value = "60")]
         timeout: u64,
     },
+    /// Re-initialise an instance: it saves the transactions only it holds
+    /// (a file on its volume, and the backup store), then replaces its data
+    /// with a fresh clone of the primary (its volume is kept). Refused for
+    /// the primary, and while the cluster has no primary.
+    Reinit {
+        /// The cluster, e.g. cluster-example.
+        cluster: String,
+        /// The instance, e.g. cluster-example-2.
+        instance: String,
+        /// Follow it until the instance is ready again (--wait=false returns once requested).
+        #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+        wait: bool,
+        /// How long to follow it.
+        #[arg(long, value_name = "SECONDS", default_value = "600")]
+        timeout: u64,
+    },
     /// Fence an instance (out of every route, held read-only, never a
     /// failover candidate), or unfence it.
     Fence {
@@ -241,6 +257,36 @@ pub async fn run(cli: PluginCli) -> anyhow::Result<()> {
                 took.as_secs_f64()
             );
             Ok(())
+        }
+        PluginCommand::Reinit {
+            cluster,
+            instance,
+            wait,
+            timeout,
+        } => {
+            let limit = Duration::from_secs(timeout);
+            if t.local {
+                let dir = t.local_dir(&cluster)?;
+                cnmysql_local::reinit::request_reinit(&dir, &instance)?;
+                if !wait {
+                    return Ok(());
+                }
+                return crate::reinit::follow(limit, &instance, || async { dir.read_status() })
+                    .await;
+            }
+            let h = t.kubernetes(&cluster).await?;
+            if k8s::request_reinit(&h, &instance).await? {
+                eprintln!("{instance}: re-initialisation requested");
+            } else {
+                eprintln!("{instance}: re-initialisation was already requested");
+            }
+            if !wait {
+                return Ok(());
+            }
+            crate::reinit::follow(limit, &instance, || async {
+                Ok(h.get().await?.status.unwrap_or_default())
+            })
+            .await
         }
         PluginCommand::Fence {
             mode,

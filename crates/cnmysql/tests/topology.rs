@@ -173,40 +173,28 @@ async fn failover_after_kill9_with_required_durability_loses_nothing() {
     );
     assert!(c.has_event("FailingOver").is_some());
     assert_eq!(c.writable_instances().await, vec![new.clone()]);
-    // The former primary comes back read-only. MariaDB: it rejoins as a
+    // The former primary comes back read-only and rejoins. MariaDB: as a
     // replica, since a transaction it was killed with before any replica
     // acknowledged it (so no client was told it committed) is rolled back
     // by its recovery as a replica. MySQL has no such recovery: it commits
-    // that transaction, and the former primary is then kept out as
-    // diverged (read-only, out of routing) unless nothing was in flight.
-    let rejoined = wait_for("fo-1 to rejoin", Duration::from_secs(60), || async {
+    // that transaction, comes back diverged unless nothing was in flight,
+    // saves it and re-clones itself (required durability: nothing it alone
+    // holds was acknowledged).
+    wait_for("fo-1 to rejoin", Duration::from_secs(90), || async {
         let diverged = c.status()["divergedInstances"] == serde_json::json!(["fo-1"]);
         assert!(
             flavor() == Flavor::Mysql || !diverged,
             "fo-1 was found diverged"
         );
-        if diverged {
-            return Some(false);
-        }
         let st = c.status_json();
         let i = instances_by_name(&st)["fo-1"].clone();
-        (i["ready"] == true && i["role"] == "replica").then_some(true)
+        (!diverged && i["ready"] == true && i["role"] == "replica").then_some(())
     })
     .await;
-    let survivors: &[&str] = if rejoined {
-        &["fo-1", "fo-2", "fo-3"]
-    } else {
-        eprintln!("fo-1 kept out as diverged (MySQL recovered a transaction nobody acknowledged)");
-        assert_eq!(
-            c.admin("fo-1")
-                .await
-                .query_first::<i64, _>("SELECT @@read_only")
-                .await
-                .unwrap(),
-            Some(1)
-        );
-        &["fo-2", "fo-3"]
-    };
+    if c.has_event("DivergedTransactionsSaved").is_some() {
+        eprintln!("fo-1 came back diverged, saved what only it held and re-cloned itself");
+    }
+    let survivors = ["fo-1", "fo-2", "fo-3"];
     for i in survivors {
         verify_on(&c, i, &o.acked).await;
     }
@@ -295,7 +283,7 @@ async fn failover_is_blocked_when_the_only_candidate_has_an_errant_transaction()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_diverged_former_primary_is_kept_out_with_its_data() {
+async fn a_diverged_former_primary_without_semi_sync_waits_for_reinit_which_saves_its_rows() {
     let c = LocalCluster::start("div", &manifest("div", 3));
     let mut rw = c.app(c.service_port("rw")).await.unwrap();
     rw.query_drop("CREATE DATABASE d").await.unwrap();
@@ -362,6 +350,47 @@ async fn a_diverged_former_primary_is_kept_out_with_its_data() {
         .unwrap();
     assert_eq!(n, 2, "the diverged instance keeps its data for a human");
     drop(a);
+    // Semi-sync was off: those rows were acknowledged with no replica
+    // holding them, so it does not heal by itself, and says why.
+    let why = c.status()["divergedReasons"]["div-1"].clone();
+    assert!(
+        why.as_str()
+            .is_some_and(|w| w.contains("semi-sync") && w.contains("reinit")),
+        "{why}"
+    );
+    // A person decides. Never the primary.
+    let primary = c.current_primary();
+    let out = c.local(&["reinit", "div", &primary]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("is the primary") && err.contains("switch over"),
+        "{err}"
+    );
+    // The diverged one: its rows are saved, then it is a fresh replica.
+    let out = c.local(&["reinit", "div", "div-1"]);
+    assert!(
+        out.status.success(),
+        "reinit: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("re-initialised and ready"), "{said}");
+    let saved = c.status()["savedTransactions"][0].clone();
+    let file = std::fs::read_to_string(saved["file"].as_str().unwrap()).unwrap();
+    for row in ["###   @1=1", "###   @1=2"] {
+        assert!(file.contains(row), "{row} saved in {saved}:\n{file}");
+    }
+    assert!(c.has_event("DivergedTransactionsSaved").is_some());
+    let mut a = c.admin("div-1").await;
+    let n: i64 = a
+        .query_first("SELECT COUNT(*) FROM d.t")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(n, 0, "div-1 holds the primary's data now");
+    drop(a);
+    assert_eq!(c.status()["divergedInstances"], serde_json::Value::Null);
     c.destroy();
 }
 
@@ -669,38 +698,19 @@ async fn a_primary_killed_mid_commit_rolls_back_the_unacknowledged_write_and_rej
         (p != "mid-1" && !p.is_empty()).then_some(())
     })
     .await;
-    let serving: &[&str] = if flavor() == Flavor::Mysql {
+    if flavor() == Flavor::Mysql {
         // MySQL's crash recovery commits what its binary log holds: the
-        // former primary now has a transaction no other instance has, so
-        // it is kept out as diverged, with its data, and never serves.
-        wait_for(
-            "mid-1 kept out as diverged",
-            Duration::from_secs(60),
-            || async {
-                let d = c.status()["divergedInstances"].clone();
-                (d == serde_json::json!(["mid-1"])).then_some(())
-            },
-        )
-        .await;
-        let mut a = c.admin("mid-1").await;
-        let rows: Vec<i64> = a.query("SELECT id FROM mid.t ORDER BY id").await.unwrap();
-        assert_eq!(rows, [1, 2], "the diverged instance keeps its data");
-        let ro: i64 = a
-            .query_first("SELECT @@super_read_only")
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(ro, 1, "a diverged instance stays read-only");
-        drop(a);
-        assert!(!c.routes()["rw"].contains(&"mid-1".to_string()));
-        &["mid-2", "mid-3"]
+        // former primary now has a transaction no other instance has. Under
+        // required durability nobody was told it committed, so it saves it
+        // and re-clones itself, with no one asking.
+        heals_by_saving_and_recloning(&c, "mid-1", "mid.t", 2).await;
     } else {
         // The former primary recovers as a replica: the write nobody
         // acknowledged is rolled back and cut from its binary log, so it
         // follows the new primary instead of being kept out as diverged.
         rejoins_as_a_replica(&c).await;
-        &["mid-1", "mid-2", "mid-3"]
-    };
+    }
+    let serving = ["mid-1", "mid-2", "mid-3"];
     // Every instance that serves has what rw acknowledges after the fault,
     // and never the unacknowledged row.
     let mut rw = c.app(c.service_port("rw")).await.unwrap();
@@ -724,6 +734,55 @@ async fn a_primary_killed_mid_commit_rolls_back_the_unacknowledged_write_and_rej
     }
     assert_eq!(c.writable_instances().await, vec![c.current_primary()]);
     c.destroy();
+}
+
+/// A diverged instance saves the transaction only it held (the row `id` of
+/// `table`) to a file on its volume, named in the status and an event,
+/// then re-clones itself and is a ready replica again.
+async fn heals_by_saving_and_recloning(c: &LocalCluster, instance: &str, table: &str, id: i64) {
+    let e = wait_for(
+        &format!("{instance} to save what only it held"),
+        Duration::from_secs(60),
+        || async { c.has_event("DivergedTransactionsSaved") },
+    )
+    .await;
+    assert_eq!(e["instance"], instance);
+    let saved = c.status()["savedTransactions"][0].clone();
+    assert_eq!(saved["instance"], instance, "{saved}");
+    assert!(
+        !saved["gtidSet"].as_str().unwrap_or("").is_empty(),
+        "{saved}"
+    );
+    let file = std::fs::read_to_string(saved["file"].as_str().unwrap()).unwrap();
+    let insert = format!(
+        "### INSERT INTO `{}`.`{}`",
+        table.split('.').next().unwrap(),
+        table.split('.').nth(1).unwrap()
+    );
+    assert!(
+        file.contains(&insert),
+        "the saved file holds the insert:\n{file}"
+    );
+    assert!(
+        file.contains(&format!("###   @1={id}")),
+        "the saved file holds row {id}:\n{file}"
+    );
+    wait_for(
+        &format!("{instance} re-cloned and a ready replica"),
+        Duration::from_secs(90),
+        || async {
+            let st = c.status_json();
+            let i = instances_by_name(&st)[instance].clone();
+            let st = c.status();
+            (st["divergedInstances"].is_null()
+                && st["reinitializing"].is_null()
+                && i["ready"] == true
+                && i["role"] == "replica")
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(c.has_event("Reinitialized").is_some());
 }
 
 /// The killed primary comes back as a replica of the new one, not diverged,
@@ -950,4 +1009,56 @@ fn sql_count(n: u64) -> u64 {
         Flavor::Mysql => n,
         Flavor::Mariadb => 1,
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reinit_of_a_healthy_replica_replaces_its_data_and_it_serves_again() {
+    let c = LocalCluster::start("ri", &durable("ri", 3));
+    let mut rw = c.app(c.service_port("rw")).await.unwrap();
+    rw.query_drop("CREATE DATABASE ri").await.unwrap();
+    rw.query_drop("CREATE TABLE ri.t (id INT PRIMARY KEY)")
+        .await
+        .unwrap();
+    rw.query_drop("INSERT INTO ri.t VALUES (1), (2)")
+        .await
+        .unwrap();
+    let replica = if c.current_primary() == "ri-2" {
+        "ri-3"
+    } else {
+        "ri-2"
+    };
+    // Something only the old data directory has: gone once it is replaced.
+    let marker = c
+        .instance_dir(replica)
+        .join("data")
+        .join("left-by-a-person");
+    std::fs::write(&marker, "x").unwrap();
+    let out = c.local(&["reinit", "ri", replica]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "reinit: {said}");
+    assert!(
+        said.contains("requested") && said.contains("re-initialised and ready"),
+        "{said}"
+    );
+    assert!(!marker.exists(), "the data directory was replaced");
+    for reason in ["ReinitRequested", "Reinitializing", "Reinitialized"] {
+        assert!(c.has_event(reason).is_some(), "event {reason}");
+    }
+    // It held nothing the primary lacks: nothing saved.
+    assert!(c.status()["savedTransactions"].is_null());
+    // It serves the primary's rows and follows new writes.
+    rw.query_drop("INSERT INTO ri.t VALUES (3)").await.unwrap();
+    let rows = wait_for(
+        &format!("row 3 on {replica}"),
+        Duration::from_secs(20),
+        || async {
+            let mut a = c.admin(replica).await;
+            let rows: Vec<i64> = a.query("SELECT id FROM ri.t ORDER BY id").await.ok()?;
+            rows.contains(&3).then_some(rows)
+        },
+    )
+    .await;
+    assert_eq!(rows, [1, 2, 3]);
+    assert_eq!(c.writable_instances().await, vec![c.current_primary()]);
+    c.destroy();
 }

@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod orchestrated_upgrade;
 pub mod phase;
 pub mod reconcile;
+pub mod reinit;
 pub mod role;
 pub mod rollout;
 pub mod self_fence;

@@ -83,6 +83,24 @@ impl fmt::Display for Relation {
     }
 }
 
+/// A selection of a binary log: what one history holds beyond another.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Beyond {
+    /// Exactly these GTIDs (MySQL).
+    Gtids(String),
+    /// Every event after these GTIDs, one per domain (MariaDB).
+    After(String),
+}
+
+impl fmt::Display for Beyond {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Beyond::Gtids(s) => f.write_str(s),
+            Beyond::After(s) => write!(f, "after {s}"),
+        }
+    }
+}
+
 /// The executed history of one instance, whatever the flavour.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum History {
@@ -121,6 +139,32 @@ impl History {
                 .map(|s| s.to_string())
                 .collect(),
             _ => vec!["(another flavour)".to_string()],
+        }
+    }
+
+    /// What `self` holds that `other` lacks, as a binary log reader selects
+    /// it: MySQL the GTID set (`mysqlbinlog --include-gtids`), MariaDB the
+    /// positions after which it begins (`mariadb-binlog --start-position`).
+    /// `None` when there is nothing.
+    pub fn beyond(&self, other: &History) -> Option<Beyond> {
+        match (self, other) {
+            (History::Mysql(a), History::Mysql(b)) => {
+                let extra = a.subtract(b);
+                (!extra.is_empty()).then(|| Beyond::Gtids(extra.to_string()))
+            }
+            (History::Mariadb(a), History::Mariadb(b)) => {
+                let after = a.beyond(b);
+                (!after.is_empty()).then(|| {
+                    Beyond::After(
+                        after
+                            .iter()
+                            .map(|g| g.to_string())
+                            .collect::<Vec<_>>()
+                            .join(","),
+                    )
+                })
+            }
+            _ => None,
         }
     }
 

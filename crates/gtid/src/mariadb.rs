@@ -246,6 +246,47 @@ impl BinlogState {
     pub fn relation(&self, other: &BinlogState) -> Relation {
         Relation::from_containment(self.contains_state(other), other.contains_state(self))
     }
+
+    /// Where what `self` holds beyond `other` begins, per domain in which it
+    /// holds more: the last GTID both provably share (the highest of each
+    /// server's common sequence number), as a binary log reader's start
+    /// position takes it (events after it). With `gtid_strict_mode`
+    /// sequence numbers grow along a domain's history, so everything after
+    /// the common point is what only `self` holds.
+    pub fn beyond(&self, other: &BinlogState) -> Vec<Gtid> {
+        let mut out = Vec::new();
+        let domains: std::collections::BTreeSet<u32> = self.last.keys().map(|k| k.0).collect();
+        for d in domains {
+            let mine = self.last.range((d, 0)..=(d, u32::MAX));
+            let ahead = mine.clone().any(|(&(domain, server), &seq)| {
+                !other.holds(&Gtid {
+                    domain,
+                    server,
+                    seq,
+                })
+            });
+            if !ahead {
+                continue;
+            }
+            let common = mine
+                .filter_map(|(&(domain, server), &seq)| {
+                    let theirs = *other.last.get(&(domain, server))?;
+                    Some(Gtid {
+                        domain,
+                        server,
+                        seq: seq.min(theirs),
+                    })
+                })
+                .max_by_key(|g| g.seq)
+                .unwrap_or(Gtid {
+                    domain: d,
+                    server: 0,
+                    seq: 0,
+                });
+            out.push(common);
+        }
+        out
+    }
 }
 
 impl FromStr for BinlogState {
@@ -310,6 +351,26 @@ mod tests {
     }
     fn pos(s: &str) -> GtidPos {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn what_a_former_primary_alone_holds_begins_after_the_last_shared_gtid() {
+        let g = |s: &str| {
+            s.parse::<GtidPos>()
+                .unwrap()
+                .gtids()
+                .copied()
+                .collect::<Vec<_>>()
+        };
+        // Diverged at 101: the primary took over at 101 with its own writes.
+        assert_eq!(st("0-1-103").beyond(&st("0-1-100,0-2-105")), g("0-1-100"));
+        // Its own earlier term, another primary's, then its diverged tail.
+        assert_eq!(
+            st("0-1-103,0-2-100").beyond(&st("0-1-50,0-2-100,0-3-110")),
+            g("0-2-100")
+        );
+        // Nothing beyond: nothing to save.
+        assert!(st("0-1-100").beyond(&st("0-1-100,0-2-105")).is_empty());
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::future::Future;
 use std::collections::BTreeMap;
 
 use cnmysql_api::ClusterStatus;
+use cnmysql_core::reconcile::Event;
 
 use crate::config::PeerAddr;
 
@@ -19,12 +20,37 @@ pub trait ClusterState: Send + Sync + 'static {
     /// still the `targetPrimary`. True when recorded (or already so).
     fn claim_primary(&self, instance: &str) -> impl Future<Output = anyhow::Result<bool>> + Send;
 
-    /// List `instance` in `divergedInstances`, with the reason as an event.
+    /// Change the status with a pure function of it (a conditional write);
+    /// the event it returns is recorded once the change is written.
+    fn change<T: Send>(
+        &self,
+        f: impl FnMut(&mut ClusterStatus) -> (T, Option<Event>) + Send,
+    ) -> impl Future<Output = anyhow::Result<T>> + Send;
+
+    /// List `instance` in `divergedInstances` with the reason (and what
+    /// happens next); an event the first time.
     fn mark_diverged(
         &self,
         instance: &str,
         reason: &str,
-    ) -> impl Future<Output = anyhow::Result<()>> + Send;
+    ) -> impl Future<Output = anyhow::Result<()>> + Send {
+        async move {
+            self.change(|st| {
+                let first = !st.diverged_instances.iter().any(|n| n == instance);
+                cnmysql_core::reinit::note_diverged(st, instance, reason);
+                let event = first.then(|| {
+                    Event::new(
+                        true,
+                        "Diverged",
+                        Some(instance),
+                        format!("{instance} is kept out of service and read-only: {reason}"),
+                    )
+                });
+                ((), event)
+            })
+            .await
+        }
+    }
 
     /// Take or renew the primary lease; an error when another holder has it.
     fn acquire_lease(&self, instance: &str) -> impl Future<Output = anyhow::Result<()>> + Send;

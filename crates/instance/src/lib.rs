@@ -15,6 +15,7 @@ pub mod mysql_backup;
 pub mod mysqld;
 pub mod private_server;
 pub mod run_dir;
+pub mod saved_transactions;
 pub mod server_image;
 pub mod server_version;
 pub mod sql;

@@ -434,6 +434,14 @@ impl Supervisor {
         }
     }
 
+    /// Stop mysqld cleanly (bounded by the shutdown timeout) and leave it
+    /// stopped until the next [`Supervisor::start`]: its data directory is
+    /// about to be replaced.
+    pub async fn stop_for_now(&self) {
+        self.shutdown().await;
+        self.stopping.send_replace(false);
+    }
+
     /// Stop mysqld cleanly (bounded by the shutdown timeout) and do not restart it.
     pub async fn shutdown(&self) {
         self.stopping.send_replace(true);

@@ -30,6 +30,7 @@ use kube::{Api, Client, ResourceExt};
 use cnmysql_api::names::{CONTROL_PORT, MYSQL_PORT};
 use cnmysql_api::{Cluster, ClusterStatus};
 use cnmysql_core::lease::Lease;
+use cnmysql_core::reconcile::Event;
 use cnmysql_instance::ClusterState;
 use cnmysql_instance::config::PeerAddr;
 
@@ -240,26 +241,20 @@ impl ClusterState for KubeClusterState {
         Ok(claimed)
     }
 
-    async fn mark_diverged(&self, instance: &str, reason: &str) -> anyhow::Result<()> {
-        let (c, (), added) = self
-            .update_status(|_, st| {
-                if !st.diverged_instances.iter().any(|n| n == instance) {
-                    st.diverged_instances.push(instance.to_string());
-                    st.diverged_instances.sort();
-                }
-            })
-            .await?;
-        if added {
-            self.event(
-                &c,
-                Kind::Warning,
-                "Rejoin",
-                "Diverged",
-                &format!("{instance} is kept out of service and read-only; its data is left for a human: {reason}"),
-            )
-            .await;
+    async fn change<T: Send>(
+        &self,
+        mut f: impl FnMut(&mut ClusterStatus) -> (T, Option<Event>) + Send,
+    ) -> anyhow::Result<T> {
+        let (c, (value, event), written) = self.update_status(|_, st| f(st)).await?;
+        if written && let Some(e) = event {
+            let kind = if e.warning {
+                Kind::Warning
+            } else {
+                Kind::Normal
+            };
+            self.event(&c, kind, "Rejoin", e.reason, &e.message).await;
         }
-        Ok(())
+        Ok(value)
     }
 
     async fn acquire_lease(&self, instance: &str) -> anyhow::Result<()> {

@@ -108,6 +108,46 @@ pub async fn set_fencing(
     Ok(f)
 }
 
+/// Ask `instance` to re-initialise itself (`cnmysql_core::reinit`); false
+/// when it already was asked. A refusal names the reason.
+pub async fn request_reinit(h: &ClusterHandle, instance: &str) -> anyhow::Result<bool> {
+    let done = h
+        .update_status(|c, st| {
+            cnmysql_core::status::check_member(h.name(), &c.spec, instance)
+                .and_then(|()| cnmysql_core::reinit::request(st, instance))
+        })
+        .await?;
+    match done.value {
+        Err(why) => {
+            event(
+                h,
+                &done.cluster,
+                Kind::Warning,
+                "Reinit",
+                "ReinitRefused",
+                &why,
+            )
+            .await;
+            anyhow::bail!("re-initialisation of {instance} refused: {why}")
+        }
+        Ok(added) => {
+            if added && done.written {
+                let e = cnmysql_core::reinit::requested_event(instance);
+                event(
+                    h,
+                    &done.cluster,
+                    Kind::Normal,
+                    "Reinit",
+                    e.reason,
+                    &e.message,
+                )
+                .await;
+            }
+            Ok(added)
+        }
+    }
+}
+
 /// Ask the operator to restart `instance`'s manager in place; returns the
 /// request id to wait for.
 pub async fn request_restart_inplace(h: &ClusterHandle, instance: &str) -> anyhow::Result<String> {

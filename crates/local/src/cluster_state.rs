@@ -3,6 +3,7 @@
 //! under its lock.
 
 use cnmysql_api::ClusterStatus;
+use cnmysql_core::reconcile::Event;
 use cnmysql_instance::ClusterState;
 
 use crate::state::StateDir;
@@ -60,19 +61,18 @@ impl ClusterState for FileClusterState {
         Ok(claimed)
     }
 
-    async fn mark_diverged(&self, instance: &str, reason: &str) -> anyhow::Result<()> {
-        let mut added = false;
-        self.dir.update_status(|s| {
-            if !s.diverged_instances.iter().any(|n| n == instance) {
-                s.diverged_instances.push(instance.to_string());
-                s.diverged_instances.sort();
-                added = true;
-            }
-        })?;
-        if added {
-            self.dir.event(true, "Diverged", Some(instance), &format!("{instance} is kept out of service and read-only; its data is left for a human: {reason}"));
+    async fn change<T: Send>(
+        &self,
+        mut f: impl FnMut(&mut ClusterStatus) -> (T, Option<Event>) + Send,
+    ) -> anyhow::Result<T> {
+        let mut out = None;
+        self.dir.update_status(|s| out = Some(f(s)))?;
+        let (value, event) = out.expect("update_status runs its closure");
+        if let Some(e) = event {
+            self.dir
+                .event(e.warning, e.reason, e.instance.as_deref(), &e.message);
         }
-        Ok(())
+        Ok(value)
     }
 
     async fn acquire_lease(&self, instance: &str) -> anyhow::Result<()> {

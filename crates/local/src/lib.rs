@@ -16,6 +16,7 @@ pub mod process;
 pub mod progress;
 pub mod proxy;
 pub mod reexec;
+pub mod reinit;
 pub mod scheduled_backups;
 pub mod state;
 pub mod status_report;

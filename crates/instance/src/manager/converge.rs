@@ -56,6 +56,11 @@ impl<C: ClusterState> Manager<C> {
         let mut conn = pool.get_conn().await?;
         let f = self.cfg.flavor();
         let view = sql::observe(&mut conn, f).await?;
+        // Only a read-only server is ever stopped to be re-cloned: a
+        // writable one is made read-only (below) first.
+        if view.read_only && self.reinit_if_due(&status, &view).await? {
+            return Ok(());
+        }
         // A switchover's primary keeps serving, lease and all, until its
         // target has caught up: its writes stop only for what is left.
         let mut waiting_to_hand_over = String::new();
@@ -178,9 +183,7 @@ impl<C: ClusterState> Manager<C> {
                         return Ok(());
                     }
                 }
-                Action::SetReadOnly(false) => {
-                    sql::exec_all(&mut conn, &flavor::read_only(f, false)).await?
-                }
+                Action::SetReadOnly(false) => self.open_writes(&mut conn).await?,
                 Action::ResetReplication => {
                     sql::exec_all(
                         &mut conn,
@@ -242,6 +245,7 @@ impl<C: ClusterState> Manager<C> {
                         ],
                     )
                     .await?;
+                    self.clear_acked_alone();
                 }
             }
         }
@@ -332,15 +336,24 @@ impl<C: ClusterState> Manager<C> {
         }
         // The accepted primary again: a crash now keeps what it wrote.
         self.deposed.store(false, Ordering::SeqCst);
-        let healthy = self.cfg.spec.instances.saturating_sub(1).max(0) as u32;
-        sql::exec_all(
-            conn,
-            &sql::semi_sync_source(f, &semisync::desired(&self.cfg.spec, healthy)),
-        )
-        .await?;
-        sql::exec_all(conn, &flavor::read_only(f, false)).await?;
+        self.open_writes(conn).await?;
         tracing::info!("promoted: writable primary");
         Ok(())
+    }
+
+    /// Open writes on the accepted primary: semi-sync as the spec asks
+    /// first (a restarted primary's server starts with it off), and when
+    /// that means commits acknowledged without a replica, the record of it
+    /// before the first such commit.
+    async fn open_writes(&self, conn: &mut mysql_async::Conn) -> anyhow::Result<()> {
+        let f = self.cfg.flavor();
+        let healthy = self.cfg.spec.instances.saturating_sub(1).max(0) as u32;
+        let settings = semisync::desired(&self.cfg.spec, healthy);
+        if !settings.enabled {
+            self.record_acked_alone("writes opened with semi-sync off")?;
+        }
+        sql::exec_all(conn, &sql::semi_sync_source(f, &settings)).await?;
+        sql::exec_all(conn, &flavor::read_only(f, false)).await
     }
 
     /// Make mysqld read-only and close the writers' sessions, within
@@ -502,6 +515,12 @@ impl<C: ClusterState> Manager<C> {
             wait_for_count: 1,
             timeout_millis: semisync::NEVER_FALL_BACK_MS,
         };
+        if let Err(e) = self.record_acked_alone(&format!(
+            "fell back to asynchronous replication after a commit waited {waited} ms"
+        )) {
+            tracing::error!(error = %e, "cannot record the fallback; staying semi-synchronous");
+            return;
+        }
         match self.apply_semi_sync(&off).await {
             Ok(()) => tracing::warn!(
                 waited_ms = waited,
@@ -516,6 +535,13 @@ impl<C: ClusterState> Manager<C> {
         let pool = self
             .pool()
             .ok_or_else(|| anyhow::anyhow!("mysqld is not connected"))?;
+        let primary = matches!(
+            *self.desired.lock().unwrap(),
+            Some(Desired::Primary) | Some(Desired::Promote) | Some(Desired::HandOver { .. })
+        );
+        if primary && !settings.enabled {
+            self.record_acked_alone("semi-sync switched off (no replica to acknowledge)")?;
+        }
         let mut conn = pool.get_conn().await?;
         sql::exec_all(
             &mut conn,

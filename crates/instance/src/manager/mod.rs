@@ -11,6 +11,7 @@ mod observe;
 mod obtain;
 mod primary_lease;
 pub mod recovery;
+mod reinit;
 
 use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;

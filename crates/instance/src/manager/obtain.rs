@@ -244,6 +244,6 @@ impl<C: ClusterState> Manager<C> {
         sql::exec_all(&mut conn, &stmts).await?;
         drop(conn);
         bootstrap::mark_initialized(&self.cfg, &format!("cloned from {source} at {gtid}"))?;
-        Ok(())
+        self.finish_reinit().await
     }
 }

@@ -1,0 +1,207 @@
+//! Re-initialisation as the instance carries it out (the decision is
+//! `cnmysql_core::reinit`): claim the one slot, save what only this
+//! instance holds, stop the server, replace the data with a clone of the
+//! primary, rejoin. Also the record of a primary that may have
+//! acknowledged commits without a replica, which keeps such an instance
+//! from healing itself.
+
+use super::*;
+use cnmysql_api::SavedTransactions;
+use cnmysql_core::reconcile::Event;
+use cnmysql_core::reinit::{self, Next};
+
+/// The record, in the data directory, that this instance as primary may
+/// have acknowledged commits no replica had.
+const ACKED_ALONE: &str = "cnmysql-acked-alone";
+
+impl<C: ClusterState> Manager<C> {
+    pub(super) fn acked_alone(&self) -> Option<String> {
+        std::fs::read_to_string(self.cfg.data_dir.join(ACKED_ALONE))
+            .ok()
+            .map(|s| s.trim().to_string())
+    }
+
+    /// Record, durably and before the server may do it, that commits may
+    /// now be acknowledged without a replica.
+    pub(super) fn record_acked_alone(&self, why: &str) -> anyhow::Result<()> {
+        if self.acked_alone().is_some() {
+            return Ok(());
+        }
+        let path = self.cfg.data_dir.join(ACKED_ALONE);
+        let text = format!("{why} at {}", jiff::Timestamp::now());
+        let f = std::fs::File::create(&path)?;
+        std::io::Write::write_all(&mut &f, text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::File::open(&self.cfg.data_dir)?.sync_all()?;
+        tracing::warn!(
+            why,
+            "commits may be acknowledged without a replica: recorded"
+        );
+        Ok(())
+    }
+
+    /// Its whole history is now held by the primary it follows: nothing it
+    /// acknowledged alone can be lost any more.
+    pub(super) fn clear_acked_alone(&self) {
+        if std::fs::remove_file(self.cfg.data_dir.join(ACKED_ALONE)).is_ok() {
+            tracing::info!("following a primary that holds all of this instance's history");
+        }
+    }
+
+    /// Re-initialise this instance when asked, or when it is diverged and
+    /// may heal itself; otherwise record why not. True when the data was
+    /// replaced in this pass (the caller starts over).
+    pub(super) async fn reinit_if_due(
+        &self,
+        status: &cnmysql_api::ClusterStatus,
+        view: &sql::ServerView,
+    ) -> anyhow::Result<bool> {
+        let me = self.cfg.instance.as_str();
+        let acked_alone = self.acked_alone();
+        match reinit::next(me, &self.cfg.spec, status, acked_alone.as_deref()) {
+            Next::Nothing => Ok(false),
+            Next::KeepOut(why) => {
+                if status.diverged_reasons.get(me) != Some(&why) {
+                    self.cluster
+                        .change(|st| (reinit::note_diverged(st, me, &why), None))
+                        .await?;
+                }
+                Ok(false)
+            }
+            Next::Wait(why) => {
+                self.set_phase(
+                    InstancePhase::Running,
+                    format!("re-initialisation waits: {why}"),
+                );
+                Ok(false)
+            }
+            Next::Reclone { primary } => {
+                self.reinit(&primary, view).await?;
+                Ok(true)
+            }
+        }
+    }
+
+    async fn reinit(&self, primary: &str, view: &sql::ServerView) -> anyhow::Result<()> {
+        let me = self.cfg.instance.clone();
+        let claimed = self
+            .cluster
+            .change(|st| {
+                let r = reinit::claim(st, &me);
+                let event = r.is_ok().then(|| {
+                    Event::new(
+                        false,
+                        "Reinitializing",
+                        Some(&me),
+                        format!(
+                            "{me}: saving what only it holds, then re-cloning it from {primary}"
+                        ),
+                    )
+                });
+                (r, event)
+            })
+            .await?;
+        if let Err(why) = claimed {
+            self.set_phase(
+                InstancePhase::Running,
+                format!("re-initialisation waits: {why}"),
+            );
+            return Ok(());
+        }
+        self.set_phase(
+            InstancePhase::Cloning,
+            "saving the transactions only this instance holds",
+        );
+        self.save_what_only_i_hold(primary, view).await?;
+        self.set_phase(
+            InstancePhase::Cloning,
+            format!("stopping mysqld to re-clone from {primary}"),
+        );
+        self.supervisor.stop_for_now().await;
+        let data = self.cfg.data_dir.clone();
+        tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&data)).await??;
+        // The way a new replica gets its data (retried until it works, from
+        // whichever instance is the primary then): a manager restarted
+        // from here on does the same.
+        if self.obtain_data().await? {
+            tracing::info!("re-initialised: a fresh clone of the primary");
+        }
+        Ok(())
+    }
+
+    /// Save what this instance holds beyond the primary, and say so in the
+    /// status and an event. Nothing beyond: nothing saved.
+    async fn save_what_only_i_hold(
+        &self,
+        primary: &str,
+        view: &sql::ServerView,
+    ) -> anyhow::Result<()> {
+        let f = self.cfg.flavor();
+        let theirs = self
+            .peer_status(primary)
+            .await
+            .filter(|s| s.mysqld_running)
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{primary} does not answer: nothing to compare with, nothing replaced"
+                )
+            })?;
+        let mine = parse_history(f, &view.gtid_executed)?;
+        let Some(beyond) = mine.beyond(&parse_history(f, &theirs.gtid_executed)?) else {
+            return Ok(());
+        };
+        let file = crate::saved_transactions::save(&self.cfg, &beyond).await?;
+        let object = match crate::saved_transactions::upload(&self.cfg, &file).await {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot store the saved transactions in the backup store; the copy on the volume is kept");
+                None
+            }
+        };
+        let saved = SavedTransactions {
+            instance: self.cfg.instance.clone(),
+            time: jiff::Timestamp::now().to_string(),
+            gtid_set: beyond.to_string(),
+            file: file.display().to_string(),
+            object,
+        };
+        tracing::warn!(gtids = %saved.gtid_set, file = saved.file, "saved the transactions only this instance held");
+        let me = self.cfg.instance.clone();
+        self.cluster
+            .change(|st| {
+                reinit::record_saved(st, saved.clone());
+                let where_ = saved.object.as_deref().map(|o| format!(" and {o}")).unwrap_or_default();
+                let event = Event::new(
+                    true,
+                    "DivergedTransactionsSaved",
+                    Some(&me),
+                    format!("{me} held transactions the primary lacks ({}); saved to {}{where_} before it is re-cloned", saved.gtid_set, saved.file),
+                );
+                ((), Some(event))
+            })
+            .await
+    }
+
+    /// A fresh clone is consistent by construction: no longer diverged,
+    /// asked for or being re-initialised.
+    pub(super) async fn finish_reinit(&self) -> anyhow::Result<()> {
+        let me = self.cfg.instance.clone();
+        self.cluster
+            .change(|st| {
+                let was = st.reinitializing.as_deref() == Some(me.as_str())
+                    || st.diverged_instances.contains(&me)
+                    || st.reinit_requests.contains(&me);
+                reinit::finish(st, &me);
+                let event = was.then(|| {
+                    Event::new(
+                        false,
+                        "Reinitialized",
+                        Some(&me),
+                        format!("{me} re-cloned from the primary and rejoining"),
+                    )
+                });
+                ((), event)
+            })
+            .await
+    }
+}
