@@ -540,6 +540,7 @@ impl Bench {
 fn failover(runs: usize) -> anyhow::Result<Value> {
     let rt = tokio::runtime::Runtime::new()?;
     let (mut times, mut lost_all) = (Vec::new(), Vec::new());
+    let (mut all_ready, mut recloned) = (Vec::new(), Vec::new());
     for i in 0..runs {
         let b = Bench::new();
         b.up_durable("fo")?;
@@ -578,6 +579,15 @@ fn failover(runs: usize) -> anyhow::Result<Value> {
             b.wait("a new primary", Duration::from_secs(60), |s| {
                 s["currentPrimary"].as_str().is_some_and(|p| p != old)
             })?;
+            // Back to N: the old primary restarted, rejoined or (diverged,
+            // on MySQL) saved what only it held and re-cloned itself.
+            b.wait("all three ready again", Duration::from_secs(120), |s| {
+                s["readyInstances"] == 3
+                    && s["divergedInstances"].is_null()
+                    && s["reinitializing"].is_null()
+            })?;
+            let ready = killed.elapsed().as_secs_f64();
+            let saved = b.status()["savedTransactions"].as_array().map_or(0, Vec::len);
             w.wait_for_more(100, Duration::from_secs(30)).await;
             let o = w.stop().await;
             let first = o
@@ -585,18 +595,28 @@ fn failover(runs: usize) -> anyhow::Result<Value> {
                 .ok_or_else(|| anyhow::anyhow!("no write after the kill"))?;
             let new = b.current_primary();
             let lost = b.lost_on(&new, &o.acked).await?;
-            anyhow::Ok(((first - killed).as_secs_f64(), lost))
+            anyhow::Ok(((first - killed).as_secs_f64(), lost, ready, saved))
+        })
+        .map(|(secs, lost, ready, saved)| {
+            all_ready.push(ready);
+            recloned.push(saved as f64);
+            (secs, lost)
         })?;
         eprintln!(
-            "failover run {}: first write {secs:.3}s after kill -9, {lost} acknowledged rows lost",
-            i + 1
+            "failover run {}: first write {secs:.3}s after kill -9, all ready after {:.3}s ({}), {lost} acknowledged rows lost",
+            i + 1,
+            all_ready.last().unwrap(),
+            if *recloned.last().unwrap() > 0.0 { "diverged: saved and re-cloned" } else { "rejoined" }
         );
         times.push(secs);
         lost_all.push(lost as f64);
     }
-    Ok(
-        json!({"kill9_to_first_write_seconds": stats(times), "acknowledged_rows_lost": stats(lost_all)}),
-    )
+    Ok(json!({
+        "kill9_to_first_write_seconds": stats(times),
+        "kill9_to_all_ready_seconds": stats(all_ready),
+        "old_primary_recloned": stats(recloned),
+        "acknowledged_rows_lost": stats(lost_all),
+    }))
 }
 
 fn unsafe_kill(pid: i32) {

@@ -1041,6 +1041,9 @@ async fn reinit_of_a_healthy_replica_replaces_its_data_and_it_serves_again() {
         "{said}"
     );
     assert!(!marker.exists(), "the data directory was replaced");
+    // Supervised as before: its server's PID file is where it was.
+    let (_, mysqld) = c.instance_pids(replica);
+    assert!(std::path::Path::new(&format!("/proc/{mysqld}")).exists());
     for reason in ["ReinitRequested", "Reinitializing", "Reinitialized"] {
         assert!(c.has_event(reason).is_some(), "event {reason}");
     }

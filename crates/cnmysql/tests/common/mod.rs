@@ -386,12 +386,26 @@ impl LocalCluster {
         std::fs::read_to_string(path).ok()?.trim().parse().ok()
     }
 
+    /// PID of an instance's manager.
+    pub fn manager_pid(&self, instance: &str) -> i32 {
+        self.pid(self.instance_dir(instance).join("manager.pid"))
+            .expect("manager pid")
+    }
+
     /// PIDs of an instance's manager and mysqld.
     pub fn instance_pids(&self, instance: &str) -> (i32, i32) {
         let d = self.instance_dir(instance);
         (
             self.pid(d.join("manager.pid")).expect("manager pid"),
-            self.pid(d.join("run/mysqld.pid")).expect("mysqld pid"),
+            self.pid(d.join("run/mysqld.pid")).unwrap_or_else(|| {
+                panic!(
+                    "{instance} has no mysqld.pid; run/: {:?}\n{}",
+                    std::fs::read_dir(d.join("run"))
+                        .map(|r| r.flatten().map(|e| e.file_name()).collect::<Vec<_>>())
+                        .unwrap_or_default(),
+                    self.log_tails()
+                )
+            }),
         )
     }
 

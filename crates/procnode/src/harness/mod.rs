@@ -371,6 +371,44 @@ impl KubeCluster {
         }
         Ok(worst)
     }
+
+    /// Wait until every one of `instances` checksums the writer's table as
+    /// `primary` does (`CHECKSUM TABLE chk.w`): they hold the same rows.
+    pub async fn same_rows(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        primary: &str,
+        instances: &[String],
+    ) -> anyhow::Result<()> {
+        use k8s_openapi::api::core::v1::Pod;
+        use mysql_async::prelude::*;
+        let password = self.app_password(namespace, cluster).await?;
+        let pods: kube::Api<Pod> = kube::Api::namespaced(self.client.clone(), namespace);
+        let checksum = |name: String| {
+            let (pods, password) = (pods.clone(), password.clone());
+            async move {
+                let ip = pods.get(&name).await.ok()?.status?.pod_ip?;
+                let mut c = connect(&ip, 3306, &password).await?;
+                let r: Option<(String, Option<i64>)> =
+                    c.query_first("CHECKSUM TABLE chk.w").await.ok()?;
+                r?.1
+            }
+        };
+        let want = until("the primary's checksum", Duration::from_secs(30), || {
+            checksum(primary.to_string())
+        })
+        .await?;
+        for name in instances {
+            until(
+                &format!("chk.w on {name} checksums as on {primary}"),
+                Duration::from_secs(30),
+                || async { (checksum(name.clone()).await? == want).then_some(()) },
+            )
+            .await?;
+        }
+        Ok(())
+    }
 }
 
 impl Drop for KubeCluster {
