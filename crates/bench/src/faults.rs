@@ -234,8 +234,15 @@ impl Watcher {
 
     /// Stop, and list the moments two instances answered writable within
     /// [`OVERLAP`] of each other, leaving out answers given within
-    /// [`RESUME_GRACE`] after their instance resumed (`resumed`).
-    pub async fn stop(mut self, resumed: &[(String, Instant)]) -> WatchReport {
+    /// [`RESUME_GRACE`] after their instance resumed (`resumed`), and pairs
+    /// whose earlier answer came from a server proven dead before the later
+    /// one (`died`): a server killed just after it answered cannot have been
+    /// writable when another was promoted after its death.
+    pub async fn stop(
+        mut self,
+        resumed: &[(String, Instant)],
+        died: &[(String, Instant)],
+    ) -> WatchReport {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.task.take() {
             let _ = t.await;
@@ -258,6 +265,12 @@ impl Watcher {
                     && s.evaluated < at + RESUME_GRACE.as_secs_f64()
             })
         };
+        let dead_between = |earlier: &Sample, later: &Sample| {
+            died.iter().any(|(n, at)| {
+                let at = unix(*at);
+                *n == earlier.instance && earlier.evaluated < at && at < later.evaluated
+            })
+        };
         let writable: Vec<&Sample> = samples.iter().filter(|s| s.writable).collect();
         let mut overlaps = Vec::new();
         let mut excused_answers = 0;
@@ -270,7 +283,12 @@ impl Watcher {
                 if apart > OVERLAP {
                     continue;
                 }
-                if excused(a) || excused(b) {
+                let (earlier, later) = if a.evaluated <= b.evaluated {
+                    (a, b)
+                } else {
+                    (b, a)
+                };
+                if excused(a) || excused(b) || dead_between(earlier, later) {
                     excused_answers += 1;
                     continue;
                 }
@@ -403,6 +421,10 @@ pub struct Run {
     pub report: Report,
     /// Instances continued after a freeze or healed after a cut, and when.
     pub resumed: Vec<(String, Instant)>,
+    /// Servers killed, and an instant by which each was proven gone (its
+    /// process no longer ran): nothing it answered before can overlap with
+    /// another instance's answer after.
+    pub died: Vec<(String, Instant)>,
 }
 
 impl Run {
@@ -422,6 +444,7 @@ impl Run {
             watcher: Watcher::start(targets, password),
             report: Report::default(),
             resumed: Vec::new(),
+            died: Vec::new(),
         }
     }
 
@@ -446,7 +469,7 @@ impl Run {
         let seed = self.seed;
         let o = self.rw.stop().await;
         let sticky = self.sticky.stop().await;
-        let watch = self.watcher.stop(&self.resumed).await;
+        let watch = self.watcher.stop(&self.resumed, &self.died).await;
         println!("{}", self.report.render(platform, seed));
         eprintln!(
             "watcher: {} answers, {} pairs left out just after a resume; sticky writer: {} rows acknowledged",

@@ -545,68 +545,75 @@ fn failover(runs: usize) -> anyhow::Result<Value> {
         let b = Bench::new();
         b.up_durable("fo")?;
         let port = b.ports()["services"]["rw"].as_u64().unwrap() as u16;
-        let (secs, lost) = rt.block_on(async {
-            let w =
-                cnmysql_bench::writer::WriteChecker::start(port, b.secret("app-password")).await;
-            w.wait_for_more(200, Duration::from_secs(20)).await;
-            let old = b.current_primary();
-            let dir = b.state().join("instances").join(&old);
-            let pids: Vec<i32> = ["manager.pid", "run/mysqld.pid"]
-                .iter()
-                .filter_map(|f| {
-                    std::fs::read_to_string(dir.join(f))
-                        .ok()?
-                        .trim()
-                        .parse()
-                        .ok()
-                })
-                .collect();
-            for p in &pids {
-                unsafe_kill(*p);
-            }
-            // Measure from the moment both processes are gone to the first
-            // acknowledged write sent after it, so no answer of the old
-            // primary counts as a write after the failover.
-            while pids.iter().any(|p| {
-                std::path::Path::new(&format!("/proc/{p}/stat")).exists()
-                    && !std::fs::read_to_string(format!("/proc/{p}/stat"))
-                        .unwrap_or_default()
-                        .contains(") Z")
-            }) {
-                std::thread::sleep(Duration::from_micros(200));
-            }
-            let killed = Instant::now();
-            b.wait("a new primary", Duration::from_secs(60), |s| {
-                s["currentPrimary"].as_str().is_some_and(|p| p != old)
+        let (secs, lost) = rt
+            .block_on(async {
+                let w = cnmysql_bench::writer::WriteChecker::start(port, b.secret("app-password"))
+                    .await;
+                w.wait_for_more(200, Duration::from_secs(20)).await;
+                let old = b.current_primary();
+                let dir = b.state().join("instances").join(&old);
+                let pids: Vec<i32> = ["manager.pid", "run/mysqld.pid"]
+                    .iter()
+                    .filter_map(|f| {
+                        std::fs::read_to_string(dir.join(f))
+                            .ok()?
+                            .trim()
+                            .parse()
+                            .ok()
+                    })
+                    .collect();
+                for p in &pids {
+                    unsafe_kill(*p);
+                }
+                // Measure from the moment both processes are gone to the first
+                // acknowledged write sent after it, so no answer of the old
+                // primary counts as a write after the failover.
+                while pids.iter().any(|p| {
+                    std::path::Path::new(&format!("/proc/{p}/stat")).exists()
+                        && !std::fs::read_to_string(format!("/proc/{p}/stat"))
+                            .unwrap_or_default()
+                            .contains(") Z")
+                }) {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                let killed = Instant::now();
+                b.wait("a new primary", Duration::from_secs(60), |s| {
+                    s["currentPrimary"].as_str().is_some_and(|p| p != old)
+                })?;
+                // Back to N: the old primary restarted, rejoined or (diverged,
+                // on MySQL) saved what only it held and re-cloned itself.
+                b.wait("all three ready again", Duration::from_secs(120), |s| {
+                    s["readyInstances"] == 3
+                        && s["divergedInstances"].is_null()
+                        && s["reinitializing"].is_null()
+                })?;
+                let ready = killed.elapsed().as_secs_f64();
+                let saved = b.status()["savedTransactions"]
+                    .as_array()
+                    .map_or(0, Vec::len);
+                w.wait_for_more(100, Duration::from_secs(30)).await;
+                let o = w.stop().await;
+                let first = o
+                    .first_ack_after(killed)
+                    .ok_or_else(|| anyhow::anyhow!("no write after the kill"))?;
+                let new = b.current_primary();
+                let lost = b.lost_on(&new, &o.acked).await?;
+                anyhow::Ok(((first - killed).as_secs_f64(), lost, ready, saved))
+            })
+            .map(|(secs, lost, ready, saved)| {
+                all_ready.push(ready);
+                recloned.push(saved as f64);
+                (secs, lost)
             })?;
-            // Back to N: the old primary restarted, rejoined or (diverged,
-            // on MySQL) saved what only it held and re-cloned itself.
-            b.wait("all three ready again", Duration::from_secs(120), |s| {
-                s["readyInstances"] == 3
-                    && s["divergedInstances"].is_null()
-                    && s["reinitializing"].is_null()
-            })?;
-            let ready = killed.elapsed().as_secs_f64();
-            let saved = b.status()["savedTransactions"].as_array().map_or(0, Vec::len);
-            w.wait_for_more(100, Duration::from_secs(30)).await;
-            let o = w.stop().await;
-            let first = o
-                .first_ack_after(killed)
-                .ok_or_else(|| anyhow::anyhow!("no write after the kill"))?;
-            let new = b.current_primary();
-            let lost = b.lost_on(&new, &o.acked).await?;
-            anyhow::Ok(((first - killed).as_secs_f64(), lost, ready, saved))
-        })
-        .map(|(secs, lost, ready, saved)| {
-            all_ready.push(ready);
-            recloned.push(saved as f64);
-            (secs, lost)
-        })?;
         eprintln!(
             "failover run {}: first write {secs:.3}s after kill -9, all ready after {:.3}s ({}), {lost} acknowledged rows lost",
             i + 1,
             all_ready.last().unwrap(),
-            if *recloned.last().unwrap() > 0.0 { "diverged: saved and re-cloned" } else { "rejoined" }
+            if *recloned.last().unwrap() > 0.0 {
+                "diverged: saved and re-cloned"
+            } else {
+                "rejoined"
+            }
         );
         times.push(secs);
         lost_all.push(lost as f64);

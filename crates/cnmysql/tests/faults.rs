@@ -38,6 +38,17 @@ fn healthy(c: &LocalCluster) -> bool {
         && c.routes().get("rw").is_some_and(|b| b.len() == 1)
 }
 
+/// The process no longer runs (gone, or a zombie awaiting its reaper).
+fn gone(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(true)
+}
+
 fn pick_replica(c: &LocalCluster, primary: &str, r: u64) -> String {
     let replicas: Vec<String> = (1..=3)
         .map(|i| c.instance_name(i))
@@ -150,7 +161,24 @@ async fn suite(name: &'static str, durability: &str) {
             fault.name()
         );
         match fault {
-            Fault::PrimaryKilled => kill_manager(&c, &primary),
+            Fault::PrimaryKilled => {
+                // The control plane stops the server its manager left; the
+                // moment it is proven gone bounds what it answered.
+                let server =
+                    std::fs::read_to_string(c.instance_dir(&primary).join("run/mysqld.pid"))
+                        .ok()
+                        .and_then(|p| p.trim().parse::<i32>().ok());
+                kill_manager(&c, &primary);
+                if let Some(pid) = server {
+                    wait_for(
+                        &format!("{what}: {primary}'s mysqld gone"),
+                        Duration::from_secs(15),
+                        || async { gone(pid).then_some(()) },
+                    )
+                    .await;
+                    run.died.push((primary.clone(), Instant::now()));
+                }
+            }
             Fault::ReplicaKilled => kill_manager(&c, &replica),
             Fault::Switchover => {
                 let out = c.local(&["promote", name, &replica]);

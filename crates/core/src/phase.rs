@@ -81,12 +81,27 @@ pub fn summarize(s: &Snapshot) -> Summary {
             Phase::CreatingReplica,
             format!("cloning {}", cloning.join(", ")),
         )
+    } else if let Some(r) = &s.status.reinitializing {
+        (
+            Phase::Degraded,
+            format!(
+                "{r} is re-initialising: saving what only it holds, then re-cloning from the primary"
+            ),
+        )
     } else if !s.status.diverged_instances.is_empty() {
         (
             Phase::Degraded,
             format!(
                 "diverged instances kept out of service: {}",
-                s.status.diverged_instances.join(", ")
+                s.status
+                    .diverged_instances
+                    .iter()
+                    .map(|d| match s.status.diverged_reasons.get(d) {
+                        Some(why) => format!("{d} ({why})"),
+                        None => d.clone(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         )
     } else if !primary_ready {

@@ -99,13 +99,29 @@ fn pick_replica(primary: &str, r: u64) -> String {
     replicas[(r % 2) as usize].clone()
 }
 
-async fn kill_pid1(k: &KubeCluster, pod: &str) {
+/// SIGKILL the container's PID 1; the instant it is proven gone (the
+/// container dies with it, its server included).
+async fn kill_pid1(k: &KubeCluster, pod: &str) -> Instant {
     let pid = k.pid(NS, pod, "mysql").await.unwrap();
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid),
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
+    let gone = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| {
+                s.rsplit(')')
+                    .next()
+                    .is_some_and(|r| r.trim_start().starts_with('Z'))
+            })
+            .unwrap_or(true)
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !gone() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    Instant::now()
 }
 
 async fn suite(durability: &str, default_faults: usize) {
@@ -201,8 +217,13 @@ async fn suite(durability: &str, default_faults: usize) {
                     .await
                     .unwrap();
             }
-            Fault::PrimaryKilled => kill_pid1(&k, &primary).await,
-            Fault::ReplicaKilled => kill_pid1(&k, &replica).await,
+            Fault::PrimaryKilled => {
+                let at = kill_pid1(&k, &primary).await;
+                run.died.push((primary.clone(), at));
+            }
+            Fault::ReplicaKilled => {
+                kill_pid1(&k, &replica).await;
+            }
             Fault::Switchover => {
                 k.plugin(&exe, &["cnmsql", "-n", NS, "promote", "db", &replica])
                     .unwrap_or_else(|e| panic!("{what}: promote {replica}: {e}"));

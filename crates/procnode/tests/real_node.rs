@@ -322,3 +322,64 @@ async fn a_killed_primary_container_is_restarted_in_place_and_a_crash_loop_is_fa
             .unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
+async fn a_replica_reinitialised_with_the_plugin_keeps_its_pod_and_claim_and_serves_again() {
+    let k = cluster().await;
+    let manifest = cnmysql_procnode::harness::cluster_manifest("ri", "db", "required");
+    k.apply_in_new_namespace("ri", &manifest).await.unwrap();
+    let primary = k
+        .wait_healthy("ri", "db", 3, Duration::from_secs(240))
+        .await
+        .unwrap();
+    let w = writer(&k, "ri", "db").await;
+    let replica = if primary == "db-2" { "db-3" } else { "db-2" };
+    let pods: Api<Pod> = Api::namespaced(k.client.clone(), "ri");
+    let uid = pods.get(replica).await.unwrap().metadata.uid;
+    // Something only the old data directory holds.
+    let marker = k
+        .claim_path("ri", replica)
+        .await
+        .unwrap()
+        .join("data")
+        .join("left-by-a-person");
+    std::fs::write(&marker, "x").unwrap();
+    // Never the primary.
+    let refused = k.plugin(
+        &cnmysql_exe(),
+        &["cnmsql", "-n", "ri", "reinit", "db", &primary],
+    );
+    let e = refused.expect_err("reinit of the primary is refused");
+    assert!(e.to_string().contains("is the primary"), "{e}");
+    let t = Instant::now();
+    k.plugin(
+        &cnmysql_exe(),
+        &["cnmsql", "-n", "ri", "reinit", "db", replica],
+    )
+    .unwrap();
+    eprintln!(
+        "{replica} re-initialised through the plugin in {:?}",
+        t.elapsed()
+    );
+    assert!(!marker.exists(), "its data directory was replaced");
+    assert_eq!(
+        pods.get(replica).await.unwrap().metadata.uid,
+        uid,
+        "the same Pod (and claim): only the data was replaced"
+    );
+    let r = reasons(&k, "ri").await;
+    for reason in ["ReinitRequested", "Reinitializing", "Reinitialized"] {
+        assert!(r.iter().any(|x| x == reason), "{reason} in {r:?}");
+    }
+    let (_, acked) = outage(w, t).await;
+    k.wait_healthy("ri", "db", 3, Duration::from_secs(120))
+        .await
+        .unwrap();
+    let missing = k
+        .rows_missing("ri", "db", &all("db"), &acked)
+        .await
+        .unwrap();
+    assert_eq!(missing, 0, "acknowledged rows lost");
+    k.same_rows("ri", "db", &primary, &all("db")).await.unwrap();
+}
