@@ -40,14 +40,19 @@ pub enum Next {
     Wait(String),
 }
 
-/// The decision for `me`. `acked_alone` is the manager's record that this
-/// instance may have acknowledged commits without a replica as primary.
-pub fn next(
-    me: &str,
-    spec: &ClusterSpec,
-    status: &ClusterStatus,
-    acked_alone: Option<&str>,
-) -> Next {
+/// What the manager knows of its own instance.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Local<'a> {
+    /// The record that this instance, as primary, may have acknowledged
+    /// commits without a replica.
+    pub acked_alone: Option<&'a str>,
+    /// What it holds beyond the primary includes transactions of other
+    /// sources: received as a replica, which may have acknowledged them.
+    pub holds_others_writes: bool,
+}
+
+/// The decision for `me`.
+pub fn next(me: &str, spec: &ClusterSpec, status: &ClusterStatus, local: Local) -> Next {
     let diverged = status.diverged_instances.iter().any(|n| n == me);
     let requested = status.reinit_requests.iter().any(|n| n == me);
     let resuming = status.reinitializing.as_deref() == Some(me);
@@ -57,7 +62,7 @@ pub fn next(
     if diverged
         && !requested
         && !resuming
-        && let Err(why) = automatic_allowed(me, spec, acked_alone)
+        && let Err(why) = automatic_allowed(me, spec, local)
     {
         return Next::KeepOut(why);
     }
@@ -72,11 +77,7 @@ pub fn next(
 }
 
 /// Whether a diverged instance may re-clone itself without being asked.
-pub fn automatic_allowed(
-    me: &str,
-    spec: &ClusterSpec,
-    acked_alone: Option<&str>,
-) -> Result<(), String> {
+pub fn automatic_allowed(me: &str, spec: &ClusterSpec, local: Local) -> Result<(), String> {
     let ask = format!(
         "run `kubectl cnmsql reinit CLUSTER {me}` (or `cnmysql local reinit CLUSTER {me}`) to save its transactions and re-clone it"
     );
@@ -85,7 +86,7 @@ pub fn automatic_allowed(
             "spec.mysql.divergedInstances is manual: it stays out until {ask}"
         ));
     }
-    if let Some(record) = acked_alone {
+    if let Some(record) = local.acked_alone {
         return Err(format!(
             "as primary it acknowledged commits no replica had ({record}): what only it holds may include writes a client was told had committed; {ask} once you have checked them"
         ));
@@ -94,6 +95,15 @@ pub fn automatic_allowed(
     if !semi.enabled {
         return Err(format!(
             "semi-sync is off, so as primary it acknowledged every commit without a replica: what only it holds may include writes a client was told had committed; {ask} once you have checked them"
+        ));
+    }
+    // Under `preferred` failover need not wait for every replica, so a
+    // replica left behind may hold writes it acknowledged that the new
+    // primary lacks. Only its own writes as primary are provably
+    // unacknowledged (no record: it never acknowledged alone).
+    if semi.data_durability != cnmysql_api::DataDurability::Required && local.holds_others_writes {
+        return Err(format!(
+            "it holds transactions of another primary that the current one lacks, which it may have acknowledged as a replica (dataDurability: preferred); {ask} once you have checked them"
         ));
     }
     // `required` never falls back; `preferred` without a record never did:
@@ -274,6 +284,13 @@ mod tests {
         st
     }
 
+    fn alone(record: &str) -> Local<'_> {
+        Local {
+            acked_alone: Some(record),
+            ..Default::default()
+        }
+    }
+
     fn diverged(me: &str) -> ClusterStatus {
         let mut st = healthy("db-2");
         note_diverged(
@@ -287,7 +304,12 @@ mod tests {
     #[test]
     fn under_required_a_diverged_instance_recloning_itself_is_safe_by_construction() {
         let st = diverged("db-1");
-        let n = next("db-1", &spec(DataDurability::Required, true), &st, None);
+        let n = next(
+            "db-1",
+            &spec(DataDurability::Required, true),
+            &st,
+            Local::default(),
+        );
         assert_eq!(
             n,
             Next::Reclone {
@@ -301,7 +323,7 @@ mod tests {
         let st = diverged("db-1");
         let s = spec(DataDurability::Preferred, true);
         assert_eq!(
-            next("db-1", &s, &st, None),
+            next("db-1", &s, &st, Local::default()),
             Next::Reclone {
                 primary: "db-2".into()
             }
@@ -310,7 +332,7 @@ mod tests {
             "db-1",
             &s,
             &st,
-            Some("fell back to asynchronous replication at 12:00"),
+            alone("fell back to asynchronous replication at 12:00"),
         ) else {
             panic!("kept out when it acknowledged alone");
         };
@@ -321,22 +343,47 @@ mod tests {
             "db-1",
             &spec(DataDurability::Required, true),
             &st,
-            Some("x"),
+            alone("x"),
         );
         assert!(matches!(r, Next::KeepOut(_)), "{r:?}");
     }
 
     #[test]
+    fn under_preferred_a_replica_holding_another_primarys_writes_waits_for_a_person() {
+        let st = diverged("db-1");
+        let others = Local {
+            holds_others_writes: true,
+            ..Default::default()
+        };
+        let Next::KeepOut(why) = next("db-1", &spec(DataDurability::Preferred, true), &st, others)
+        else {
+            panic!("it may have acknowledged them");
+        };
+        assert!(why.contains("another primary"), "{why}");
+        // Under required failover waited for it: nothing it holds was acknowledged.
+        assert_eq!(
+            next("db-1", &spec(DataDurability::Required, true), &st, others),
+            Next::Reclone {
+                primary: "db-2".into()
+            }
+        );
+    }
+
+    #[test]
     fn with_semi_sync_off_or_a_manual_policy_a_diverged_instance_waits_for_a_person() {
         let st = diverged("db-1");
-        let Next::KeepOut(why) = next("db-1", &spec(DataDurability::Preferred, false), &st, None)
-        else {
+        let Next::KeepOut(why) = next(
+            "db-1",
+            &spec(DataDurability::Preferred, false),
+            &st,
+            Local::default(),
+        ) else {
             panic!("semi-sync off: every commit was acknowledged alone");
         };
         assert!(why.contains("semi-sync is off"), "{why}");
         let mut manual = spec(DataDurability::Required, true);
         manual.mysql.diverged_instances = DivergedInstances::Manual;
-        let Next::KeepOut(why) = next("db-1", &manual, &st, None) else {
+        let Next::KeepOut(why) = next("db-1", &manual, &st, Local::default()) else {
             panic!("manual policy");
         };
         assert!(
@@ -352,7 +399,7 @@ mod tests {
         assert_eq!(request(&mut st, "db-1"), Ok(true));
         assert_eq!(request(&mut st, "db-1"), Ok(false));
         assert_eq!(
-            next("db-1", &s, &st, Some("x")),
+            next("db-1", &s, &st, alone("x")),
             Next::Reclone {
                 primary: "db-2".into()
             }
@@ -377,13 +424,13 @@ mod tests {
         note_diverged(&mut st, "db-3", "x");
         claim(&mut st, "db-3").unwrap();
         assert!(claim(&mut st, "db-1").is_err());
-        let Next::Wait(why) = next("db-1", &s, &st, None) else {
+        let Next::Wait(why) = next("db-1", &s, &st, Local::default()) else {
             panic!("one at a time");
         };
         assert!(why.contains("db-3 is being re-initialised"), "{why}");
         // The one that claimed goes on.
         assert_eq!(
-            next("db-3", &s, &st, None),
+            next("db-3", &s, &st, Local::default()),
             Next::Reclone {
                 primary: "db-2".into()
             }
@@ -392,10 +439,16 @@ mod tests {
         assert!(st.reinitializing.is_none() && !st.diverged_instances.contains(&"db-3".into()));
         // A primary in the middle of a change, or not ready: wait.
         st.target_primary = Some("db-3".into());
-        assert!(matches!(next("db-1", &s, &st, None), Next::Wait(_)));
+        assert!(matches!(
+            next("db-1", &s, &st, Local::default()),
+            Next::Wait(_)
+        ));
         st.target_primary = Some("db-2".into());
         st.instance_states.get_mut("db-2").unwrap().ready = false;
-        assert!(matches!(next("db-1", &s, &st, None), Next::Wait(_)));
+        assert!(matches!(
+            next("db-1", &s, &st, Local::default()),
+            Next::Wait(_)
+        ));
     }
 
     #[test]
@@ -441,7 +494,12 @@ mod tests {
     fn a_healthy_instance_not_asked_for_does_nothing() {
         let st = healthy("db-2");
         assert_eq!(
-            next("db-1", &spec(DataDurability::Required, true), &st, None),
+            next(
+                "db-1",
+                &spec(DataDurability::Required, true),
+                &st,
+                Local::default()
+            ),
             Next::Nothing
         );
     }

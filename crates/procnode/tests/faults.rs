@@ -282,15 +282,16 @@ async fn suite(durability: &str, default_faults: usize) {
             .await
             .unwrap();
         }
-        let healthy = if durability != "off" {
+        let healthy = if durability == "required" {
             // A former primary that comes back diverged saves what only it
             // holds and re-clones itself (nothing it alone holds was
             // acknowledged): healthy within the bound all the same.
             k.wait_healthy(NS, "db", 3, faults::RECOVERY_BOUND).await
         } else {
-            // With semi-sync off a frozen primary's last acknowledged
-            // writes may be on it alone: it is then kept out as diverged
-            // (the rest must be healthy) until a person asks for `reinit`.
+            // Otherwise an instance may hold acknowledged writes the
+            // primary lacks (semi-sync off, or left behind by a failover
+            // under preferred): it is kept out as diverged (the rest must
+            // be healthy) until a person asks for `reinit`.
             until(
                 "one primary and every other instance ready or kept out",
                 faults::RECOVERY_BOUND,

@@ -58,7 +58,21 @@ impl<C: ClusterState> Manager<C> {
     ) -> anyhow::Result<bool> {
         let me = self.cfg.instance.as_str();
         let acked_alone = self.acked_alone();
-        match reinit::next(me, &self.cfg.spec, status, acked_alone.as_deref()) {
+        let diverged = status.diverged_instances.iter().any(|n| n == me);
+        let holds_others_writes = if diverged {
+            match self.holds_others_writes(status, view).await {
+                Some(h) => h,
+                // The primary cannot be read now: decide on the next pass.
+                None => return Ok(false),
+            }
+        } else {
+            false
+        };
+        let local = reinit::Local {
+            acked_alone: acked_alone.as_deref(),
+            holds_others_writes,
+        };
+        match reinit::next(me, &self.cfg.spec, status, local) {
             Next::Nothing => Ok(false),
             Next::KeepOut(why) => {
                 if status.diverged_reasons.get(me) != Some(&why) {
@@ -80,6 +94,29 @@ impl<C: ClusterState> Manager<C> {
                 Ok(true)
             }
         }
+    }
+
+    /// Whether what this instance holds beyond the primary includes
+    /// transactions of another source than its own; `None` when the
+    /// primary cannot be read.
+    async fn holds_others_writes(
+        &self,
+        status: &cnmysql_api::ClusterStatus,
+        view: &sql::ServerView,
+    ) -> Option<bool> {
+        let f = self.cfg.flavor();
+        let primary = status.current_primary.as_deref()?;
+        let theirs = self
+            .peer_status(primary)
+            .await
+            .filter(|s| s.mysqld_running)?;
+        let mine = parse_history(f, &view.gtid_executed).ok()?;
+        let theirs = parse_history(f, &theirs.gtid_executed).ok()?;
+        Some(
+            mine.sources_missing_from(&theirs)
+                .iter()
+                .any(|src| *src != view.source_id),
+        )
     }
 
     async fn reinit(&self, primary: &str, view: &sql::ServerView) -> anyhow::Result<()> {
