@@ -410,9 +410,15 @@ impl LocalCluster {
     }
 
     /// Send a signal to an instance's manager and mysqld.
+    /// Either may be gone by now (a continue after a freeze, when the
+    /// instance was meanwhile fenced and re-cloned): those that are not.
     pub fn signal_instance(&self, instance: &str, sig: nix::sys::signal::Signal) {
-        let (m, d) = self.instance_pids(instance);
-        for pid in [m, d] {
+        let d = self.instance_dir(instance);
+        let pids = [
+            self.pid(d.join("manager.pid")),
+            self.pid(d.join("run/mysqld.pid")),
+        ];
+        for pid in pids.into_iter().flatten() {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
         }
     }
