@@ -312,6 +312,17 @@ impl Watcher {
     }
 }
 
+/// The process no longer runs: gone, or a zombie awaiting its reaper.
+pub fn process_gone(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(true)
+}
+
 /// Two answers this close together count as the same moment.
 pub const OVERLAP: Duration = Duration::from_millis(100);
 

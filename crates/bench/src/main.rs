@@ -568,12 +568,7 @@ fn failover(runs: usize) -> anyhow::Result<Value> {
                 // Measure from the moment both processes are gone to the first
                 // acknowledged write sent after it, so no answer of the old
                 // primary counts as a write after the failover.
-                while pids.iter().any(|p| {
-                    std::path::Path::new(&format!("/proc/{p}/stat")).exists()
-                        && !std::fs::read_to_string(format!("/proc/{p}/stat"))
-                            .unwrap_or_default()
-                            .contains(") Z")
-                }) {
+                while !pids.iter().all(|p| cnmysql_bench::faults::process_gone(*p)) {
                     std::thread::sleep(Duration::from_micros(200));
                 }
                 let killed = Instant::now();

@@ -38,17 +38,6 @@ fn healthy(c: &LocalCluster) -> bool {
         && c.routes().get("rw").is_some_and(|b| b.len() == 1)
 }
 
-/// The process no longer runs (gone, or a zombie awaiting its reaper).
-fn gone(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            s.rsplit(')')
-                .next()
-                .is_some_and(|r| r.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(true)
-}
-
 fn pick_replica(c: &LocalCluster, primary: &str, r: u64) -> String {
     let replicas: Vec<String> = (1..=3)
         .map(|i| c.instance_name(i))
@@ -173,7 +162,7 @@ async fn suite(name: &'static str, durability: &str) {
                     wait_for(
                         &format!("{what}: {primary}'s mysqld gone"),
                         Duration::from_secs(15),
-                        || async { gone(pid).then_some(()) },
+                        || async { faults::process_gone(pid).then_some(()) },
                     )
                     .await;
                     run.died.push((primary.clone(), Instant::now()));

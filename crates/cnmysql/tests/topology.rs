@@ -716,16 +716,7 @@ async fn a_primary_killed_mid_commit_rolls_back_the_unacknowledged_write_and_rej
     let mut rw = c.app(c.service_port("rw")).await.unwrap();
     rw.query_drop("INSERT INTO mid.t VALUES (3)").await.unwrap();
     for i in serving {
-        let rows = wait_for(
-            &format!("row 3 on {i}"),
-            Duration::from_secs(20),
-            || async {
-                let mut a = c.admin(i).await;
-                let rows: Vec<i64> = a.query("SELECT id FROM mid.t ORDER BY id").await.ok()?;
-                rows.contains(&3).then_some(rows)
-            },
-        )
-        .await;
+        let rows = ids_once_it_holds(&c, i, "mid.t", 3).await;
         assert_eq!(
             rows,
             [1, 3],
@@ -734,6 +725,24 @@ async fn a_primary_killed_mid_commit_rolls_back_the_unacknowledged_write_and_rej
     }
     assert_eq!(c.writable_instances().await, vec![c.current_primary()]);
     c.destroy();
+}
+
+/// The ids of `table` on `instance` once they include `id` (it applied
+/// the write that added it).
+async fn ids_once_it_holds(c: &LocalCluster, instance: &str, table: &str, id: i64) -> Vec<i64> {
+    wait_for(
+        &format!("row {id} of {table} on {instance}"),
+        Duration::from_secs(20),
+        || async {
+            let mut a = c.admin(instance).await;
+            let rows: Vec<i64> = a
+                .query(format!("SELECT id FROM {table} ORDER BY id"))
+                .await
+                .ok()?;
+            rows.contains(&id).then_some(rows)
+        },
+    )
+    .await
 }
 
 /// A diverged instance saves the transaction only it held (the row `id` of
@@ -1051,16 +1060,7 @@ async fn reinit_of_a_healthy_replica_replaces_its_data_and_it_serves_again() {
     assert!(c.status()["savedTransactions"].is_null());
     // It serves the primary's rows and follows new writes.
     rw.query_drop("INSERT INTO ri.t VALUES (3)").await.unwrap();
-    let rows = wait_for(
-        &format!("row 3 on {replica}"),
-        Duration::from_secs(20),
-        || async {
-            let mut a = c.admin(replica).await;
-            let rows: Vec<i64> = a.query("SELECT id FROM ri.t ORDER BY id").await.ok()?;
-            rows.contains(&3).then_some(rows)
-        },
-    )
-    .await;
+    let rows = ids_once_it_holds(&c, replica, "ri.t", 3).await;
     assert_eq!(rows, [1, 2, 3]);
     assert_eq!(c.writable_instances().await, vec![c.current_primary()]);
     c.destroy();

@@ -108,17 +108,8 @@ async fn kill_pid1(k: &KubeCluster, pod: &str) -> Instant {
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
-    let gone = || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| {
-                s.rsplit(')')
-                    .next()
-                    .is_some_and(|r| r.trim_start().starts_with('Z'))
-            })
-            .unwrap_or(true)
-    };
     let deadline = Instant::now() + Duration::from_secs(15);
-    while !gone() && Instant::now() < deadline {
+    while !faults::process_gone(pid) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     Instant::now()

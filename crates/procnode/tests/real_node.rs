@@ -200,6 +200,16 @@ async fn writer(k: &KubeCluster, ns: &str, name: &str) -> WriteChecker {
     w
 }
 
+/// A healthy 3-instance Cluster `db` with `dataDurability: required` in a
+/// new namespace `ns`; its primary.
+async fn durable_cluster(k: &KubeCluster, ns: &str) -> String {
+    let manifest = cnmysql_procnode::harness::cluster_manifest(ns, "db", "required");
+    k.apply_in_new_namespace(ns, &manifest).await.unwrap();
+    k.wait_healthy(ns, "db", 3, Duration::from_secs(240))
+        .await
+        .unwrap()
+}
+
 fn all(name: &str) -> Vec<String> {
     (1..=3).map(|n| format!("{name}-{n}")).collect()
 }
@@ -217,12 +227,7 @@ async fn reasons(k: &KubeCluster, ns: &str) -> Vec<String> {
 #[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
 async fn a_primary_pod_deleted_on_notice_hands_over_by_switchover_and_loses_nothing() {
     let k = cluster().await;
-    let manifest = cnmysql_procnode::harness::cluster_manifest("ho", "db", "required");
-    k.apply_in_new_namespace("ho", &manifest).await.unwrap();
-    let old = k
-        .wait_healthy("ho", "db", 3, Duration::from_secs(240))
-        .await
-        .unwrap();
+    let old = durable_cluster(&k, "ho").await;
     let w = writer(&k, "ho", "db").await;
     let pods: Api<Pod> = Api::namespaced(k.client.clone(), "ho");
     let t = Instant::now();
@@ -280,12 +285,7 @@ async fn kill_primary(k: &KubeCluster, ns: &str, primary: &str) -> (Duration, St
 #[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
 async fn a_killed_primary_container_is_restarted_in_place_and_a_crash_loop_is_failed_over() {
     let k = cluster().await;
-    let manifest = cnmysql_procnode::harness::cluster_manifest("kill", "db", "required");
-    k.apply_in_new_namespace("kill", &manifest).await.unwrap();
-    let mut primary = k
-        .wait_healthy("kill", "db", 3, Duration::from_secs(240))
-        .await
-        .unwrap();
+    let mut primary = durable_cluster(&k, "kill").await;
     let pods: Api<Pod> = Api::namespaced(k.client.clone(), "kill");
     for round in 1..=3 {
         // A container that has not crashed before: the kubelet starts it
@@ -327,12 +327,7 @@ async fn a_killed_primary_container_is_restarted_in_place_and_a_crash_loop_is_fa
 #[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
 async fn a_replica_reinitialised_with_the_plugin_keeps_its_pod_and_claim_and_serves_again() {
     let k = cluster().await;
-    let manifest = cnmysql_procnode::harness::cluster_manifest("ri", "db", "required");
-    k.apply_in_new_namespace("ri", &manifest).await.unwrap();
-    let primary = k
-        .wait_healthy("ri", "db", 3, Duration::from_secs(240))
-        .await
-        .unwrap();
+    let primary = durable_cluster(&k, "ri").await;
     let w = writer(&k, "ri", "db").await;
     let replica = if primary == "db-2" { "db-3" } else { "db-2" };
     let pods: Api<Pod> = Api::namespaced(k.client.clone(), "ri");
