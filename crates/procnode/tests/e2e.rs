@@ -151,7 +151,7 @@ async fn failover(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
 async fn a_cluster_comes_up_routes_rw_and_ro_and_is_deleted_with_everything_it_owns() {
     let e = env("preferred").await;
     let rw = e.k.wait_service(NS, "db-rw").await.unwrap();
@@ -201,7 +201,7 @@ async fn a_cluster_comes_up_routes_rw_and_ro_and_is_deleted_with_everything_it_o
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
 async fn switchover_with_the_plugin_under_writes_loses_no_acknowledged_row() {
     let e = env("required").await;
     let old = e.status().await.current_primary.unwrap();
@@ -274,13 +274,13 @@ async fn failover_case(kind: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
 async fn failover_when_the_primary_pod_is_deleted_loses_no_acknowledged_row() {
     failover_case("delete").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
 async fn failover_when_the_primary_pid_1_is_killed_loses_no_acknowledged_row() {
     failover_case("kill").await;
 }
@@ -349,19 +349,19 @@ async fn lost_node_case(kind: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
 async fn failover_when_the_primary_node_is_cut_off_waits_for_the_lease_and_loses_nothing() {
     lost_node_case("cut").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
 async fn failover_when_the_primary_node_freezes_waits_for_the_lease_and_loses_nothing() {
     lost_node_case("freeze").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
 async fn fencing_with_the_plugin_takes_an_instance_out_and_back() {
     let e = env("preferred").await;
     let primary = e.status().await.current_primary.unwrap();
@@ -390,7 +390,7 @@ async fn fencing_with_the_plugin_takes_an_instance_out_and_back() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
 async fn an_isolated_instance_fails_its_liveness_probe_and_is_restarted() {
     let e = env("preferred").await;
     let primary = e.status().await.current_primary.unwrap();
@@ -584,7 +584,7 @@ impl Env {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
 async fn a_new_operator_image_upgrades_every_manager_in_place_and_restart_inplace_keeps_mysqld() {
     let dir = tempfile::tempdir().unwrap();
     let e = env_with_images("required", &[next_operator(dir.path())]).await;
@@ -624,7 +624,7 @@ async fn a_new_operator_image_upgrades_every_manager_in_place_and_restart_inplac
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
 async fn a_new_operator_image_recreates_replicas_then_switches_over_and_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let e = env_with_images("required", &[next_operator(dir.path())]).await;
@@ -675,7 +675,7 @@ spec:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube (as root, with the server images mariadb:10.11.18, 10.11.19 and 11.8)"]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with the six Kubernetes binaries, scripts/setup --kube, and run scripts/test-kube (with the server images mariadb:10.11.18, 10.11.19 and 11.8)"]
 async fn server_version_upgrades_through_a_catalog_record_each_step_lose_nothing_and_refuse_a_downgrade()
  {
     const OLD: &str = "docker.io/library/mariadb:10.11.18";
@@ -811,7 +811,7 @@ async fn server_version_upgrades_through_a_catalog_record_each_step_lose_nothing
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube (as root, with the server images mariadb:10.11.18 and 10.11.19)"]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with the six Kubernetes binaries, scripts/setup --kube, and run scripts/test-kube (with the server images mariadb:10.11.18 and 10.11.19)"]
 async fn a_scheduled_server_upgrade_waits_for_upgrade_at_and_a_closed_maintenance_window() {
     const NEW: &str = "docker.io/library/mariadb:10.11.19";
     let manifest = cluster_yaml("required").replace(
@@ -875,7 +875,7 @@ async fn a_scheduled_server_upgrade_waits_for_upgrade_at_and_a_closed_maintenanc
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
 async fn a_changed_server_setting_is_rolled_out_one_pod_at_a_time_and_loses_nothing() {
     let e = env("required").await;
     let primary = e.status().await.current_primary.unwrap();
@@ -1023,7 +1023,7 @@ impl Env {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
 async fn annotations_upgrade_a_canary_from_a_file_retry_a_failure_and_walk_the_whole_cluster() {
     let e = env("required").await;
     e.patch_cluster(r#"{"spec":{"instanceUpdateStrategy":"manual"}}"#);
@@ -1137,7 +1137,7 @@ async fn annotations_upgrade_a_canary_from_a_file_retry_a_failure_and_walk_the_w
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube (as root, with the server images mariadb:10.11.18, 10.11.19 and 11.8)"]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with the six Kubernetes binaries, scripts/setup --kube, and run scripts/test-kube (with the server images mariadb:10.11.18, 10.11.19 and 11.8)"]
 async fn an_annotated_server_canary_fails_on_a_broken_image_is_retried_once_the_catalog_is_fixed_then_the_cluster_follows()
  {
     let broken = cnmysql_bench::broken_image::BrokenImage::new(
@@ -1255,7 +1255,7 @@ async fn an_annotated_server_canary_fails_on_a_broken_image_is_retried_once_the_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
 async fn backup_objects_archive_and_a_recovered_cluster_hold_every_acknowledged_row() {
     use cnmysql_api::backup_resources::{Backup, ScheduledBackup};
     use kube::api::PostParams;

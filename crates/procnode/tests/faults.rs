@@ -1,5 +1,7 @@
-//! The randomized fault suite on Kubernetes: a real API server, the process
-//! node running the operator and the instance Pods (real `mariadbd`), and a
+//! The randomized fault suite on Kubernetes: a real API server, a real node
+//! (kubelet, containerd; `CNMYSQL_KUBE_NODE=process` for the process node)
+//! running the operator and the instance Pods (MariaDB, or MySQL with
+//! `CNMYSQL_TEST_FLAVOR=mysql`), and a
 //! seeded random sequence of faults — the primary's Pod deleted, its PID 1
 //! killed, a switchover, its node frozen or cut off past the lease and
 //! healed, a replica's PID 1 killed or its Pod deleted, a replica fenced and
@@ -89,6 +91,36 @@ async fn running_and_ready(pods: &Api<Pod>, name: &str) -> bool {
             .iter()
             .flat_map(|s| s.conditions.iter().flatten())
             .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+/// What a person looks at when a fault did not end as it should: the
+/// Cluster status, and the last lines each instance manager logged.
+async fn dump(k: &KubeCluster, pods: &Api<Pod>) {
+    if let Ok(st) = k.cluster_status(NS, "db").await {
+        eprintln!(
+            "status: {}",
+            serde_json::to_string_pretty(&st).unwrap_or_default()
+        );
+    }
+    for i in 1..=3 {
+        let name = format!("db-{i}");
+        let params = kube::api::LogParams {
+            tail_lines: Some(300),
+            ..Default::default()
+        };
+        let log = pods.logs(&name, &params).await.unwrap_or_default();
+        for l in log
+            .lines()
+            .filter(|l| !l.contains("\"source\":\"mysqld\""))
+            .rev()
+            .take(40)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+        {
+            eprintln!("[{name}] {l}");
+        }
+    }
 }
 
 fn pick_replica(primary: &str, r: u64) -> String {
@@ -216,8 +248,10 @@ async fn suite(durability: &str, default_faults: usize) {
                 kill_pid1(&k, &replica).await;
             }
             Fault::Switchover => {
-                k.plugin(&exe, &["cnmsql", "-n", NS, "promote", "db", &replica])
-                    .unwrap_or_else(|e| panic!("{what}: promote {replica}: {e}"));
+                if let Err(e) = k.plugin(&exe, &["cnmsql", "-n", NS, "promote", "db", &replica]) {
+                    dump(&k, &pods).await;
+                    panic!("{what}: promote {replica}: {e}");
+                }
             }
             Fault::PrimaryFrozen | Fault::PrimaryCutOff => {
                 let kind = if *fault == Fault::PrimaryFrozen {
@@ -350,19 +384,19 @@ async fn suite(durability: &str, default_faults: usize) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
 async fn randomized_faults_with_required_durability() {
     suite("required", 12).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
 async fn randomized_faults_with_preferred_durability() {
     suite("preferred", 8).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
 async fn randomized_faults_with_semi_sync_off() {
     suite("off", 8).await;
 }
