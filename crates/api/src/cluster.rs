@@ -346,16 +346,9 @@ pub struct MysqlSpec {
     /// re-clones itself from the primary. `manual`: it stays out, read-only,
     /// until `reinit` is asked for.
     #[serde(default)]
-    pub diverged_instances: DivergedInstances,
+    pub diverged_instances: crate::reinit::DivergedInstances,
 }
 
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum DivergedInstances {
-    #[default]
-    Automatic,
-    Manual,
-}
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -538,22 +531,6 @@ pub struct ServiceTemplateSpec {
     pub health_check_node_port: Option<i32>,
 }
 
-/// Transactions only one instance held, saved before its data was replaced.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct SavedTransactions {
-    pub instance: String,
-    /// When they were saved (RFC 3339).
-    pub time: String,
-    /// Their GTID set.
-    pub gtid_set: String,
-    /// The binary log file holding their events, on the instance's volume.
-    pub file: String,
-    /// The same file in the backup store, when the Cluster has one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub object: Option<String>,
-}
-
 /// One instance as the control plane last saw it (`status.instanceStates`).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -653,7 +630,7 @@ pub struct ClusterStatus {
     /// Transactions only a diverged instance held, saved before it was
     /// re-initialised (newest last, the last 20).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub saved_transactions: Vec<SavedTransactions>,
+    pub saved_transactions: Vec<crate::reinit::SavedTransactions>,
     /// Instances fenced out of routing and held read-only.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fenced_instances: Vec<String>,

@@ -5,11 +5,13 @@ pub mod backup_resources;
 pub mod cluster;
 pub mod instance_upgrade;
 pub mod names;
+pub mod reinit;
 pub mod upgrade;
 pub mod validation;
 
 pub use cluster::*;
 pub use instance_upgrade::*;
+pub use reinit::*;
 pub use upgrade::*;
 pub use validation::{
     FieldError, InvalidCluster, Manifest, parse_cluster, parse_manifest, validate,
