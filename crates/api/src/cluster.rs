@@ -349,7 +349,6 @@ pub struct MysqlSpec {
     pub diverged_instances: crate::reinit::DivergedInstances,
 }
 
-
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SemiSyncSpec {

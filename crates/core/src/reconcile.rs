@@ -268,7 +268,13 @@ pub enum StatusChange {
     },
     /// Give up a stalled switchover: point the target back at `current`,
     /// if the switchover is still pending from that primary.
-    AbortSwitchover { current: Option<String>, at: String },
+    /// Give the role back to `current`; `reason` says why, in the status
+    /// at once (a client following the switchover reads it there).
+    AbortSwitchover {
+        current: Option<String>,
+        at: String,
+        reason: String,
+    },
     /// Begin a failover: target `candidate`, if `old` is still both the
     /// current and the target primary.
     StartFailover {
@@ -350,10 +356,18 @@ impl StatusChange {
                     false
                 }
             }
-            StatusChange::AbortSwitchover { current, at } => {
+            StatusChange::AbortSwitchover {
+                current,
+                at,
+                reason,
+            } => {
                 if st.current_primary != st.target_primary && st.current_primary == *current {
                     st.target_primary = st.current_primary.clone();
                     st.target_primary_timestamp = Some(at.clone());
+                    // No longer a switchover in progress; the next report
+                    // recomputes the phase from what the instances show.
+                    st.phase = Some(Phase::Degraded);
+                    st.phase_reason = Some(reason.clone());
                     true
                 } else {
                     false
@@ -608,6 +622,7 @@ pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
             change: StatusChange::AbortSwitchover {
                 current: s.status.current_primary.clone(),
                 at: at.clone(),
+                reason: reason.clone(),
             },
             then: vec![Event::new(
                 true,
@@ -1450,6 +1465,29 @@ mod tests {
             crate::role::drain_rule(&st),
             crate::role::Drain::CatchUpWithOldPrimary
         );
+    }
+
+    #[test]
+    fn an_abandoned_switchover_says_why_in_the_same_status_write() {
+        // A follower of the switchover (kubectl cnmsql promote) that reads
+        // the status right after the abort printed the stale "moving the
+        // primary" reason.
+        let mut st = cnmysql_api::ClusterStatus {
+            current_primary: Some("db-1".into()),
+            target_primary: Some("db-2".into()),
+            phase: Some(Phase::Switchover),
+            phase_reason: Some("moving the primary from db-1 to db-2".into()),
+            ..Default::default()
+        };
+        let change = StatusChange::AbortSwitchover {
+            current: Some("db-1".into()),
+            at: "2026-01-01T00:01:00Z".into(),
+            reason: "switchover to db-2 blocked: it did not catch up".into(),
+        };
+        assert!(change.apply(&mut st));
+        assert_eq!(st.target_primary.as_deref(), Some("db-1"));
+        assert_ne!(st.phase, Some(Phase::Switchover));
+        assert!(st.phase_reason.unwrap().contains("did not catch up"));
     }
 
     #[test]

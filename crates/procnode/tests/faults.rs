@@ -248,9 +248,21 @@ async fn suite(durability: &str, default_faults: usize) {
                 kill_pid1(&k, &replica).await;
             }
             Fault::Switchover => {
-                if let Err(e) = k.plugin(&exe, &["cnmsql", "-n", NS, "promote", "db", &replica]) {
-                    dump(&k, &pods).await;
-                    panic!("{what}: promote {replica}: {e}");
+                match k.plugin(&exe, &["cnmsql", "-n", NS, "promote", "db", &replica]) {
+                    Ok(_) => {}
+                    // The operator gave it up, as documented for a target
+                    // that cannot catch up within maxSwitchoverDelay (a
+                    // replica just re-cloned, behind a primary writing flat
+                    // out on two cores): the old primary stays, the cluster
+                    // must be healthy as after any fault, and the suite goes
+                    // on from there.
+                    Err(e) if e.to_string().contains("did not happen") => {
+                        eprintln!("{what}: switchover to {replica} given up as documented: {e}");
+                    }
+                    Err(e) => {
+                        dump(&k, &pods).await;
+                        panic!("{what}: promote {replica}: {e}");
+                    }
                 }
             }
             Fault::PrimaryFrozen | Fault::PrimaryCutOff => {
