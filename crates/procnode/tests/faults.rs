@@ -309,10 +309,13 @@ async fn suite(durability: &str, default_faults: usize) {
                 faults::RECOVERY_BOUND,
                 || async {
                     let now = pod_life(&pods, v).await;
-                    let moved = k.cluster_status(NS, "db").await.ok()?.current_primary
-                        != Some(primary.clone());
-                    let running =
-                        running_and_ready(&pods, v).await && k.pid(NS, v, "mysql").await.is_ok();
+                    let st = k.cluster_status(NS, "db").await.ok()?;
+                    let moved = st.current_primary != Some(primary.clone());
+                    // Back, or back and kept out as diverged (never ready
+                    // until re-initialised; handled below).
+                    let kept_out = st.diverged_instances.contains(v);
+                    let running = (kept_out || running_and_ready(&pods, v).await)
+                        && k.pid(NS, v, "mysql").await.is_ok();
                     ((now.is_some() && now != before || moved) && running).then_some(())
                 },
             )
