@@ -71,11 +71,18 @@ async fn run_pod(
 ) -> RunningPod {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "prod");
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "prod");
-    // Bound and running, with its IP.
+    // Bound and running, with its IP, and Ready: this stand-in kubelet
+    // runs no probes, and the operator counts an instance ready only with
+    // its Pod Ready (its own poll of the manager decides the rest).
     pods.patch_status(
         name,
         &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}})),
+        &Patch::Merge(json!({"status": {
+            "phase": "Running",
+            "podIP": ip,
+            "podIPs": [{"ip": ip}],
+            "conditions": [{"type": "Ready", "status": "True"}],
+        }})),
     )
     .await
     .unwrap();
