@@ -113,6 +113,7 @@ async fn a_change_that_no_longer_applies_to_the_fresh_object_writes_nothing() {
     let change = StatusChange::AbortSwitchover {
         current: Some("db-1".into()),
         at: "2026-11-23T10:00:00Z".into(),
+        reason: "switchover to db-2 blocked: it did not catch up".into(),
     };
     assert!(
         !cnmysql_operator::topology::change_status(&ctx, &c, &change)
