@@ -8,6 +8,13 @@
 //! would, and the leaving primary's hook holds its shutdown until the
 //! handover is done ([`prestop`]), so writes stop only for the switchover
 //! itself instead of a failover's lease wait.
+//!
+//! A node that is cordoned (`kubectl cordon`, the first thing `kubectl
+//! drain` does) is notice too: its Pods will be evicted next, and the
+//! primary's eviction is refused by its disruption budget so that it is
+//! never simply taken. A primary on such a node hands over while nothing
+//! is wrong yet; no replica there is handed to. Then the drain evicts it
+//! as a replica, one at a time as the budgets allow.
 
 use cnmysql_api::ClusterStatus;
 
@@ -27,53 +34,72 @@ pub const FINISH_WAIT_MS: i64 = 60_000;
 pub enum Handover {
     /// The primary is not leaving (or no primary is settled): nothing.
     None,
-    /// Switch over from the leaving primary to this replica.
-    Start { from: String, to: String },
+    /// Switch over from the leaving primary to this replica; `cordoned`
+    /// when it is its node being drained rather than its Pod deleted.
+    Start {
+        from: String,
+        to: String,
+        cordoned: bool,
+    },
     /// The primary is leaving but no replica can take over: why.
-    Impossible { primary: String, why: String },
+    Impossible {
+        primary: String,
+        why: String,
+        cordoned: bool,
+    },
 }
 
 /// The switchover to start when the settled primary is among `leaving`
-/// (instances whose place is going away on notice), to the most caught-up
-/// healthy replica that is not leaving too.
-pub fn decide(s: &Snapshot, leaving: &[String]) -> Handover {
+/// (instances whose place is going away on notice) or `cordoned` (on a
+/// node about to be drained), to the most caught-up healthy replica that
+/// is neither.
+pub fn decide(s: &Snapshot, leaving: &[String], cordoned: &[String]) -> Handover {
     let Ok(primary) = crate::rollout::settled_primary(s) else {
         return Handover::None;
     };
-    if !leaving.iter().any(|l| l == primary) {
+    let is = |list: &[String], n: &str| list.iter().any(|l| l == n);
+    let on_cordoned = is(cordoned, primary) && !is(leaving, primary);
+    if !on_cordoned && !is(leaving, primary) {
         return Handover::None;
     }
     let impossible = |why: String| Handover::Impossible {
         primary: primary.to_string(),
         why,
+        cordoned: on_cordoned,
     };
     if s.spec.instances <= 1 {
         return impossible("a single instance".into());
     }
-    match crate::rollout::switchover_target(s, primary, leaving) {
+    let excluded: Vec<String> = leaving.iter().chain(cordoned).cloned().collect();
+    match crate::rollout::switchover_target(s, primary, &excluded) {
         Some(to) => Handover::Start {
             from: primary.to_string(),
             to,
+            cordoned: on_cordoned,
         },
         None => impossible(
             s.instances
                 .iter()
                 .filter(|o| o.name != primary)
-                .map(|o| {
-                    let why = if leaving.contains(&o.name) {
-                        "leaving too".to_string()
-                    } else {
-                        crate::switchover::validate(s, &o.name)
-                            .err()
-                            .map(|r| r.explain(&o.name))
-                            .unwrap_or_else(|| "behind another replica".into())
-                    };
-                    format!("{}: {why}", o.name)
-                })
+                .map(|o| format!("{}: {}", o.name, why_not(s, &o.name, leaving, cordoned)))
                 .collect::<Vec<_>>()
                 .join("; "),
         ),
     }
+}
+
+/// Why replica `name` cannot take the primary role over now.
+fn why_not(s: &Snapshot, name: &str, leaving: &[String], cordoned: &[String]) -> String {
+    if leaving.iter().any(|l| l == name) {
+        return "leaving too".into();
+    }
+    if cordoned.iter().any(|l| l == name) {
+        return "on a cordoned node too".into();
+    }
+    crate::switchover::validate(s, name)
+        .err()
+        .map(|r| r.explain(name))
+        .unwrap_or_else(|| "behind another replica".into())
 }
 
 /// What a leaving instance's preStop hook does now.
@@ -134,7 +160,9 @@ mod tests {
         let start = |from: &str, to: &str| Handover::Start {
             from: from.into(),
             to: to.into(),
+            cordoned: false,
         };
+        let decide = |s: &Snapshot, leaving: &[String]| decide(s, leaving, &[]);
         assert_eq!(decide(&s, &[]), Handover::None);
         assert_eq!(
             decide(&s, &["db-2".into()]),
@@ -148,9 +176,48 @@ mod tests {
             "never to another leaving instance"
         );
         match decide(&s, &["db-1".into(), "db-2".into(), "db-3".into()]) {
-            Handover::Impossible { primary, why } => {
+            Handover::Impossible { primary, why, .. } => {
                 assert_eq!(primary, "db-1");
                 assert_eq!(why, "db-2: leaving too; db-3: leaving too");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_primary_on_a_cordoned_node_hands_over_to_a_replica_elsewhere() {
+        let s = settled();
+        let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            decide(&s, &[], &names(&["db-2"])),
+            Handover::None,
+            "a replica on a cordoned node changes nothing"
+        );
+        assert_eq!(
+            decide(&s, &[], &names(&["db-1", "db-2"])),
+            Handover::Start {
+                from: "db-1".into(),
+                to: "db-3".into(),
+                cordoned: true
+            },
+            "never to another instance on a cordoned node"
+        );
+        // Deleted on notice and cordoned: the deletion is what it is.
+        assert!(matches!(
+            decide(&s, &names(&["db-1"]), &names(&["db-1"])),
+            Handover::Start {
+                cordoned: false,
+                ..
+            }
+        ));
+        // The whole cluster on one cordoned node: it stays primary.
+        match decide(&s, &[], &names(&["db-1", "db-2", "db-3"])) {
+            Handover::Impossible { why, cordoned, .. } => {
+                assert!(cordoned);
+                assert_eq!(
+                    why,
+                    "db-2: on a cordoned node too; db-3: on a cordoned node too"
+                );
             }
             other => panic!("{other:?}"),
         }
@@ -160,10 +227,11 @@ mod tests {
     fn no_handover_while_a_primary_change_is_under_way() {
         let mut s = settled();
         s.status.target_primary = Some("db-2".into());
-        assert_eq!(decide(&s, &["db-1".into()]), Handover::None);
+        assert_eq!(decide(&s, &["db-1".into()], &[]), Handover::None);
+        assert_eq!(decide(&s, &[], &["db-1".into()]), Handover::None);
         let mut s = settled();
         s.status.primary_failing_since = Some("2026-01-01T00:00:00Z".into());
-        assert_eq!(decide(&s, &["db-1".into()]), Handover::None);
+        assert_eq!(decide(&s, &["db-1".into()], &[]), Handover::None);
     }
 
     #[test]

@@ -139,6 +139,10 @@ pub struct Observation<'a> {
     /// deleted gracefully, its preStop hook holding the shutdown): a
     /// primary among them hands over first ([`crate::handover`]).
     pub leaving: &'a [String],
+    /// Instances whose place is about to be emptied (Kubernetes: their
+    /// node is cordoned, as `kubectl drain` does first): a primary among
+    /// them hands over while nothing is wrong, and none is handed to.
+    pub cordoned: &'a [String],
 }
 
 /// A primary whose processes were started again in place within this long
@@ -1044,29 +1048,49 @@ fn semi_sync(s: &Snapshot, memory: &mut Memory) -> Option<Action> {
 /// A primary leaving on notice ([`crate::handover`]): the switchover to
 /// start (true: nothing else this step), or why none can, said once.
 fn hand_over(o: &Observation, memory: &mut Memory, at: &str, out: &mut Vec<Action>) -> bool {
-    match crate::handover::decide(o.snapshot, o.leaving) {
-        crate::handover::Handover::None => false,
-        crate::handover::Handover::Impossible { primary, why } => {
+    use crate::handover::Handover;
+    match crate::handover::decide(o.snapshot, o.leaving, o.cordoned) {
+        Handover::None => false,
+        Handover::Impossible {
+            primary,
+            why,
+            cordoned,
+        } => {
             if memory.last_handover_refusal != why {
+                let message = if cordoned {
+                    format!(
+                        "{primary}'s node is cordoned but no replica elsewhere can take over ({why}); it stays primary, and its eviction waits"
+                    )
+                } else {
+                    format!(
+                        "{primary} is going away on notice but no replica can take over ({why}); it will be failed over once gone"
+                    )
+                };
                 out.push(Action::Event(Event::new(
                     true,
                     "HandoverImpossible",
                     Some(&primary),
-                    format!("{primary} is going away on notice but no replica can take over ({why}); it will be failed over once gone"),
+                    message,
                 )));
                 memory.last_handover_refusal = why;
             }
             false
         }
-        crate::handover::Handover::Start { from, to } => {
-            let note = format!("{from} is going away on notice: it hands the primary role to {to}");
-            out.push(switchover(
-                from,
-                to,
-                at.to_string(),
-                "SwitchoverForLeavingPrimary",
-                note,
-            ));
+        Handover::Start { from, to, cordoned } => {
+            let (reason, note) = if cordoned {
+                (
+                    "SwitchoverFromCordonedNode",
+                    format!(
+                        "{from}'s node is cordoned (a drain is coming): it hands the primary role to {to}"
+                    ),
+                )
+            } else {
+                (
+                    "SwitchoverForLeavingPrimary",
+                    format!("{from} is going away on notice: it hands the primary role to {to}"),
+                )
+            };
+            out.push(switchover(from, to, at.to_string(), reason, note));
             true
         }
     }
@@ -1285,6 +1309,7 @@ mod tests {
                 primary_restarted_at_ms: None,
                 primary_down_in_place: false,
                 leaving: &[],
+                cordoned: &[],
             },
             &mut m,
         );
@@ -1356,6 +1381,7 @@ mod tests {
                 primary_restarted_at_ms: None,
                 primary_down_in_place: false,
                 leaving: &[],
+                cordoned: &[],
             },
             &mut m,
         );
@@ -1373,6 +1399,7 @@ mod tests {
                 primary_restarted_at_ms: None,
                 primary_down_in_place: false,
                 leaving: &[],
+                cordoned: &[],
             },
             &mut m,
         );
@@ -1422,6 +1449,7 @@ mod tests {
                     primary_restarted_at_ms: None,
                     primary_down_in_place: false,
                     leaving: &[],
+                    cordoned: &[],
                 },
                 &mut m,
             );
@@ -1513,6 +1541,7 @@ mod tests {
                     primary_restarted_at_ms: restarted,
                     primary_down_in_place: false,
                     leaving: &[],
+                    cordoned: &[],
                 },
                 &mut m,
             )
@@ -1553,6 +1582,7 @@ mod tests {
                     primary_restarted_at_ms: None,
                     primary_down_in_place: down,
                     leaving: &[],
+                    cordoned: &[],
                 },
                 m,
             )
@@ -1603,6 +1633,7 @@ mod platform_rule_tests {
             primary_restarted_at_ms: None,
             primary_down_in_place: false,
             leaving: &[],
+            cordoned: &[],
         }
     }
 

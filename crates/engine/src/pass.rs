@@ -20,6 +20,8 @@ pub struct Facts<'a> {
     pub primary_down_in_place: bool,
     /// See [`Observation::leaving`].
     pub leaving: &'a [String],
+    /// See [`Observation::cordoned`].
+    pub cordoned: &'a [String],
 }
 
 /// Read the Lease if the step needs it, take the core's step, carry its
@@ -46,6 +48,7 @@ pub async fn pass<P: Platform>(
             primary_restarted_at_ms: facts.primary_restarted_at_ms,
             primary_down_in_place: facts.primary_down_in_place,
             leaving: facts.leaving,
+            cordoned: facts.cordoned,
         },
         memory,
     );

@@ -523,6 +523,7 @@ impl World {
             primary_restarted_at_ms: None,
             primary_down_in_place: false,
             leaving: &[],
+            cordoned: &[],
         };
         futures::executor::block_on(cnmysql_engine::pass(self, &facts, &mut memory))
             .expect("the simulated platform does not fail");

@@ -293,6 +293,7 @@ impl ControlPlane {
                     primary_restarted_at_ms: None,
                     primary_down_in_place: false,
                     leaving: &[],
+                    cordoned: &[],
                 };
                 if let Err(e) = cnmysql_engine::pass(&mut platform, &facts, &mut memory).await {
                     tracing::warn!(error = %e, "topology pass failed");

@@ -4,7 +4,7 @@
 
 use std::sync::Mutex;
 
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use kube::runtime::reflector::Store;
 
 use cnmysql_api::Cluster;
@@ -27,6 +27,9 @@ pub struct Context {
     /// The Clusters' Secrets (the operator's client certificate is read
     /// from here on every poll).
     pub secrets: Mutex<Vec<Store<Secret>>>,
+    /// The Nodes without their status ([`crate::nodes`]); none until the
+    /// operator leads.
+    pub nodes: Mutex<Option<Store<Node>>>,
     /// True once the operator stops leading or shuts down: every task ends.
     pub stop: tokio::sync::watch::Sender<bool>,
 }

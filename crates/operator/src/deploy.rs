@@ -96,6 +96,8 @@ pub fn cluster_role() -> ClusterRole {
                 &["pods", "persistentvolumeclaims", "services"],
                 &["get", "list", "watch", "create", "patch", "delete"],
             ),
+            // A primary on a cordoned node hands over before the drain.
+            rule(&[""], &["nodes"], &watch),
             rule(
                 &[""],
                 &["secrets", "serviceaccounts"],

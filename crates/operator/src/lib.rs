@@ -21,6 +21,7 @@ pub mod instance_upgrade;
 pub mod labels;
 pub mod memory;
 pub mod metrics;
+pub mod nodes;
 pub mod objects;
 pub mod pods;
 pub mod reconcile;
@@ -265,6 +266,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         clusters: Default::default(),
         pods: Default::default(),
         secrets: Default::default(),
+        nodes: Default::default(),
         stop: tokio::sync::watch::channel(false).0,
         client: client.clone(),
         env: Environment { operator_image },
@@ -333,6 +335,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     } else {
         opts.namespaces.iter().cloned().map(Some).collect()
     };
+    nodes::watch(&client, &ctx);
     let controllers = namespaces.into_iter().flat_map(|ns| {
         [
             tokio::spawn(control(

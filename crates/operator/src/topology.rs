@@ -406,6 +406,7 @@ pub async fn step(
     if !leaving.is_empty() {
         tracing::debug!(?leaving, "instances leaving on notice");
     }
+    let cordoned = crate::nodes::cordoned(ctx, pods);
     let mut platform = KubePlatform {
         ctx,
         cluster,
@@ -425,6 +426,7 @@ pub async fn step(
         primary_restarted_at_ms,
         primary_down_in_place,
         leaving: &leaving,
+        cordoned: &cordoned,
     };
     let mut memory = ctx.memory.core(cluster);
     let passed = cnmysql_engine::pass(&mut platform, &facts, &mut memory).await;

@@ -22,6 +22,7 @@ fn context(api: &FakeApi) -> Context {
         clusters: Default::default(),
         pods: Default::default(),
         secrets: Default::default(),
+        nodes: Default::default(),
         stop: tokio::sync::watch::channel(false).0,
     }
 }
@@ -158,6 +159,7 @@ fn topology_step(
             primary_restarted_at_ms: None,
             primary_down_in_place: false,
             leaving: &[],
+            cordoned: &[],
         },
         &mut memory,
     );
