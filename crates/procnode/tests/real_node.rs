@@ -378,3 +378,94 @@ async fn a_replica_reinitialised_with_the_plugin_keeps_its_pod_and_claim_and_ser
     assert_eq!(missing, 0, "acknowledged rows lost");
     k.same_rows("ri", "db", &primary, &all("db")).await.unwrap();
 }
+
+/// The node a Pod runs on.
+async fn node_of(k: &KubeCluster, ns: &str, pod: &str) -> Option<String> {
+    let pods: Api<Pod> = Api::namespaced(k.client.clone(), ns);
+    pods.get(pod).await.ok()?.spec?.node_name
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
+async fn kubectl_drain_of_the_primarys_node_completes_after_a_handover_and_loses_nothing() {
+    assert!(cnmysql_procnode::harness::real_node());
+    let k = KubeCluster::start_nodes(
+        std::path::Path::new(env!("CARGO_BIN_EXE_cnmysql-node")),
+        &cnmysql_exe(),
+        &[],
+        3,
+    )
+    .await
+    .unwrap();
+    let old = durable_cluster(&k, "dr").await;
+    let mut placed = Vec::new();
+    for pod in all("db") {
+        placed.push(node_of(&k, "dr", &pod).await.unwrap());
+    }
+    let node = node_of(&k, "dr", &old).await.unwrap();
+    eprintln!("instances on {placed:?}; draining {node}, the primary's");
+    let w = writer(&k, "dr", "db").await;
+    let t = Instant::now();
+    // As an administrator does it: cordon, then evict everything, waiting
+    // out the disruption budgets.
+    let kubectl = k.cp.kubeconfig.clone();
+    let drained = {
+        let node = node.clone();
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new("kubectl")
+                .arg("--kubeconfig")
+                .arg(&kubectl)
+                .args([
+                    "drain",
+                    &node,
+                    "--ignore-daemonsets",
+                    "--delete-emptydir-data",
+                    "--timeout=240s",
+                ])
+                .env_remove("KUBECONFIG")
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap()
+    };
+    let took = t.elapsed();
+    assert!(
+        drained.status.success(),
+        "kubectl drain {node}: {}{}",
+        String::from_utf8_lossy(&drained.stdout),
+        String::from_utf8_lossy(&drained.stderr)
+    );
+    let status = k.cluster_status("dr", "db").await.unwrap();
+    let new = status.current_primary.clone().unwrap();
+    eprintln!("drain of {node} completed in {took:?}; primary {new}");
+    assert_ne!(new, old, "the primary handed over before its eviction");
+    assert_ne!(
+        node_of(&k, "dr", &new).await.as_deref(),
+        Some(node.as_str())
+    );
+    let r = reasons(&k, "dr").await;
+    assert!(r.iter().any(|r| r == "SwitchoverFromCordonedNode"), "{r:?}");
+    assert!(
+        !r.iter()
+            .any(|r| r == "FailingOver" || r == "PrimaryFailing"),
+        "{r:?}"
+    );
+    // Writes go on meanwhile: the instance evicted waits for its node (its
+    // volume is local there) and comes back once it is uncordoned.
+    k.cp.kubectl(&["uncordon", &node], None).unwrap();
+    k.wait_healthy("dr", "db", 3, Duration::from_secs(240))
+        .await
+        .unwrap();
+    w.wait_for_more(30, Duration::from_secs(90)).await;
+    let out = w.stop().await;
+    eprintln!(
+        "longest stretch without an acknowledged write: {:?}",
+        out.longest_gap
+    );
+    let missing = k
+        .rows_missing("dr", "db", &all("db"), &out.acked)
+        .await
+        .unwrap();
+    assert_eq!(missing, 0, "acknowledged rows lost");
+}

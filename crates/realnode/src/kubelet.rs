@@ -158,7 +158,7 @@ kind: KubeProxyConfiguration
 clientConnection: {{kubeconfig: {kc}}}
 hostnameOverride: {name}
 mode: nftables
-clusterCIDR: {pods}
+clusterCIDR: 10.244.0.0/16
 bindAddress: 127.0.0.1
 healthzBindAddress: 127.0.0.1:10256
 metricsBindAddress: 127.0.0.1:10249
@@ -167,7 +167,6 @@ oomScoreAdj: 0
 conntrack: {{maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}}
 "#,
         kc = kubeconfig.display(),
-        pods = net.pod_cidr,
         node = net.node_ip,
     );
     std::fs::write(dir.join("kube-proxy.yaml"), cfg)?;

@@ -18,6 +18,7 @@ pub mod kubelet;
 pub mod leftovers;
 pub mod net;
 pub mod storage;
+pub mod worker;
 
 use std::path::{Path, PathBuf};
 use std::process::Child;
@@ -32,25 +33,28 @@ pub const IGNORE_REASON: &str = "needs a real Kubernetes node: root, KUBEBUILDER
 /// Options for [`RealNode::start`].
 #[derive(Clone, Debug, Default)]
 pub struct Options {
-    /// The node's name (default `realnode`).
+    /// The first node's name (default `realnode`); the others are
+    /// `NAME-2`, `NAME-3`, ...
     pub name: Option<String>,
-    /// Images to import besides the sandbox image.
+    /// How many nodes (default 1): each its own network namespace,
+    /// containerd, kubelet, kube-proxy and local volumes, under one
+    /// control plane.
+    pub nodes: usize,
+    /// Images to import into every node besides the sandbox image.
     pub images: Vec<images::Image>,
     /// Keep every file in this directory instead of a temporary one.
     pub dir: Option<PathBuf>,
 }
 
-/// A running node and its control plane.
+/// Running nodes and their control plane.
 pub struct RealNode {
+    /// The first node's name.
     pub name: String,
-    pub net: net::Net,
-    containerd: Option<containerd::Containerd>,
-    kubelet: Option<Child>,
-    proxy: Option<Child>,
+    workers: Vec<worker::Worker>,
     stop: tokio::sync::watch::Sender<bool>,
     dir: PathBuf,
     temp: bool,
-    /// Dropped after the node is torn down (or taken by [`RealNode::split`]).
+    /// Dropped after the nodes are torn down (or taken by [`RealNode::split`]).
     cp: Option<ControlPlane>,
 }
 
@@ -79,13 +83,28 @@ pub fn unavailable() -> Option<String> {
         .map(|b| format!("KUBEBUILDER_ASSETS={}: {b} is missing there", dir.display()))
 }
 
+/// The directory of node `i` (0-based) under the first node's directory.
+pub fn node_dir(dir: &Path, i: usize) -> PathBuf {
+    if i == 0 {
+        dir.to_path_buf()
+    } else {
+        dir.join(format!("node-{}", i + 1))
+    }
+}
+
 impl RealNode {
     pub async fn start(opts: Options) -> anyhow::Result<RealNode> {
         if let Some(why) = unavailable() {
             bail!("{why}");
         }
         let assets = cnmysql_envtest::assets()?;
-        let name = opts.name.clone().unwrap_or_else(|| "realnode".into());
+        let first = opts.name.clone().unwrap_or_else(|| "realnode".into());
+        let names: Vec<String> = (0..opts.nodes.max(1))
+            .map(|i| match i {
+                0 => first.clone(),
+                i => format!("{first}-{}", i + 1),
+            })
+            .collect();
         let (dir, temp) = match &opts.dir {
             Some(d) => {
                 std::fs::create_dir_all(d)?;
@@ -101,16 +120,27 @@ impl RealNode {
                 (t, true)
             }
         };
-        let net = net::Net::create(&dir)?;
+        let mut workers = Vec::new();
+        for (i, name) in names.iter().enumerate() {
+            match worker::Worker::new(name, &node_dir(&dir, i), names.len() > 1) {
+                Ok(w) => workers.push(w),
+                Err(e) => {
+                    workers.iter_mut().for_each(worker::Worker::tear_down);
+                    return Err(e);
+                }
+            }
+        }
+        let mut users: Vec<(String, String)> = names
+            .iter()
+            .map(|n| (format!("system:node:{n}"), "system:nodes".into()))
+            .collect();
+        users.push(("system:kube-proxy".into(), "system:node-proxier".into()));
         let cp = ControlPlane::start(cnmysql_envtest::Options {
             controllers: vec!["*".into()],
             dir: Some(dir.join("cp")),
-            address: Some(net.host_ip),
-            service_cidr: Some(net.service_cidr.clone()),
-            users: vec![
-                (format!("system:node:{name}"), "system:nodes".into()),
-                ("system:kube-proxy".into(), "system:node-proxier".into()),
-            ],
+            address: Some(workers[0].net.host_ip),
+            service_cidr: Some(workers[0].net.service_cidr.clone()),
+            users,
             nodes: true,
             scheduler: true,
             ..Default::default()
@@ -119,17 +149,14 @@ impl RealNode {
         let cp = match cp {
             Ok(cp) => cp,
             Err(e) => {
-                net.tear_down();
+                workers.iter_mut().for_each(worker::Worker::tear_down);
                 return Err(e);
             }
         };
         let (stop, _) = tokio::sync::watch::channel(false);
         let mut node = RealNode {
-            name,
-            net,
-            containerd: None,
-            kubelet: None,
-            proxy: None,
+            name: first,
+            workers,
             stop,
             dir,
             temp,
@@ -148,43 +175,26 @@ impl RealNode {
             .map(|i| i.archive().map(|a| (a, i.name.clone())))
             .collect::<anyhow::Result<Vec<_>>>()?;
         tracing::info!(elapsed = ?t0.elapsed(), "images ready");
-        let c = containerd::Containerd::start(&self.dir, &self.net)?;
-        for (archive, name) in &archives {
-            c.import(archive, name)?;
+        let cp = self.cp.take().expect("the control plane runs");
+        let client = cp.client().await;
+        let mut result = client.map(|_| ());
+        for w in &mut self.workers {
+            if result.is_err() {
+                break;
+            }
+            result = w
+                .bring_up(&cp, assets, &archives, self.stop.subscribe())
+                .await;
         }
-        let socket = c.socket.clone();
-        self.containerd = Some(c);
-        let node_user = format!("system:node:{}", self.name);
-        self.kubelet = Some(kubelet::start(
-            &self.dir,
-            &self.net,
-            &self.name,
-            &self.cp().kubeconfig_of(&node_user),
-            &self.cp().dir().join("ca.crt"),
-            &socket,
-            assets,
-        )?);
-        self.wait_node_ready(Duration::from_secs(120)).await?;
-        self.proxy = Some(kubelet::start_proxy(
-            &self.dir,
-            &self.net,
-            &self.name,
-            &self.cp().kubeconfig_of("system:kube-proxy"),
-            assets,
-        )?);
+        self.cp = Some(cp);
+        result?;
         let client = self.cp().client().await?;
         storage::install_class(&client).await?;
-        tokio::spawn(storage::run(
-            client.clone(),
-            self.dir.clone(),
-            self.name.clone(),
-            self.stop.subscribe(),
-        ));
         // Pods are refused until the controller manager made the default
-        // ServiceAccount; Services need kube-proxy's rules.
+        // ServiceAccount.
         let sa: kube::Api<k8s_openapi::api::core::v1::ServiceAccount> =
             kube::Api::namespaced(client, "default");
-        self.until(
+        cnmysql_envtest::until(
             "the default ServiceAccount",
             Duration::from_secs(60),
             || {
@@ -193,90 +203,36 @@ impl RealNode {
             },
         )
         .await?;
-        let ns = format!("--net={}", self.net.netns_path().display());
-        self.until("kube-proxy's rules", Duration::from_secs(60), || {
-            let ns = ns.clone();
-            async move {
-                net::run(
-                    "nsenter",
-                    &[&ns, "--", "nft", "list", "table", "ip", "kube-proxy"],
-                )
-                .ok()
-                .map(|_| ())
-            }
-        })
-        .await?;
-        tracing::info!(elapsed = ?t0.elapsed(), node = %self.name, "node ready");
+        tracing::info!(elapsed = ?t0.elapsed(), nodes = self.workers.len(), "nodes ready");
         Ok(())
     }
 
-    async fn wait_node_ready(&mut self, timeout: Duration) -> anyhow::Result<()> {
-        let nodes: kube::Api<k8s_openapi::api::core::v1::Node> =
-            kube::Api::all(self.cp().client().await?);
-        let name = self.name.clone();
-        self.until("the node to be Ready", timeout, || {
-            let (nodes, name) = (nodes.clone(), name.clone());
-            async move {
-                let n = nodes.get_opt(&name).await.ok().flatten()?;
-                n.status?
-                    .conditions?
-                    .iter()
-                    .any(|c| c.type_ == "Ready" && c.status == "True")
-                    .then_some(())
-            }
-        })
-        .await
+    /// The first node.
+    pub fn first(&self) -> &worker::Worker {
+        &self.workers[0]
     }
 
-    /// Wait for `f`, failing with the last lines of the node's logs when a
-    /// process of the node has exited or the deadline passed.
-    async fn until<F, Fut>(&mut self, what: &str, timeout: Duration, mut f: F) -> anyhow::Result<()>
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = Option<()>>,
-    {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if f().await.is_some() {
-                return Ok(());
-            }
-            let mut exited = None;
-            for (name, child) in [
-                ("kubelet", &mut self.kubelet),
-                ("kube-proxy", &mut self.proxy),
-            ] {
-                if let Some(c) = child
-                    && let Some(st) = c.try_wait()?
-                {
-                    exited = Some((name, st));
-                }
-            }
-            if let Some((name, st)) = exited {
-                bail!(
-                    "{name} exited ({st}) while waiting for {what}:\n{}",
-                    self.log_tail(name)
-                );
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "timed out after {timeout:?} waiting for {what}; kubelet:\n{}",
-                    self.log_tail("kubelet")
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+    /// Every node, the first first.
+    pub fn nodes(&self) -> &[worker::Worker] {
+        &self.workers
     }
 
-    /// The last lines of a node process's log (`kubelet`, `kube-proxy`,
-    /// `containerd`).
+    /// The node named `name`.
+    pub fn node(&self, name: &str) -> anyhow::Result<&worker::Worker> {
+        self.workers
+            .iter()
+            .find(|w| w.name == name)
+            .ok_or_else(|| anyhow::anyhow!("no node {name} here"))
+    }
+
+    /// The last lines of a process's log on the first node (`kubelet`,
+    /// `kube-proxy`, `containerd`).
     pub fn log_tail(&self, name: &str) -> String {
-        let text =
-            std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(25)..].join("\n")
+        self.first().log_tail(name)
     }
 
-    /// The node's directory (logs, containerd, the kubelet, volumes).
+    /// The first node's directory (logs, containerd, the kubelet, volumes);
+    /// the others' are [`node_dir`] under it.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -301,38 +257,18 @@ impl RealNode {
         (self, cp)
     }
 
+    /// The first node's containerd.
     pub fn containerd(&self) -> &containerd::Containerd {
-        self.containerd
-            .as_ref()
-            .expect("containerd runs while the node is up")
+        self.first().containerd()
     }
 
     /// Stop everything and undo every change to the host.
     fn tear_down(&mut self) {
         let _ = self.stop.send(true);
-        // The kubelet first, so nothing is started again.
-        if let Some(c) = self.kubelet.take() {
-            stop_child(c);
-        }
-        faults::kill_cgroup_tree(&kubelet::cgroup_root(&self.net));
-        if let Some(c) = self.proxy.take() {
-            stop_child(c);
-        }
-        if let Some(c) = self.containerd.take() {
-            let sock = c.socket.display().to_string();
-            if let Some(child) = c.child {
-                stop_child(child);
-            }
-            for pid in faults::pids_matching(&format!("-address {sock}")) {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-        }
-        unmount_under(&self.dir);
-        faults::remove_cgroup_tree(&kubelet::cgroup_root(&self.net));
-        self.net.tear_down();
+        self.workers
+            .iter_mut()
+            .rev()
+            .for_each(worker::Worker::tear_down);
         if self.temp && std::env::var_os("CNMYSQL_REALNODE_KEEP").is_none() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }

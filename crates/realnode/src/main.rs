@@ -24,9 +24,12 @@ enum Command {
     Up {
         #[arg(long, value_name = "DIR")]
         state_dir: PathBuf,
-        /// The node's name.
+        /// The first node's name (the others are NAME-2, NAME-3, ...).
         #[arg(long, default_value = "realnode")]
         name: String,
+        /// How many nodes.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=8))]
+        nodes: u8,
         /// The operator image: NAME=EXECUTABLE (the release cnmysql
         /// binary, placed at /usr/local/bin/cnmysql).
         #[arg(long, value_name = "NAME=FILE")]
@@ -36,7 +39,7 @@ enum Command {
         #[arg(long = "server-image", value_name = "NAME=STORE_REF")]
         server_images: Vec<String>,
     },
-    /// Make images and import them into the running node of DIR (say, a
+    /// Make images and import them into every running node of DIR (say, a
     /// new operator build to roll out with `kubectl set image`).
     Import {
         #[arg(long, value_name = "DIR")]
@@ -82,15 +85,17 @@ async fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    let (state_dir, name, images) = match Cli::parse().command {
+    let (state_dir, name, nodes, images) = match Cli::parse().command {
         Command::Up {
             state_dir,
             name,
+            nodes,
             operator_image,
             server_images,
         } => (
             state_dir,
             name,
+            nodes,
             images(operator_image.as_slice(), &server_images)?,
         ),
         Command::Import {
@@ -98,10 +103,17 @@ async fn main() -> anyhow::Result<()> {
             operator_image,
             server_images,
         } => {
-            let c = cnmysql_realnode::containerd::Containerd::attach(&state_dir.join("node"))?;
-            for i in images(&operator_image, &server_images)? {
-                c.import(&i.archive()?, &i.name)?;
-                println!("imported {}", i.name);
+            let images = images(&operator_image, &server_images)?;
+            let top = state_dir.join("node");
+            let dirs = (0..8)
+                .map(|i| cnmysql_realnode::node_dir(&top, i))
+                .take_while(|d| d.join("containerd").is_dir());
+            for dir in dirs {
+                let c = cnmysql_realnode::containerd::Containerd::attach(&dir)?;
+                for i in &images {
+                    c.import(&i.archive()?, &i.name)?;
+                    println!("imported {} into {}", i.name, dir.display());
+                }
             }
             return Ok(());
         }
@@ -110,6 +122,7 @@ async fn main() -> anyhow::Result<()> {
     let _ = std::fs::remove_file(state_dir.join("node.ready"));
     let node = cnmysql_realnode::RealNode::start(cnmysql_realnode::Options {
         name: Some(name),
+        nodes: nodes.into(),
         images,
         dir: Some(state_dir.join("node")),
     })

@@ -8,6 +8,9 @@
 //! host routes: 10.244.N.0/24 (Pods) and 10.96.N.0/24 (ClusterIPs) via 10.243.N.2
 //! ```
 //!
+//! With several nodes, the host forwards between their veths (and only
+//! those), so that Pods of one node reach the Pods of another.
+//!
 //! N is a slot taken under a lock, so that several nodes (parallel tests)
 //! never share an address; the host keeps nothing but the veth and the two
 //! routes, which go with the veth.
@@ -193,6 +196,20 @@ impl Net {
                 &via,
                 "dev",
                 &self.host_veth,
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Let the host forward what arrives from this node (to the Pods of
+    /// another node): per interface, so the host forwards nothing else and
+    /// the setting goes with the veth.
+    pub fn route_between_nodes(&self) -> anyhow::Result<()> {
+        run(
+            "sysctl",
+            &[
+                "-qw",
+                &format!("net.ipv4.conf.{}.forwarding=1", self.host_veth),
             ],
         )?;
         Ok(())

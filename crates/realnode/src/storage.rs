@@ -96,15 +96,17 @@ async fn pass(client: &kube::Client, dir: &Path, node: &str) -> anyhow::Result<(
             .is_some_and(|p| p == PROVISIONER);
         let phase = pv.status.as_ref().and_then(|s| s.phase.as_deref());
         if ours && matches!(phase, Some("Released") | Some("Failed")) {
-            if let Some(path) = pv
+            // Each node's provisioner deletes its own volumes.
+            let Some(path) = pv
                 .spec
                 .as_ref()
                 .and_then(|s| s.local.as_ref())
                 .map(|l| PathBuf::from(&l.path))
-                .filter(|p| p.starts_with(dir))
-            {
-                let _ = std::fs::remove_dir_all(&path);
-            }
+                .filter(|p| p.parent() == Some(&dir.join("volumes")))
+            else {
+                continue;
+            };
+            let _ = std::fs::remove_dir_all(&path);
             let name = pv.metadata.name.clone().unwrap_or_default();
             let _ = volumes.delete(&name, &DeleteParams::default()).await;
         }

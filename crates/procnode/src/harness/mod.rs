@@ -135,9 +135,19 @@ impl KubeCluster {
         cnmysql: &Path,
         extra_images: &[String],
     ) -> anyhow::Result<KubeCluster> {
+        Self::start_nodes(node_exe, cnmysql, extra_images, 1).await
+    }
+
+    /// The same on `nodes` real nodes (the process node is one node).
+    pub async fn start_nodes(
+        node_exe: &Path,
+        cnmysql: &Path,
+        extra_images: &[String],
+        nodes: usize,
+    ) -> anyhow::Result<KubeCluster> {
         let state = tempfile::Builder::new().prefix("cnmysql-kube-").tempdir()?;
         let (node, cp) = if real_node() {
-            start_real(cnmysql, extra_images).await?
+            start_real(cnmysql, extra_images, nodes).await?
         } else {
             start_process(node_exe, cnmysql, extra_images, state.path()).await?
         };

@@ -148,15 +148,16 @@ impl KubeCluster {
             kube::Api::namespaced(self.client.clone(), namespace);
         let p = pods.get(pod).await?;
         let uid = p.metadata.uid.clone().unwrap_or_default();
+        let net = &n.node(&node_of(&p)?)?.net;
         let ip = p.status.and_then(|s| s.pod_ip).unwrap_or_default();
         use cnmysql_realnode::faults;
         match kind {
-            "cut" => faults::cut_pod(&n.net, &ip, faults::Cut::All),
-            "isolate" => faults::cut_pod(&n.net, &ip, faults::Cut::ButTheNode),
-            "freeze" => faults::freeze_pod(&n.net, &uid, true),
+            "cut" => faults::cut_pod(net, &ip, faults::Cut::All),
+            "isolate" => faults::cut_pod(net, &ip, faults::Cut::ButTheNode),
+            "freeze" => faults::freeze_pod(net, &uid, true),
             "heal" => {
-                let _ = faults::freeze_pod(&n.net, &uid, false);
-                faults::cut_pod(&n.net, &ip, faults::Cut::None)
+                let _ = faults::freeze_pod(net, &uid, false);
+                faults::cut_pod(net, &ip, faults::Cut::None)
             }
             other => bail!("unknown fault {other}"),
         }
@@ -175,6 +176,7 @@ impl KubeCluster {
         let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
             kube::Api::namespaced(self.client.clone(), namespace);
         let p = pods.get(pod).await?;
+        let node = n.node(&node_of(&p)?)?;
         let id = p
             .status
             .and_then(|s| s.container_statuses)
@@ -183,7 +185,7 @@ impl KubeCluster {
             .find(|c| c.name == container)
             .and_then(|c| c.container_id)
             .with_context(|| format!("{namespace}/{pod} has no running container {container}"))?;
-        cnmysql_realnode::faults::container_pid(n.containerd(), &id)
+        cnmysql_realnode::faults::container_pid(node.containerd(), &id)
     }
 
     /// Where a claim's data is on this machine.
@@ -214,12 +216,26 @@ impl KubeCluster {
     }
 }
 
+/// The node a Pod was scheduled to.
+fn node_of(p: &k8s_openapi::api::core::v1::Pod) -> anyhow::Result<String> {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .with_context(|| {
+            format!(
+                "Pod {} is not scheduled",
+                p.metadata.name.as_deref().unwrap_or("?")
+            )
+        })
+}
+
 /// The real node with the operator's image made from `cnmysql` and every
 /// server image the store holds; `extra_images` as `REPO=PATH=HOST_FILE`
 /// (an executable image named `REPO:latest` unless REPO has a tag).
 pub(super) async fn start_real(
     cnmysql: &Path,
     extra_images: &[String],
+    nodes: usize,
 ) -> anyhow::Result<(Node, ControlPlane)> {
     use cnmysql_realnode::images;
     let operator = operator_image_name()?;
@@ -255,6 +271,7 @@ pub(super) async fn start_real(
     }
     let node = cnmysql_realnode::RealNode::start(cnmysql_realnode::Options {
         images: all,
+        nodes,
         ..Default::default()
     })
     .await?;

@@ -1,0 +1,194 @@
+//! One node: its network namespace ([`crate::net`]), containerd, kubelet,
+//! kube-proxy and local-volume provisioner, all under its own directory.
+//! Several under one control plane make a multi-node cluster whose Pods
+//! reach each other through the host.
+
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use cnmysql_envtest::ControlPlane;
+
+use crate::{containerd, faults, kubelet, net, storage};
+
+pub struct Worker {
+    pub name: String,
+    pub net: net::Net,
+    containerd: Option<containerd::Containerd>,
+    kubelet: Option<Child>,
+    proxy: Option<Child>,
+    dir: PathBuf,
+}
+
+impl Worker {
+    /// Take an address slot and make the node's network; `routed`: Pods of
+    /// other nodes reach this node's through the host.
+    pub fn new(name: &str, dir: &Path, routed: bool) -> anyhow::Result<Worker> {
+        std::fs::create_dir_all(dir)?;
+        let net = net::Net::create(dir)?;
+        if routed && let Err(e) = net.route_between_nodes() {
+            net.tear_down();
+            return Err(e);
+        }
+        Ok(Worker {
+            name: name.to_string(),
+            net,
+            containerd: None,
+            kubelet: None,
+            proxy: None,
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// Start containerd (and import `archives`), the kubelet and
+    /// kube-proxy, and the provisioner of this node's volumes; return once
+    /// the node is Ready and kube-proxy wrote its rules.
+    pub async fn bring_up(
+        &mut self,
+        cp: &ControlPlane,
+        assets: &Path,
+        archives: &[(PathBuf, String)],
+        stop: tokio::sync::watch::Receiver<bool>,
+    ) -> anyhow::Result<()> {
+        let c = containerd::Containerd::start(&self.dir, &self.net)?;
+        for (archive, name) in archives {
+            c.import(archive, name)?;
+        }
+        let socket = c.socket.clone();
+        self.containerd = Some(c);
+        self.kubelet = Some(kubelet::start(
+            &self.dir,
+            &self.net,
+            &self.name,
+            &cp.kubeconfig_of(&format!("system:node:{}", self.name)),
+            &cp.dir().join("ca.crt"),
+            &socket,
+            assets,
+        )?);
+        let client = cp.client().await?;
+        let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
+        let name = self.name.clone();
+        self.until("the node to be Ready", Duration::from_secs(120), || {
+            let (nodes, name) = (nodes.clone(), name.clone());
+            async move {
+                let n = nodes.get_opt(&name).await.ok().flatten()?;
+                n.status?
+                    .conditions?
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+                    .then_some(())
+            }
+        })
+        .await?;
+        self.proxy = Some(kubelet::start_proxy(
+            &self.dir,
+            &self.net,
+            &self.name,
+            &cp.kubeconfig_of("system:kube-proxy"),
+            assets,
+        )?);
+        tokio::spawn(storage::run(
+            client,
+            self.dir.clone(),
+            self.name.clone(),
+            stop,
+        ));
+        let ns = format!("--net={}", self.net.netns_path().display());
+        self.until("kube-proxy's rules", Duration::from_secs(60), || {
+            let ns = ns.clone();
+            async move {
+                net::run(
+                    "nsenter",
+                    &[&ns, "--", "nft", "list", "table", "ip", "kube-proxy"],
+                )
+                .ok()
+                .map(|_| ())
+            }
+        })
+        .await
+    }
+
+    /// Wait for `f`, failing with the last lines of the node's logs when a
+    /// process of the node has exited or the deadline passed.
+    async fn until<F, Fut>(&mut self, what: &str, timeout: Duration, mut f: F) -> anyhow::Result<()>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Option<()>>,
+    {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if f().await.is_some() {
+                return Ok(());
+            }
+            let mut exited = None;
+            for (name, child) in [
+                ("kubelet", &mut self.kubelet),
+                ("kube-proxy", &mut self.proxy),
+            ] {
+                if let Some(c) = child
+                    && let Some(st) = c.try_wait()?
+                {
+                    exited = Some((name, st));
+                }
+            }
+            if let Some((name, st)) = exited {
+                bail!(
+                    "{name} of node {} exited ({st}) while waiting for {what}:\n{}",
+                    self.name,
+                    self.log_tail(name)
+                );
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "timed out after {timeout:?} waiting for {what} on node {}; kubelet:\n{}",
+                    self.name,
+                    self.log_tail("kubelet")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// The last lines of a process's log (`kubelet`, `kube-proxy`,
+    /// `containerd`).
+    pub fn log_tail(&self, name: &str) -> String {
+        let text =
+            std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(25)..].join("\n")
+    }
+
+    pub fn containerd(&self) -> &containerd::Containerd {
+        self.containerd
+            .as_ref()
+            .expect("containerd runs while the node is up")
+    }
+
+    /// Stop everything of this node and undo its changes to the host.
+    pub fn tear_down(&mut self) {
+        // The kubelet first, so nothing is started again.
+        if let Some(c) = self.kubelet.take() {
+            crate::stop_child(c);
+        }
+        faults::kill_cgroup_tree(&kubelet::cgroup_root(&self.net));
+        if let Some(c) = self.proxy.take() {
+            crate::stop_child(c);
+        }
+        if let Some(c) = self.containerd.take() {
+            let sock = c.socket.display().to_string();
+            if let Some(child) = c.child {
+                crate::stop_child(child);
+            }
+            for pid in faults::pids_matching(&format!("-address {sock}")) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+        crate::unmount_under(&self.dir);
+        faults::remove_cgroup_tree(&kubelet::cgroup_root(&self.net));
+        self.net.tear_down();
+    }
+}
