@@ -460,6 +460,12 @@ impl StatusChange {
                 st.source_id_by_instance.extend(r.sources.clone());
                 st.executable_hash_by_instance.extend(r.hashes.clone());
                 st.instance_states = r.states.clone();
+                // An instance scaled away gives its re-initialisation slot
+                // and requests up.
+                if r.forgets(st) {
+                    st.reinitializing.take_if(|i| !r.states.contains_key(i));
+                    st.reinit_requests.retain(|i| r.states.contains_key(i));
+                }
                 for (t, on, reason, msg) in &r.summary.conditions {
                     set_condition(&mut st.conditions, t, *on, reason, msg, r.now_ms, None);
                 }
@@ -470,9 +476,18 @@ impl StatusChange {
 }
 
 impl Report {
+    /// Whether the status names, for re-initialisation, an instance that
+    /// is no longer declared.
+    fn forgets(&self, st: &ClusterStatus) -> bool {
+        let gone = |i: &String| !self.states.contains_key(i);
+        !self.states.is_empty()
+            && (st.reinitializing.as_ref().is_some_and(gone) || st.reinit_requests.iter().any(gone))
+    }
+
     fn differs(&self, st: &ClusterStatus) -> bool {
         let s = &self.summary;
-        st.phase != Some(s.phase)
+        self.forgets(st)
+            || st.phase != Some(s.phase)
             || st.phase_reason.as_deref() != Some(s.reason.as_str())
             || st.ready_instances != s.ready_instances
             || st.instances != self.instances
@@ -1421,6 +1436,28 @@ mod tests {
         };
         let r = report(&s, &blocked);
         assert_eq!(r.summary.phase, Phase::Degraded);
+    }
+
+    #[test]
+    fn an_instance_scaled_away_gives_up_its_reinit_slot_and_requests() {
+        // The platforms observe every declared instance, reachable or not.
+        let mut s = snapshot(vec![
+            crate::testutil::primary("db-1", "0-1-100"),
+            replica("db-2", "0-1-100"),
+        ]);
+        settled(&mut s, "db-2");
+        s.status.reinitializing = Some("db-3".into());
+        s.status.reinit_requests = vec!["db-1".into(), "db-3".into()];
+        let change = StatusChange::Report(report(&s, &Memory::default()));
+        let mut st = s.status.clone();
+        assert!(change.apply(&mut st));
+        assert_eq!(st.reinitializing, None);
+        assert_eq!(st.reinit_requests, vec!["db-1".to_string()]);
+        // A declared instance keeps its slot.
+        s.status.reinitializing = Some("db-1".into());
+        let mut st = s.status.clone();
+        StatusChange::Report(report(&s, &Memory::default())).apply(&mut st);
+        assert_eq!(st.reinitializing.as_deref(), Some("db-1"));
     }
 
     #[test]
