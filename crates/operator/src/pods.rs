@@ -43,6 +43,14 @@ pub async fn ensure_pods(cluster: &Cluster, ctx: &Context, want: &[Pod]) -> Resu
         .map(|p| (p.name_any(), p))
         .collect();
     let memory = ctx.memory.core(cluster);
+    // The Pod that becomes the primary is labelled before the one that
+    // stops being it: rw gains its new endpoint in the first change
+    // kube-proxy programs, instead of waiting out kube-proxy's minimum
+    // interval between two syncs (1 s by default) after losing the old one.
+    let mut want: Vec<&Pod> = want.iter().collect();
+    want.sort_by_key(|p| {
+        pod::role_labels(&status, &p.name_any())[crate::labels::ROLE] != crate::labels::ROLE_PRIMARY
+    });
     for p in want {
         let mut p = p.clone();
         let instance = p.name_any();
@@ -75,6 +83,17 @@ pub async fn ensure_pods(cluster: &Cluster, ctx: &Context, want: &[Pod]) -> Resu
         }
     }
     Ok(())
+}
+
+/// Whether the Pods' role labels differ between two statuses of `cluster`.
+pub fn roles_changed(
+    cluster: &Cluster,
+    before: &cnmysql_api::ClusterStatus,
+    after: &cnmysql_api::ClusterStatus,
+) -> bool {
+    crate::objects::instances(cluster)
+        .iter()
+        .any(|i| pod::role_labels(before, i) != pod::role_labels(after, i))
 }
 
 /// Instances above `spec.instances` are removed, highest first — never the

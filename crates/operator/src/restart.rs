@@ -67,14 +67,6 @@ pub async fn carry_out(
                 _ => Err("its Pod has no IP yet".to_string()),
             }
         };
-        let error = outcome.as_ref().err().cloned();
-        let patch = json!({"metadata": {"annotations": {
-            RESTARTED_INPLACE_ANNOTATION: request,
-            RESTART_INPLACE_ERROR_ANNOTATION: error,
-        }}});
-        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .at(Error::Restart)?;
         let (kind, reason, note) = match &outcome {
             Ok(done) => (Kind::Normal, "RestartedInPlace", done.clone()),
             Err(why) => (
@@ -84,7 +76,17 @@ pub async fn carry_out(
             ),
         };
         tracing::info!(cluster = %cluster.name_any(), instance = %name, reason, "{note}");
+        // The Event first: whoever waits for the answer below (the plugin)
+        // finds it once answered.
         publish(ctx, cluster, kind, "RestartInPlace", reason, &note).await;
+        let error = outcome.as_ref().err().cloned();
+        let patch = json!({"metadata": {"annotations": {
+            RESTARTED_INPLACE_ANNOTATION: request,
+            RESTART_INPLACE_ERROR_ANNOTATION: error,
+        }}});
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .at(Error::Restart)?;
     }
     Ok(())
 }

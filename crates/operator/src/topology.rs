@@ -433,9 +433,18 @@ pub async fn step(
     ctx.memory.set_core(cluster, &memory);
     passed.at(Error::Topology)?;
     let (released, written) = (platform.released, platform.written.take());
-    if released {
-        let want = objects::desired(cluster, &ctx.env).pods;
-        crate::pods::ensure_pods(cluster, ctx, &want).await?;
+    // A primary change relabels the Pods from here at once (the Services
+    // route by those labels), not a controller round later.
+    let relabel = written
+        .as_ref()
+        .is_some_and(|w| crate::pods::roles_changed(cluster, &status, w));
+    if released || relabel {
+        let mut now = cluster.clone();
+        if let Some(w) = &written {
+            now.status = Some(w.clone());
+        }
+        let want = objects::desired(&now, &ctx.env).pods;
+        crate::pods::ensure_pods(&now, ctx, &want).await?;
     }
     crate::restart::carry_out(ctx, cluster, pods, &client).await?;
     let after = written.unwrap_or(status);
