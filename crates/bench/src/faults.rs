@@ -2,7 +2,7 @@
 //! plan of faults, the read-only watcher, a writer that keeps its
 //! connection to whichever instance it reached (as a connection pool does),
 //! and the report of outages per fault kind. The platforms' test files
-//! (`crates/procnode/tests/faults.rs`, `crates/cnmysql/tests/faults.rs`)
+//! (`crates/kubetest/tests/faults.rs`, `crates/cnmysql/tests/faults.rs`)
 //! carry the faults out.
 
 use std::collections::BTreeMap;

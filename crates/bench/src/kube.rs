@@ -1,6 +1,5 @@
 //! Topology changes on Kubernetes: a real control plane (KUBEBUILDER_ASSETS)
-//! and a real node (the harness's default; `CNMYSQL_KUBE_NODE=process` for
-//! the process node) running the operator's Deployment and a 3-instance
+//! and a real node (`crates/kubetest`) running the operator's Deployment and a 3-instance
 //! Cluster (`dataDurability: required`), the write checker through the rw
 //! Service's ClusterIP. Per run, measured from the fault to when writes
 //! flow again (the end of the longest stretch without an acknowledged
@@ -16,7 +15,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use cnmysql_procnode::harness::KubeCluster;
+use cnmysql_kubetest::KubeCluster;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
@@ -35,12 +34,12 @@ async fn writer(k: &KubeCluster) -> anyhow::Result<cnmysql_bench::writer::WriteC
     // Wait until rw reaches the writable primary: kube-proxy follows a
     // change of primary a moment after the status says it is done.
     let host = rw.ip().to_string();
-    cnmysql_procnode::harness::until(
+    cnmysql_kubetest::until(
         "rw to reach the primary",
         Duration::from_secs(30),
         || async {
             use mysql_async::prelude::Queryable as _;
-            let mut c = cnmysql_procnode::harness::connect(&host, rw.port(), &pw).await?;
+            let mut c = cnmysql_kubetest::connect(&host, rw.port(), &pw).await?;
             let ro: u8 = c.query_first("SELECT @@read_only").await.ok()??;
             (ro == 0).then_some(())
         },
@@ -75,7 +74,7 @@ async fn fault_run(k: &KubeCluster, kind: &str) -> anyhow::Result<(f64, usize, S
     // A Pod deleted on notice keeps serving until it has handed over:
     // wait for the change of primary before counting the writes after it.
     if kind == "delete" {
-        cnmysql_procnode::harness::until("the handover", Duration::from_secs(60), || async {
+        cnmysql_kubetest::until("the handover", Duration::from_secs(60), || async {
             let p = k.cluster_status(NS, "db").await.ok()?.current_primary?;
             (p != old).then_some(())
         })
@@ -99,7 +98,7 @@ async fn fault_run(k: &KubeCluster, kind: &str) -> anyhow::Result<(f64, usize, S
         // deleted on notice (it hands over) and made again.
         let pods: Api<Pod> = Api::namespaced(k.client.clone(), NS);
         pods.delete(&new, &DeleteParams::default()).await?;
-        cnmysql_procnode::harness::until("the handover", Duration::from_secs(60), || async {
+        cnmysql_kubetest::until("the handover", Duration::from_secs(60), || async {
             let p = k.cluster_status(NS, "db").await.ok()?.current_primary?;
             (p != new).then_some(())
         })
@@ -126,17 +125,17 @@ async fn switchover_run(k: &KubeCluster, cnmysql: &Path) -> anyhow::Result<(f64,
     Ok((o.longest_gap.as_secs_f64(), lost))
 }
 
-pub fn kube(runs: usize, slow_runs: usize, cnmysql: &Path, node: &Path) -> anyhow::Result<Value> {
+pub fn kube(runs: usize, slow_runs: usize, cnmysql: &Path) -> anyhow::Result<Value> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
-        let k = KubeCluster::start(node, cnmysql).await?;
+        let k = KubeCluster::start(cnmysql).await?;
         let ns: Api<Namespace> = Api::all(k.client.clone());
         ns.create(
             &PostParams::default(),
             &serde_json::from_value(json!({"metadata": {"name": NS}}))?,
         )
         .await?;
-        let manifest = cnmysql_procnode::harness::cluster_manifest(NS, "db", "required");
+        let manifest = cnmysql_kubetest::cluster_manifest(NS, "db", "required");
         k.cp.kubectl(&["apply", "-f", "-"], Some(&manifest))?;
         let mut out = serde_json::Map::new();
         let (mut gaps, mut lost) = (Vec::new(), Vec::new());

@@ -823,15 +823,9 @@ fn measure(
         no_local,
     } = cli.what
     {
-        let node = cnmysql_bin().with_file_name("cnmysql-node");
-        anyhow::ensure!(
-            node.exists(),
-            "{} not found: build it first (cargo build --release -p cnmysql-procnode)",
-            node.display()
-        );
         results.insert(
             "kubernetes".into(),
-            kube::kube(cli.runs, slow_runs, &cnmysql_bin(), &node)?,
+            kube::kube(cli.runs, slow_runs, &cnmysql_bin())?,
         );
         if !no_local {
             results.insert("local_failover".into(), failover(cli.runs)?);

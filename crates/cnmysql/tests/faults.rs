@@ -7,7 +7,7 @@
 //! After every fault the cluster must be healthy again within a bound; at
 //! the end no acknowledged row may be missing and no two instances may ever
 //! have been writable. The Kubernetes run of the same suite is
-//! `crates/procnode/tests/faults.rs`.
+//! `crates/kubetest/tests/faults.rs`.
 //!
 //! `CNMYSQL_FAULT_SEED` replays a run, `CNMYSQL_FAULTS` sets its length.
 

@@ -63,14 +63,20 @@ pub(crate) fn find_tool(
 pub struct S3Server {
     child: Child,
     _dir: tempfile::TempDir,
-    /// `http://127.0.0.1:<port>`.
+    /// `http://<address>:<port>`.
     pub endpoint: String,
     pub bucket: String,
 }
 
 impl S3Server {
-    /// Start one with the bucket `bucket`; returns once it serves S3.
+    /// Start one with the bucket `bucket` on the loopback; returns once it
+    /// serves S3.
     pub async fn start(bucket: &str) -> anyhow::Result<S3Server> {
+        Self::start_at(bucket, std::net::Ipv4Addr::LOCALHOST.into()).await
+    }
+
+    /// The same, listening on `ip` (an address Pods reach the host at).
+    pub async fn start_at(bucket: &str, ip: std::net::IpAddr) -> anyhow::Result<S3Server> {
         let dir = tempfile::Builder::new().prefix("cnmysql-weed-").tempdir()?;
         let config = dir.path().join("s3.json");
         std::fs::write(
@@ -88,8 +94,8 @@ impl S3Server {
         let mut args = vec![
             "mini".to_string(),
             format!("-dir={}", data.display()),
-            "-ip=127.0.0.1".into(),
-            "-ip.bind=127.0.0.1".into(),
+            format!("-ip={ip}"),
+            format!("-ip.bind={ip}"),
             format!("-s3.port={s3}"),
             "-s3.port.iceberg=0".into(),
             "-s3.port.lance=0".into(),
@@ -122,7 +128,7 @@ impl S3Server {
             .context("cannot start weed mini")?;
         let mut server = S3Server {
             child,
-            endpoint: format!("http://127.0.0.1:{s3}"),
+            endpoint: format!("http://{ip}:{s3}"),
             bucket: bucket.to_string(),
             _dir: dir,
         };

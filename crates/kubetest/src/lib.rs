@@ -1,7 +1,9 @@
 //! A whole Kubernetes cluster on this machine for tests and benchmarks: a
-//! real control plane (from `KUBEBUILDER_ASSETS`), a process node, and the
-//! operator installed from `deploy/operator.yaml` unchanged, running as a
-//! Pod of its Deployment. Everything is stopped when it is dropped.
+//! real control plane and one or more real nodes (`crates/realnode`: the
+//! kubelet, containerd, runc, kube-proxy, from `KUBEBUILDER_ASSETS` and
+//! Debian), and the operator installed from `deploy/operator.yaml`
+//! unchanged, running as a Pod of its Deployment from an image made of the
+//! `cnmysql` under test. Everything is stopped when it is dropped.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -11,22 +13,11 @@ use anyhow::{Context as _, bail};
 use cnmysql_envtest::ControlPlane;
 
 mod nodes;
-use nodes::{Node, start_process, start_real};
-pub use nodes::{one_at_a_time, operator_image_name, real_node};
+pub use nodes::operator_image_name;
+use nodes::start_real;
 
-/// The controllers a small cluster needs.
-pub const CONTROLLERS: &[&str] = &[
-    "deployment",
-    "replicaset",
-    "endpoint",
-    "endpointslice",
-    "garbagecollector",
-    "namespace",
-    "serviceaccount",
-    "root-ca-cert-publisher",
-    "persistentvolume-binder",
-    "disruption",
-];
+/// What an ignored test that needs this harness says about why.
+pub use cnmysql_realnode::IGNORE_REASON;
 
 /// The `spec.mysql` lines of the flavour under test: `CNMYSQL_TEST_FLAVOR`
 /// (`mariadb`, the default, or `mysql`: the server image `mysql:9.7`, or
@@ -69,10 +60,18 @@ spec:
     )
 }
 
-/// The `cnmysql` beside the test's `cnmysql-node` (the node runs it as the
-/// operator image), built first if it is not there yet.
-pub fn cnmysql_exe(node_exe: &Path) -> PathBuf {
-    let exe = node_exe.with_file_name("cnmysql");
+/// The `cnmysql` of the build under test (the operator image is made of
+/// it): beside the running program, or one directory up from a test's
+/// `deps/`; built first if it is not there yet.
+pub fn cnmysql_exe() -> PathBuf {
+    let me = std::env::current_exe().expect("the running program's path");
+    let dir = me.parent().expect("a directory");
+    let dir = if dir.ends_with("deps") {
+        dir.parent().expect("the profile's directory")
+    } else {
+        dir
+    };
+    let exe = dir.join("cnmysql");
     if !exe.is_file() {
         let status = Command::new(env!("CARGO"))
             .args(["build", "-p", "cnmysql", "--bin", "cnmysql"])
@@ -112,7 +111,7 @@ pub fn repo() -> PathBuf {
 pub struct KubeCluster {
     /// Dropped before the control plane: its Pods stop while the API
     /// server still answers.
-    node: Node,
+    node: Box<cnmysql_realnode::RealNode>,
     pub cp: ControlPlane,
     pub client: kube::Client,
     state: tempfile::TempDir,
@@ -121,36 +120,30 @@ pub struct KubeCluster {
 pub use cnmysql_envtest::until;
 
 impl KubeCluster {
-    /// Start the control plane and the node (`node_exe`, running `cnmysql`
-    /// for the operator image), install the operator, and return once it
-    /// is Ready.
-    pub async fn start(node_exe: &Path, cnmysql: &Path) -> anyhow::Result<KubeCluster> {
-        Self::start_with_images(node_exe, cnmysql, &[]).await
+    /// Start the control plane and a node with the operator's image made
+    /// of `cnmysql` and every server image built here, install the
+    /// operator, and return once it is Ready.
+    pub async fn start(cnmysql: &Path) -> anyhow::Result<KubeCluster> {
+        Self::start_with_images(cnmysql, &[]).await
     }
 
-    /// The same, with more `--image REPO=PATH=HOST_FILE` mappings for the
-    /// node (say, a newer operator image to upgrade to).
+    /// The same, with more images `REPO=PATH=HOST_FILE` (an executable
+    /// image; say, a newer operator to upgrade to).
     pub async fn start_with_images(
-        node_exe: &Path,
         cnmysql: &Path,
         extra_images: &[String],
     ) -> anyhow::Result<KubeCluster> {
-        Self::start_nodes(node_exe, cnmysql, extra_images, 1).await
+        Self::start_nodes(cnmysql, extra_images, 1).await
     }
 
-    /// The same on `nodes` real nodes (the process node is one node).
+    /// The same on `nodes` nodes (`realnode`, `realnode-2`, ...).
     pub async fn start_nodes(
-        node_exe: &Path,
         cnmysql: &Path,
         extra_images: &[String],
         nodes: usize,
     ) -> anyhow::Result<KubeCluster> {
         let state = tempfile::Builder::new().prefix("cnmysql-kube-").tempdir()?;
-        let (node, cp) = if real_node() {
-            start_real(cnmysql, extra_images, nodes).await?
-        } else {
-            start_process(node_exe, cnmysql, extra_images, state.path()).await?
-        };
+        let (node, cp) = start_real(cnmysql, extra_images, nodes).await?;
         let client = cp.client().await?;
         let kc = KubeCluster {
             node,
@@ -158,13 +151,6 @@ impl KubeCluster {
             client,
             state,
         };
-        if let Node::Process { .. } = kc.node {
-            until("the node to register", Duration::from_secs(30), || async {
-                kc.state.path().join("node.ready").exists().then_some(())
-            })
-            .await
-            .with_context(|| kc.node_log_tail())?;
-        }
         let manifest = repo().join("deploy/operator.yaml");
         kc.cp.kubectl(
             &[
@@ -191,7 +177,7 @@ impl KubeCluster {
         Ok(kc)
     }
 
-    /// The node's state directory (Pods' logs are `pods/*/<container>.log`).
+    /// The harness's own directory (the plugin is installed there).
     pub fn state(&self) -> &Path {
         self.state.path()
     }
@@ -429,15 +415,9 @@ impl Drop for KubeCluster {
                 tempfile::Builder::new().tempdir().expect("tempdir"),
             )
             .keep();
-            eprintln!("process node: keeping {}", kept.display());
+            eprintln!("kubetest: keeping {}", kept.display());
         }
-        // The real node tears itself down when dropped (before the control
-        // plane, by field order); the process node kills its Pods'
-        // processes when it stops.
-        if let Node::Process { child, .. } = &mut self.node
-            && let Some(child) = child.take()
-        {
-            cnmysql_realnode::stop_child_within(child, Duration::from_secs(15));
-        }
+        // The node tears itself down when dropped, before the control
+        // plane (field order).
     }
 }

@@ -1,125 +1,46 @@
-//! The node a test cluster runs on: the real node (a kubelet, containerd
-//! and kube-proxy, `crates/realnode`) or the process node, and what only
-//! a node can do (where a Service answers, faults, PIDs, claims' data).
+//! What only the nodes can do for a test: where a Service answers, faults
+//! on a Pod, a container's PID, where a claim's data is.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use cnmysql_envtest::{ControlPlane, Options};
+use cnmysql_envtest::ControlPlane;
 
-use super::{CONTROLLERS, KubeCluster, repo, until};
-
-/// The node the cluster's Pods run on.
-pub(super) enum Node {
-    /// A real kubelet, containerd and kube-proxy (`cnmysql-realnode`): the
-    /// proof of Kubernetes work.
-    Real(Box<cnmysql_realnode::RealNode>),
-    /// The process node (`cnmysql-node`), with the machine-wide lock of
-    /// process-node clusters (see [`one_at_a_time`]), released last.
-    Process {
-        /// Taken when the cluster is dropped.
-        child: Option<Child>,
-        _one_at_a_time: nix::fcntl::Flock<std::fs::File>,
-    },
-}
-
-/// Which node tests run on: `CNMYSQL_KUBE_NODE=process` for the process
-/// node, the real node otherwise.
-pub fn real_node() -> bool {
-    std::env::var("CNMYSQL_KUBE_NODE").as_deref() != Ok("process")
-}
-
-/// Take the machine-wide lock of process-node clusters: Pods that listen
-/// on the wildcard address (the operator's metrics port) share the host's
-/// ports, so two clusters' operators would collide. `holder` (what the
-/// lock's file then says holds it) is how a refusal names the cluster to
-/// stop: a state directory for `cnmysql-node up`, a test otherwise. With
-/// `wait`, wait for it (saying so), else fail at once.
-pub fn one_at_a_time(wait: bool, holder: &str) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
-    use nix::fcntl::{Flock, FlockArg};
-    use std::io::Write;
-    std::fs::create_dir_all("/tmp/cnmysql-procnode")?;
-    let path = "/tmp/cnmysql-procnode/cluster.lock";
-    // Not truncated on opening: until we hold it, it names the holder.
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(path)?;
-    let mut lock = match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
-        Ok(l) => l,
-        Err((f, _)) if wait => {
-            eprintln!(
-                "waiting for another process-node cluster on this machine to stop ({}; {path})",
-                held_by(path)
-            );
-            Flock::lock(f, FlockArg::LockExclusive)
-                .map_err(|(_, e)| anyhow::anyhow!("locking {path}: {e}"))?
-        }
-        Err(_) => bail!(
-            "another process-node cluster runs on this machine ({}; {path} is locked): stop it first",
-            held_by(path)
-        ),
-    };
-    lock.set_len(0)?;
-    writeln!(&mut *lock, "{holder}")?;
-    Ok(lock)
-}
-
-/// What the lock's file says of its holder, as advice.
-fn held_by(path: &str) -> String {
-    match std::fs::read_to_string(path) {
-        Ok(h) if h.trim().starts_with('/') => {
-            format!("scripts/kube-down --state-dir {} stops it", h.trim())
-        }
-        Ok(h) if !h.trim().is_empty() => format!("held by {}", h.trim()),
-        _ => "scripts/kube-down stops it".to_string(),
-    }
-}
+use super::{KubeCluster, repo, until};
 
 impl KubeCluster {
     pub(super) fn node_log_tail(&self) -> String {
-        match &self.node {
-            Node::Real(n) => format!("kubelet:\n{}", n.log_tail("kubelet")),
-            Node::Process { .. } => {
-                let text =
-                    std::fs::read_to_string(self.state.path().join("node.log")).unwrap_or_default();
-                let lines: Vec<&str> = text.lines().collect();
-                lines[lines.len().saturating_sub(20)..].join("\n")
-            }
-        }
+        format!("kubelet:\n{}", self.node.log_tail("kubelet"))
     }
 
-    /// Where a Service answers from this machine: its ClusterIP on the
-    /// real node (routed to the node, served by kube-proxy), a local
-    /// listener on the process node.
+    /// An address of this machine the Pods reach (a server a test starts
+    /// for them listens there): the host's end of the first node's link.
+    pub fn host_address(&self) -> std::net::IpAddr {
+        self.node.first().net.host_ip.into()
+    }
+
+    /// Where a Service answers from this machine: its ClusterIP (routed to
+    /// the first node, served by kube-proxy).
     pub fn service(&self, namespace: &str, name: &str) -> Option<SocketAddr> {
-        if let Node::Real(_) = self.node {
-            let svc = self
-                .cp
-                .kubectl(
-                    &[
-                        "-n",
-                        namespace,
-                        "get",
-                        "service",
-                        name,
-                        "-o",
-                        "jsonpath={.spec.clusterIP} {.spec.ports[0].port}",
-                    ],
-                    None,
-                )
-                .ok()?;
-            let (ip, port) = svc.trim().split_once(' ')?;
-            return format!("{ip}:{port}").parse().ok();
-        }
-        let text = std::fs::read_to_string(self.state.path().join("services.json")).ok()?;
-        let map: std::collections::BTreeMap<String, String> = serde_json::from_str(&text).ok()?;
-        map.get(&format!("{namespace}/{name}"))?.parse().ok()
+        let svc = self
+            .cp
+            .kubectl(
+                &[
+                    "-n",
+                    namespace,
+                    "get",
+                    "service",
+                    name,
+                    "-o",
+                    "jsonpath={.spec.clusterIP} {.spec.ports[0].port}",
+                ],
+                None,
+            )
+            .ok()?;
+        let (ip, port) = svc.trim().split_once(' ')?;
+        format!("{ip}:{port}").parse().ok()
     }
 
     /// Wait until a Service has a listener.
@@ -136,14 +57,7 @@ impl KubeCluster {
     /// but the kubelet's), `freeze` (every process stopped, as a stalled
     /// node), `heal` (undo).
     pub async fn fault(&self, kind: &str, namespace: &str, pod: &str) -> anyhow::Result<()> {
-        let Node::Real(n) = &self.node else {
-            crate::request(
-                self.state.path(),
-                &format!("fault {kind} {namespace}/{pod}"),
-            )
-            .await?;
-            return Ok(());
-        };
+        let n = &self.node;
         let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
             kube::Api::namespaced(self.client.clone(), namespace);
         let p = pods.get(pod).await?;
@@ -165,14 +79,7 @@ impl KubeCluster {
 
     /// The host PID of a container's PID 1.
     pub async fn pid(&self, namespace: &str, pod: &str, container: &str) -> anyhow::Result<i32> {
-        let Node::Real(n) = &self.node else {
-            return Ok(crate::request(
-                self.state.path(),
-                &format!("pid {namespace}/{pod} {container}"),
-            )
-            .await?
-            .parse()?);
-        };
+        let n = &self.node;
         let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
             kube::Api::namespaced(self.client.clone(), namespace);
         let p = pods.get(pod).await?;
@@ -190,13 +97,6 @@ impl KubeCluster {
 
     /// Where a claim's data is on this machine.
     pub async fn claim_path(&self, namespace: &str, claim: &str) -> anyhow::Result<PathBuf> {
-        if let Node::Process { .. } = self.node {
-            return Ok(crate::volumes::claim_dir(
-                self.state.path(),
-                namespace,
-                claim,
-            ));
-        }
         use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
         let claims: kube::Api<PersistentVolumeClaim> =
             kube::Api::namespaced(self.client.clone(), namespace);
@@ -236,7 +136,7 @@ pub(super) async fn start_real(
     cnmysql: &Path,
     extra_images: &[String],
     nodes: usize,
-) -> anyhow::Result<(Node, ControlPlane)> {
+) -> anyhow::Result<(Box<cnmysql_realnode::RealNode>, ControlPlane)> {
     use cnmysql_realnode::images;
     let operator = operator_image_name()?;
     let mut all = vec![images::operator(&operator, cnmysql)];
@@ -276,7 +176,7 @@ pub(super) async fn start_real(
     })
     .await?;
     let (node, cp) = node.split();
-    Ok((Node::Real(Box::new(node)), cp))
+    Ok((Box::new(node), cp))
 }
 
 /// The operator image `deploy/operator.yaml` names.
@@ -287,54 +187,4 @@ pub fn operator_image_name() -> anyhow::Result<String> {
         .find(|i| i.contains("/cnmysql:"))
         .map(str::to_string)
         .context("deploy/operator.yaml names no cnmysql image")
-}
-
-pub(super) async fn start_process(
-    node_exe: &Path,
-    cnmysql: &Path,
-    extra_images: &[String],
-    state: &Path,
-) -> anyhow::Result<(Node, ControlPlane)> {
-    let lock = tokio::task::spawn_blocking(|| {
-        one_at_a_time(true, &format!("a test (pid {})", std::process::id()))
-    })
-    .await??;
-    let cp = ControlPlane::start(Options {
-        controllers: CONTROLLERS.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
-    })
-    .await?;
-    let log = std::fs::File::create(state.join("node.log"))?;
-    let child = Command::new(node_exe)
-        .arg("run")
-        .arg("--kubeconfig")
-        .arg(&cp.kubeconfig)
-        .arg("--state-dir")
-        .arg(state)
-        .arg("--image")
-        .arg(format!(
-            "ghcr.io/cloudnative-mysql/cnmysql=/usr/local/bin/cnmysql={}",
-            cnmysql.display()
-        ))
-        // The process node maps repositories, whatever the tag.
-        .args(extra_images.iter().flat_map(|i| {
-            let (repo, rest) = i.split_once('=').unwrap_or((i.as_str(), ""));
-            [
-                "--image".to_string(),
-                format!("{}={rest}", crate::images::repository(repo)),
-            ]
-        }))
-        .env_remove("KUBECONFIG")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()
-        .with_context(|| format!("starting {}", node_exe.display()))?;
-    Ok((
-        Node::Process {
-            child: Some(child),
-            _one_at_a_time: lock,
-        },
-        cp,
-    ))
 }

@@ -1,7 +1,8 @@
-//! End to end on Kubernetes: a real API server, the process node running
-//! the operator's Deployment and the instance Pods it renders (real
-//! `mariadbd`), clients through the rw Service's listener, and the write
-//! checker proving that no acknowledged row is lost.
+//! End to end on Kubernetes: a real API server and a real node (kubelet,
+//! containerd, kube-proxy: `cnmysql-kubetest`) running the operator's
+//! Deployment and the instance Pods it renders from the server images,
+//! clients through the rw Service's ClusterIP, and the write checker
+//! proving that no acknowledged row is lost.
 //!
 //! Run with `scripts/test-kube` (needs KUBEBUILDER_ASSETS and root).
 
@@ -9,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use cnmysql_api::Cluster;
 use cnmysql_bench::writer::WriteChecker;
-use cnmysql_procnode::harness::{KubeCluster, until};
+use cnmysql_kubetest::{KubeCluster, until};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, DeleteParams, ListParams};
 use mysql_async::prelude::*;
@@ -17,11 +18,11 @@ use mysql_async::prelude::*;
 const NS: &str = "e2e";
 
 fn cluster_yaml(durability: &str) -> String {
-    cnmysql_procnode::harness::cluster_manifest(NS, "db", durability)
+    cnmysql_kubetest::cluster_manifest(NS, "db", durability)
 }
 
 fn cnmysql_exe() -> std::path::PathBuf {
-    cnmysql_procnode::harness::cnmysql_exe(std::path::Path::new(env!("CARGO_BIN_EXE_cnmysql-node")))
+    cnmysql_kubetest::cnmysql_exe()
 }
 
 struct Env {
@@ -42,14 +43,20 @@ async fn env_with_images(durability: &str, images: &[String]) -> Env {
 
 /// A cluster made from `manifest`, ready.
 async fn env_with_manifest(manifest: &str, images: &[String]) -> Env {
-    let k = KubeCluster::start_with_images(
-        std::path::Path::new(env!("CARGO_BIN_EXE_cnmysql-node")),
-        &cnmysql_exe(),
-        images,
-    )
-    .await
-    .unwrap();
-    k.apply_in_new_namespace(NS, manifest).await.unwrap();
+    env_made_with(images, async |_| manifest.to_string()).await
+}
+
+/// A cluster made from the manifest `make` writes once the node runs
+/// (given the address Pods reach this machine at), ready.
+async fn env_made_with(
+    images: &[String],
+    make: impl AsyncFnOnce(std::net::IpAddr) -> String,
+) -> Env {
+    let k = KubeCluster::start_with_images(&cnmysql_exe(), images)
+        .await
+        .unwrap();
+    let manifest = make(k.host_address()).await;
+    k.apply_in_new_namespace(NS, &manifest).await.unwrap();
     let e = Env {
         clusters: Api::namespaced(k.client.clone(), NS),
         pods: Api::namespaced(k.client.clone(), NS),
@@ -84,7 +91,7 @@ impl Env {
         let pw = self.app_password().await;
         let host = at.ip().to_string();
         until("a connection", Duration::from_secs(30), || {
-            cnmysql_procnode::harness::connect(&host, at.port(), &pw)
+            cnmysql_kubetest::connect(&host, at.port(), &pw)
         })
         .await
         .unwrap()
@@ -441,25 +448,6 @@ impl Env {
     /// cluster healthy; returns the new hash.
     async fn upgrade_operator(&self, timeout: Duration) -> String {
         let old = self.status().await.operator_executable_hash.unwrap();
-        // On the process node every Pod shares the host's network, and the
-        // operator listens on 0.0.0.0:8080: a surge Pod of the new version
-        // could not bind beside the old one. Replace it instead (a deviation
-        // of the test node, not of a real cluster).
-        self.k
-            .cp
-            .kubectl(
-                &[
-                    "-n",
-                    "cnmysql-system",
-                    "patch",
-                    "deployment",
-                    "cnmysql-operator",
-                    "-p",
-                    r#"{"spec":{"strategy":{"type":"Recreate","rollingUpdate":null}}}"#,
-                ],
-                None,
-            )
-            .unwrap();
         self.k
             .cp
             .kubectl(
@@ -1254,30 +1242,38 @@ async fn an_annotated_server_canary_fails_on_a_broken_image_is_retried_once_the_
     e.finish(w, "annotated server upgrades").await;
 }
 
+/// The `objectStore` of a Cluster's backup section on `s3`, indented.
+fn object_store(s3: &cnmysql_envtest::object_store::S3Server, indent: &str) -> String {
+    format!(
+        "{indent}destinationPath: s3://{}/e2e\n{indent}endpointURL: {}\n{indent}pathStyle: true\n{indent}s3Credentials:\n{indent}  accessKeyId: {{name: store, key: ACCESS_KEY_ID}}\n{indent}  secretAccessKey: {{name: store, key: SECRET_ACCESS_KEY}}\n",
+        s3.bucket, s3.endpoint
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
 async fn backup_objects_archive_and_a_recovered_cluster_hold_every_acknowledged_row() {
     use cnmysql_api::backup_resources::{Backup, ScheduledBackup};
     use kube::api::PostParams;
-    // A real S3 server (SeaweedFS) on the host's loopback, which the
-    // process node's Pods share; its credentials in a Secret.
-    let s3 = cnmysql_envtest::object_store::S3Server::start("backups")
-        .await
-        .unwrap();
-    let store = |indent: &str| {
-        format!(
-            "{indent}destinationPath: s3://{}/e2e\n{indent}endpointURL: {}\n{indent}pathStyle: true\n{indent}s3Credentials:\n{indent}  accessKeyId: {{name: store, key: ACCESS_KEY_ID}}\n{indent}  secretAccessKey: {{name: store, key: SECRET_ACCESS_KEY}}\n",
-            s3.bucket, s3.endpoint
-        )
-    };
-    let manifest = format!(
-        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: store\n  namespace: {NS}\nstringData:\n  ACCESS_KEY_ID: {}\n  SECRET_ACCESS_KEY: {}\n---\n{}  backup:\n    objectStore:\n{}    retentionPolicy: 30d\n",
-        cnmysql_envtest::object_store::ACCESS_KEY_ID,
-        cnmysql_envtest::object_store::SECRET_ACCESS_KEY,
-        cluster_yaml("required"),
-        store("      ")
-    );
-    let e = env_with_manifest(&manifest, &[]).await;
+    // A real S3 server (SeaweedFS) on an address of this machine the Pods
+    // reach; its credentials in a Secret.
+    let mut server = None;
+    let e = env_made_with(&[], async |host| {
+        let s3 = cnmysql_envtest::object_store::S3Server::start_at("backups", host)
+            .await
+            .unwrap();
+        let manifest = format!(
+            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: store\n  namespace: {NS}\nstringData:\n  ACCESS_KEY_ID: {}\n  SECRET_ACCESS_KEY: {}\n---\n{}  backup:\n    objectStore:\n{}    retentionPolicy: 30d\n",
+            cnmysql_envtest::object_store::ACCESS_KEY_ID,
+            cnmysql_envtest::object_store::SECRET_ACCESS_KEY,
+            cluster_yaml("required"),
+            object_store(&s3, "      ")
+        );
+        server = Some(s3);
+        manifest
+    })
+    .await;
+    let _s3 = server.unwrap();
     let w = e.writer().await;
     w.wait_for_more(200, Duration::from_secs(30)).await;
 
@@ -1380,7 +1376,7 @@ async fn backup_objects_archive_and_a_recovered_cluster_hold_every_acknowledged_
 
     // A Cluster naming a Backup that does not exist: not invalid, blocked,
     // saying why, and nothing made.
-    let waiting = cnmysql_procnode::harness::cluster_manifest(NS, "waiting", "required")
+    let waiting = cnmysql_kubetest::cluster_manifest(NS, "waiting", "required")
         .replace("instances: 3", "instances: 2")
         + "  bootstrap:\n    recovery:\n      source:\n        backup: {name: not-yet}\n";
     let c = cnmysql_api::parse_cluster(&waiting).unwrap();
@@ -1409,7 +1405,7 @@ async fn backup_objects_archive_and_a_recovered_cluster_hold_every_acknowledged_
     // A new Cluster recovered from the scheduled Backup object (its store
     // and id, resolved by the operator) and the archive after it: every
     // acknowledged row.
-    let restored = cnmysql_procnode::harness::cluster_manifest(NS, "restored", "required")
+    let restored = cnmysql_kubetest::cluster_manifest(NS, "restored", "required")
         .replace("instances: 3", "instances: 2")
         + &format!(
             "  bootstrap:\n    recovery:\n      source:\n        backup: {{name: {}}}\n",

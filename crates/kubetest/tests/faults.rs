@@ -1,5 +1,5 @@
 //! The randomized fault suite on Kubernetes: a real API server, a real node
-//! (kubelet, containerd; `CNMYSQL_KUBE_NODE=process` for the process node)
+//! (kubelet, containerd, kube-proxy)
 //! running the operator and the instance Pods (MariaDB, or MySQL with
 //! `CNMYSQL_TEST_FLAVOR=mysql`), and a
 //! seeded random sequence of faults — the primary's Pod deleted, its PID 1
@@ -22,19 +22,19 @@ use std::time::{Duration, Instant};
 
 use cnmysql_bench::faults::{self, Fault, Target};
 use cnmysql_bench::writer::WriteChecker;
-use cnmysql_procnode::harness::{KubeCluster, until};
+use cnmysql_kubetest::{KubeCluster, until};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams};
 
 const NS: &str = "faults";
 
 fn cnmysql_exe() -> std::path::PathBuf {
-    cnmysql_procnode::harness::cnmysql_exe(std::path::Path::new(env!("CARGO_BIN_EXE_cnmysql-node")))
+    cnmysql_kubetest::cnmysql_exe()
 }
 
 /// The Cluster of the suite: semi-sync `required` or `preferred`, or off.
 fn manifest(durability: &str) -> String {
-    let m = cnmysql_procnode::harness::cluster_manifest(NS, "db", durability)
+    let m = cnmysql_kubetest::cluster_manifest(NS, "db", durability)
         .replace("maxSyncReplicas: 1", "maxSyncReplicas: 2");
     if durability == "off" {
         m.replace("enabled: true", "enabled: false")
@@ -155,12 +155,7 @@ async fn suite(durability: &str, default_faults: usize) {
         plan.iter().map(|f| f.0.name()).collect::<Vec<_>>()
     );
     let exe = cnmysql_exe();
-    let k = KubeCluster::start(
-        std::path::Path::new(env!("CARGO_BIN_EXE_cnmysql-node")),
-        &exe,
-    )
-    .await
-    .unwrap();
+    let k = KubeCluster::start(&exe).await.unwrap();
     k.apply_in_new_namespace(NS, &manifest(durability))
         .await
         .unwrap();
@@ -337,7 +332,7 @@ async fn suite(durability: &str, default_faults: usize) {
                 faults::RECOVERY_BOUND,
                 || async {
                     let st = k.cluster_status(NS, "db").await.ok()?;
-                    let (primaries, ready) = cnmysql_procnode::harness::primaries_and_ready(&st);
+                    let (primaries, ready) = cnmysql_kubetest::primaries_and_ready(&st);
                     (primaries == 1
                         && st.current_primary == st.target_primary
                         && ready + st.diverged_instances.len() == 3)

@@ -1,4 +1,4 @@
-//! What a real kubelet does that the process node did not show (issue 31):
+//! What a real kubelet does that our former stand-in node did not show (issue 31):
 //! the documented Clusters start unchanged under a container runtime with
 //! kubelet-made volumes; evictions follow the disruption budgets; a
 //! primary Pod deleted on notice hands over by switchover; a killed
@@ -10,32 +10,23 @@
 use std::time::{Duration, Instant};
 
 use cnmysql_bench::writer::WriteChecker;
-use cnmysql_procnode::harness::{KubeCluster, until};
+use cnmysql_kubetest::{KubeCluster, until};
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, DeleteParams, ListParams};
 use mysql_async::prelude::*;
 
 fn cnmysql_exe() -> std::path::PathBuf {
-    cnmysql_procnode::harness::cnmysql_exe(std::path::Path::new(env!("CARGO_BIN_EXE_cnmysql-node")))
+    cnmysql_kubetest::cnmysql_exe()
 }
 
 async fn cluster() -> KubeCluster {
-    assert!(
-        cnmysql_procnode::harness::real_node(),
-        "these tests are about the real node (unset CNMYSQL_KUBE_NODE)"
-    );
-    KubeCluster::start(
-        std::path::Path::new(env!("CARGO_BIN_EXE_cnmysql-node")),
-        &cnmysql_exe(),
-    )
-    .await
-    .unwrap()
+    KubeCluster::start(&cnmysql_exe()).await.unwrap()
 }
 
 /// `kubectl apply -n NS -f FILE` into a new namespace, the file as the
 /// repository has it (it names no namespace).
 async fn apply_example(k: &KubeCluster, ns: &str, file: &str) {
-    let text = std::fs::read_to_string(cnmysql_procnode::harness::repo().join(file)).unwrap();
+    let text = std::fs::read_to_string(cnmysql_kubetest::repo().join(file)).unwrap();
     k.apply_in_new_namespace(ns, &text).await.unwrap();
 }
 
@@ -45,7 +36,7 @@ async fn write_through_rw(k: &KubeCluster, ns: &str, name: &str) {
     let pw = k.app_password(ns, name).await.unwrap();
     let host = rw.ip().to_string();
     let mut c = until("a connection through rw", Duration::from_secs(30), || {
-        cnmysql_procnode::harness::connect(&host, rw.port(), &pw)
+        cnmysql_kubetest::connect(&host, rw.port(), &pw)
     })
     .await
     .unwrap();
@@ -203,7 +194,7 @@ async fn writer(k: &KubeCluster, ns: &str, name: &str) -> WriteChecker {
 /// A healthy 3-instance Cluster `db` with `dataDurability: required` in a
 /// new namespace `ns`; its primary.
 async fn durable_cluster(k: &KubeCluster, ns: &str) -> String {
-    let manifest = cnmysql_procnode::harness::cluster_manifest(ns, "db", "required");
+    let manifest = cnmysql_kubetest::cluster_manifest(ns, "db", "required");
     k.apply_in_new_namespace(ns, &manifest).await.unwrap();
     k.wait_healthy(ns, "db", 3, Duration::from_secs(240))
         .await
@@ -388,15 +379,9 @@ async fn node_of(k: &KubeCluster, ns: &str, pod: &str) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
 async fn kubectl_drain_of_the_primarys_node_completes_after_a_handover_and_loses_nothing() {
-    assert!(cnmysql_procnode::harness::real_node());
-    let k = KubeCluster::start_nodes(
-        std::path::Path::new(env!("CARGO_BIN_EXE_cnmysql-node")),
-        &cnmysql_exe(),
-        &[],
-        3,
-    )
-    .await
-    .unwrap();
+    let k = KubeCluster::start_nodes(&cnmysql_exe(), &[], 3)
+        .await
+        .unwrap();
     let old = durable_cluster(&k, "dr").await;
     let mut placed = Vec::new();
     for pod in all("db") {
