@@ -2,7 +2,7 @@
 //! Pod deleted, evicted or lost with its node) is started again, or held
 //! down for the failover decision. One rule for every platform: the
 //! topology step records the hold-down from the absence the platform
-//! reports, and a platform asks [`crate::reconcile::Memory::may_start`]
+//! reports, and a platform asks [`may_start`]
 //! before it starts a manager (locally) or creates a Pod (the operator).
 //!
 //! A steady primary that vanished is not started again on the spot where,
@@ -11,14 +11,28 @@
 //! asked to give the primary time to come back, so it is started again in
 //! place (failover fences it if it is not healthy when the delay is over).
 //! Whatever holds an instance down, the topology step can let it come back
-//! ([`crate::reconcile::Action::Restart`]: the failover is done, or it is
+//! ([`crate::action::Action::Restart`]: the failover is done, or it is
 //! blocked and nothing else can take over), and once it has, nothing holds it
 //! down again until it has been seen running: two rules that disagree would
 //! hold it down and let it go forever while the cluster has no primary.
 
 use cnmysql_api::{ClusterSpec, ClusterStatus};
 
-use crate::reconcile::Memory;
+use crate::memory::Memory;
+
+/// Whether a platform may start `instance`, whose processes are gone (a
+/// manager that exited, a missing Pod), now: not while it is held down,
+/// nor while [`keep_down`] says the step will hold it down. The step
+/// records the hold-down from the absence the platform reports; this only
+/// reads.
+pub fn may_start(
+    memory: &Memory,
+    spec: &ClusterSpec,
+    status: &ClusterStatus,
+    instance: &str,
+) -> bool {
+    !memory.held_down.contains(instance) && !keep_down(spec, status, instance, memory)
+}
 
 /// True when `instance`, whose processes are gone, must not be started now.
 pub fn keep_down(

@@ -24,8 +24,9 @@ use std::collections::BTreeMap;
 
 use cnmysql_api::{InstanceUpgrade, UpgradePhase};
 
-use crate::reconcile::{Event, timestamp};
+use crate::event::Event;
 use crate::status::Snapshot;
+use crate::time::timestamp;
 
 pub const UPGRADE_TO: &str = "cnmysql.io/upgrade-to";
 pub const UPGRADE_STATUS: &str = "cnmysql.io/upgrade-status";

@@ -2,8 +2,11 @@
 //! observed snapshot. No clock, network or Kubernetes in here; time comes in
 //! as a value. Each concern lives in a module named after it.
 
+pub mod action;
 pub mod archiving;
 pub mod backup_source;
+pub mod cadence;
+pub mod event;
 pub mod failover;
 pub mod fencing;
 pub mod flavor;
@@ -13,6 +16,7 @@ pub mod instance_upgrade;
 pub mod isolation;
 pub mod lease;
 pub mod maintenance_window;
+pub mod memory;
 pub mod metrics;
 pub mod orchestrated_upgrade;
 pub mod phase;
@@ -25,7 +29,9 @@ pub mod semisync;
 pub mod server_upgrade;
 pub mod services;
 pub mod status;
+pub mod status_change;
 pub mod status_view;
 pub mod switchover;
 #[cfg(test)]
 mod testutil;
+pub mod time;

@@ -40,7 +40,7 @@ pub fn check(window: Option<&MaintenanceWindow>, now_ms: i64) -> Result<(), Stri
         .unwrap_or(now_ms);
     Err(format!(
         "outside the maintenance window: it opens at {}",
-        crate::reconcile::timestamp(next)
+        crate::time::timestamp(next)
     ))
 }
 

@@ -15,11 +15,12 @@ use std::collections::BTreeMap;
 
 use cnmysql_api::{OrchestratedUpgrade, UpgradePhase};
 
+use crate::event::Event;
 use crate::instance_upgrade::{
     LAST_FAILED_ATTEMPT_AT, Status, UPGRADE_RELEASE, UPGRADE_STATUS, UPGRADE_TO, parse,
 };
-use crate::reconcile::{Event, timestamp};
 use crate::status::Snapshot;
+use crate::time::timestamp;
 
 /// The orchestration under way, if one is.
 pub fn running(s: &Snapshot) -> Option<&OrchestratedUpgrade> {

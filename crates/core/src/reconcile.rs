@@ -13,94 +13,26 @@
 //! live in `failover.rs`, `switchover.rs`, `semisync.rs`, `rollout.rs` and
 //! `phase.rs`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use cnmysql_api::{Flavor, Phase};
 
-use cnmysql_api::{ClusterStatus, Flavor, Phase};
-
+use crate::action::Action;
+use crate::event::Event;
 use crate::failover::{self, Decision};
 use crate::lease::Lease;
-use crate::phase::{Summary, set_condition, summarize};
-use crate::rollout::{self, InFlight, Next};
-use crate::semisync::{self, Settings};
+use crate::memory::Memory;
+use crate::rollout::{self, Next};
+use crate::semisync;
 use crate::status::Snapshot;
+use crate::status_change::StatusChange;
 use crate::switchover::{self, Progress};
+use crate::time::timestamp;
 
 /// A semi-sync adjustment is not repeated within this long.
 pub const SEMI_SYNC_RETRY_MS: i64 = 2_000;
 
-/// What the controller remembers between steps.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Memory {
-    /// The reason failover is blocked, reported once; empty when not blocked.
-    pub last_block: String,
-    /// A wait for the old primary's lease was reported.
-    pub last_wait: bool,
-    /// The current primary at the last step.
-    pub last_current: Option<String>,
-    /// The last semi-sync adjustment sent, and when (Unix ms).
-    pub last_semi_sync: Option<(Settings, i64)>,
-    /// Instances given a rollout step, and when (Unix ms).
-    pub rollout_in_flight: InFlight,
-    /// The rollout's last reported state (an event is recorded per change).
-    pub last_rollout: String,
-    /// The primary being restarted in place by the rollout, and since when:
-    /// its absence is not a failure for [`PRIMARY_RESTART_MS`].
-    pub restarting_primary: Option<(String, i64)>,
-    /// The supervised rollout waits on this primary for this target hash.
-    pub waiting_for_user: Option<(String, String)>,
-    /// A human switched over while the supervised rollout to this target
-    /// hash waited: it goes on to the end.
-    pub supervised_consent: Option<String>,
-    /// Instances the step let come back ([`Action::Restart`]) that have not
-    /// answered since: nothing holds them down again meanwhile
-    /// ([`crate::hold_down::keep_down`]).
-    pub released: BTreeSet<String>,
-    /// Instances kept stopped: a vanished steady primary
-    /// ([`crate::hold_down::keep_down`]) and fenced-out former primaries,
-    /// until the step lets them come back ([`Action::Restart`]). The
-    /// platforms start no process (create no Pod) for them.
-    pub held_down: BTreeSet<String>,
-    /// When this controller first stepped this cluster (Unix ms): see
-    /// [`WARM_UP_MS`].
-    pub first_step_ms: Option<i64>,
-    /// Instances that have answered since then.
-    pub answered: BTreeSet<String>,
-    /// The instance last asked to upgrade its system tables, and when
-    /// (Unix ms): not asked again within [`SYSTEM_TABLES_RETRY_MS`].
-    pub system_tables_asked: Option<(String, i64)>,
-    /// The primary seen down in place ([`Observation::primary_down_in_place`])
-    /// and since when (Unix ms), until it is seen otherwise.
-    pub primary_down_in_place: Option<(String, i64)>,
-    /// Why a leaving primary could not hand over, reported once.
-    pub last_handover_refusal: String,
-}
-
 /// A system tables upgrade not reported done is asked for again after
 /// this long.
 pub const SYSTEM_TABLES_RETRY_MS: i64 = 60_000;
-
-impl Memory {
-    /// Whether a platform may start `instance`, whose processes are gone
-    /// (a manager that exited, a missing Pod), now: not while it is held
-    /// down, nor while [`crate::hold_down::keep_down`] says the step will
-    /// hold it down. The step records the hold-down from the absence the
-    /// platform reports; this only reads.
-    pub fn may_start(
-        &self,
-        spec: &cnmysql_api::ClusterSpec,
-        status: &ClusterStatus,
-        instance: &str,
-    ) -> bool {
-        !self.held_down.contains(instance)
-            && !crate::hold_down::keep_down(spec, status, instance, self)
-    }
-
-    /// Whether the supervised rollout to the current target has consent.
-    fn consent(&self, s: &Snapshot) -> bool {
-        self.supervised_consent.is_some()
-            && self.supervised_consent == s.status.operator_executable_hash
-    }
-}
 
 /// How long a primary restarted in place by the rollout may be away before
 /// failover treats it as failed.
@@ -161,44 +93,6 @@ pub const IN_PLACE_RESTART_GRACE_MS: i64 = 15_000;
 /// missing observations for a failed primary.
 pub const WARM_UP_MS: i64 = 15_000;
 
-/// How often a platform polls the instances: `steady_ms` normally,
-/// `changing_ms` while the primary is moving or failing (see
-/// [`Cadence::next_poll_ms`]). Each platform picks its own figures by what
-/// a poll costs it (locally nothing; on Kubernetes a status read per
-/// instance and possibly API writes).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Cadence {
-    pub steady_ms: u64,
-    pub changing_ms: u64,
-}
-
-impl Cadence {
-    /// One machine: polls are loopback requests.
-    pub const LOCAL: Cadence = Cadence {
-        steady_ms: 200,
-        changing_ms: 50,
-    };
-    /// Kubernetes: polls are Pod-network requests from the operator.
-    pub const KUBERNETES: Cadence = Cadence {
-        steady_ms: 1_000,
-        changing_ms: 200,
-    };
-
-    /// When to poll next, after a step that left `status`.
-    pub fn next_poll_ms(&self, status: &ClusterStatus) -> u64 {
-        if changing(status) {
-            self.changing_ms
-        } else {
-            self.steady_ms
-        }
-    }
-}
-
-/// The primary is moving (a switchover or failover under way) or failing.
-fn changing(status: &ClusterStatus) -> bool {
-    status.current_primary != status.target_primary || status.primary_failing_since.is_some()
-}
-
 /// Whether the step needs the primary Lease now: only to decide a
 /// failover (a platform reads it from the API only then).
 pub fn needs_lease(s: &Snapshot) -> bool {
@@ -229,355 +123,6 @@ pub fn warming_up(s: &Snapshot, memory: &mut Memory) -> bool {
         && s.instances
             .iter()
             .any(|o| !memory.answered.contains(&o.name) && !memory.held_down.contains(&o.name))
-}
-
-/// An event for `kubectl describe` / `cnmysql local events`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Event {
-    pub warning: bool,
-    pub reason: &'static str,
-    pub instance: Option<String>,
-    pub message: String,
-}
-
-impl Event {
-    pub fn new(
-        warning: bool,
-        reason: &'static str,
-        instance: Option<&str>,
-        message: String,
-    ) -> Event {
-        Event {
-            warning,
-            reason,
-            instance: instance.map(str::to_string),
-            message,
-        }
-    }
-}
-
-/// A change of the cluster status that only applies while the status is
-/// still what the step saw; the platform applies it under its lock or with
-/// a resourceVersion precondition, and retries on conflict.
-#[derive(Clone, Debug, PartialEq)]
-pub enum StatusChange {
-    /// Set (`Some`, RFC 3339) or clear `primaryFailingSince`.
-    PrimaryFailingSince(Option<String>),
-    /// Start a planned switchover from `from` to `to` (the rollout's), if
-    /// `from` is still both the current and the target primary.
-    Switchover {
-        from: String,
-        to: String,
-        at: String,
-    },
-    /// Give up a stalled switchover: point the target back at `current`,
-    /// if the switchover is still pending from that primary.
-    /// Give the role back to `current`; `reason` says why, in the status
-    /// at once (a client following the switchover reads it there).
-    AbortSwitchover {
-        current: Option<String>,
-        at: String,
-        reason: String,
-    },
-    /// Begin a failover: target `candidate`, if `old` is still both the
-    /// current and the target primary.
-    StartFailover {
-        old: String,
-        candidate: String,
-        at: String,
-    },
-    /// The summary: phase, reason, counts, conditions, last observed GTID
-    /// state and manager hash per instance.
-    Report(Report),
-    /// The server upgrade's part of the status (images, versions, history).
-    ServerUpgrade(crate::server_upgrade::UpgradeStatus),
-    /// A rollout gave an instance a step at this time (RFC 3339).
-    RolloutStep(String),
-    /// Set (Some) or remove an instance's annotation-driven upgrade record.
-    InstanceUpgrade {
-        instance: String,
-        record: Option<cnmysql_api::InstanceUpgrade>,
-    },
-    /// Set (Some) or remove the orchestrated upgrade's record.
-    OrchestratedUpgrade(Option<cnmysql_api::OrchestratedUpgrade>),
-    /// `status.backup` as the primary's archiving and a recovery report it
-    /// (`archiving.rs`); written when it matters.
-    Backup(Box<cnmysql_api::backup::BackupStatus>),
-    /// A base backup ended: the last successful or failed one; the first
-    /// successful one also starts the recoverable range.
-    BackupTaken(Box<cnmysql_api::backup::BackupRecord>),
-    /// Retention moved the earliest point a recovery can reach.
-    FirstRecoverabilityPoint(String),
-}
-
-/// The reported part of the status.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Report {
-    pub summary: Summary,
-    pub instances: i32,
-    /// The label selector of the instances' Pods (the scale subresource's).
-    pub selector: String,
-    pub gtids: BTreeMap<String, String>,
-    /// GTID source ids of the observed instances.
-    pub sources: BTreeMap<String, String>,
-    pub hashes: BTreeMap<String, String>,
-    /// Every declared instance as this poll saw it.
-    pub states: BTreeMap<String, cnmysql_api::InstanceState>,
-    pub now_ms: i64,
-    /// The primary fields of the status it was computed from: a report is
-    /// stale, and not applied, once a primary change or a failing primary
-    /// was recorded after it (it would overwrite that phase).
-    pub basis: [Option<String>; 3],
-}
-
-fn basis(st: &ClusterStatus) -> [Option<String>; 3] {
-    [
-        st.current_primary.clone(),
-        st.target_primary.clone(),
-        st.primary_failing_since.clone(),
-    ]
-}
-
-impl StatusChange {
-    /// Apply the change to `st`; false when it no longer applies (nothing
-    /// changed).
-    pub fn apply(&self, st: &mut ClusterStatus) -> bool {
-        match self {
-            StatusChange::PrimaryFailingSince(v) => {
-                if st.primary_failing_since == *v {
-                    return false;
-                }
-                st.primary_failing_since = v.clone();
-                true
-            }
-            StatusChange::Switchover { from, to, at } => {
-                if st.current_primary.as_ref() == Some(from)
-                    && st.target_primary.as_ref() == Some(from)
-                {
-                    crate::switchover::write(st, to, at);
-                    true
-                } else {
-                    false
-                }
-            }
-            StatusChange::AbortSwitchover {
-                current,
-                at,
-                reason,
-            } => {
-                if st.current_primary != st.target_primary && st.current_primary == *current {
-                    st.target_primary = st.current_primary.clone();
-                    st.target_primary_timestamp = Some(at.clone());
-                    // No longer a switchover in progress; the next report
-                    // recomputes the phase from what the instances show.
-                    st.phase = Some(Phase::Degraded);
-                    st.phase_reason = Some(reason.clone());
-                    true
-                } else {
-                    false
-                }
-            }
-            StatusChange::StartFailover { old, candidate, at } => {
-                if st.current_primary.as_deref() == Some(old)
-                    && st.target_primary.as_deref() == Some(old)
-                {
-                    st.target_primary = Some(candidate.clone());
-                    st.target_primary_timestamp = Some(at.clone());
-                    st.phase = Some(Phase::FailingOver);
-                    st.phase_reason = Some(format!("promoting {candidate} in place of {old}"));
-                    true
-                } else {
-                    false
-                }
-            }
-            StatusChange::ServerUpgrade(u) => u.apply(st),
-            StatusChange::RolloutStep(at) => {
-                st.last_rollout_step_time = Some(at.clone());
-                true
-            }
-            StatusChange::InstanceUpgrade { instance, record } => {
-                if st.instance_upgrades.get(instance) == record.as_ref() {
-                    return false;
-                }
-                match record {
-                    Some(r) => st.instance_upgrades.insert(instance.clone(), r.clone()),
-                    None => st.instance_upgrades.remove(instance),
-                };
-                true
-            }
-            StatusChange::BackupTaken(r) => {
-                let b = st.backup.get_or_insert_with(Default::default);
-                if r.phase == "completed" {
-                    if b.first_recoverability_point.is_empty() {
-                        b.first_recoverability_point = r.stopped_at.clone();
-                    }
-                    b.last_successful_backup = Some((**r).clone());
-                } else {
-                    b.last_failed_backup = Some((**r).clone());
-                }
-                true
-            }
-            StatusChange::FirstRecoverabilityPoint(t) => {
-                let b = st.backup.get_or_insert_with(Default::default);
-                if b.first_recoverability_point == *t {
-                    return false;
-                }
-                b.first_recoverability_point = t.clone();
-                true
-            }
-            StatusChange::Backup(b) => {
-                if !crate::archiving::worth_writing(st.backup.as_ref(), b) {
-                    return false;
-                }
-                // Backups recorded meanwhile (by the platform) are kept.
-                let mut b = (**b).clone();
-                if let Some(old) = &st.backup {
-                    b.last_successful_backup = old.last_successful_backup.clone();
-                    b.last_failed_backup = old.last_failed_backup.clone();
-                    b.first_recoverability_point = old.first_recoverability_point.clone();
-                }
-                st.backup = Some(b);
-                true
-            }
-            StatusChange::OrchestratedUpgrade(o) => {
-                if st.orchestrated_upgrade == *o {
-                    return false;
-                }
-                st.orchestrated_upgrade = o.clone();
-                true
-            }
-            StatusChange::Report(r) => {
-                if basis(st) != r.basis || !r.differs(st) {
-                    return false;
-                }
-                st.phase = Some(r.summary.phase);
-                st.phase_reason = Some(r.summary.reason.clone());
-                st.ready_instances = r.summary.ready_instances;
-                st.instances = r.instances;
-                st.selector = Some(r.selector.clone());
-                // Last observed: unreachable instances keep their last entry.
-                st.gtid_executed_by_instance.extend(r.gtids.clone());
-                st.source_id_by_instance.extend(r.sources.clone());
-                st.executable_hash_by_instance.extend(r.hashes.clone());
-                st.instance_states = r.states.clone();
-                // An instance scaled away gives its re-initialisation slot
-                // and requests up.
-                if r.forgets(st) {
-                    st.reinitializing.take_if(|i| !r.states.contains_key(i));
-                    st.reinit_requests.retain(|i| r.states.contains_key(i));
-                }
-                for (t, on, reason, msg) in &r.summary.conditions {
-                    set_condition(&mut st.conditions, t, *on, reason, msg, r.now_ms, None);
-                }
-                true
-            }
-        }
-    }
-}
-
-impl Report {
-    /// Whether the status names, for re-initialisation, an instance that
-    /// is no longer declared.
-    fn forgets(&self, st: &ClusterStatus) -> bool {
-        let gone = |i: &String| !self.states.contains_key(i);
-        !self.states.is_empty()
-            && (st.reinitializing.as_ref().is_some_and(gone) || st.reinit_requests.iter().any(gone))
-    }
-
-    fn differs(&self, st: &ClusterStatus) -> bool {
-        let s = &self.summary;
-        self.forgets(st)
-            || st.phase != Some(s.phase)
-            || st.phase_reason.as_deref() != Some(s.reason.as_str())
-            || st.ready_instances != s.ready_instances
-            || st.instances != self.instances
-            || st.selector.as_deref() != Some(self.selector.as_str())
-            || self
-                .gtids
-                .iter()
-                .any(|(k, v)| st.gtid_executed_by_instance.get(k) != Some(v))
-            || self
-                .sources
-                .iter()
-                .any(|(k, v)| st.source_id_by_instance.get(k) != Some(v))
-            || self
-                .hashes
-                .iter()
-                .any(|(k, v)| st.executable_hash_by_instance.get(k) != Some(v))
-            || st.instance_states != self.states
-            || s.conditions.iter().any(|(t, on, reason, msg)| {
-                !st.conditions.iter().any(|c| {
-                    c.type_ == *t
-                        && (c.status == "True") == *on
-                        && c.reason == *reason
-                        && c.message == *msg
-                })
-            })
-    }
-}
-
-/// What the platform is asked to do.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Action {
-    /// Record an event (and tell the human watching).
-    Event(Event),
-    /// Change the status if it still applies; record `then` only if it did.
-    Status {
-        change: StatusChange,
-        then: Vec<Event>,
-    },
-    /// Stop every process of the instance now and keep it stopped, its data
-    /// kept (locally: kill its manager and mysqld; Kubernetes: delete its
-    /// Pod, keep its claim, do not recreate it until released).
-    FenceOut(String),
-    /// Release the primary Lease on behalf of `holder`, fenced out above —
-    /// only once the platform has proof that none of its processes can
-    /// still write (otherwise the lease simply runs out).
-    ReleaseLease { holder: String },
-    /// Let a held-down instance start again (it rejoins as a replica, or is
-    /// found diverged).
-    Restart(String),
-    /// Set the primary's semi-sync settings over its control API; record
-    /// `then` when it accepted them.
-    SemiSync {
-        instance: String,
-        settings: Settings,
-        then: Event,
-    },
-    /// Give the instance's manager a new executable in place: the
-    /// operator's own, streamed (`POST /instance/manager/upgrade`), or a
-    /// file on its filesystem (`POST /instance/manager/upgrade-from-file`);
-    /// it re-execs, mysqld keeps running. Record `then` when the manager
-    /// accepted it. `attempt`: the annotation-driven upgrade this step
-    /// belongs to, recorded failed if the manager refuses.
-    UpgradeInPlace {
-        instance: String,
-        source: crate::instance_upgrade::Source,
-        attempt: Option<cnmysql_api::InstanceUpgrade>,
-        then: Event,
-    },
-    /// Set (Some) or remove annotations on an instance's object, or on
-    /// the Cluster's (`instance` None).
-    Annotate {
-        instance: Option<String>,
-        set: BTreeMap<String, Option<String>>,
-    },
-    /// Recreate the instance from the operator's executable: stop it
-    /// cleanly and start it again (Kubernetes: delete its Pod, which is
-    /// created again with the new manager). `primary`: it is the primary,
-    /// restarted in place — start it again even though it is the primary.
-    Recreate {
-        instance: String,
-        primary: bool,
-        /// The annotation-driven upgrade this step belongs to, recorded
-        /// failed if the platform cannot make the instance.
-        attempt: Option<cnmysql_api::InstanceUpgrade>,
-        then: Event,
-    },
-    /// Have the instance's manager bring its system tables to the version
-    /// it runs (`POST /instance/mysql/upgrade`: MariaDB `mariadb-upgrade`).
-    /// Record `then` when it did.
-    UpgradeSystemTables { instance: String, then: Event },
 }
 
 /// One step: everything the controller does about the topology now.
@@ -1057,9 +602,6 @@ fn semi_sync(s: &Snapshot, memory: &mut Memory) -> Option<Action> {
     })
 }
 
-/// The status summary for this snapshot: phase and conditions from
-/// `phase.rs`, overridden while failover is blocked, plus the last observed
-/// GTID state and manager hash of every reachable instance.
 /// A primary leaving on notice ([`crate::handover`]): the switchover to
 /// start (true: nothing else this step), or why none can, said once.
 fn hand_over(o: &Observation, memory: &mut Memory, at: &str, out: &mut Vec<Action>) -> bool {
@@ -1136,140 +678,10 @@ fn down_in_place_since(o: &Observation, primary: &str, memory: &mut Memory) -> O
     Some(since)
 }
 
-pub fn report(s: &Snapshot, memory: &Memory) -> Report {
-    let mut summary = summarize(s);
-    let rollout = rollout::next(s, &memory.rollout_in_flight, memory.consent(s));
-    let settled = matches!(
-        summary.phase,
-        Phase::Healthy | Phase::Degraded | Phase::CreatingReplica
-    );
-    if let Some(reason) = rollout.reason().filter(|_| settled) {
-        summary.phase = match rollout {
-            Next::WaitingForUser { .. } => Phase::WaitingForUser,
-            _ => Phase::Upgrading,
-        };
-        summary.reason = reason;
-    }
-    let upgrade = crate::server_upgrade::advance(s);
-    if let Some(reason) = upgrade
-        .reason
-        .filter(|_| settled || summary.phase == Phase::Upgrading)
-    {
-        let upgrading = upgrade
-            .status
-            .current()
-            .is_some_and(|r| r.phase == cnmysql_api::UpgradePhase::Upgrading);
-        if upgrading {
-            summary.phase = Phase::Upgrading;
-            // The rollout's own words say which instance moves now.
-            if rollout == Next::Current {
-                summary.reason = reason;
-            }
-        } else if upgrade.degraded.is_some() {
-            summary.phase = Phase::Degraded;
-            summary.reason = reason;
-        } else if summary.phase == Phase::Healthy {
-            summary.reason = reason;
-        }
-    }
-    if let Some((why, message)) = &upgrade.degraded {
-        for c in summary.conditions.iter_mut().filter(|c| c.0 == "Degraded") {
-            if !c.1 {
-                c.1 = true;
-                c.2 = why.clone();
-                c.3 = message.clone();
-            }
-        }
-    }
-    if let Next::Held { reason, .. } = &rollout
-        && summary.phase == Phase::Healthy
-    {
-        summary.reason = reason.clone();
-    }
-    if let Some(o) = &s.status.orchestrated_upgrade {
-        let what = format!(
-            "Orchestrated upgrade ({}={}): {}",
-            crate::instance_upgrade::UPGRADE_TO,
-            o.upgrade_to,
-            o.message
-        );
-        match o.status.as_str() {
-            "in-progress" if settled || summary.phase == Phase::Upgrading => {
-                summary.phase = Phase::Upgrading;
-                summary.reason = what;
-            }
-            "failed" if o.instance.is_some() && settled => {
-                summary.phase = Phase::Degraded;
-                summary.reason = what;
-            }
-            "failed" if summary.phase == Phase::Healthy => summary.reason = what,
-            _ => {}
-        }
-    }
-    if !memory.last_block.is_empty() {
-        summary.phase = Phase::Degraded;
-        summary.reason = memory.last_block.clone();
-        for c in summary.conditions.iter_mut().filter(|c| c.0 == "Degraded") {
-            c.1 = true;
-            c.2 = "FailoverBlocked".into();
-            c.3 = memory.last_block.clone();
-        }
-    }
-    let hashes = s
-        .instances
-        .iter()
-        .filter_map(|o| {
-            o.status
-                .as_ref()
-                .map(|st| (o.name.clone(), st.executable_hash.clone()))
-        })
-        .collect();
-    let states = s
-        .instances
-        .iter()
-        .map(|o| {
-            let state = match &o.status {
-                Some(st) => cnmysql_api::InstanceState {
-                    role: st.role.as_str().into(),
-                    phase: serde_json::to_value(st.phase)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_string))
-                        .unwrap_or_default(),
-                    ready: st.ready,
-                    read_only: st.read_only,
-                    lag_seconds: st.lag_seconds,
-                    semi_sync: crate::status_view::semi_sync_cell(st),
-                },
-                None => cnmysql_api::InstanceState {
-                    role: "unreachable".into(),
-                    ..Default::default()
-                },
-            };
-            (o.name.clone(), state)
-        })
-        .collect();
-    Report {
-        summary,
-        instances: s.spec.instances,
-        selector: format!("{}={}", cnmysql_api::names::CLUSTER_LABEL, s.cluster),
-        gtids: s.gtid_by_instance(),
-        sources: s.source_ids(),
-        hashes,
-        states,
-        now_ms: s.now_ms,
-        basis: basis(&s.status),
-    }
-}
-
-pub(crate) fn timestamp(ms: i64) -> String {
-    k8s_openapi::jiff::Timestamp::from_millisecond(ms)
-        .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)
-        .to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::status_change::report;
     use crate::testutil::{replica, snapshot};
 
     /// A controller past its warm-up.
@@ -1644,6 +1056,7 @@ mod tests {
 #[cfg(test)]
 mod platform_rule_tests {
     use super::*;
+    use crate::cadence::Cadence;
     use crate::testutil::{primary, replica, snapshot};
 
     fn settled(primary_name: &str) -> Snapshot {
@@ -1711,7 +1124,7 @@ mod platform_rule_tests {
             ..Default::default()
         };
         assert!(
-            !m.may_start(&s.spec, &s.status, "db-1"),
+            !crate::hold_down::may_start(&m, &s.spec, &s.status, "db-1"),
             "the platform waits for the step"
         );
         let a = step(&observe(&s, &gone), &mut m);
@@ -1733,12 +1146,14 @@ mod platform_rule_tests {
             ..Default::default()
         };
         step(&observe(&s, &gone), &mut m);
-        assert!(m.held_down.is_empty() && m.may_start(&s.spec, &s.status, "db-2"));
+        assert!(
+            m.held_down.is_empty() && crate::hold_down::may_start(&m, &s.spec, &s.status, "db-2")
+        );
         // With a failover delay, the primary is started again in place.
         s.spec.failover_delay = 30;
         let gone = ["db-1".to_string()];
         step(&observe(&s, &gone), &mut m);
-        assert!(m.may_start(&s.spec, &s.status, "db-1"));
+        assert!(crate::hold_down::may_start(&m, &s.spec, &s.status, "db-1"));
     }
 
     #[test]

@@ -168,8 +168,8 @@ pub fn request(status: &mut ClusterStatus, instance: &str) -> Result<bool, Strin
 }
 
 /// The event of an accepted request.
-pub fn requested_event(instance: &str) -> crate::reconcile::Event {
-    crate::reconcile::Event::new(
+pub fn requested_event(instance: &str) -> crate::event::Event {
+    crate::event::Event::new(
         false,
         "ReinitRequested",
         Some(instance),

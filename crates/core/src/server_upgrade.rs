@@ -33,8 +33,9 @@ use cnmysql_api::{
     ClusterSpec, ClusterStatus, Flavor, UpgradeCondition, UpgradePhase, UpgradeRecord,
 };
 
-use crate::reconcile::{Event, timestamp};
+use crate::event::Event;
 use crate::status::Snapshot;
+use crate::time::timestamp;
 
 /// A step still not true this long after it began fails the upgrade.
 pub const STEP_DEADLINE_MS: i64 = 30 * 60_000;

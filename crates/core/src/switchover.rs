@@ -148,13 +148,13 @@ pub fn request(
     now_ms: i64,
 ) -> Result<Requested, Refusal> {
     validate_request(cluster, spec, status, target)?;
-    Ok(write(status, target, &crate::reconcile::timestamp(now_ms)))
+    Ok(write(status, target, &crate::time::timestamp(now_ms)))
 }
 
 /// Write a switchover from the current primary to `target` into `status`:
 /// targetPrimary, its timestamp (`at`, RFC 3339) and the phase, in one
 /// write. Every switchover is written here: a user's ([`request`]) and the
-/// rollout's (`reconcile::StatusChange::Switchover`).
+/// rollout's (`status_change::StatusChange::Switchover`).
 pub fn write(status: &mut ClusterStatus, target: &str, at: &str) -> Requested {
     let from = status.current_primary.clone().unwrap_or_default();
     status.target_primary = Some(target.to_string());

@@ -2,8 +2,11 @@
 //! then release the lease, then retarget), with the events each one
 //! records when it took effect.
 
-use cnmysql_core::reconcile::{Action, Event, Memory, StatusChange};
+use cnmysql_core::action::Action;
+use cnmysql_core::event::Event;
+use cnmysql_core::memory::Memory;
 use cnmysql_core::rollout::Source;
+use cnmysql_core::status_change::StatusChange;
 
 use crate::platform::{ControlRequest, Platform};
 

@@ -1,8 +1,10 @@
 //! One topology pass: from what the platform observed to the status it
 //! reports.
 
-use cnmysql_core::reconcile::{self, Memory, Observation, StatusChange};
+use cnmysql_core::memory::Memory;
+use cnmysql_core::reconcile::{self, Observation};
 use cnmysql_core::status::Snapshot;
+use cnmysql_core::status_change::StatusChange;
 
 use crate::executor::carry_out;
 use crate::platform::Platform;
@@ -54,7 +56,7 @@ pub async fn pass<P: Platform>(
     );
     carry_out(platform, actions, memory).await?;
     if s.status.target_primary.is_some() {
-        let report = StatusChange::Report(reconcile::report(s, memory));
+        let report = StatusChange::Report(cnmysql_core::status_change::report(s, memory));
         platform.change_status(&report).await?;
     }
     if let Some(b) = cnmysql_core::archiving::desired(s)

@@ -5,9 +5,11 @@
 
 use std::future::Future;
 
+use cnmysql_core::event::Event;
 use cnmysql_core::lease::Lease;
-use cnmysql_core::reconcile::{Event, Memory, StatusChange};
+use cnmysql_core::memory::Memory;
 use cnmysql_core::semisync::Settings;
+use cnmysql_core::status_change::StatusChange;
 use cnmysql_instance::client::ControlClient;
 
 /// A request to an instance's control API.

@@ -45,12 +45,14 @@
 use std::collections::BTreeSet;
 
 use cnmysql_api::{ClusterSpec, ClusterStatus, Phase};
+use cnmysql_core::event::Event;
 use cnmysql_core::lease::{self, Lease};
-use cnmysql_core::reconcile::{self, Event, Memory, StatusChange};
+use cnmysql_core::memory::Memory;
 use cnmysql_core::role::{self, Desired};
 use cnmysql_core::status::{
     InstancePhase, InstanceStatus, Observed, ReplicationStatus, Role, Snapshot,
 };
+use cnmysql_core::status_change::StatusChange;
 use cnmysql_core::{fencing, switchover};
 use cnmysql_engine::{ControlRequest, Facts, Platform};
 use cnmysql_gtid::History;
@@ -139,7 +141,7 @@ struct World {
     acked: BTreeSet<Gtid>,
     trace: Vec<String>,
     /// The control plane's memory between steps.
-    memory: reconcile::Memory,
+    memory: Memory,
     /// The platform fences as soon as failover is decided (Kubernetes) or
     /// after the lease wait (local): half the seeds each.
     fence_early: bool,
@@ -554,8 +556,12 @@ impl World {
     /// A crashed instance's supervisor starts it when the controller lets
     /// it (a kubelet, the local control plane).
     fn may_start(&self, k: usize) -> bool {
-        self.memory
-            .may_start(&self.spec, &self.status, &self.nodes[k].name)
+        cnmysql_core::hold_down::may_start(
+            &self.memory,
+            &self.spec,
+            &self.status,
+            &self.nodes[k].name,
+        )
     }
 
     /// Start a crashed instance: it boots read-only with no lease, and a

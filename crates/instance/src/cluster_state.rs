@@ -8,7 +8,7 @@ use std::future::Future;
 use std::collections::BTreeMap;
 
 use cnmysql_api::ClusterStatus;
-use cnmysql_core::reconcile::Event;
+use cnmysql_core::event::Event;
 
 use crate::config::PeerAddr;
 

@@ -29,8 +29,8 @@ use kube::{Api, Client, ResourceExt};
 
 use cnmysql_api::names::{CONTROL_PORT, MYSQL_PORT};
 use cnmysql_api::{Cluster, ClusterStatus};
+use cnmysql_core::event::Event;
 use cnmysql_core::lease::Lease;
-use cnmysql_core::reconcile::Event;
 use cnmysql_instance::ClusterState;
 use cnmysql_instance::config::PeerAddr;
 

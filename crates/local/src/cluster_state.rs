@@ -3,7 +3,7 @@
 //! under its lock.
 
 use cnmysql_api::ClusterStatus;
-use cnmysql_core::reconcile::Event;
+use cnmysql_core::event::Event;
 use cnmysql_instance::ClusterState;
 
 use crate::state::StateDir;

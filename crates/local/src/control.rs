@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use cnmysql_api::names::instance_name;
 use cnmysql_api::{Cluster, ServiceRole};
-use cnmysql_core::reconcile::{Cadence, Memory};
+use cnmysql_core::cadence::Cadence;
+use cnmysql_core::memory::Memory;
 use cnmysql_core::services::desired_routes;
 use cnmysql_core::status::{Observed, Snapshot};
 use cnmysql_engine::poller::{self, Target};
@@ -316,7 +317,7 @@ impl ControlPlane {
                     false,
                 );
             }
-            let summary = cnmysql_core::reconcile::report(&snapshot, &memory).summary;
+            let summary = cnmysql_core::status_change::report(&snapshot, &memory).summary;
             progress.report(&self.reporter, &observed, &summary);
             if !announced && summary.phase == cnmysql_api::Phase::Healthy {
                 announced = true;

@@ -309,7 +309,7 @@ pub async fn backup(
     let m = &taken.manifest;
     let from = m.record.instance.clone();
     let ok = m.completed();
-    let change = cnmysql_core::reconcile::StatusChange::BackupTaken(Box::new(m.record.clone()));
+    let change = cnmysql_core::status_change::StatusChange::BackupTaken(Box::new(m.record.clone()));
     dir.update_status(|st| {
         change.apply(st);
     })?;
@@ -365,7 +365,7 @@ pub async fn apply_retention(
     if pruned.is_empty() {
         return Ok(pruned);
     }
-    let change = cnmysql_core::reconcile::StatusChange::FirstRecoverabilityPoint(first);
+    let change = cnmysql_core::status_change::StatusChange::FirstRecoverabilityPoint(first);
     dir.update_status(|st| {
         change.apply(st);
     })?;

@@ -1,7 +1,7 @@
 //! Supervision: one instance manager process per instance, kept running
 //! as a kubelet keeps a Pod's container running — started again when it
 //! exits (with a growing delay), unless the controller holds the instance
-//! down ([`Memory::may_start`]); restarted when its liveness fails; stopped
+//! down ([`cnmysql_core::hold_down::may_start`]); restarted when its liveness fails; stopped
 //! cleanly, replicas first, when the cluster stops.
 
 use std::path::PathBuf;
@@ -9,7 +9,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use cnmysql_api::ClusterStatus;
-use cnmysql_core::reconcile::Memory;
+use cnmysql_core::memory::Memory;
 use cnmysql_core::status::Observed;
 use tokio::process::Command;
 
@@ -139,7 +139,7 @@ impl Supervisor {
             p.vanished = true;
             p.next_start =
                 Instant::now() + Duration::from_millis(500 * u64::from(p.restarts.min(10)));
-            if memory.may_start(spec, status, &name) {
+            if cnmysql_core::hold_down::may_start(&memory, spec, status, &name) {
                 self.reporter.say(
                     Some(&name),
                     &format!("instance manager exited ({st}); restarting it"),
@@ -169,7 +169,8 @@ impl Supervisor {
             let p = &self.procs[i];
             if p.child.is_some()
                 || now < p.next_start
-                || (p.vanished && !memory.may_start(spec, status, &p.name))
+                || (p.vanished
+                    && !cnmysql_core::hold_down::may_start(&memory, spec, status, &p.name))
             {
                 continue;
             }

@@ -16,7 +16,7 @@ use cnmysql_api::backup_resources::{
 };
 use cnmysql_api::names::CONTROL_PORT;
 use cnmysql_backup::destination::{Destination, Secrets};
-use cnmysql_core::reconcile::StatusChange;
+use cnmysql_core::status_change::StatusChange;
 use cnmysql_k8s::events::Kind;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Secret};

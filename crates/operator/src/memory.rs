@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use kube::ResourceExt;
 
 use cnmysql_api::Cluster;
-use cnmysql_core::reconcile::Memory;
+use cnmysql_core::memory::Memory;
 use cnmysql_instance::client::ControlClient;
 
 #[derive(Default)]

@@ -19,7 +19,7 @@ use crate::labels::{CLUSTER, FIELD_MANAGER};
 use crate::objects::pod;
 
 /// Create each instance's Pod when missing and the controller lets it
-/// start ([`Memory::may_start`]: not a held-down instance, not a vanished
+/// start ([`cnmysql_core::hold_down::may_start`]: not a held-down instance, not a vanished
 /// steady primary the topology step is about to hold down), and apply the
 /// role labels of the existing ones.
 ///
@@ -62,7 +62,12 @@ pub async fn ensure_pods(cluster: &Cluster, ctx: &Context, want: &[Pod]) -> Resu
             // spot, where it would come back as the primary; the topology
             // step holds it down and fails over, or, when nothing can take
             // over, lets it come back in place.
-            None if !memory.may_start(&cluster.spec, &status, &instance) => {}
+            None if !cnmysql_core::hold_down::may_start(
+                &memory,
+                &cluster.spec,
+                &status,
+                &instance,
+            ) => {}
             None => {
                 p.metadata.labels.get_or_insert_default().extend(roles);
                 create_missing(ctx, &ns, &p).await.at(Error::Pods)?;

@@ -26,9 +26,12 @@ use tracing::Instrument;
 
 use cnmysql_api::names::CONTROL_PORT;
 use cnmysql_api::{Cluster, ClusterStatus};
+use cnmysql_core::cadence::Cadence;
+use cnmysql_core::event::Event;
 use cnmysql_core::lease::Lease;
-use cnmysql_core::reconcile::{Cadence, Event, Memory, StatusChange};
+use cnmysql_core::memory::Memory;
 use cnmysql_core::status::{Observed, Snapshot};
+use cnmysql_core::status_change::StatusChange;
 use cnmysql_engine::poller::{self, Target};
 use cnmysql_engine::{ControlRequest, Facts, Platform};
 use cnmysql_instance::client::ControlClient;

@@ -3,7 +3,7 @@
 //! tests of `crates/cnmysql/tests/operator.rs` and `instances_kube.rs`).
 
 use cnmysql_api::{Cluster, ClusterSpec, ClusterStatus};
-use cnmysql_core::reconcile::StatusChange;
+use cnmysql_core::status_change::StatusChange;
 use cnmysql_k8s::fake::FakeApi;
 use cnmysql_operator::context::Context;
 use cnmysql_operator::metrics::Metrics;
@@ -135,7 +135,7 @@ fn topology_step(
     c: &Cluster,
     absent: &[&str],
     failing: bool,
-) -> Vec<cnmysql_core::reconcile::Action> {
+) -> Vec<cnmysql_core::action::Action> {
     let mut memory = ctx.memory.core(c);
     memory.first_step_ms.get_or_insert(0);
     let mut snapshot = cnmysql_core::status::Snapshot {
@@ -297,7 +297,7 @@ async fn a_held_down_primary_the_step_lets_come_back_is_recreated_not_held_down_
     // failover is blocked, so it lets db-1 come back in place.
     let actions = topology_step(&ctx, &c, &["db-1"], true);
     assert!(
-        actions.contains(&cnmysql_core::reconcile::Action::Restart("db-1".into())),
+        actions.contains(&cnmysql_core::action::Action::Restart("db-1".into())),
         "{actions:?}"
     );
     for _ in 0..2 {

@@ -7,7 +7,7 @@
 
 use super::*;
 use cnmysql_api::SavedTransactions;
-use cnmysql_core::reconcile::Event;
+use cnmysql_core::event::Event;
 use cnmysql_core::reinit::{self, Next};
 
 /// The record, in the data directory, that this instance as primary may

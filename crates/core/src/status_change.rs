@@ -1,0 +1,400 @@
+//! Changes of the cluster status the topology step asks for, each applying
+//! only while the status is what the step saw, and the report of every
+//! pass (phase, conditions, what each instance said).
+
+use std::collections::BTreeMap;
+
+use cnmysql_api::{ClusterStatus, Phase};
+
+use crate::memory::Memory;
+use crate::phase::{Summary, set_condition, summarize};
+use crate::rollout::{self, Next};
+use crate::status::Snapshot;
+
+/// A change of the cluster status that only applies while the status is
+/// still what the step saw; the platform applies it under its lock or with
+/// a resourceVersion precondition, and retries on conflict.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StatusChange {
+    /// Set (`Some`, RFC 3339) or clear `primaryFailingSince`.
+    PrimaryFailingSince(Option<String>),
+    /// Start a planned switchover from `from` to `to` (the rollout's), if
+    /// `from` is still both the current and the target primary.
+    Switchover {
+        from: String,
+        to: String,
+        at: String,
+    },
+    /// Give up a stalled switchover: point the target back at `current`,
+    /// if the switchover is still pending from that primary.
+    /// Give the role back to `current`; `reason` says why, in the status
+    /// at once (a client following the switchover reads it there).
+    AbortSwitchover {
+        current: Option<String>,
+        at: String,
+        reason: String,
+    },
+    /// Begin a failover: target `candidate`, if `old` is still both the
+    /// current and the target primary.
+    StartFailover {
+        old: String,
+        candidate: String,
+        at: String,
+    },
+    /// The summary: phase, reason, counts, conditions, last observed GTID
+    /// state and manager hash per instance.
+    Report(Report),
+    /// The server upgrade's part of the status (images, versions, history).
+    ServerUpgrade(crate::server_upgrade::UpgradeStatus),
+    /// A rollout gave an instance a step at this time (RFC 3339).
+    RolloutStep(String),
+    /// Set (Some) or remove an instance's annotation-driven upgrade record.
+    InstanceUpgrade {
+        instance: String,
+        record: Option<cnmysql_api::InstanceUpgrade>,
+    },
+    /// Set (Some) or remove the orchestrated upgrade's record.
+    OrchestratedUpgrade(Option<cnmysql_api::OrchestratedUpgrade>),
+    /// `status.backup` as the primary's archiving and a recovery report it
+    /// (`archiving.rs`); written when it matters.
+    Backup(Box<cnmysql_api::backup::BackupStatus>),
+    /// A base backup ended: the last successful or failed one; the first
+    /// successful one also starts the recoverable range.
+    BackupTaken(Box<cnmysql_api::backup::BackupRecord>),
+    /// Retention moved the earliest point a recovery can reach.
+    FirstRecoverabilityPoint(String),
+}
+
+/// The reported part of the status.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Report {
+    pub summary: Summary,
+    pub instances: i32,
+    /// The label selector of the instances' Pods (the scale subresource's).
+    pub selector: String,
+    pub gtids: BTreeMap<String, String>,
+    /// GTID source ids of the observed instances.
+    pub sources: BTreeMap<String, String>,
+    pub hashes: BTreeMap<String, String>,
+    /// Every declared instance as this poll saw it.
+    pub states: BTreeMap<String, cnmysql_api::InstanceState>,
+    pub now_ms: i64,
+    /// The primary fields of the status it was computed from: a report is
+    /// stale, and not applied, once a primary change or a failing primary
+    /// was recorded after it (it would overwrite that phase).
+    pub basis: [Option<String>; 3],
+}
+
+fn basis(st: &ClusterStatus) -> [Option<String>; 3] {
+    [
+        st.current_primary.clone(),
+        st.target_primary.clone(),
+        st.primary_failing_since.clone(),
+    ]
+}
+
+impl StatusChange {
+    /// Apply the change to `st`; false when it no longer applies (nothing
+    /// changed).
+    pub fn apply(&self, st: &mut ClusterStatus) -> bool {
+        match self {
+            StatusChange::PrimaryFailingSince(v) => {
+                if st.primary_failing_since == *v {
+                    return false;
+                }
+                st.primary_failing_since = v.clone();
+                true
+            }
+            StatusChange::Switchover { from, to, at } => {
+                if st.current_primary.as_ref() == Some(from)
+                    && st.target_primary.as_ref() == Some(from)
+                {
+                    crate::switchover::write(st, to, at);
+                    true
+                } else {
+                    false
+                }
+            }
+            StatusChange::AbortSwitchover {
+                current,
+                at,
+                reason,
+            } => {
+                if st.current_primary != st.target_primary && st.current_primary == *current {
+                    st.target_primary = st.current_primary.clone();
+                    st.target_primary_timestamp = Some(at.clone());
+                    // No longer a switchover in progress; the next report
+                    // recomputes the phase from what the instances show.
+                    st.phase = Some(Phase::Degraded);
+                    st.phase_reason = Some(reason.clone());
+                    true
+                } else {
+                    false
+                }
+            }
+            StatusChange::StartFailover { old, candidate, at } => {
+                if st.current_primary.as_deref() == Some(old)
+                    && st.target_primary.as_deref() == Some(old)
+                {
+                    st.target_primary = Some(candidate.clone());
+                    st.target_primary_timestamp = Some(at.clone());
+                    st.phase = Some(Phase::FailingOver);
+                    st.phase_reason = Some(format!("promoting {candidate} in place of {old}"));
+                    true
+                } else {
+                    false
+                }
+            }
+            StatusChange::ServerUpgrade(u) => u.apply(st),
+            StatusChange::RolloutStep(at) => {
+                st.last_rollout_step_time = Some(at.clone());
+                true
+            }
+            StatusChange::InstanceUpgrade { instance, record } => {
+                if st.instance_upgrades.get(instance) == record.as_ref() {
+                    return false;
+                }
+                match record {
+                    Some(r) => st.instance_upgrades.insert(instance.clone(), r.clone()),
+                    None => st.instance_upgrades.remove(instance),
+                };
+                true
+            }
+            StatusChange::BackupTaken(r) => {
+                let b = st.backup.get_or_insert_with(Default::default);
+                if r.phase == "completed" {
+                    if b.first_recoverability_point.is_empty() {
+                        b.first_recoverability_point = r.stopped_at.clone();
+                    }
+                    b.last_successful_backup = Some((**r).clone());
+                } else {
+                    b.last_failed_backup = Some((**r).clone());
+                }
+                true
+            }
+            StatusChange::FirstRecoverabilityPoint(t) => {
+                let b = st.backup.get_or_insert_with(Default::default);
+                if b.first_recoverability_point == *t {
+                    return false;
+                }
+                b.first_recoverability_point = t.clone();
+                true
+            }
+            StatusChange::Backup(b) => {
+                if !crate::archiving::worth_writing(st.backup.as_ref(), b) {
+                    return false;
+                }
+                // Backups recorded meanwhile (by the platform) are kept.
+                let mut b = (**b).clone();
+                if let Some(old) = &st.backup {
+                    b.last_successful_backup = old.last_successful_backup.clone();
+                    b.last_failed_backup = old.last_failed_backup.clone();
+                    b.first_recoverability_point = old.first_recoverability_point.clone();
+                }
+                st.backup = Some(b);
+                true
+            }
+            StatusChange::OrchestratedUpgrade(o) => {
+                if st.orchestrated_upgrade == *o {
+                    return false;
+                }
+                st.orchestrated_upgrade = o.clone();
+                true
+            }
+            StatusChange::Report(r) => {
+                if basis(st) != r.basis || !r.differs(st) {
+                    return false;
+                }
+                st.phase = Some(r.summary.phase);
+                st.phase_reason = Some(r.summary.reason.clone());
+                st.ready_instances = r.summary.ready_instances;
+                st.instances = r.instances;
+                st.selector = Some(r.selector.clone());
+                // Last observed: unreachable instances keep their last entry.
+                st.gtid_executed_by_instance.extend(r.gtids.clone());
+                st.source_id_by_instance.extend(r.sources.clone());
+                st.executable_hash_by_instance.extend(r.hashes.clone());
+                st.instance_states = r.states.clone();
+                // An instance scaled away gives its re-initialisation slot
+                // and requests up.
+                if r.forgets(st) {
+                    st.reinitializing.take_if(|i| !r.states.contains_key(i));
+                    st.reinit_requests.retain(|i| r.states.contains_key(i));
+                }
+                for (t, on, reason, msg) in &r.summary.conditions {
+                    set_condition(&mut st.conditions, t, *on, reason, msg, r.now_ms, None);
+                }
+                true
+            }
+        }
+    }
+}
+
+impl Report {
+    /// Whether the status names, for re-initialisation, an instance that
+    /// is no longer declared.
+    fn forgets(&self, st: &ClusterStatus) -> bool {
+        let gone = |i: &String| !self.states.contains_key(i);
+        !self.states.is_empty()
+            && (st.reinitializing.as_ref().is_some_and(gone) || st.reinit_requests.iter().any(gone))
+    }
+
+    fn differs(&self, st: &ClusterStatus) -> bool {
+        let s = &self.summary;
+        self.forgets(st)
+            || st.phase != Some(s.phase)
+            || st.phase_reason.as_deref() != Some(s.reason.as_str())
+            || st.ready_instances != s.ready_instances
+            || st.instances != self.instances
+            || st.selector.as_deref() != Some(self.selector.as_str())
+            || self
+                .gtids
+                .iter()
+                .any(|(k, v)| st.gtid_executed_by_instance.get(k) != Some(v))
+            || self
+                .sources
+                .iter()
+                .any(|(k, v)| st.source_id_by_instance.get(k) != Some(v))
+            || self
+                .hashes
+                .iter()
+                .any(|(k, v)| st.executable_hash_by_instance.get(k) != Some(v))
+            || st.instance_states != self.states
+            || s.conditions.iter().any(|(t, on, reason, msg)| {
+                !st.conditions.iter().any(|c| {
+                    c.type_ == *t
+                        && (c.status == "True") == *on
+                        && c.reason == *reason
+                        && c.message == *msg
+                })
+            })
+    }
+}
+
+/// The status summary for this snapshot: phase and conditions from
+/// `phase.rs`, overridden while failover is blocked, plus the last observed
+/// GTID state and manager hash of every reachable instance.
+pub fn report(s: &Snapshot, memory: &Memory) -> Report {
+    let mut summary = summarize(s);
+    let rollout = rollout::next(s, &memory.rollout_in_flight, memory.consent(s));
+    let settled = matches!(
+        summary.phase,
+        Phase::Healthy | Phase::Degraded | Phase::CreatingReplica
+    );
+    if let Some(reason) = rollout.reason().filter(|_| settled) {
+        summary.phase = match rollout {
+            Next::WaitingForUser { .. } => Phase::WaitingForUser,
+            _ => Phase::Upgrading,
+        };
+        summary.reason = reason;
+    }
+    let upgrade = crate::server_upgrade::advance(s);
+    if let Some(reason) = upgrade
+        .reason
+        .filter(|_| settled || summary.phase == Phase::Upgrading)
+    {
+        let upgrading = upgrade
+            .status
+            .current()
+            .is_some_and(|r| r.phase == cnmysql_api::UpgradePhase::Upgrading);
+        if upgrading {
+            summary.phase = Phase::Upgrading;
+            // The rollout's own words say which instance moves now.
+            if rollout == Next::Current {
+                summary.reason = reason;
+            }
+        } else if upgrade.degraded.is_some() {
+            summary.phase = Phase::Degraded;
+            summary.reason = reason;
+        } else if summary.phase == Phase::Healthy {
+            summary.reason = reason;
+        }
+    }
+    if let Some((why, message)) = &upgrade.degraded {
+        for c in summary.conditions.iter_mut().filter(|c| c.0 == "Degraded") {
+            if !c.1 {
+                c.1 = true;
+                c.2 = why.clone();
+                c.3 = message.clone();
+            }
+        }
+    }
+    if let Next::Held { reason, .. } = &rollout
+        && summary.phase == Phase::Healthy
+    {
+        summary.reason = reason.clone();
+    }
+    if let Some(o) = &s.status.orchestrated_upgrade {
+        let what = format!(
+            "Orchestrated upgrade ({}={}): {}",
+            crate::instance_upgrade::UPGRADE_TO,
+            o.upgrade_to,
+            o.message
+        );
+        match o.status.as_str() {
+            "in-progress" if settled || summary.phase == Phase::Upgrading => {
+                summary.phase = Phase::Upgrading;
+                summary.reason = what;
+            }
+            "failed" if o.instance.is_some() && settled => {
+                summary.phase = Phase::Degraded;
+                summary.reason = what;
+            }
+            "failed" if summary.phase == Phase::Healthy => summary.reason = what,
+            _ => {}
+        }
+    }
+    if !memory.last_block.is_empty() {
+        summary.phase = Phase::Degraded;
+        summary.reason = memory.last_block.clone();
+        for c in summary.conditions.iter_mut().filter(|c| c.0 == "Degraded") {
+            c.1 = true;
+            c.2 = "FailoverBlocked".into();
+            c.3 = memory.last_block.clone();
+        }
+    }
+    let hashes = s
+        .instances
+        .iter()
+        .filter_map(|o| {
+            o.status
+                .as_ref()
+                .map(|st| (o.name.clone(), st.executable_hash.clone()))
+        })
+        .collect();
+    let states = s
+        .instances
+        .iter()
+        .map(|o| {
+            let state = match &o.status {
+                Some(st) => cnmysql_api::InstanceState {
+                    role: st.role.as_str().into(),
+                    phase: serde_json::to_value(st.phase)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default(),
+                    ready: st.ready,
+                    read_only: st.read_only,
+                    lag_seconds: st.lag_seconds,
+                    semi_sync: crate::status_view::semi_sync_cell(st),
+                },
+                None => cnmysql_api::InstanceState {
+                    role: "unreachable".into(),
+                    ..Default::default()
+                },
+            };
+            (o.name.clone(), state)
+        })
+        .collect();
+    Report {
+        summary,
+        instances: s.spec.instances,
+        selector: format!("{}={}", cnmysql_api::names::CLUSTER_LABEL, s.cluster),
+        gtids: s.gtid_by_instance(),
+        sources: s.source_ids(),
+        hashes,
+        states,
+        now_ms: s.now_ms,
+        basis: basis(&s.status),
+    }
+}
