@@ -69,3 +69,19 @@ pub enum Action {
     /// Record `then` when it did.
     UpgradeSystemTables { instance: String, then: Event },
 }
+
+impl Action {
+    /// A switchover the controller starts itself, with its Event.
+    pub fn switchover(
+        from: String,
+        to: String,
+        at: String,
+        reason: &'static str,
+        note: String,
+    ) -> Action {
+        Action::Status {
+            then: vec![Event::new(false, reason, Some(&to), note)],
+            change: StatusChange::Switchover { from, to, at },
+        }
+    }
+}

@@ -35,3 +35,4 @@ pub mod switchover;
 #[cfg(test)]
 mod testutil;
 pub mod time;
+pub mod upgrade_step;

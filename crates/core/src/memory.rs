@@ -46,7 +46,7 @@ pub struct Memory {
     /// Instances that have answered since then.
     pub answered: BTreeSet<String>,
     /// The instance last asked to upgrade its system tables, and when
-    /// (Unix ms): not asked again within `reconcile::SYSTEM_TABLES_RETRY_MS`.
+    /// (Unix ms): not asked again within `upgrade_step::SYSTEM_TABLES_RETRY_MS`.
     pub system_tables_asked: Option<(String, i64)>,
     /// The primary seen down in place (`reconcile::Observation::primary_down_in_place`)
     /// and since when (Unix ms), until it is seen otherwise.

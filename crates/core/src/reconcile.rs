@@ -20,7 +20,6 @@ use crate::event::Event;
 use crate::failover::{self, Decision};
 use crate::lease::Lease;
 use crate::memory::Memory;
-use crate::rollout::{self, Next};
 use crate::semisync;
 use crate::status::Snapshot;
 use crate::status_change::StatusChange;
@@ -29,10 +28,6 @@ use crate::time::timestamp;
 
 /// A semi-sync adjustment is not repeated within this long.
 pub const SEMI_SYNC_RETRY_MS: i64 = 2_000;
-
-/// A system tables upgrade not reported done is asked for again after
-/// this long.
-pub const SYSTEM_TABLES_RETRY_MS: i64 = 60_000;
 
 /// How long a primary restarted in place by the rollout may be away before
 /// failover treats it as failed.
@@ -134,7 +129,31 @@ pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
     }
     let at = timestamp(s.now_ms);
     let mut out = Vec::new();
+    primary_changes(o, memory, &mut out);
+    abort_stalled_switchover(s, &at, &mut out);
+    if hand_over(o, memory, &at, &mut out) {
+        return out;
+    }
+    let primary = s.status.current_primary.clone().unwrap_or_default();
+    let decision = failover_decision(o, memory, &primary);
+    carry_out_decision(o, memory, decision, &primary, &at, &mut out);
 
+    if let Some(a) = semi_sync(s, memory) {
+        out.push(a);
+    }
+    out.extend(crate::upgrade_step::server_upgrade_step(s, memory));
+    out.extend(crate::upgrade_step::annotation_step(s, memory));
+    if memory.restarting_primary.is_none() && s.status.primary_failing_since.is_none() {
+        out.extend(crate::upgrade_step::rollout_step(s, memory));
+    }
+    out
+}
+
+/// What follows a primary change the step sees: say it completed, let
+/// instances seen running go, hold a vanished steady primary down, and let
+/// the held-down ones start again once no change is under way.
+fn primary_changes(o: &Observation<'_>, memory: &mut Memory, out: &mut Vec<Action>) {
+    let s = o.snapshot;
     // A primary change completed: say so, and let the fenced-out former
     // primary start again so it rejoins (or is found diverged).
     if s.status.current_primary != memory.last_current {
@@ -180,12 +199,15 @@ pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
             }
         }
     }
+}
 
+/// A switchover that cannot finish is given up, with its reason.
+fn abort_stalled_switchover(s: &Snapshot, at: &str, out: &mut Vec<Action>) {
     if let Progress::Abort { reason } = switchover::progress(s) {
         out.push(Action::Status {
             change: StatusChange::AbortSwitchover {
                 current: s.status.current_primary.clone(),
-                at: at.clone(),
+                at: at.to_string(),
                 reason: reason.clone(),
             },
             then: vec![Event::new(
@@ -196,12 +218,12 @@ pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
             )],
         });
     }
+}
 
-    if hand_over(o, memory, &at, &mut out) {
-        return out;
-    }
-
-    let primary = s.status.current_primary.clone().unwrap_or_default();
+/// The failover decision for this step, and what it makes the memory
+/// forget (a block or a lease wait no longer under way).
+fn failover_decision(o: &Observation<'_>, memory: &mut Memory, primary: &str) -> Decision {
+    let s = o.snapshot;
     // A primary the rollout restarts in place is away on purpose: its
     // absence is not a failure until it has had time to come back.
     if let Some((p, since)) = &memory.restarting_primary {
@@ -210,8 +232,8 @@ pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
             memory.restarting_primary = None;
         }
     }
-    let primary_gone = !primary.is_empty() && o.absent.contains(&primary);
-    let down_since = down_in_place_since(o, &primary, memory);
+    let primary_gone = !primary.is_empty() && o.absent.iter().any(|a| a == primary);
+    let down_since = down_in_place_since(o, primary, memory);
     let restarting_in_place = !primary_gone
         && o.primary_restarted_at_ms
             .max(down_since)
@@ -236,6 +258,19 @@ pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
     if !matches!(decision, Decision::WaitForLease { .. }) {
         memory.last_wait = false;
     }
+    decision
+}
+
+/// The actions of a failover decision.
+fn carry_out_decision(
+    o: &Observation<'_>,
+    memory: &mut Memory,
+    decision: Decision,
+    primary: &str,
+    at: &str,
+    out: &mut Vec<Action>,
+) {
+    let s = o.snapshot;
     match decision {
         Decision::Nothing => {}
         Decision::Recovered => out.push(Action::Status {
@@ -243,7 +278,7 @@ pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
             then: vec![Event::new(
                 false,
                 "PrimaryRecovered",
-                Some(&primary),
+                Some(primary),
                 "the primary is healthy again".into(),
             )],
         }),
@@ -251,20 +286,20 @@ pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
             if s.status.primary_failing_since.is_none() {
                 out.push(Action::Status {
                     change: StatusChange::PrimaryFailingSince(Some(timestamp(since_ms))),
-                    then: vec![Event::new(true, "PrimaryFailing", Some(&primary), reason)],
+                    then: vec![Event::new(true, "PrimaryFailing", Some(primary), reason)],
                 });
             }
         }
         Decision::WaitForLease { until_ms } => {
-            if o.fence_early && !memory.held_down.contains(&primary) {
-                out.push(fence_out(memory, &primary));
+            if o.fence_early && !memory.held_down.contains(primary) {
+                out.push(fence_out(memory, primary));
             }
             if !memory.last_wait {
                 memory.last_wait = true;
                 out.push(Action::Event(Event::new(
                     true,
                     "FailoverWaitingForLease",
-                    Some(&primary),
+                    Some(primary),
                     format!(
                         "waiting until the primary lease of {primary} expires ({} ms)",
                         until_ms - s.now_ms
@@ -277,14 +312,14 @@ pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
                 out.push(Action::Event(Event::new(
                     true,
                     "FailoverBlocked",
-                    Some(&primary),
+                    Some(primary),
                     reason.clone(),
                 )));
                 memory.last_block = reason;
             }
             // Nothing can take over: let the old primary come back in place.
-            if memory.held_down.contains(&primary) {
-                out.push(restart(memory, &primary));
+            if memory.held_down.contains(primary) {
+                out.push(restart(memory, primary));
             }
         }
         Decision::Promote { old, candidate } => {
@@ -296,7 +331,7 @@ pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
                 change: StatusChange::StartFailover {
                     old: old.clone(),
                     candidate: candidate.clone(),
-                    at: at.clone(),
+                    at: at.to_string(),
                 },
                 then: vec![Event::new(
                     true,
@@ -309,112 +344,6 @@ pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
             });
         }
     }
-
-    if let Some(a) = semi_sync(s, memory) {
-        out.push(a);
-    }
-    out.extend(server_upgrade_step(s, memory));
-    out.extend(annotation_step(s, memory));
-    if memory.restarting_primary.is_none() && s.status.primary_failing_since.is_none() {
-        out.extend(rollout_step(s, memory));
-    }
-    out
-}
-
-/// The server upgrade's pass: its status (with the events that go with
-/// it, recorded once it is written) and the system tables step.
-fn server_upgrade_step(s: &Snapshot, memory: &mut Memory) -> Vec<Action> {
-    let advance = crate::server_upgrade::advance(s);
-    let mut out = Vec::new();
-    if advance.status != crate::server_upgrade::UpgradeStatus::of(&s.status) {
-        out.push(Action::Status {
-            change: StatusChange::ServerUpgrade(advance.status.clone()),
-            then: advance.events.clone(),
-        });
-    }
-    if let Some(instance) = advance.system_tables {
-        out.extend(ask_system_tables(s, memory, instance));
-    }
-    out
-}
-
-/// Ask `instance` to upgrade its system tables, unless it was asked
-/// within [`SYSTEM_TABLES_RETRY_MS`].
-fn ask_system_tables(s: &Snapshot, memory: &mut Memory, instance: String) -> Option<Action> {
-    let recently = memory
-        .system_tables_asked
-        .as_ref()
-        .is_some_and(|(n, t)| *n == instance && s.now_ms - t < SYSTEM_TABLES_RETRY_MS);
-    if recently {
-        return None;
-    }
-    memory.system_tables_asked = Some((instance.clone(), s.now_ms));
-    let version = s
-        .get(&instance)
-        .and_then(|o| o.status.as_ref())
-        .and_then(|st| crate::server_upgrade::Version::parse(&st.server_version))
-        .map(|v| v.to_string())
-        .or_else(|| s.declared.version.clone())
-        .unwrap_or_else(|| "the running version".into());
-    Some(Action::UpgradeSystemTables {
-        then: Event::new(
-            false,
-            "SystemTablesUpgraded",
-            Some(&instance),
-            format!("system tables of {instance} upgraded to {version}"),
-        ),
-        instance,
-    })
-}
-
-/// The annotation-driven upgrades' pass: each instance's record and the
-/// orchestration, with their mirrors on the objects.
-fn annotation_step(s: &Snapshot, memory: &mut Memory) -> Vec<Action> {
-    let mut out = Vec::new();
-    let pass = crate::instance_upgrade::pass(s, &memory.rollout_in_flight);
-    for c in pass.changes {
-        out.push(Action::Status {
-            change: StatusChange::InstanceUpgrade {
-                instance: c.instance,
-                record: c.record,
-            },
-            then: c.event.into_iter().collect(),
-        });
-    }
-    for (instance, set) in pass.annotate {
-        out.push(Action::Annotate {
-            instance: Some(instance),
-            set,
-        });
-    }
-    if let Some(instance) = pass.system_tables {
-        out.extend(ask_system_tables(s, memory, instance));
-    }
-    let next = rollout::next(s, &memory.rollout_in_flight, memory.consent(s));
-    let busy = match &next {
-        Next::Current | Next::Held { .. } | Next::WaitingForUser { .. } => None,
-        n => n.reason(),
-    };
-    let o = crate::orchestrated_upgrade::pass(s, busy.as_deref());
-    if let Some(record) = o.record {
-        out.push(Action::Status {
-            change: StatusChange::OrchestratedUpgrade(record),
-            then: o.event.into_iter().collect(),
-        });
-    }
-    if !o.annotate.is_empty() {
-        out.push(Action::Annotate {
-            instance: None,
-            set: o.annotate,
-        });
-    }
-    if let Some((instance, value)) = o.mark {
-        out.push(Action::Annotate {
-            instance: Some(instance),
-            set: [(crate::instance_upgrade::UPGRADE_TO.to_string(), Some(value))].into(),
-        });
-    }
-    out
 }
 
 /// Fence `instance` out: held down from now on.
@@ -429,132 +358,6 @@ fn restart(memory: &mut Memory, instance: &str) -> Action {
     memory.held_down.remove(instance);
     memory.released.insert(instance.to_string());
     Action::Restart(instance.to_string())
-}
-
-/// The rollout's next step as actions, with an event per step.
-fn rollout_step(s: &Snapshot, memory: &mut Memory) -> Vec<Action> {
-    // A step is done once its instance answers up to date with its server
-    // running (ready or not: the health gate asks for more, unless forced).
-    memory.rollout_in_flight.retain(|n, t| {
-        crate::instance_upgrade::step_stands(s, n, *t)
-            && s.get(n).is_none_or(|o| {
-                o.outdated.is_some()
-                    || rollout::is_current(s, n) != Some(true)
-                    || o.status.as_ref().is_none_or(|st| !st.mysqld_running)
-                    || (crate::instance_upgrade::step_awaits_ready(s, n) && !o.ready())
-            })
-    });
-    // A switchover while the supervised rollout waited is the human's go.
-    if let Some((p, target)) = memory.waiting_for_user.clone()
-        && s.status.current_primary.as_ref() != Some(&p)
-        && s.status.current_primary == s.status.target_primary
-    {
-        memory.supervised_consent = Some(target);
-        memory.waiting_for_user = None;
-    }
-    let next = rollout::next(s, &memory.rollout_in_flight, memory.consent(s));
-    if let (Next::WaitingForUser { primary, .. }, Some(target)) =
-        (&next, &s.status.operator_executable_hash)
-    {
-        memory.waiting_for_user = Some((primary.clone(), target.clone()));
-    }
-    let at = timestamp(s.now_ms);
-    let mut out = Vec::new();
-    let said = next.reason().unwrap_or_default();
-    let changed = said != memory.last_rollout;
-    memory.last_rollout = said.clone();
-    match next {
-        Next::Current => {
-            if changed {
-                out.push(Action::Event(Event::new(
-                    false,
-                    "UpgradeCompleted",
-                    None,
-                    "every instance is up to date: the operator's instance manager and the Cluster's definition".into(),
-                )));
-            }
-        }
-        Next::Wait { .. } | Next::Held { .. } => {}
-        Next::WaitingForUser { primary, message } => {
-            if changed {
-                out.push(Action::Event(Event::new(
-                    true,
-                    "UpgradeWaitingForUser",
-                    Some(&primary),
-                    message,
-                )));
-            }
-        }
-        Next::InPlace {
-            instance, source, ..
-        } => {
-            out.push(step_time(&at));
-            memory.rollout_in_flight.insert(instance.clone(), s.now_ms);
-            let how = match &source {
-                rollout::Source::Operator => "streaming the new executable".to_string(),
-                rollout::Source::File { path, .. } => format!("from {path} on the instance"),
-            };
-            out.push(Action::UpgradeInPlace {
-                then: Event::new(
-                    false,
-                    "UpgradingInstanceManager",
-                    Some(&instance),
-                    format!("{said}: {how}; mysqld keeps running"),
-                ),
-                attempt: attempt(s, &instance),
-                source,
-                instance,
-            });
-        }
-        Next::Recreate {
-            instance,
-            primary,
-            note,
-            change,
-            ..
-        } => {
-            out.push(step_time(&at));
-            memory.rollout_in_flight.insert(instance.clone(), s.now_ms);
-            if primary {
-                memory.restarting_primary = Some((instance.clone(), s.now_ms));
-            }
-            let how = match note {
-                Some(n) => format!("{said}: recreating it ({n})"),
-                None => format!("{said}: recreating it"),
-            };
-            let reason = match change {
-                Some(_) => "UpdatingInstance",
-                None => "UpgradingInstanceManager",
-            };
-            out.push(Action::Recreate {
-                then: Event::new(false, reason, Some(&instance), how),
-                attempt: attempt(s, &instance),
-                instance,
-                primary,
-            });
-        }
-        Next::Switchover { from, to, .. } => {
-            out.push(step_time(&at));
-            let note = format!("{said}: {from} hands the primary role to {to}");
-            out.push(switchover(from, to, at, "SwitchoverForUpgrade", note));
-        }
-    }
-    out
-}
-
-/// The annotation-driven attempt under way on `instance`, if any.
-fn attempt(s: &Snapshot, instance: &str) -> Option<cnmysql_api::InstanceUpgrade> {
-    crate::instance_upgrade::record(s, instance)
-        .filter(|_| crate::instance_upgrade::in_progress(s, instance))
-        .cloned()
-}
-
-/// Record when the rollout gave its last step (for the stuck-rollout alert).
-fn step_time(at: &str) -> Action {
-    Action::Status {
-        change: StatusChange::RolloutStep(at.to_string()),
-        then: vec![],
-    }
 }
 
 /// Steady-state semi-sync adjustment on a settled, ready primary.
@@ -647,17 +450,9 @@ fn hand_over(o: &Observation, memory: &mut Memory, at: &str, out: &mut Vec<Actio
                     format!("{from} is going away on notice: it hands the primary role to {to}"),
                 )
             };
-            out.push(switchover(from, to, at.to_string(), reason, note));
+            out.push(Action::switchover(from, to, at.to_string(), reason, note));
             true
         }
-    }
-}
-
-/// A switchover the controller starts itself, with its Event.
-fn switchover(from: String, to: String, at: String, reason: &'static str, note: String) -> Action {
-    Action::Status {
-        then: vec![Event::new(false, reason, Some(&to), note)],
-        change: StatusChange::Switchover { from, to, at },
     }
 }
 
