@@ -12,6 +12,8 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use crate::flavor::Flavor;
+
 /// Settings the operator owns: they cannot be set in `spec.mysql.parameters`.
 /// Names are compared after folding `-` to `_` and lower-casing.
 pub const OPERATOR_OWNED_PARAMETERS: &[&str] = &[
@@ -271,25 +273,6 @@ fn default_max_switchover_delay() -> i64 {
 }
 fn default_true() -> bool {
     true
-}
-
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Flavor {
-    /// MySQL 8 or Percona Server for MySQL 8 (GTID sets, XtraBackup).
-    Mysql,
-    /// MariaDB 10.11 or later (domain-server-seq GTIDs, mariadb-backup).
-    #[default]
-    Mariadb,
-}
-
-impl Flavor {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Flavor::Mysql => "mysql",
-            Flavor::Mariadb => "mariadb",
-        }
-    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]

@@ -3,6 +3,7 @@
 pub mod backup;
 pub mod backup_resources;
 pub mod cluster;
+pub mod flavor;
 pub mod instance_upgrade;
 pub mod names;
 pub mod reinit;
@@ -10,6 +11,7 @@ pub mod upgrade;
 pub mod validation;
 
 pub use cluster::*;
+pub use flavor::Flavor;
 pub use instance_upgrade::*;
 pub use reinit::*;
 pub use upgrade::*;

@@ -7,7 +7,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::Flavor;
+use crate::flavor::Flavor;
 
 /// Versions to images, for one flavour, in one namespace.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]

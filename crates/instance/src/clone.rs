@@ -12,13 +12,15 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use cnmysql_api::Flavor;
-use cnmysql_core::status::CloneProgress;
 use futures::Stream;
 use http_body_util::BodyExt;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::AsyncWriteExt;
 
 use crate::bootstrap::read_secret;
 use crate::client::ControlClient;
+use crate::clone_progress::{
+    ProgressCell, Tail, log_progress, log_throughput, report, tail_lines, tail_text,
+};
 use crate::config::{InstanceConfig, PeerAddr, render_backup_cnf};
 
 /// Header carrying the source's data directory size, for progress and ETA.
@@ -41,39 +43,6 @@ pub fn dir_size(dir: &Path) -> u64 {
         }
     }
     total
-}
-
-/// Keep the last lines a tool printed, to explain a failure.
-pub(crate) fn tail_lines(
-    stderr: tokio::process::ChildStderr,
-    what: &'static str,
-) -> Arc<Mutex<VecDeque<String>>> {
-    let tail = Arc::new(Mutex::new(VecDeque::new()));
-    let t = tail.clone();
-    tokio::spawn(async move {
-        let mut lines = BufReader::new(stderr).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            tracing::debug!(target: "backup", tool = what, "{line}");
-            let mut t = t.lock().unwrap();
-            if t.len() == 20 {
-                t.pop_front();
-            }
-            t.push_back(line);
-        }
-    });
-    tail
-}
-
-pub(crate) fn tail_text(t: &Arc<Mutex<VecDeque<String>>>) -> String {
-    t.lock()
-        .unwrap()
-        .iter()
-        .rev()
-        .take(4)
-        .rev()
-        .cloned()
-        .collect::<Vec<_>>()
-        .join(" | ")
 }
 
 /// Start a streaming backup of this instance's server. Returns the data
@@ -211,60 +180,6 @@ pub fn backup_gtid(dir: &Path) -> anyhow::Result<String> {
     Ok(String::new())
 }
 
-/// Shared, readable progress of a running clone.
-pub type ProgressCell = Arc<Mutex<Option<CloneProgress>>>;
-
-/// Record where a clone from `source` that began at `started` stands.
-/// Log a copy's throughput: `what` (the message) after `bytes` from
-/// `started`.
-pub(crate) fn log_throughput(source: &str, bytes: u64, started: Instant, what: &str) {
-    let secs = started.elapsed().as_secs_f64();
-    tracing::info!(
-        source,
-        bytes,
-        seconds = secs,
-        mb_per_s = bytes as f64 / 1e6 / secs.max(1e-9),
-        "{what}"
-    );
-}
-
-/// Log a clone's progress as its status reports it.
-pub(crate) fn log_progress(source: &str, progress: &ProgressCell) {
-    let p = progress.lock().unwrap().clone().unwrap_or_default();
-    tracing::info!(
-        source,
-        bytes = p.bytes,
-        expected_bytes = p.expected_bytes,
-        mb_per_s = format!("{:.1}", p.bytes_per_second / 1e6),
-        eta_seconds = p.eta_seconds.map(|e| format!("{e:.0}")),
-        "clone progress"
-    );
-}
-
-pub(crate) fn report(
-    progress: &ProgressCell,
-    source: &str,
-    started: Instant,
-    stage: &str,
-    bytes: u64,
-    expected: Option<u64>,
-) {
-    let secs = started.elapsed().as_secs_f64();
-    let rate = bytes as f64 / secs.max(1e-3);
-    let eta = expected
-        .filter(|_| rate > 0.0)
-        .map(|e| (e.saturating_sub(bytes)) as f64 / rate);
-    *progress.lock().unwrap() = Some(CloneProgress {
-        source: source.to_string(),
-        bytes,
-        bytes_per_second: rate,
-        expected_bytes: expected,
-        eta_seconds: eta,
-        elapsed_seconds: secs,
-        stage: stage.to_string(),
-    });
-}
-
 /// Clone `source` into this instance's data directory (which must not hold
 /// an initialised server). Returns the GTID position of the copy.
 pub async fn clone_from(
@@ -349,9 +264,6 @@ pub async fn clone_from(
     );
     Ok(gtid)
 }
-
-/// The last lines a program wrote on its standard error.
-pub(crate) type Tail = Arc<Mutex<VecDeque<String>>>;
 
 /// Start `mbstream -x` into `tmp`: the process, its input, its error tail.
 pub(crate) fn spawn_extract(

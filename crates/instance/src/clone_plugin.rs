@@ -16,7 +16,7 @@ use cnmysql_core::flavor::{Sql, quote};
 use mysql_async::prelude::*;
 
 use crate::bootstrap::read_secret;
-use crate::clone::{ProgressCell, report, tail_lines, tail_text};
+use crate::clone_progress::{ProgressCell, report, tail_lines, tail_text};
 use crate::config::{InstanceConfig, PeerAddr};
 use crate::sql;
 
@@ -125,7 +125,7 @@ pub async fn clone_from(
         // Logged when the copy begins, every second and every 64 MiB on
         // fast links, and at its end.
         let (mut last_log, mut logged_bytes) = (Instant::now(), 0u64);
-        let log_progress = || crate::clone::log_progress(source, progress);
+        let log_progress = || crate::clone_progress::log_progress(source, progress);
         loop {
             tokio::select! {
                 r = &mut copy => {
@@ -169,7 +169,7 @@ pub async fn clone_from(
             .await?
             .flatten();
         let bytes = bytes.unwrap_or(0);
-        crate::clone::log_throughput(source, bytes, copy_started, "clone copied");
+        crate::clone_progress::log_throughput(source, bytes, copy_started, "clone copied");
         set("finishing", bytes, Some(bytes));
         if bytes > logged_bytes {
             log_progress();
@@ -205,6 +205,6 @@ pub async fn clone_from(
     }
     std::fs::rename(&target, &cfg.data_dir)?;
     set("done", bytes, Some(bytes));
-    crate::clone::log_throughput(source, bytes, started, "clone complete");
+    crate::clone_progress::log_throughput(source, bytes, started, "clone complete");
     Ok(())
 }

@@ -7,6 +7,7 @@ pub mod bootstrap;
 pub mod client;
 pub mod clone;
 pub mod clone_plugin;
+pub mod clone_progress;
 pub mod cluster_state;
 pub mod config;
 pub mod inherit;

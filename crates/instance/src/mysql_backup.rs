@@ -13,7 +13,7 @@ use futures::Stream;
 use mysql_async::prelude::*;
 
 use crate::bootstrap::read_secret;
-use crate::clone::{Tail, tail_lines, tail_text};
+use crate::clone_progress::{Tail, tail_lines, tail_text};
 use crate::config::InstanceConfig;
 use crate::private_server::{self, PrivateServer};
 use crate::sql;

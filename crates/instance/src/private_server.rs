@@ -10,7 +10,7 @@ use std::time::Duration;
 use mysql_async::Conn;
 use mysql_async::prelude::*;
 
-use crate::clone::{Tail, tail_lines, tail_text};
+use crate::clone_progress::{Tail, tail_lines, tail_text};
 use crate::config::InstanceConfig;
 use crate::sql;
 

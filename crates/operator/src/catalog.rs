@@ -65,7 +65,7 @@ pub async fn resolve(ctx: &Context, cluster: &Cluster) -> Declared {
     server_upgrade::resolve(
         &cluster.spec,
         catalog,
-        crate::objects::pod::default_image(cluster.spec.mysql.flavor),
+        crate::objects::image::default_image(cluster.spec.mysql.flavor),
         |_| None,
         forced(cluster),
     )
@@ -87,7 +87,7 @@ pub async fn resolve_servers(ctx: &Context, cluster: &Cluster, asked: &mut Asked
                 &cluster.spec,
                 &v,
                 server_upgrade::find_catalog(&cluster.spec, docs),
-                crate::objects::pod::default_image(cluster.spec.mysql.flavor),
+                crate::objects::image::default_image(cluster.spec.mysql.flavor),
                 |_| None,
             ),
         };

@@ -83,7 +83,7 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Action, Err
     }
 
     // The server image it asks for, recorded before any Pod is made from
-    // it (Pods follow the status: see objects::pod::server_image).
+    // it (Pods follow the status: see objects::image::server_image).
     let declared = crate::catalog::resolve(ctx, cluster).await;
     ctx.memory.set_image_error(cluster, declared.error.clone());
     let st = cluster.status.clone().unwrap_or_default();

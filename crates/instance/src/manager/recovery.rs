@@ -113,7 +113,8 @@ impl<C: ClusterState> Manager<C> {
                     .kill_on_drop(true)
                     .spawn()
                     .map_err(|e| anyhow::anyhow!("cannot run tar: {e}"))?;
-                let tail = clone::tail_lines(untar.stderr.take().expect("piped"), "tar");
+                let tail =
+                    crate::clone_progress::tail_lines(untar.stderr.take().expect("piped"), "tar");
                 let mut stdin = untar.stdin.take().expect("piped");
                 let fetched = stored_stream::fetch(&dest, &base.stored(), &mut stdin).await;
                 let _ = stdin.shutdown().await;
@@ -123,7 +124,7 @@ impl<C: ClusterState> Manager<C> {
                 anyhow::ensure!(
                     st.success(),
                     "unpacking the backup failed ({st}): {}",
-                    clone::tail_text(&tail)
+                    crate::clone_progress::tail_text(&tail)
                 );
                 if cfg.data_dir.exists() {
                     anyhow::ensure!(

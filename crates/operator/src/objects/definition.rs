@@ -35,7 +35,7 @@ impl Definition {
     pub fn of(cluster: &Cluster, instance: &str) -> Definition {
         let spec = &cluster.spec;
         Definition {
-            image: super::pod::instance_image(cluster, instance),
+            image: super::image::instance_image(cluster, instance),
             parameters: serde_json::to_value(&spec.mysql.parameters).unwrap_or_default(),
             resources: serde_json::to_value(&spec.resources).unwrap_or_default(),
             affinity: serde_json::to_value(&spec.affinity).unwrap_or_default(),

@@ -25,7 +25,9 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
 use cnmysql_api::names::{CONTROL_PORT, MYSQL_PORT, PROBE_PORT};
-use cnmysql_api::{AntiAffinityType, Cluster, Flavor};
+use cnmysql_api::{AntiAffinityType, Cluster};
+
+use super::image::instance_image;
 
 use super::Environment;
 use crate::labels::{self, CLUSTER, instance_labels};
@@ -46,14 +48,6 @@ pub const MYSQL_UID: i64 = 999;
 /// Enough for a clean shutdown (the manager gives mysqld 90 s) and the
 /// lease release before the kubelet kills the Pod.
 pub const TERMINATION_GRACE_SECONDS: i64 = 120;
-
-/// The server image when the Cluster names none.
-pub fn default_image(flavor: Flavor) -> &'static str {
-    match flavor {
-        Flavor::Mariadb => "docker.io/library/mariadb:10.11",
-        Flavor::Mysql => "docker.io/library/mysql:9.7",
-    }
-}
 
 fn field_env(name: &str, path: &str) -> EnvVar {
     EnvVar {
@@ -174,27 +168,6 @@ fn affinity(cluster: &Cluster) -> Option<Affinity> {
         pod_anti_affinity: Some(anti),
         ..Default::default()
     })
-}
-
-/// The server image instances are made from now: the target the status
-/// records (`catalog.rs` writes it before any Pod is made) once its
-/// upgrade has started, else the image the cluster runs
-/// (`server_upgrade::instance_image`); with neither recorded,
-/// `spec.mysql.image` or the flavour's default.
-pub fn server_image(cluster: &Cluster) -> String {
-    let status = cluster.status.clone().unwrap_or_default();
-    cnmysql_core::server_upgrade::instance_image(&status, status.target_image.as_deref())
-        .or_else(|| cluster.spec.mysql.image.clone())
-        .unwrap_or_else(|| default_image(cluster.spec.mysql.flavor).to_string())
-}
-
-/// The server image `instance` is made from: the one its
-/// annotation-driven upgrade pinned (`instance_upgrade::image_for`), else
-/// the cluster's ([`server_image`]).
-pub fn instance_image(cluster: &Cluster, instance: &str) -> String {
-    let status = cluster.status.clone().unwrap_or_default();
-    cnmysql_core::instance_upgrade::image_for(&status, instance, Some(server_image(cluster)))
-        .unwrap_or_else(|| server_image(cluster))
 }
 
 /// The annotations a new Pod of `instance` carries: its definition, and
