@@ -75,6 +75,11 @@ impl Image {
         Ok(hex::encode(sha2::Sha256::digest(all.as_bytes()))[..16].to_string())
     }
 
+    /// Whether its source is a root filesystem that no longer exists.
+    pub fn vanished(&self) -> bool {
+        matches!(&self.source, Source::Rootfs(dir) if !dir.is_dir())
+    }
+
     /// The image's OCI archive, made unless the cache has it.
     pub fn archive(&self) -> anyhow::Result<PathBuf> {
         let dir = cache_dir();

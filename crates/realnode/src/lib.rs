@@ -170,10 +170,18 @@ impl RealNode {
         let t0 = Instant::now();
         let mut all = vec![images::pause()?];
         all.extend(extra.iter().cloned());
-        let archives = all
-            .iter()
-            .map(|i| i.archive().map(|a| (a, i.name.clone())))
-            .collect::<anyhow::Result<Vec<_>>>()?;
+        let mut archives = Vec::new();
+        for i in &all {
+            match i.archive() {
+                Ok(a) => archives.push((a, i.name.clone())),
+                // A store image gone while the node started (a test's
+                // temporary image, removed by its test): not this node's.
+                Err(e) if i.vanished() => {
+                    tracing::warn!(image = %i.name, error = %e, "image gone from the store; skipped")
+                }
+                Err(e) => return Err(e),
+            }
+        }
         tracing::info!(elapsed = ?t0.elapsed(), "images ready");
         let cp = self.cp.take().expect("the control plane runs");
         let client = cp.client().await;
