@@ -37,7 +37,20 @@ pub enum Refusal {
     HistoryDiverged,
 }
 
+/// The Event reason of a refused switchover.
+pub const REFUSED_EVENT: &str = "SwitchoverRefused";
+
 impl Refusal {
+    /// What a refused switchover to `target` says, to the user and in its
+    /// Event ([`REFUSED_EVENT`]).
+    pub fn message(&self, target: &str) -> String {
+        format!(
+            "switchover to {target} refused ({}): {}",
+            self.reason(),
+            self.explain(target)
+        )
+    }
+
     /// A CamelCase word for events and metrics.
     pub fn reason(&self) -> &'static str {
         match self {

@@ -30,6 +30,7 @@ pub struct Facts<'a> {
 /// actions out, then report the summary (a report computed before a
 /// primary change this pass wrote is stale and not applied; the next
 /// pass reports).
+#[tracing::instrument(name = "pass", skip_all, fields(cluster = %facts.snapshot.cluster))]
 pub async fn pass<P: Platform>(
     platform: &mut P,
     facts: &Facts<'_>,

@@ -67,20 +67,9 @@ pub async fn request_switchover(h: &ClusterHandle, target: &str) -> anyhow::Resu
             Ok(r)
         }
         Err(why) => {
-            let note = format!(
-                "switchover to {target} refused ({}): {}",
-                why.reason(),
-                why.explain(target)
-            );
-            event(
-                h,
-                &done.cluster,
-                Kind::Warning,
-                "Switchover",
-                "SwitchoverRefused",
-                &note,
-            )
-            .await;
+            let note = why.message(target);
+            let reason = cnmysql_core::switchover::REFUSED_EVENT;
+            event(h, &done.cluster, Kind::Warning, "Switchover", reason, &note).await;
             anyhow::bail!("{note}")
         }
     }

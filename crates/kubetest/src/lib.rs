@@ -93,14 +93,20 @@ pub fn primaries_and_ready(st: &cnmysql_api::ClusterStatus) -> (usize, usize) {
 
 /// A connection as the application user, or None.
 pub async fn connect(host: &str, port: u16, password: &str) -> Option<mysql_async::Conn> {
-    let opts: mysql_async::Opts = mysql_async::OptsBuilder::default()
+    mysql_async::Conn::new(app_opts(host, port, password))
+        .await
+        .ok()
+}
+
+/// The application user's connection options for `host:port`.
+fn app_opts(host: &str, port: u16, password: &str) -> mysql_async::Opts {
+    mysql_async::OptsBuilder::default()
         .ip_or_hostname(host)
         .tcp_port(port)
         .user(Some("app"))
         .pass(Some(password))
         .prefer_socket(false)
-        .into();
-    mysql_async::Conn::new(opts).await.ok()
+        .into()
 }
 
 /// The repository's root (for `deploy/`).
@@ -348,20 +354,35 @@ impl KubeCluster {
             let deadline = Instant::now() + Duration::from_secs(30);
             let missing = loop {
                 let attempt = async {
-                    let ip = pods.get(name).await.ok()?.status?.pod_ip?;
-                    let mut c = connect(&ip, 3306, &password).await?;
-                    let ids: Vec<u64> = c.query("SELECT id FROM chk.w").await.ok()?;
+                    let pod = pods.get(name).await.map_err(|e| e.to_string())?;
+                    let ip = pod
+                        .status
+                        .and_then(|s| s.pod_ip)
+                        .ok_or_else(|| "no Pod IP".to_string())?;
+                    let opts = app_opts(&ip, 3306, &password);
+                    let mut c = mysql_async::Conn::new(opts)
+                        .await
+                        .map_err(|e| format!("connecting to {ip}: {e}"))?;
+                    let ids: Vec<u64> = c
+                        .query("SELECT id FROM chk.w")
+                        .await
+                        .map_err(|e| format!("reading chk.w at {ip}: {e}"))?;
                     let have: std::collections::BTreeSet<u64> = ids.into_iter().collect();
-                    Some(want.difference(&have).count())
+                    Ok::<_, String>(want.difference(&have).count())
                 };
                 match attempt.await {
-                    Some(0) => break 0,
-                    Some(m) if Instant::now() > deadline => break m,
-                    None if Instant::now() > deadline => {
-                        bail!("{name}: cannot read its rows")
+                    Ok(0) => break 0,
+                    Ok(m) if Instant::now() > deadline => break m,
+                    Err(e) if Instant::now() > deadline => {
+                        let pods = self
+                            .cp
+                            .kubectl(&["-n", namespace, "get", "pods", "-o", "wide"], None)
+                            .unwrap_or_default();
+                        bail!("{name}: cannot read its rows for 30 s: {e}\n{pods}")
                     }
-                    _ => tokio::time::sleep(Duration::from_millis(200)).await,
+                    _ => {}
                 }
+                tokio::time::sleep(Duration::from_millis(200)).await;
             };
             worst = worst.max(missing);
         }

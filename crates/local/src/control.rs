@@ -162,11 +162,17 @@ impl ControlPlane {
     /// Run until SIGINT or SIGTERM; then stop every instance cleanly.
     /// `endpoints`: already serving (taken over from the previous image
     /// as early as possible by `up`), or started here.
-    pub async fn run(mut self, endpoints: Option<Endpoints>) -> anyhow::Result<()> {
+    pub async fn run(self, endpoints: Option<Endpoints>) -> anyhow::Result<()> {
+        // The span goes with the future, across every await (an entered
+        // guard held across one would lend it to whatever task the
+        // executor runs meanwhile).
+        let span = tracing::info_span!("cluster", cluster = %self.name());
+        self.serve(endpoints).instrument(span).await
+    }
+
+    async fn serve(mut self, endpoints: Option<Endpoints>) -> anyhow::Result<()> {
         let started = Instant::now();
         let name = self.name();
-        let span = tracing::info_span!("cluster", cluster = %name);
-        let _enter = span.enter();
         let names = self.instance_names();
         self.defs
             .write_all(&names, &self.dir.read_status().unwrap_or_default())?;

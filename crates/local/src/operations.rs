@@ -43,12 +43,9 @@ pub async fn promote(dir: &StateDir, target: &str, wait: bool) -> anyhow::Result
     }
     let s = snapshot(dir).await?;
     let refused = |why: cnmysql_core::switchover::Refusal| {
-        let text = format!(
-            "switchover to {target} refused ({}): {}",
-            why.reason(),
-            why.explain(target)
-        );
-        dir.event(true, "SwitchoverRefused", Some(target), &text);
+        let text = why.message(target);
+        let reason = cnmysql_core::switchover::REFUSED_EVENT;
+        dir.event(true, reason, Some(target), &text);
         anyhow::anyhow!("{text}")
     };
     cnmysql_core::switchover::validate(&s, target).map_err(refused)?;

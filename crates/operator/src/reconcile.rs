@@ -38,6 +38,10 @@ use crate::pods::{ensure_pods, scale_down};
 /// How often an unchanged Cluster's objects are applied again.
 pub const RESYNC: Duration = Duration::from_secs(300);
 
+#[tracing::instrument(
+    skip_all,
+    fields(namespace = %cluster.namespace().unwrap_or_default(), cluster = %cluster.name_any())
+)]
 pub async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
     let result = reconcile_inner(&cluster, &ctx).await;
