@@ -33,19 +33,77 @@ async fn writer(k: &KubeCluster) -> anyhow::Result<cnmysql_bench::writer::WriteC
     let pw = k.app_password(NS, "db").await?;
     // Wait until rw reaches the writable primary: kube-proxy follows a
     // change of primary a moment after the status says it is done.
-    let host = rw.ip().to_string();
-    cnmysql_kubetest::until(
+    let last = std::sync::Mutex::new(String::new());
+    let reached = cnmysql_kubetest::until(
         "rw to reach the primary",
         Duration::from_secs(30),
         || async {
             use mysql_async::prelude::Queryable as _;
-            let mut c = cnmysql_kubetest::connect(&host, rw.port(), &pw).await?;
-            let ro: u8 = c.query_first("SELECT @@read_only").await.ok()??;
-            (ro == 0).then_some(())
+            let seen = async {
+                let mut c =
+                    mysql_async::Conn::new(cnmysql_bench::writer::app_opts_at(rw, pw.clone()))
+                        .await
+                        .map_err(|e| format!("connecting: {e}"))?;
+                c.query_first::<(u8, String), _>("SELECT @@read_only, @@hostname")
+                    .await
+                    .map_err(|e| format!("querying: {e}"))?
+                    .ok_or_else(|| "no row".to_string())
+            };
+            match seen.await {
+                Ok((0, _)) => Some(()),
+                Ok((_, h)) => {
+                    *last.lock().unwrap() = format!("reached {h}, read-only");
+                    None
+                }
+                Err(e) => {
+                    *last.lock().unwrap() = e;
+                    None
+                }
+            }
         },
     )
-    .await?;
+    .await;
+    if let Err(e) = reached {
+        let show = |args: &[&str]| k.cp.kubectl(args, None).unwrap_or_else(|e| e.to_string());
+        anyhow::bail!(
+            "{e}: last {}\n{}\n{}\n{}\n{}\n{}",
+            last.lock().unwrap(),
+            show(&["-n", NS, "get", "pods", "-o", "wide", "--show-labels"]),
+            show(&["-n", NS, "get", "endpointslices", "-o", "wide"]),
+            show(&[
+                "-n",
+                "cnmysql-system",
+                "logs",
+                "deploy/cnmysql-operator",
+                "--tail",
+                "10"
+            ]),
+            node_view(),
+            show(&[
+                "-n",
+                NS,
+                "get",
+                "cluster",
+                "db",
+                "-o",
+                "jsonpath={.status.currentPrimary} {.status.targetPrimary} {.status.phase} {.status.phaseReason}"
+            ]),
+        );
+    }
     Ok(cnmysql_bench::writer::WriteChecker::start_at(rw, pw).await)
+}
+
+/// What the nodes' kube-proxy programmed for rw, their neighbours and the
+/// connections tracked to it (for a failure report).
+fn node_view() -> String {
+    let script = "for ns in /run/netns/cnmysql-rn-*; do echo \"== $ns\"; \
+        nsenter --net=$ns nft list table ip kube-proxy | grep -A8 'bench/db-rw'; \
+        nsenter --net=$ns ip neigh; nsenter --net=$ns conntrack -L -p tcp --dport 3306 2>/dev/null | tail -20; done";
+    std::process::Command::new("sh")
+        .args(["-c", script])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
 }
 
 /// One fault on the primary; (seconds until writes flow, rows lost).
@@ -84,6 +142,9 @@ async fn fault_run(k: &KubeCluster, kind: &str) -> anyhow::Result<(f64, usize, S
     w.wait_for_more(200, Duration::from_secs(120)).await;
     let o = w.stop().await;
     let secs = o.outage_after(at).as_secs_f64();
+    if secs > 1.0 {
+        eprintln!("failures after the fault:\n{}", o.failures_after(at));
+    }
     if matches!(kind, "cut" | "freeze") {
         k.fault("heal", NS, &old).await?;
     }

@@ -15,6 +15,17 @@ struct Log {
     ack_times: Vec<Instant>,
     sent_times: Vec<Instant>,
     errors: u64,
+    /// When each failure began and ended, and what it was (the first 200).
+    failures: Vec<(Instant, Instant, String)>,
+}
+
+impl Log {
+    fn failed(&mut self, began: Instant, what: String) {
+        self.errors += 1;
+        if self.failures.len() < 200 {
+            self.failures.push((began, Instant::now(), what));
+        }
+    }
 }
 
 pub struct WriteChecker {
@@ -31,6 +42,8 @@ pub struct Outcome {
     pub ack_times: Vec<Instant>,
     /// When each acknowledged write was sent.
     pub sent_times: Vec<Instant>,
+    /// The first failures: when each began and ended, and what it was.
+    pub failures: Vec<(Instant, Instant, String)>,
 }
 
 impl Outcome {
@@ -48,6 +61,34 @@ impl Outcome {
             prev = *t;
         }
         end - fault
+    }
+
+    /// The failures after `t`, one line each, times relative to it, like
+    /// failures repeated one after another counted once (for a report).
+    pub fn failures_after(&self, t: Instant) -> String {
+        let mut out: Vec<String> = Vec::new();
+        let mut last = String::new();
+        let mut repeats = 0;
+        for (began, ended, what) in self.failures.iter().filter(|f| f.0 >= t) {
+            if *what == last {
+                repeats += 1;
+                continue;
+            }
+            if repeats > 0 {
+                out.push(format!("    (x{repeats} more)"));
+                repeats = 0;
+            }
+            out.push(format!(
+                "  {:.3}s..{:.3}s {what}",
+                (*began - t).as_secs_f64(),
+                (*ended - t).as_secs_f64()
+            ));
+            last = what.clone();
+        }
+        if repeats > 0 {
+            out.push(format!("    (x{repeats} more)"));
+        }
+        out.join("\n")
     }
 
     /// First acknowledgement of a write sent after `t`.
@@ -129,12 +170,17 @@ impl WriteChecker {
             let mut conn: Option<Conn> = None;
             while !s.load(Ordering::Relaxed) {
                 if conn.is_none() {
+                    let began = Instant::now();
                     match tokio::time::timeout(Duration::from_secs(2), Conn::new(opts.clone()))
                         .await
                     {
                         Ok(Ok(c)) => conn = Some(c),
-                        _ => {
-                            l.lock().unwrap().errors += 1;
+                        r => {
+                            let what = match r {
+                                Ok(Err(e)) => format!("connect: {e}"),
+                                _ => "connect: timed out after 2 s".to_string(),
+                            };
+                            l.lock().unwrap().failed(began, what);
                             tokio::time::sleep(Duration::from_millis(5)).await;
                             continue;
                         }
@@ -155,10 +201,14 @@ impl WriteChecker {
                         g.sent_times.push(sent);
                         next += 1;
                     }
-                    _ => {
+                    r => {
                         // Unknown outcome: never reuse the number.
                         next += 1;
-                        l.lock().unwrap().errors += 1;
+                        let what = match r {
+                            Ok(Err(e)) => format!("insert: {e}"),
+                            _ => "insert: no answer within 5 s".to_string(),
+                        };
+                        l.lock().unwrap().failed(sent, what);
                         conn = None;
                         tokio::time::sleep(Duration::from_millis(2)).await;
                     }
@@ -213,6 +263,7 @@ impl WriteChecker {
             longest_gap,
             ack_times: g.ack_times.clone(),
             sent_times: g.sent_times.clone(),
+            failures: g.failures.clone(),
         }
     }
 }

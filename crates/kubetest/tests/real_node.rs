@@ -205,6 +205,15 @@ fn all(name: &str) -> Vec<String> {
     (1..=3).map(|n| format!("{name}-{n}")).collect()
 }
 
+/// Wait until Cluster `db` of `ns` is healthy with 3 instances, then
+/// check that each holds every acknowledged row; its primary.
+async fn healthy_with(k: &KubeCluster, ns: &str, acked: &[u64], timeout: Duration) -> String {
+    let primary = k.wait_healthy(ns, "db", 3, timeout).await.unwrap();
+    let missing = k.rows_missing(ns, "db", &all("db"), acked).await.unwrap();
+    assert_eq!(missing, 0, "acknowledged rows lost");
+    primary
+}
+
 /// The reasons of the Cluster's events so far.
 async fn reasons(k: &KubeCluster, ns: &str) -> Vec<String> {
     let ev: Api<Event> = Api::namespaced(k.client.clone(), ns);
@@ -241,14 +250,7 @@ async fn a_primary_pod_deleted_on_notice_hands_over_by_switchover_and_loses_noth
             .any(|r| r == "FailingOver" || r == "PrimaryFailing"),
         "{r:?}"
     );
-    k.wait_healthy("ho", "db", 3, Duration::from_secs(180))
-        .await
-        .unwrap();
-    let missing = k
-        .rows_missing("ho", "db", &all("db"), &acked)
-        .await
-        .unwrap();
-    assert_eq!(missing, 0, "acknowledged rows lost");
+    healthy_with(&k, "ho", &acked, Duration::from_secs(180)).await;
 }
 
 /// Kill the container PID 1 of `primary`; the first write acknowledged
@@ -263,12 +265,7 @@ async fn kill_primary(k: &KubeCluster, ns: &str, primary: &str) -> (Duration, St
     )
     .unwrap();
     let (took, acked) = outage(w, t).await;
-    let now = k
-        .wait_healthy(ns, "db", 3, Duration::from_secs(180))
-        .await
-        .unwrap();
-    let missing = k.rows_missing(ns, "db", &all("db"), &acked).await.unwrap();
-    assert_eq!(missing, 0, "acknowledged rows lost");
+    let now = healthy_with(k, ns, &acked, Duration::from_secs(180)).await;
     (took, now)
 }
 
@@ -359,14 +356,7 @@ async fn a_replica_reinitialised_with_the_plugin_keeps_its_pod_and_claim_and_ser
         assert!(r.iter().any(|x| x == reason), "{reason} in {r:?}");
     }
     let (_, acked) = outage(w, t).await;
-    k.wait_healthy("ri", "db", 3, Duration::from_secs(120))
-        .await
-        .unwrap();
-    let missing = k
-        .rows_missing("ri", "db", &all("db"), &acked)
-        .await
-        .unwrap();
-    assert_eq!(missing, 0, "acknowledged rows lost");
+    healthy_with(&k, "ri", &acked, Duration::from_secs(120)).await;
     k.same_rows("ri", "db", &primary, &all("db")).await.unwrap();
 }
 
@@ -439,18 +429,11 @@ async fn kubectl_drain_of_the_primarys_node_completes_after_a_handover_and_loses
     // Writes go on meanwhile: the instance evicted waits for its node (its
     // volume is local there) and comes back once it is uncordoned.
     k.cp.kubectl(&["uncordon", &node], None).unwrap();
-    k.wait_healthy("dr", "db", 3, Duration::from_secs(240))
-        .await
-        .unwrap();
     w.wait_for_more(30, Duration::from_secs(90)).await;
     let out = w.stop().await;
     eprintln!(
         "longest stretch without an acknowledged write: {:?}",
         out.longest_gap
     );
-    let missing = k
-        .rows_missing("dr", "db", &all("db"), &out.acked)
-        .await
-        .unwrap();
-    assert_eq!(missing, 0, "acknowledged rows lost");
+    healthy_with(&k, "dr", &out.acked, Duration::from_secs(240)).await;
 }
