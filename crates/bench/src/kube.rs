@@ -98,7 +98,8 @@ async fn writer(k: &KubeCluster) -> anyhow::Result<cnmysql_bench::writer::WriteC
 fn node_view() -> String {
     let script = "for ns in /run/netns/cnmysql-rn-*; do echo \"== $ns\"; \
         nsenter --net=$ns nft list table ip kube-proxy | grep -A8 'bench/db-rw'; \
-        nsenter --net=$ns ip neigh; nsenter --net=$ns conntrack -L -p tcp --dport 3306 2>/dev/null | tail -20; done";
+        nsenter --net=$ns ip neigh; nsenter --net=$ns conntrack -L -p tcp --dport 3306 2>/dev/null | tail -20; done; \
+        for d in /tmp/cnmysql-realnode-*; do echo \"== $d/kube-proxy.log\"; tail -15 $d/kube-proxy.log; done";
     std::process::Command::new("sh")
         .args(["-c", script])
         .output()

@@ -102,6 +102,19 @@ fn why_not(s: &Snapshot, name: &str, leaving: &[String], cordoned: &[String]) ->
         .unwrap_or_else(|| "behind another replica".into())
 }
 
+/// Why a leaving primary's hook lets its shutdown go once another instance
+/// has taken over (see [`ROUTES_SETTLE_MS`]).
+pub const HANDED_OVER: &str = "handed over: another instance is primary";
+
+/// How long a primary that handed over keeps its address answering before
+/// its shutdown goes on. The Services that routed clients to it follow the
+/// new labels only once the endpoint controller and every node's
+/// kube-proxy have (kube-proxy programs at most once a second by default);
+/// a Pod gone meanwhile turns clients' connection attempts into packets to
+/// a dead address, which hang until the client's own timeout, where the
+/// read-only former primary answers them at once.
+pub const ROUTES_SETTLE_MS: u64 = 2_000;
+
 /// What a leaving instance's preStop hook does now.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PreStop {
@@ -117,7 +130,7 @@ pub fn prestop(me: &str, status: &ClusterStatus, waited_ms: i64) -> PreStop {
     let current = status.current_primary.as_deref();
     let target = status.target_primary.as_deref();
     if current != Some(me) {
-        return PreStop::Go("not the primary");
+        return PreStop::Go(HANDED_OVER);
     }
     if status.primary_failing_since.is_some() {
         return PreStop::Go("failing over: no handover to wait for");
@@ -241,7 +254,7 @@ mod tests {
             target_primary: Some("db-1".into()),
             ..Default::default()
         };
-        assert_eq!(prestop("db-2", &st, 0), PreStop::Go("not the primary"));
+        assert_eq!(prestop("db-2", &st, 0), PreStop::Go(HANDED_OVER));
         // Waiting for the control plane to start the handover, not forever.
         assert_eq!(prestop("db-1", &st, 0), PreStop::Wait);
         assert!(matches!(
@@ -256,7 +269,7 @@ mod tests {
             PreStop::Go(_)
         ));
         st.current_primary = Some("db-2".into());
-        assert_eq!(prestop("db-1", &st, 100), PreStop::Go("not the primary"));
+        assert_eq!(prestop("db-1", &st, 100), PreStop::Go(HANDED_OVER));
         // A failover does not wait on the hook.
         let failing = ClusterStatus {
             current_primary: Some("db-1".into()),
