@@ -78,7 +78,7 @@ async fn writer(k: &KubeCluster) -> anyhow::Result<cnmysql_bench::writer::WriteC
                 "--tail",
                 "10"
             ]),
-            node_view(),
+            node_view(rw, &primary_ip(k).await),
             show(&[
                 "-n",
                 NS,
@@ -95,15 +95,37 @@ async fn writer(k: &KubeCluster) -> anyhow::Result<cnmysql_bench::writer::WriteC
 
 /// What the nodes' kube-proxy programmed for rw, their neighbours and the
 /// connections tracked to it (for a failure report).
-fn node_view() -> String {
+fn node_view(rw: std::net::SocketAddr, primary_ip: &str) -> String {
     let script = "for ns in /run/netns/cnmysql-rn-*; do echo \"== $ns\"; \
         nsenter --net=$ns nft list table ip kube-proxy | grep -A8 'bench/db-rw'; \
         nsenter --net=$ns ip neigh; nsenter --net=$ns conntrack -L -p tcp --dport 3306 2>/dev/null | tail -20; done; \
-        for d in /tmp/cnmysql-realnode-*; do echo \"== $d/kube-proxy.log\"; tail -15 $d/kube-proxy.log; done";
-    std::process::Command::new("sh")
+        for d in /tmp/cnmysql-realnode-*; do echo \"== $d/kube-proxy.log\"; tail -15 $d/kube-proxy.log; done; \
+        echo '== host'; ip route get $RW; ip neigh | grep 10.243; conntrack -L -d $RW 2>/dev/null | tail -5; \
+        timeout 2 bash -c \"</dev/tcp/$RW/3306\" && echo 'host -> rw: connects' || echo 'host -> rw: fails'; \
+        timeout 2 bash -c \"</dev/tcp/$PRIMARY/3306\" && echo 'host -> primary Pod: connects' || echo 'host -> primary Pod: fails'; \
+        for ns in /run/netns/cnmysql-rn-*; do nsenter --net=$ns timeout 2 bash -c \"</dev/tcp/$RW/3306\" && echo 'node -> rw: connects' || echo 'node -> rw: fails'; done";
+    std::process::Command::new("bash")
         .args(["-c", script])
+        .env("RW", rw.ip().to_string())
+        .env("PRIMARY", primary_ip)
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
+}
+
+/// The current primary's Pod address, for a failure report.
+async fn primary_ip(k: &KubeCluster) -> String {
+    let Ok(st) = k.cluster_status(NS, "db").await else {
+        return String::new();
+    };
+    let pods: Api<Pod> = Api::namespaced(k.client.clone(), NS);
+    let Some(p) = st.current_primary else {
+        return String::new();
+    };
+    pods.get(&p)
+        .await
+        .ok()
+        .and_then(|p| p.status?.pod_ip)
         .unwrap_or_default()
 }
 
