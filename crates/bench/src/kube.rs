@@ -40,10 +40,12 @@ async fn writer(k: &KubeCluster) -> anyhow::Result<cnmysql_bench::writer::WriteC
         || async {
             use mysql_async::prelude::Queryable as _;
             let seen = async {
-                let mut c =
-                    mysql_async::Conn::new(cnmysql_bench::writer::app_opts_at(rw, pw.clone()))
-                        .await
-                        .map_err(|e| format!("connecting: {e}"))?;
+                let mut c = cnmysql_kubetest::connect_within(cnmysql_bench::writer::app_opts_at(
+                    rw,
+                    pw.clone(),
+                ))
+                .await
+                .map_err(|e| format!("connecting: {e}"))?;
                 c.query_first::<(u8, String), _>("SELECT @@read_only, @@hostname")
                     .await
                     .map_err(|e| format!("querying: {e}"))?

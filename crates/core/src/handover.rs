@@ -112,8 +112,10 @@ pub const HANDED_OVER: &str = "handed over: another instance is primary";
 /// kube-proxy have (kube-proxy programs at most once a second by default);
 /// a Pod gone meanwhile turns clients' connection attempts into packets to
 /// a dead address, which hang until the client's own timeout, where the
-/// read-only former primary answers them at once.
-pub const ROUTES_SETTLE_MS: u64 = 2_000;
+/// read-only former primary answers them at once. On the real node
+/// rw took up to about 3 s to move on a busy two-core machine; the wait
+/// costs nothing but the Pod's termination time.
+pub const ROUTES_SETTLE_MS: u64 = 5_000;
 
 /// What a leaving instance's preStop hook does now.
 #[derive(Clone, Debug, PartialEq, Eq)]

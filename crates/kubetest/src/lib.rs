@@ -93,9 +93,22 @@ pub fn primaries_and_ready(st: &cnmysql_api::ClusterStatus) -> (usize, usize) {
 
 /// A connection as the application user, or None.
 pub async fn connect(host: &str, port: u16, password: &str) -> Option<mysql_async::Conn> {
-    mysql_async::Conn::new(app_opts(host, port, password))
-        .await
-        .ok()
+    connect_within(app_opts(host, port, password)).await.ok()
+}
+
+/// How long a test's connection attempt may take, as any client sets one:
+/// a SYN sent while a Service still led to an address that is gone stays
+/// pinned to it by its conntrack entry through every retransmission, and
+/// without a limit one attempt would hang for minutes.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A connection with `opts`, or why not within [`CONNECT_TIMEOUT`].
+pub async fn connect_within(opts: mysql_async::Opts) -> Result<mysql_async::Conn, String> {
+    match tokio::time::timeout(CONNECT_TIMEOUT, mysql_async::Conn::new(opts)).await {
+        Ok(Ok(c)) => Ok(c),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no connection within {CONNECT_TIMEOUT:?}")),
+    }
 }
 
 /// The application user's connection options for `host:port`.
@@ -360,7 +373,7 @@ impl KubeCluster {
                         .and_then(|s| s.pod_ip)
                         .ok_or_else(|| "no Pod IP".to_string())?;
                     let opts = app_opts(&ip, 3306, &password);
-                    let mut c = mysql_async::Conn::new(opts)
+                    let mut c = connect_within(opts)
                         .await
                         .map_err(|e| format!("connecting to {ip}: {e}"))?;
                     let ids: Vec<u64> = c
