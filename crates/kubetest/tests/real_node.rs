@@ -35,9 +35,17 @@ async fn write_through_rw(k: &KubeCluster, ns: &str, name: &str) {
     let rw = k.wait_service(ns, &format!("{name}-rw")).await.unwrap();
     let pw = k.app_password(ns, name).await.unwrap();
     let host = rw.ip().to_string();
-    let mut c = until("a connection through rw", Duration::from_secs(30), || {
-        cnmysql_kubetest::connect(&host, rw.port(), &pw)
-    })
+    // Right after a change of primary rw may still lead to the former one
+    // (read-only) for a moment: wait for a writable one.
+    let mut c = until(
+        "a writable primary through rw",
+        Duration::from_secs(30),
+        || async {
+            let mut c = cnmysql_kubetest::connect(&host, rw.port(), &pw).await?;
+            let ro: u8 = c.query_first("SELECT @@read_only").await.ok()??;
+            (ro == 0).then_some(c)
+        },
+    )
     .await
     .unwrap();
     c.query_drop("CREATE DATABASE IF NOT EXISTS t")
