@@ -66,10 +66,11 @@ async fn writer(k: &KubeCluster) -> anyhow::Result<cnmysql_bench::writer::WriteC
     )
     .await;
     if let Err(e) = reached {
+        let last = last.lock().unwrap().clone();
         let show = |args: &[&str]| k.cp.kubectl(args, None).unwrap_or_else(|e| e.to_string());
         anyhow::bail!(
             "{e}: last {}\n{}\n{}\n{}\n{}\n{}",
-            last.lock().unwrap(),
+            last,
             show(&["-n", NS, "get", "pods", "-o", "wide", "--show-labels"]),
             show(&["-n", NS, "get", "endpointslices", "-o", "wide"]),
             show(&[

@@ -139,7 +139,7 @@ impl Supervisor {
             p.vanished = true;
             p.next_start =
                 Instant::now() + Duration::from_millis(500 * u64::from(p.restarts.min(10)));
-            if cnmysql_core::hold_down::may_start(&memory, spec, status, &name) {
+            if cnmysql_core::hold_down::may_start(memory, spec, status, &name) {
                 self.reporter.say(
                     Some(&name),
                     &format!("instance manager exited ({st}); restarting it"),
@@ -170,7 +170,7 @@ impl Supervisor {
             if p.child.is_some()
                 || now < p.next_start
                 || (p.vanished
-                    && !cnmysql_core::hold_down::may_start(&memory, spec, status, &p.name))
+                    && !cnmysql_core::hold_down::may_start(memory, spec, status, &p.name))
             {
                 continue;
             }
