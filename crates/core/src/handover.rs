@@ -102,10 +102,6 @@ fn why_not(s: &Snapshot, name: &str, leaving: &[String], cordoned: &[String]) ->
         .unwrap_or_else(|| "behind another replica".into())
 }
 
-/// Why a leaving primary's hook lets its shutdown go once another instance
-/// has taken over (see [`ROUTES_SETTLE_MS`]).
-pub const HANDED_OVER: &str = "handed over: another instance is primary";
-
 /// How long a primary that handed over keeps its address answering before
 /// its shutdown goes on. The Services that routed clients to it follow the
 /// new labels only once the endpoint controller and every node's
@@ -124,6 +120,9 @@ pub enum PreStop {
     Wait,
     /// Let the shutdown go on, and why.
     Go(&'static str),
+    /// Handed over: let the shutdown go on after this many milliseconds,
+    /// answering meanwhile ([`ROUTES_SETTLE_MS`]).
+    GoAfter(u64),
 }
 
 /// Decide for instance `me`, whose hook has waited `waited_ms`, given the
@@ -132,7 +131,7 @@ pub fn prestop(me: &str, status: &ClusterStatus, waited_ms: i64) -> PreStop {
     let current = status.current_primary.as_deref();
     let target = status.target_primary.as_deref();
     if current != Some(me) {
-        return PreStop::Go(HANDED_OVER);
+        return PreStop::GoAfter(ROUTES_SETTLE_MS);
     }
     if status.primary_failing_since.is_some() {
         return PreStop::Go("failing over: no handover to wait for");
@@ -256,7 +255,7 @@ mod tests {
             target_primary: Some("db-1".into()),
             ..Default::default()
         };
-        assert_eq!(prestop("db-2", &st, 0), PreStop::Go(HANDED_OVER));
+        assert_eq!(prestop("db-2", &st, 0), PreStop::GoAfter(ROUTES_SETTLE_MS));
         // Waiting for the control plane to start the handover, not forever.
         assert_eq!(prestop("db-1", &st, 0), PreStop::Wait);
         assert!(matches!(
@@ -271,7 +270,10 @@ mod tests {
             PreStop::Go(_)
         ));
         st.current_primary = Some("db-2".into());
-        assert_eq!(prestop("db-1", &st, 100), PreStop::Go(HANDED_OVER));
+        assert_eq!(
+            prestop("db-1", &st, 100),
+            PreStop::GoAfter(ROUTES_SETTLE_MS)
+        );
         // A failover does not wait on the hook.
         let failing = ClusterStatus {
             current_primary: Some("db-1".into()),

@@ -302,12 +302,14 @@ async fn prestop<B: Backend>(State(b): State<Arc<B>>) -> Response {
         };
         match decision {
             PreStop::Wait => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+            PreStop::GoAfter(settle_ms) => {
+                // Answer (read-only) while the routes move away.
+                tokio::time::sleep(std::time::Duration::from_millis(settle_ms)).await;
+                let why = "handed over: another instance is primary";
+                tracing::info!(waited_ms = waited, reason = why, "preStop: shutting down");
+                return (StatusCode::OK, why).into_response();
+            }
             PreStop::Go(why) => {
-                if why == cnmysql_core::handover::HANDED_OVER {
-                    // Answer (read-only) while the routes move away.
-                    let settle = cnmysql_core::handover::ROUTES_SETTLE_MS;
-                    tokio::time::sleep(std::time::Duration::from_millis(settle)).await;
-                }
                 tracing::info!(waited_ms = waited, reason = why, "preStop: shutting down");
                 return (StatusCode::OK, why).into_response();
             }
