@@ -42,7 +42,7 @@ pub enum Action {
     /// belongs to, recorded failed if the manager refuses.
     UpgradeInPlace {
         instance: String,
-        source: crate::instance_upgrade::Source,
+        source: crate::upgrade::annotations::Source,
         attempt: Option<cnmysql_api::InstanceUpgrade>,
         then: Event,
     },

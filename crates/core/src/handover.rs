@@ -54,7 +54,7 @@ pub enum Handover {
 /// node about to be drained), to the most caught-up healthy replica that
 /// is neither.
 pub fn decide(s: &Snapshot, leaving: &[String], cordoned: &[String]) -> Handover {
-    let Ok(primary) = crate::rollout::settled_primary(s) else {
+    let Ok(primary) = crate::upgrade::gates::settled_primary(s) else {
         return Handover::None;
     };
     let is = |list: &[String], n: &str| list.iter().any(|l| l == n);
@@ -71,7 +71,7 @@ pub fn decide(s: &Snapshot, leaving: &[String], cordoned: &[String]) -> Handover
         return impossible("a single instance".into());
     }
     let excluded: Vec<String> = leaving.iter().chain(cordoned).cloned().collect();
-    match crate::rollout::switchover_target(s, primary, &excluded) {
+    match crate::upgrade::gates::switchover_target(s, primary, &excluded) {
         Some(to) => Handover::Start {
             from: primary.to_string(),
             to,

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::rollout::InFlight;
+use crate::upgrade::gates::InFlight;
 use crate::semisync::Settings;
 use crate::status::Snapshot;
 

@@ -260,7 +260,7 @@ pub fn encode_clusters(clusters: &[Labelled]) -> String {
             ready.get_or_create(&l).set(flag(o.ready()));
             fenced.get_or_create(&l).set(flag(s.is_fenced(&o.name)));
             diverged.get_or_create(&l).set(flag(s.is_diverged(&o.name)));
-            if let Some(cur) = crate::rollout::is_current(s, &o.name) {
+            if let Some(cur) = crate::upgrade::rollout::is_current(s, &o.name) {
                 current.get_or_create(&l).set(flag(cur));
             }
             let Some(st) = &o.status else { continue };
@@ -309,7 +309,7 @@ pub fn encode_clusters(clusters: &[Labelled]) -> String {
         stale_n.get_or_create(&cluster).set(
             s.instances
                 .iter()
-                .filter(|o| crate::rollout::is_stale(s, &o.name))
+                .filter(|o| crate::upgrade::rollout::is_stale(s, &o.name))
                 .count() as f64,
         );
         ready_n
@@ -318,7 +318,7 @@ pub fn encode_clusters(clusters: &[Labelled]) -> String {
         updated_n.get_or_create(&cluster).set(
             s.instances
                 .iter()
-                .filter(|o| !crate::rollout::is_stale(s, &o.name))
+                .filter(|o| !crate::upgrade::rollout::is_stale(s, &o.name))
                 .count() as f64,
         );
         if let Some(t) = s

@@ -10,7 +10,7 @@
 //! local control plane with processes and files, the Kubernetes operator
 //! with Pods, the Cluster status and the Lease, the simulation in memory.
 //! How often a platform polls is [`Cadence`]. The decisions themselves
-//! live in `failover.rs`, `switchover.rs`, `semisync.rs`, `rollout.rs` and
+//! live in `failover.rs`, `switchover.rs`, `semisync.rs`, `upgrade/` and
 //! `phase.rs`.
 
 use cnmysql_api::{Flavor, Phase};
@@ -141,10 +141,10 @@ pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
     if let Some(a) = semi_sync(s, memory) {
         out.push(a);
     }
-    out.extend(crate::upgrade_step::server_upgrade_step(s, memory));
-    out.extend(crate::upgrade_step::annotation_step(s, memory));
+    out.extend(crate::upgrade::step::server_upgrade_step(s, memory));
+    out.extend(crate::upgrade::step::annotation_step(s, memory));
     if memory.restarting_primary.is_none() && s.status.primary_failing_since.is_none() {
-        out.extend(crate::upgrade_step::rollout_step(s, memory));
+        out.extend(crate::upgrade::step::rollout_step(s, memory));
     }
     out
 }

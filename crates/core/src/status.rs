@@ -303,7 +303,7 @@ pub struct Observed {
     /// Set by the platform when the instance was made from another
     /// definition than the Cluster now declares (on Kubernetes: its Pod,
     /// say with another server image); says what changed. Only recreating
-    /// the instance applies it (see `rollout.rs`).
+    /// the instance applies it (see `upgrade/rollout.rs`).
     pub outdated: Option<String>,
 }
 
@@ -328,7 +328,7 @@ pub struct Snapshot {
     pub now_ms: i64,
     /// What the platform resolved the Cluster to declare beyond its spec:
     /// the target image and its version, the force annotation.
-    pub declared: crate::server_upgrade::Declared,
+    pub declared: crate::declared::Declared,
 }
 
 impl Snapshot {

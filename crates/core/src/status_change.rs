@@ -8,7 +8,7 @@ use cnmysql_api::{ClusterStatus, Phase};
 
 use crate::memory::Memory;
 use crate::phase::{Summary, set_condition, summarize};
-use crate::rollout::{self, Next};
+use crate::upgrade::rollout::{self, Next};
 use crate::status::Snapshot;
 
 /// A change of the cluster status that only applies while the status is
@@ -45,7 +45,7 @@ pub enum StatusChange {
     /// state and manager hash per instance.
     Report(Report),
     /// The server upgrade's part of the status (images, versions, history).
-    ServerUpgrade(crate::server_upgrade::UpgradeStatus),
+    ServerUpgrade(crate::upgrade::server::UpgradeStatus),
     /// A rollout gave an instance a step at this time (RFC 3339).
     RolloutStep(String),
     /// Set (Some) or remove an instance's annotation-driven upgrade record.
@@ -288,7 +288,7 @@ pub fn report(s: &Snapshot, memory: &Memory) -> Report {
         };
         summary.reason = reason;
     }
-    let upgrade = crate::server_upgrade::advance(s);
+    let upgrade = crate::upgrade::server::advance(s);
     if let Some(reason) = upgrade
         .reason
         .filter(|_| settled || summary.phase == Phase::Upgrading)
@@ -327,7 +327,7 @@ pub fn report(s: &Snapshot, memory: &Memory) -> Report {
     if let Some(o) = &s.status.orchestrated_upgrade {
         let what = format!(
             "Orchestrated upgrade ({}={}): {}",
-            crate::instance_upgrade::UPGRADE_TO,
+            crate::upgrade::annotations::UPGRADE_TO,
             o.upgrade_to,
             o.message
         );

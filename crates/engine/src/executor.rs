@@ -5,7 +5,7 @@
 use cnmysql_core::action::Action;
 use cnmysql_core::event::Event;
 use cnmysql_core::memory::Memory;
-use cnmysql_core::rollout::Source;
+use cnmysql_core::upgrade::rollout::Source;
 use cnmysql_core::status_change::StatusChange;
 
 use crate::platform::{ControlRequest, Platform};
@@ -140,7 +140,7 @@ async fn attempt_failed<P: Platform>(
     attempt: &cnmysql_api::InstanceUpgrade,
     e: &anyhow::Error,
 ) -> anyhow::Result<()> {
-    use cnmysql_core::instance_upgrade as iu;
+    use cnmysql_core::upgrade::annotated as iu;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)

@@ -231,7 +231,7 @@ impl Programs {
             None => self.version_line(),
         };
         text.split_whitespace()
-            .find_map(cnmysql_core::server_upgrade::Version::parse)
+            .find_map(cnmysql_core::upgrade::version::Version::parse)
             .map(|v| v.to_string())
     }
 

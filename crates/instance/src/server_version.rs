@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use cnmysql_api::Flavor;
-use cnmysql_core::server_upgrade::Version;
+use cnmysql_core::upgrade::version::Version;
 
 use crate::config::InstanceConfig;
 

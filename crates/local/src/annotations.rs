@@ -120,8 +120,8 @@ pub fn parse_change(arg: &str) -> anyhow::Result<(String, Option<String>)> {
         name_ok && prefix_ok,
         "{key:?} is not an annotation key: [prefix/]name, the name up to 63 letters, digits, '-', '_' or '.'"
     );
-    if let (cnmysql_core::instance_upgrade::UPGRADE_TO, Some(v)) = (key, &value) {
-        cnmysql_core::instance_upgrade::parse(v).map_err(anyhow::Error::msg)?;
+    if let (cnmysql_core::upgrade::annotations::UPGRADE_TO, Some(v)) = (key, &value) {
+        cnmysql_core::upgrade::annotations::parse(v).map_err(anyhow::Error::msg)?;
     }
     Ok((key.to_string(), value))
 }
@@ -178,14 +178,14 @@ pub fn annotate(
 pub fn asked(
     dir: &StateDir,
     cluster: &cnmysql_api::Cluster,
-) -> anyhow::Result<cnmysql_core::instance_upgrade::Asked> {
+) -> anyhow::Result<cnmysql_core::upgrade::annotations::Asked> {
     let a = read(dir)?;
     let mut on_cluster = cluster.metadata.annotations.clone().unwrap_or_default();
     on_cluster.extend(a.cluster);
     let names = (1..=cluster.spec.instances.max(0) as u32).map(|i| {
         cnmysql_api::names::instance_name(cluster.metadata.name.as_deref().unwrap_or_default(), i)
     });
-    Ok(cnmysql_core::instance_upgrade::Asked {
+    Ok(cnmysql_core::upgrade::annotations::Asked {
         cluster: on_cluster,
         instances: names
             .map(|n| {

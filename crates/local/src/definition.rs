@@ -1,7 +1,7 @@
 //! What each local instance is made from (its definition): the server
 //! image its programs come from (`host` for this machine's own server) and
 //! the server settings. The Cluster's spec says what it should be; the
-//! server upgrade (`core/server_upgrade.rs`) says which image instances are
+//! server upgrade (`core/src/upgrade/server.rs`) says which image instances are
 //! made from now; an instance whose configuration says otherwise is
 //! outdated, and the rollout recreates it with the new one.
 
@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use cnmysql_api::{CatalogDocument, Cluster, Flavor};
-use cnmysql_core::server_upgrade::{self, Declared, FORCE_ANNOTATION};
+use cnmysql_core::declared::Declared;
+use cnmysql_core::upgrade::image;
+use cnmysql_core::upgrade::server::FORCE_ANNOTATION;
 use cnmysql_instance::config::{InstanceConfig, Programs};
 
 /// The image name of this machine's own server programs.
@@ -108,13 +110,13 @@ impl Definitions {
     }
 
     /// The image instances are made from now (see
-    /// [`server_upgrade::instance_image`]).
+    /// [`image::instance_image`]).
     pub fn instance_image(
         &mut self,
         status: &cnmysql_api::ClusterStatus,
     ) -> anyhow::Result<String> {
         let d = self.declared();
-        server_upgrade::instance_image(status, d.image.as_deref()).ok_or_else(|| {
+        image::instance_image(status, d.image.as_deref()).ok_or_else(|| {
             anyhow::anyhow!(
                 "no server image: {}",
                 d.error
@@ -131,7 +133,7 @@ impl Definitions {
         name: &str,
     ) -> anyhow::Result<String> {
         let cluster = self.instance_image(status);
-        match cnmysql_core::instance_upgrade::image_for(
+        match cnmysql_core::upgrade::annotated::image_for(
             status,
             name,
             cluster.as_ref().ok().cloned(),
@@ -143,12 +145,12 @@ impl Definitions {
 
     /// What the annotations ask, with the servers they name resolved the
     /// way the Cluster's own image is.
-    pub fn asked(&mut self) -> anyhow::Result<cnmysql_core::instance_upgrade::Asked> {
+    pub fn asked(&mut self) -> anyhow::Result<cnmysql_core::upgrade::annotations::Asked> {
         let mut asked = crate::annotations::asked(&self.dir, &self.cluster)?;
         let catalogs = self.catalogs.clone();
-        for v in cnmysql_core::instance_upgrade::server_values(&asked) {
-            let catalog = server_upgrade::find_catalog(&self.cluster.spec, &catalogs);
-            let r = cnmysql_core::instance_upgrade::resolve_server(
+        for v in cnmysql_core::upgrade::annotations::server_values(&asked) {
+            let catalog = image::find_catalog(&self.cluster.spec, &catalogs);
+            let r = cnmysql_core::upgrade::annotated::resolve_server(
                 &self.cluster.spec,
                 &v,
                 catalog,
@@ -224,8 +226,8 @@ pub fn declared(cluster: &Cluster, catalogs: &[CatalogDocument], images: &mut Im
         .as_ref()
         .and_then(|a| a.get(FORCE_ANNOTATION))
         .is_some_and(|v| v == "true");
-    let catalog = server_upgrade::find_catalog(&cluster.spec, catalogs);
-    server_upgrade::resolve(
+    let catalog = image::find_catalog(&cluster.spec, catalogs);
+    image::resolve(
         &cluster.spec,
         catalog,
         HOST_IMAGE,

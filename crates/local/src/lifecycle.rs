@@ -110,7 +110,7 @@ pub async fn up(opts: UpOptions) -> anyhow::Result<()> {
         }
         let status = dir.read_status().unwrap_or_default();
         if let Some(image) =
-            cnmysql_core::server_upgrade::instance_image(&status, declared.image.as_deref())
+            cnmysql_core::upgrade::image::instance_image(&status, declared.image.as_deref())
         {
             images.programs(&image)?;
         }

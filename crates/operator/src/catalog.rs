@@ -1,17 +1,19 @@
 //! The server image a Cluster asks for: `spec.mysql.image`, the entry of
 //! its image catalog (`ImageCatalog` in its namespace, or
 //! `ClusterImageCatalog`) for `spec.mysql.version`, or the flavour's
-//! default; resolved by the core (`server_upgrade::resolve`) from what is
+//! default; resolved by the core (`image::resolve`) from what is
 //! read here. The result goes into the status (`targetImage`,
 //! `targetServerVersion`) before any Pod is made from it; which image Pods
-//! are made from is then the server upgrade's (`server_upgrade::instance_image`).
+//! are made from is then the server upgrade's (`image::instance_image`).
 
 use kube::ResourceExt;
 use kube::api::Api;
 
 use cnmysql_api::{CatalogDocument, CatalogKind, Cluster, ClusterImageCatalog, ImageCatalog};
-use cnmysql_core::instance_upgrade::Asked;
-use cnmysql_core::server_upgrade::{self, Declared, FORCE_ANNOTATION};
+use cnmysql_core::upgrade::annotations::Asked;
+use cnmysql_core::declared::Declared;
+use cnmysql_core::upgrade::image;
+use cnmysql_core::upgrade::server::FORCE_ANNOTATION;
 
 use crate::context::Context;
 
@@ -61,8 +63,8 @@ pub async fn resolve(ctx: &Context, cluster: &Cluster) -> Declared {
             };
         }
     };
-    let catalog = server_upgrade::find_catalog(&cluster.spec, &docs);
-    server_upgrade::resolve(
+    let catalog = image::find_catalog(&cluster.spec, &docs);
+    image::resolve(
         &cluster.spec,
         catalog,
         crate::objects::image::default_image(cluster.spec.mysql.flavor),
@@ -75,7 +77,7 @@ pub async fn resolve(ctx: &Context, cluster: &Cluster) -> Declared {
 /// `cnmysql.io/upgrade-to`) through the Cluster's catalog, as its own
 /// image is.
 pub async fn resolve_servers(ctx: &Context, cluster: &Cluster, asked: &mut Asked) {
-    let values = cnmysql_core::instance_upgrade::server_values(asked);
+    let values = cnmysql_core::upgrade::annotations::server_values(asked);
     if values.is_empty() {
         return;
     }
@@ -83,10 +85,10 @@ pub async fn resolve_servers(ctx: &Context, cluster: &Cluster, asked: &mut Asked
     for v in values {
         let r = match &docs {
             Err(e) => Err(e.clone()),
-            Ok(docs) => cnmysql_core::instance_upgrade::resolve_server(
+            Ok(docs) => cnmysql_core::upgrade::annotated::resolve_server(
                 &cluster.spec,
                 &v,
-                server_upgrade::find_catalog(&cluster.spec, docs),
+                image::find_catalog(&cluster.spec, docs),
                 crate::objects::image::default_image(cluster.spec.mysql.flavor),
                 |_| None,
             ),

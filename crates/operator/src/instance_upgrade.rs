@@ -11,7 +11,7 @@ use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 
 use cnmysql_api::Cluster;
-use cnmysql_core::instance_upgrade::Asked;
+use cnmysql_core::upgrade::annotations::Asked;
 
 use crate::context::Context;
 

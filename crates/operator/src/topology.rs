@@ -366,7 +366,7 @@ pub async fn step(
         instances: observed,
         now_ms: jiff::Timestamp::now().as_millisecond(),
         // As the reconcile resolved and recorded it (catalog.rs).
-        declared: cnmysql_core::server_upgrade::Declared {
+        declared: cnmysql_core::declared::Declared {
             image: status.target_image.clone(),
             version: status.target_server_version.clone(),
             error: ctx.memory.image_error(cluster),

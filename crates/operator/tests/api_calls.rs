@@ -349,7 +349,7 @@ fn pods_in(api: &FakeApi) -> std::collections::BTreeMap<String, k8s_openapi::api
 #[tokio::test]
 async fn an_annotated_upgrade_is_read_from_its_pod_recorded_mirrored_and_carried_by_the_pod_made_again()
  {
-    use cnmysql_core::instance_upgrade::{UPGRADE_STATUS, UPGRADE_TO};
+    use cnmysql_core::upgrade::annotations::{UPGRADE_STATUS, UPGRADE_TO};
     let api = FakeApi::new();
     let c = cluster(&api);
     let ctx = context(&api);
@@ -393,12 +393,12 @@ async fn an_annotated_upgrade_is_read_from_its_pod_recorded_mirrored_and_carried
         status: c.status.clone().unwrap_or_default(),
         instances: observed(),
         now_ms: 1_900_000_000_000,
-        declared: cnmysql_core::server_upgrade::Declared {
+        declared: cnmysql_core::declared::Declared {
             asked,
             ..Default::default()
         },
     };
-    let pass = cnmysql_core::instance_upgrade::pass(&snapshot, &Default::default());
+    let pass = cnmysql_core::upgrade::annotated::pass(&snapshot, &Default::default());
     let change = &pass.changes[0];
     assert_eq!(change.instance, "db-2");
     let record = change.record.clone().unwrap();

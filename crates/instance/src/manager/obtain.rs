@@ -72,7 +72,7 @@ impl<C: ClusterState> Manager<C> {
                 tracing::warn!(error = %e, "cannot record the server version in the data directory");
             }
             *self.server_version.lock().unwrap() =
-                cnmysql_core::server_upgrade::Version::parse(&v).map(|v| v.to_string());
+                cnmysql_core::upgrade::version::Version::parse(&v).map(|v| v.to_string());
         }
         conn.disconnect().await.ok();
         *self.pool.lock().unwrap() = Some(sql::admin_pool(&self.cfg.socket(), &admin));

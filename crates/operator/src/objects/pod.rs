@@ -185,10 +185,10 @@ fn pod_annotations(cluster: &Cluster, instance: &str) -> BTreeMap<String, String
         .and_then(|s| s.instance_upgrades.get(instance));
     if let Some(r) = record.filter(|r| !r.upgrade_to.is_empty()) {
         out.insert(
-            cnmysql_core::instance_upgrade::UPGRADE_TO.to_string(),
+            cnmysql_core::upgrade::annotations::UPGRADE_TO.to_string(),
             r.upgrade_to.clone(),
         );
-        for (k, v) in cnmysql_core::instance_upgrade::mirror(Some(r)) {
+        for (k, v) in cnmysql_core::upgrade::annotated::mirror(Some(r)) {
             if let Some(v) = v {
                 out.insert(k, v);
             }

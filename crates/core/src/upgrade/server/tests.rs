@@ -1,7 +1,12 @@
 use super::*;
-use crate::rollout::{InFlight, Next};
+use crate::declared::Declared;
+use crate::upgrade::gates::InFlight;
+use crate::upgrade::image::{Catalog, instance_image, resolve};
+use crate::upgrade::version::tag_version;
+use crate::upgrade::rollout::Next;
 use crate::testutil::snapshot;
-use cnmysql_api::{CatalogImage, MaintenanceWindow};
+use cnmysql_api::{CatalogImage, ClusterSpec, Flavor, MaintenanceWindow};
+use crate::upgrade::version::{Version, check_path};
 
 const OLD: &str = "docker.io/library/mariadb:10.11.18";
 const NEW: &str = "docker.io/library/mariadb:10.11.19";
@@ -335,7 +340,7 @@ fn a_step_past_its_deadline_fails_the_upgrade_and_holds_rollouts_until_retried()
     // Instances stay on the target definition: the ones already moved are
     // not moved back.
     assert_eq!(instance_image(&s.status, Some(NEW)).as_deref(), Some(NEW));
-    let next = crate::rollout::next(&s, &InFlight::new(), false);
+    let next = crate::upgrade::rollout::next(&s, &InFlight::new(), false);
     assert!(
         matches!(&next, Next::Wait { reason, .. } if reason.contains("failed at UpgradeReplica")),
         "{next:?}"
@@ -355,7 +360,7 @@ fn rollouts_move_only_inside_the_maintenance_window_and_force_skips_the_health_g
         o.outdated = Some("spec.resources changed".into());
     }
     s.spec.maintenance_window = Some(closed_window());
-    let next = crate::rollout::next(&s, &InFlight::new(), false);
+    let next = crate::upgrade::rollout::next(&s, &InFlight::new(), false);
     assert!(
         matches!(&next, Next::Wait { reason, .. } if reason.contains("opens at")),
         "{next:?}"
@@ -363,13 +368,13 @@ fn rollouts_move_only_inside_the_maintenance_window_and_force_skips_the_health_g
     s.spec.maintenance_window = None;
     s.instances[2].status.as_mut().unwrap().ready = false;
     s.instances[2].outdated = None;
-    let next = crate::rollout::next(&s, &InFlight::new(), false);
+    let next = crate::upgrade::rollout::next(&s, &InFlight::new(), false);
     assert!(
         matches!(&next, Next::Wait { reason, .. } if reason.contains("db-3 to be ready")),
         "{next:?}"
     );
     s.declared.force_rollout = true;
-    let next = crate::rollout::next(&s, &InFlight::new(), false);
+    let next = crate::upgrade::rollout::next(&s, &InFlight::new(), false);
     assert!(
         matches!(&next, Next::Recreate { instance, .. } if instance == "db-2"),
         "{next:?}"

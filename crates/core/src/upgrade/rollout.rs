@@ -23,7 +23,7 @@
 //!   stops the whole rollout while the primary is stale, until a human
 //!   switches over.
 //!
-//! Annotation-driven upgrades (`instance_upgrade.rs`) go through here too:
+//! Annotation-driven upgrades (`annotated.rs`) go through here too:
 //! an instance with an attempt under way has its own target (the manager
 //! hash it was asked to run, in place from the operator or a file; the
 //! server image it was pinned to) and always moves; under
@@ -34,13 +34,10 @@
 //! and the phase.
 
 use cnmysql_api::{PrimaryUpdateMethod, PrimaryUpdateStrategy};
-use cnmysql_gtid::Relation;
 
-pub use crate::instance_upgrade::Source;
+pub use crate::upgrade::annotations::Source;
 use crate::status::Snapshot;
-
-/// A replica lagging more than this is not caught up: the rollout waits.
-pub const MAX_LAG_SECONDS: u64 = 10;
+use crate::upgrade::gates::{InFlight, instances_healthy, settled_primary, switchover_target};
 
 /// An instance given a step is not given another for this long unless it
 /// reports the target hash: an upgrade that did not take (an exec that
@@ -168,12 +165,12 @@ pub fn manager_hash<'a>(s: &'a Snapshot, name: &str) -> Option<&'a str> {
 pub fn is_current(s: &Snapshot, name: &str) -> Option<bool> {
     // A file asked for without its hash: its target is known once the
     // manager has hashed it, on the attempt.
-    if crate::instance_upgrade::in_place_source(s, name).is_some()
-        && crate::instance_upgrade::pinned_hash(s, name).is_none()
+    if crate::upgrade::annotated::in_place_source(s, name).is_some()
+        && crate::upgrade::annotated::pinned_hash(s, name).is_none()
     {
         return Some(false);
     }
-    let target = crate::instance_upgrade::pinned_hash(s, name)
+    let target = crate::upgrade::annotated::pinned_hash(s, name)
         .or(s.status.operator_executable_hash.as_deref())?;
     Some(manager_hash(s, name)? == target)
 }
@@ -184,12 +181,13 @@ pub fn is_current(s: &Snapshot, name: &str) -> Option<bool> {
 /// annotation pins it (a failed attempt waiting for its retry, or a
 /// manager it was asked to run).
 pub fn movable(s: &Snapshot, name: &str) -> bool {
-    use crate::instance_upgrade as iu;
+    use crate::upgrade::annotated as iu;
+    use crate::upgrade::annotations::Status;
     if iu::in_progress(s, name) {
         return true;
     }
     let pinned = iu::record(s, name).is_some_and(|r| {
-        iu::Status::parse(&r.status) == Some(iu::Status::Failed)
+        Status::parse(&r.status) == Some(Status::Failed)
             || iu::pinned_hash(s, name).is_some()
     });
     !pinned && automatic(s)
@@ -198,7 +196,7 @@ pub fn movable(s: &Snapshot, name: &str) -> bool {
 /// Whether instances move by themselves now.
 fn automatic(s: &Snapshot) -> bool {
     s.spec.instance_update_strategy == cnmysql_api::InstanceUpdateStrategy::Automatic
-        && crate::orchestrated_upgrade::running(s).is_none()
+        && crate::upgrade::gates::orchestration_under_way(s).is_none()
 }
 
 /// What of `name`'s definition its platform reports changed, if anything.
@@ -211,9 +209,6 @@ pub fn outdated<'a>(s: &'a Snapshot, name: &str) -> Option<&'a str> {
 pub fn is_stale(s: &Snapshot, name: &str) -> bool {
     outdated(s, name).is_some() || is_current(s, name) == Some(false)
 }
-
-/// The instances a rollout step was last given, and when (Unix ms).
-pub type InFlight = std::collections::BTreeMap<String, i64>;
 
 /// The next rollout step for this snapshot. `in_flight`: instances given a
 /// step within [`STEP_RETRY_MS`] (their step is not repeated meanwhile).
@@ -239,7 +234,7 @@ pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
     // repaired whatever the strategy.
     let repair = |n: &str| {
         outdated(s, n).is_some()
-            && crate::instance_upgrade::record(s, n).is_none()
+            && crate::upgrade::annotated::record(s, n).is_none()
             && !s.get(n).is_some_and(|o| o.ready())
     };
     let all_stale = stale.clone();
@@ -251,7 +246,7 @@ pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
         let why = if s.spec.instance_update_strategy == cnmysql_api::InstanceUpdateStrategy::Manual
         {
             "instanceUpdateStrategy is manual"
-        } else if crate::orchestrated_upgrade::running(s).is_some() {
+        } else if crate::upgrade::gates::orchestration_under_way(s).is_some() {
             "the Cluster's orchestrated upgrade runs"
         } else {
             "their upgrade annotations hold them"
@@ -261,7 +256,7 @@ pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
                 "{} out of date ({}); {why}: each moves when {} asks",
                 all_stale.len(),
                 all_stale.join(", "),
-                crate::instance_upgrade::UPGRADE_TO
+                crate::upgrade::annotations::UPGRADE_TO
             ),
             stale: all_stale,
         };
@@ -276,11 +271,11 @@ pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
         stale: stale.clone(),
     };
     // A server upgrade that failed part way stops every rollout where it is.
-    if let Some(hold) = crate::server_upgrade::advance(s).hold {
+    if let Some(hold) = crate::upgrade::server::advance(s).hold {
         return wait(hold);
     }
     // Instances are restarted only inside the maintenance window.
-    if let Err(e) = crate::maintenance_window::check(s.spec.maintenance_window.as_ref(), s.now_ms) {
+    if let Err(e) = crate::upgrade::window::check(s.spec.maintenance_window.as_ref(), s.now_ms) {
         return wait(e);
     }
     let current = match settled_primary(s) {
@@ -291,11 +286,11 @@ pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
     // In place only applies to a new manager: a changed definition means
     // a new Pod.
     let in_place = |n: &str| {
-        crate::instance_upgrade::in_place_source(s, n).is_some()
+        crate::upgrade::annotated::in_place_source(s, n).is_some()
             || (s.spec.in_place_instance_manager_updates && outdated(s, n).is_none())
     };
     let source =
-        |n: &str| crate::instance_upgrade::in_place_source(s, n).unwrap_or(Source::Operator);
+        |n: &str| crate::upgrade::annotated::in_place_source(s, n).unwrap_or(Source::Operator);
     let primary_change = outdated(s, current).map(str::to_string);
     // Supervised: not even a stale replica moves while the primary is stale.
     if primary_stale
@@ -404,87 +399,11 @@ pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
     }
 }
 
-/// The primary, when it is settled: the current and target primary agree
-/// and it is not failing; why not otherwise.
-pub fn settled_primary(s: &Snapshot) -> Result<&str, String> {
-    let (Some(current), Some(target)) = (
-        s.status.current_primary.as_deref(),
-        s.status.target_primary.as_deref(),
-    ) else {
-        return Err("the cluster has no primary yet".into());
-    };
-    if current != target {
-        return Err(format!("the primary is moving to {target}"));
-    }
-    if s.status.primary_failing_since.is_some() {
-        return Err(format!("the primary {current} is failing"));
-    }
-    Ok(current)
-}
-
-/// The health gate: every instance in service but `skip` is reachable and
-/// ready, and every replica (not `primary`) is caught up; why not
-/// otherwise. Fenced and diverged instances are out of service.
-pub fn instances_healthy(s: &Snapshot, primary: &str, skip: Option<&str>) -> Result<(), String> {
-    let mut members: Vec<_> = s
-        .instances
-        .iter()
-        .filter(|o| !s.is_fenced(&o.name) && !s.is_diverged(&o.name))
-        .filter(|o| Some(o.name.as_str()) != skip)
-        .collect();
-    members.sort_by_key(|o| o.ordinal);
-    for o in members {
-        let Some(st) = o.status.as_ref() else {
-            return Err(format!("waiting for {} to be reachable", o.name));
-        };
-        if !st.ready {
-            return Err(format!("waiting for {} to be ready", o.name));
-        }
-        if o.name != primary && st.lag_seconds.is_some_and(|l| l > MAX_LAG_SECONDS) {
-            return Err(format!(
-                "waiting for {} to catch up ({} s behind)",
-                o.name,
-                st.lag_seconds.unwrap_or_default()
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// The replica a primary hands over to (a stale one, or one leaving): one
-/// a switchover accepts, the most advanced, lowest ordinal first among
-/// equals, none of `excluded`.
-pub(crate) fn switchover_target(
-    s: &Snapshot,
-    current: &str,
-    excluded: &[String],
-) -> Option<String> {
-    let flavor = s.spec.mysql.flavor;
-    let mut ok: Vec<_> = s
-        .instances
-        .iter()
-        .filter(|o| o.name != current && !excluded.contains(&o.name))
-        .filter(|o| crate::switchover::validate(s, &o.name).is_ok())
-        .filter_map(|o| {
-            let h = crate::status::parse_history(flavor, &o.status.as_ref()?.gtid_executed).ok()?;
-            Some((o.ordinal, o.name.clone(), h))
-        })
-        .collect();
-    ok.sort_by_key(|(ord, _, _)| *ord);
-    let mut best: Option<(String, cnmysql_gtid::History)> = None;
-    for (_, name, h) in ok {
-        match &best {
-            Some((_, b)) if h.relation(b) != Relation::Ahead => {}
-            _ => best = Some((name, h)),
-        }
-    }
-    best.map(|(n, _)| n)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::testutil::{primary, replica, snapshot};
+    use crate::upgrade::gates::MAX_LAG_SECONDS;
 
     const OLD: &str = "old";
     const NEW: &str = "new";

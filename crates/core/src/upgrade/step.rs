@@ -5,7 +5,7 @@
 use crate::action::Action;
 use crate::event::Event;
 use crate::memory::Memory;
-use crate::rollout::{self, Next};
+use crate::upgrade::rollout::{self, Next};
 use crate::status::Snapshot;
 use crate::status_change::StatusChange;
 use crate::time::timestamp;
@@ -17,9 +17,9 @@ pub const SYSTEM_TABLES_RETRY_MS: i64 = 60_000;
 /// The server upgrade's pass: its status (with the events that go with
 /// it, recorded once it is written) and the system tables step.
 pub(crate) fn server_upgrade_step(s: &Snapshot, memory: &mut Memory) -> Vec<Action> {
-    let advance = crate::server_upgrade::advance(s);
+    let advance = crate::upgrade::server::advance(s);
     let mut out = Vec::new();
-    if advance.status != crate::server_upgrade::UpgradeStatus::of(&s.status) {
+    if advance.status != crate::upgrade::server::UpgradeStatus::of(&s.status) {
         out.push(Action::Status {
             change: StatusChange::ServerUpgrade(advance.status.clone()),
             then: advance.events.clone(),
@@ -45,7 +45,7 @@ fn ask_system_tables(s: &Snapshot, memory: &mut Memory, instance: String) -> Opt
     let version = s
         .get(&instance)
         .and_then(|o| o.status.as_ref())
-        .and_then(|st| crate::server_upgrade::Version::parse(&st.server_version))
+        .and_then(|st| crate::upgrade::version::Version::parse(&st.server_version))
         .map(|v| v.to_string())
         .or_else(|| s.declared.version.clone())
         .unwrap_or_else(|| "the running version".into());
@@ -64,7 +64,7 @@ fn ask_system_tables(s: &Snapshot, memory: &mut Memory, instance: String) -> Opt
 /// orchestration, with their mirrors on the objects.
 pub(crate) fn annotation_step(s: &Snapshot, memory: &mut Memory) -> Vec<Action> {
     let mut out = Vec::new();
-    let pass = crate::instance_upgrade::pass(s, &memory.rollout_in_flight);
+    let pass = crate::upgrade::annotated::pass(s, &memory.rollout_in_flight);
     for c in pass.changes {
         out.push(Action::Status {
             change: StatusChange::InstanceUpgrade {
@@ -88,7 +88,7 @@ pub(crate) fn annotation_step(s: &Snapshot, memory: &mut Memory) -> Vec<Action> 
         Next::Current | Next::Held { .. } | Next::WaitingForUser { .. } => None,
         n => n.reason(),
     };
-    let o = crate::orchestrated_upgrade::pass(s, busy.as_deref());
+    let o = crate::upgrade::orchestrated::pass(s, busy.as_deref());
     if let Some(record) = o.record {
         out.push(Action::Status {
             change: StatusChange::OrchestratedUpgrade(record),
@@ -104,7 +104,7 @@ pub(crate) fn annotation_step(s: &Snapshot, memory: &mut Memory) -> Vec<Action> 
     if let Some((instance, value)) = o.mark {
         out.push(Action::Annotate {
             instance: Some(instance),
-            set: [(crate::instance_upgrade::UPGRADE_TO.to_string(), Some(value))].into(),
+            set: [(crate::upgrade::annotations::UPGRADE_TO.to_string(), Some(value))].into(),
         });
     }
     out
@@ -115,12 +115,12 @@ pub(crate) fn rollout_step(s: &Snapshot, memory: &mut Memory) -> Vec<Action> {
     // A step is done once its instance answers up to date with its server
     // running (ready or not: the health gate asks for more, unless forced).
     memory.rollout_in_flight.retain(|n, t| {
-        crate::instance_upgrade::step_stands(s, n, *t)
+        crate::upgrade::annotated::step_stands(s, n, *t)
             && s.get(n).is_none_or(|o| {
                 o.outdated.is_some()
                     || rollout::is_current(s, n) != Some(true)
                     || o.status.as_ref().is_none_or(|st| !st.mysqld_running)
-                    || (crate::instance_upgrade::step_awaits_ready(s, n) && !o.ready())
+                    || (crate::upgrade::annotated::step_awaits_ready(s, n) && !o.ready())
             })
     });
     // A switchover while the supervised rollout waited is the human's go.
@@ -229,8 +229,8 @@ pub(crate) fn rollout_step(s: &Snapshot, memory: &mut Memory) -> Vec<Action> {
 
 /// The annotation-driven attempt under way on `instance`, if any.
 fn attempt(s: &Snapshot, instance: &str) -> Option<cnmysql_api::InstanceUpgrade> {
-    crate::instance_upgrade::record(s, instance)
-        .filter(|_| crate::instance_upgrade::in_progress(s, instance))
+    crate::upgrade::annotated::record(s, instance)
+        .filter(|_| crate::upgrade::annotated::in_progress(s, instance))
         .cloned()
 }
 

@@ -2,7 +2,9 @@
 //! orchestrator, over snapshots.
 
 use super::*;
-use crate::rollout::{self, InFlight, Next};
+use crate::upgrade::annotations::{FIRST_BACKOFF_MS, MAX_BACKOFF_MS};
+use crate::upgrade::gates::InFlight;
+use crate::upgrade::rollout::{self, Next};
 use crate::testutil::snapshot;
 
 const HASH: &str = "aa11bb22cc33dd44ee55ff66aa11bb22cc33dd44ee55ff66aa11bb22cc33dd44";
@@ -368,8 +370,8 @@ fn ask_server(s: &mut Snapshot, instance: &str, version: &str) {
 }
 
 /// Apply an orchestration pass to the snapshot.
-fn orchestrate(s: &mut Snapshot) -> crate::orchestrated_upgrade::Orchestration {
-    let o = crate::orchestrated_upgrade::pass(s, None);
+fn orchestrate(s: &mut Snapshot) -> crate::upgrade::orchestrated::Orchestration {
+    let o = crate::upgrade::orchestrated::pass(s, None);
     if let Some(r) = &o.record {
         s.status.orchestrated_upgrade = r.clone();
     }
@@ -452,7 +454,7 @@ fn the_orchestrator_and_a_declared_server_upgrade_never_run_at_once() {
     s.status.upgrade_history[0].phase = cnmysql_api::UpgradePhase::Upgraded;
     assert!(orchestrate(&mut s).mark.is_some());
     // …and a declared upgrade now waits for it.
-    assert!(crate::orchestrated_upgrade::running(&s).is_some());
+    assert!(crate::upgrade::gates::orchestration_under_way(&s).is_some());
     // The automatic rollout holds meanwhile.
     s.spec.instance_update_strategy = cnmysql_api::InstanceUpdateStrategy::Automatic;
     s.status.operator_executable_hash = Some(HASH.into());

@@ -25,162 +25,13 @@ use std::collections::BTreeMap;
 use cnmysql_api::{InstanceUpgrade, UpgradePhase};
 
 use crate::event::Event;
+use crate::upgrade::annotations::{
+    ATTEMPTS, Decision, LAST_FAILED_ATTEMPT_AT, Recorded, ServerTarget, Source, Status, Target,
+    UPGRADE_RELEASE, UPGRADE_STATUS, UPGRADE_TO, backoff_ms, decide, parse,
+};
 use crate::status::Snapshot;
 use crate::time::timestamp;
 
-pub const UPGRADE_TO: &str = "cnmysql.io/upgrade-to";
-pub const UPGRADE_STATUS: &str = "cnmysql.io/upgrade-status";
-pub const UPGRADE_RELEASE: &str = "cnmysql.io/upgrade-release";
-pub const LAST_FAILED_ATTEMPT_AT: &str = "cnmysql.io/upgrade-last-failed-attempt-at";
-pub const ATTEMPTS: &str = "cnmysql.io/upgrade-attempts";
-
-/// The first retry waits this long; each further one twice as long, up to
-/// [`MAX_BACKOFF_MS`].
-pub const FIRST_BACKOFF_MS: i64 = 10_000;
-pub const MAX_BACKOFF_MS: i64 = 300_000;
-
-/// What `cnmysql.io/upgrade-to` asks for.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Target {
-    /// The running operator's executable.
-    ManagerFromOperator,
-    /// An executable on the instance's filesystem, with the SHA-256 it must
-    /// have (hex, lower case) when given.
-    ManagerFromFile {
-        path: String,
-        sha256: Option<String>,
-    },
-    /// A server image.
-    Image(String),
-    /// A server version.
-    Version(String),
-}
-
-/// Parse the annotation's value; the error names the annotation and says
-/// how to write it.
-pub fn parse(value: &str) -> Result<Target, String> {
-    let how = "write it as manager=operator, manager=file:///path[#sha256=<hex>], image=<server image> or version=<server version>";
-    let bad = |why: String| format!("{UPGRADE_TO}: {why}; {how}");
-    let (key, rest) = value
-        .trim()
-        .split_once('=')
-        .ok_or_else(|| bad(format!("{value:?} has no key")))?;
-    match key {
-        "manager" if rest == "operator" => Ok(Target::ManagerFromOperator),
-        "manager" => {
-            let file = rest.strip_prefix("file://").ok_or_else(|| {
-                bad(format!(
-                    "manager={rest} is neither operator nor a file:// path"
-                ))
-            })?;
-            let (path, sha256) = match file.split_once('#') {
-                None => (file, None),
-                Some((p, frag)) => {
-                    let hex = frag
-                        .strip_prefix("sha256=")
-                        .ok_or_else(|| bad(format!("#{frag} is not #sha256=<64 hex digits>")))?;
-                    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-                        return Err(bad(format!("sha256={hex} is not 64 hex digits")));
-                    }
-                    (p, Some(hex.to_ascii_lowercase()))
-                }
-            };
-            if !path.starts_with('/') {
-                return Err(bad(format!("file://{path} is not an absolute path")));
-            }
-            Ok(Target::ManagerFromFile {
-                path: path.to_string(),
-                sha256,
-            })
-        }
-        "image" if !rest.is_empty() => Ok(Target::Image(rest.to_string())),
-        "version" => crate::server_upgrade::Version::parse(rest)
-            .filter(|v| v.to_string() == rest)
-            .map(|_| Target::Version(rest.to_string()))
-            .ok_or_else(|| bad(format!("version={rest} is not a server version"))),
-        _ => Err(bad(format!("{key}={rest} is not understood"))),
-    }
-}
-
-/// `cnmysql.io/upgrade-status`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Status {
-    InProgress,
-    Failed,
-    Done,
-}
-
-impl Status {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::InProgress => "in-progress",
-            Status::Failed => "failed",
-            Status::Done => "done",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Status> {
-        match s {
-            "in-progress" => Some(Status::InProgress),
-            "failed" => Some(Status::Failed),
-            "done" => Some(Status::Done),
-            _ => None,
-        }
-    }
-}
-
-/// What an instance's status annotations say.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Recorded {
-    pub status: Option<Status>,
-    pub release: Option<String>,
-    pub last_failed_ms: Option<i64>,
-    pub attempts: u32,
-}
-
-/// How long after its last failure an attempt may be made again.
-pub fn backoff_ms(attempts: u32) -> i64 {
-    let doublings = attempts.saturating_sub(1).min(16);
-    (FIRST_BACKOFF_MS << doublings).min(MAX_BACKOFF_MS)
-}
-
-/// What to do about one instance's `upgrade-to` now.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Decision {
-    /// It runs what was asked: record `done` with this release.
-    Done { release: String },
-    /// Start an attempt (record `in-progress`, count it).
-    Start,
-    /// An attempt is under way, or the back-off runs: nothing now.
-    Wait(String),
-}
-
-/// Decide for an instance asked for something. `reached`: the release it
-/// runs when it runs what was asked (None while it does not).
-pub fn decide(reached: Option<&str>, recorded: &Recorded, now_ms: i64) -> Decision {
-    if let Some(release) = reached {
-        return Decision::Done {
-            release: release.to_string(),
-        };
-    }
-    match recorded.status {
-        Some(Status::InProgress) => Decision::Wait("the attempt is under way".into()),
-        Some(Status::Failed) => {
-            let since = now_ms - recorded.last_failed_ms.unwrap_or(i64::MIN / 2);
-            let wait = backoff_ms(recorded.attempts);
-            if since >= wait {
-                Decision::Start
-            } else {
-                Decision::Wait(format!(
-                    "attempt {} failed; the next in {} s",
-                    recorded.attempts,
-                    (wait - since + 999) / 1000
-                ))
-            }
-        }
-        // Asked anew (or again after done, for something else).
-        Some(Status::Done) | None => Decision::Start,
-    }
-}
 
 /// An attempt whose rollout step was given this long ago and has not
 /// reached its target (the instance not back ready on its new server, the
@@ -190,53 +41,14 @@ pub const STEP_DEADLINE_MS: i64 = 90_000;
 /// held it (the health gate, say).
 pub const ATTEMPT_DEADLINE_MS: i64 = 600_000;
 
-/// What the `cnmysql.io/upgrade-*` annotations ask, as the platform read
-/// them.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Asked {
-    /// The Cluster's annotations.
-    pub cluster: BTreeMap<String, String>,
-    /// Each instance's annotations, for the instances whose object could
-    /// be read (an instance missing here is unknown, not unannotated: a
-    /// Pod being recreated).
-    pub instances: BTreeMap<String, BTreeMap<String, String>>,
-    /// Server targets resolved by the platform ([`resolve_server`]), by
-    /// `upgrade-to` value.
-    pub servers: BTreeMap<String, Result<ServerTarget, String>>,
-}
-
-/// A server target, resolved.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ServerTarget {
-    pub image: String,
-    /// The version it holds (required: an upgrade is validated by it).
-    pub version: String,
-}
-
-/// The `upgrade-to` values in `asked` that name a server (the platform
-/// resolves each with [`resolve_server`]).
-pub fn server_values(asked: &Asked) -> Vec<String> {
-    let mut out: Vec<String> = asked
-        .instances
-        .values()
-        .chain(std::iter::once(&asked.cluster))
-        .filter_map(|a| a.get(UPGRADE_TO))
-        .filter(|v| matches!(parse(v), Ok(Target::Image(_) | Target::Version(_))))
-        .cloned()
-        .collect();
-    out.sort();
-    out.dedup();
-    out
-}
-
 /// Resolve `image=` or `version=` the way the Cluster's own image is
-/// resolved (`server_upgrade::resolve`): a version through the Cluster's
+/// resolved (`image::resolve`): a version through the Cluster's
 /// image catalog, an image's version from the catalog, its tag or what the
 /// platform knows of it.
 pub fn resolve_server(
     spec: &cnmysql_api::ClusterSpec,
     value: &str,
-    catalog: Option<Result<crate::server_upgrade::Catalog, String>>,
+    catalog: Option<Result<crate::upgrade::image::Catalog, String>>,
     default_image: &str,
     image_version: impl FnMut(&str) -> Option<String>,
 ) -> Result<ServerTarget, String> {
@@ -252,7 +64,7 @@ pub fn resolve_server(
         }
         _ => return Err(format!("{UPGRADE_TO}={value} names no server")),
     }
-    let d = crate::server_upgrade::resolve(&spec, catalog, default_image, image_version, false);
+    let d = crate::upgrade::image::resolve(&spec, catalog, default_image, image_version, false);
     let bad = |e: String| format!("{UPGRADE_TO}={value}: {e}");
     let image = d
         .image
@@ -313,17 +125,6 @@ pub fn step_awaits_ready(s: &Snapshot, name: &str) -> bool {
     in_progress(s, name) && in_place_source(s, name).is_none()
 }
 
-/// Where an in-place upgrade of `name` takes its executable from.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Source {
-    /// The control plane's own executable, streamed.
-    Operator,
-    /// A file on the instance's filesystem (SHA-256 when given).
-    File {
-        path: String,
-        sha256: Option<String>,
-    },
-}
 
 /// The source of `name`'s in-place upgrade under way, if it is one.
 pub fn in_place_source(s: &Snapshot, name: &str) -> Option<Source> {
@@ -355,12 +156,12 @@ pub fn image_for(
                 let ahead = match (
                     r.version
                         .as_deref()
-                        .and_then(crate::server_upgrade::Version::parse),
+                        .and_then(crate::upgrade::version::Version::parse),
                     status
                         .target_server_version
                         .as_deref()
                         .or(status.server_version.as_deref())
-                        .and_then(crate::server_upgrade::Version::parse),
+                        .and_then(crate::upgrade::version::Version::parse),
                 ) {
                     (Some(mine), Some(cluster)) => {
                         mine.compare(&cluster) == std::cmp::Ordering::Greater
@@ -379,7 +180,7 @@ pub fn image_for(
 /// version, or the version it runs, is at least the pinned one): taking
 /// the instance off it would be a downgrade.
 fn keeps_pin(s: &Snapshot, name: &str, r: &InstanceUpgrade) -> bool {
-    use crate::server_upgrade::Version;
+    use crate::upgrade::version::Version;
     let Some(pinned) = r.version.as_deref().and_then(Version::parse) else {
         return false;
     };
@@ -480,8 +281,8 @@ fn reached(s: &Snapshot, name: &str, target: &Target, wanted: Option<&str>) -> O
             (st.ready
                 && o.outdated.is_none()
                 && !st.server_version.is_empty()
-                && crate::server_upgrade::matches(&st.server_version, w)
-                && crate::server_upgrade::system_tables_current(s, name))
+                && crate::upgrade::version::matches(&st.server_version, w)
+                && crate::upgrade::server_checks::system_tables_current(s, name))
             .then(|| st.server_version.clone())
         }
     }
@@ -489,7 +290,7 @@ fn reached(s: &Snapshot, name: &str, target: &Target, wanted: Option<&str>) -> O
 
 /// The annotation pass over every instance whose annotations are known.
 /// `in_flight`: when the rollout last gave each instance a step.
-pub fn pass(s: &Snapshot, in_flight: &crate::rollout::InFlight) -> Pass {
+pub fn pass(s: &Snapshot, in_flight: &crate::upgrade::gates::InFlight) -> Pass {
     let mut out = Pass::default();
     let at = timestamp(s.now_ms);
     'each: for o in &s.instances {
@@ -635,9 +436,9 @@ pub fn pass(s: &Snapshot, in_flight: &crate::rollout::InFlight) -> Pass {
                     && o.status.as_ref().is_some_and(|st| {
                         wanted
                             .as_deref()
-                            .is_some_and(|w| crate::server_upgrade::matches(&st.server_version, w))
+                            .is_some_and(|w| crate::upgrade::version::matches(&st.server_version, w))
                     })
-                    && !crate::server_upgrade::system_tables_current(s, name)
+                    && !crate::upgrade::server_checks::system_tables_current(s, name)
                 {
                     out.system_tables = Some(name.clone());
                 }
@@ -678,10 +479,10 @@ pub fn pass(s: &Snapshot, in_flight: &crate::rollout::InFlight) -> Pass {
                                     .or_else(|| {
                                         s.status.data_version_by_instance.get(name).cloned()
                                     });
-                                let v = crate::server_upgrade::Version::parse;
+                                let v = crate::upgrade::version::Version::parse;
                                 match from {
                                     Some(f) => match (v(&f), v(&t.version)) {
-                                        (Some(f), Some(to)) => crate::server_upgrade::check_path(
+                                        (Some(f), Some(to)) => crate::upgrade::version::check_path(
                                             s.spec.mysql.flavor,
                                             &f,
                                             &to,

@@ -16,19 +16,11 @@ use std::collections::BTreeMap;
 use cnmysql_api::{OrchestratedUpgrade, UpgradePhase};
 
 use crate::event::Event;
-use crate::instance_upgrade::{
+use crate::upgrade::annotations::{
     LAST_FAILED_ATTEMPT_AT, Status, UPGRADE_RELEASE, UPGRADE_STATUS, UPGRADE_TO, parse,
 };
 use crate::status::Snapshot;
 use crate::time::timestamp;
-
-/// The orchestration under way, if one is.
-pub fn running(s: &Snapshot) -> Option<&OrchestratedUpgrade> {
-    s.status
-        .orchestrated_upgrade
-        .as_ref()
-        .filter(|o| o.status == Status::InProgress.as_str())
-}
 
 /// What the orchestrator does now.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -169,8 +161,8 @@ pub fn pass(s: &Snapshot, rollout_busy: Option<&str>) -> Orchestration {
                     format!("{n} is marked ({done} of {total} done)"),
                 ),
                 _ => {
-                    let gate = crate::rollout::settled_primary(s)
-                        .and_then(|p| crate::rollout::instances_healthy(s, p, None));
+                    let gate = crate::upgrade::gates::settled_primary(s)
+                        .and_then(|p| crate::upgrade::gates::instances_healthy(s, p, None));
                     match gate {
                         Ok(()) => {
                             out.mark = Some((n.clone(), value.to_string()));
@@ -266,5 +258,5 @@ fn mirror(
     if record.is_none_or(|r| r.status != Status::Failed.as_str()) {
         want.insert(LAST_FAILED_ATTEMPT_AT.to_string(), None);
     }
-    crate::instance_upgrade::differing(have, want)
+    crate::upgrade::annotated::differing(have, want)
 }
