@@ -594,6 +594,11 @@ pub struct ClusterStatus {
     /// When the current primary became unhealthy (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub primary_failing_since: Option<String>,
+    /// A failover away from this primary has begun: every replica stops
+    /// receiving from it before the new primary is chosen, so that nothing
+    /// it could still get acknowledged is missing from the one promoted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover_from: Option<String>,
 
     /// Instances kept out of service because their GTID history is unsafe.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -128,6 +128,14 @@ pub fn stop_replica(flavor: Flavor) -> Sql {
     })
 }
 
+/// Stop receiving from the source; what was received is still applied.
+pub fn stop_receiving(flavor: Flavor) -> Sql {
+    Sql::new(match flavor {
+        Flavor::Mariadb => "STOP SLAVE IO_THREAD",
+        Flavor::Mysql => "STOP REPLICA IO_THREAD",
+    })
+}
+
 pub fn start_replica(flavor: Flavor) -> Sql {
     Sql::new(match flavor {
         Flavor::Mariadb => "START SLAVE",

@@ -4,9 +4,9 @@
 
 use std::collections::BTreeSet;
 
-use crate::upgrade::gates::InFlight;
 use crate::semisync::Settings;
 use crate::status::Snapshot;
+use crate::upgrade::gates::InFlight;
 
 /// What the controller remembers between steps.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -317,16 +317,37 @@ fn carry_out_decision(
                 )));
                 memory.last_block = reason;
             }
-            // Nothing can take over: let the old primary come back in place.
+            // Nothing can take over: the replicas take from the old primary
+            // again, and it may come back in place.
+            if s.status.failover_from.as_deref() == Some(primary) {
+                out.push(Action::Status {
+                    change: StatusChange::AbandonFailover {
+                        old: primary.to_string(),
+                    },
+                    then: vec![],
+                });
+            }
             if memory.held_down.contains(primary) {
                 out.push(restart(memory, primary));
             }
         }
         Decision::Promote { old, candidate } => {
-            out.push(fence_out(memory, &old));
-            out.push(Action::ReleaseLease {
-                holder: old.clone(),
-            });
+            if s.status.failover_from.as_deref() != Some(old.as_str()) {
+                out.extend(begin_failover(memory, &old));
+                return;
+            }
+            if let Err(waiting) = detached_from(o, &old) {
+                if memory.last_block != waiting {
+                    out.push(Action::Event(Event::new(
+                        false,
+                        "FailoverWaitingForReplicas",
+                        Some(&old),
+                        waiting.clone(),
+                    )));
+                    memory.last_block = waiting;
+                }
+                return;
+            }
             out.push(Action::Status {
                 change: StatusChange::StartFailover {
                     old: old.clone(),
@@ -343,6 +364,60 @@ fn carry_out_decision(
                 )],
             });
         }
+    }
+}
+
+/// The first half of a failover from `old`: fence it out, release its
+/// lease, and have every replica stop receiving from it
+/// (`status.failoverFrom`). The candidate is chosen once they all have, so
+/// that whatever a replica received from `old` — and could have
+/// acknowledged to it, even as it wakes from a freeze — is in the history
+/// the choice is made on.
+fn begin_failover(memory: &mut Memory, old: &str) -> Vec<Action> {
+    vec![
+        fence_out(memory, old),
+        Action::ReleaseLease {
+            holder: old.to_string(),
+        },
+        Action::Status {
+            change: StatusChange::BeginFailover {
+                old: old.to_string(),
+            },
+            then: vec![Event::new(
+                true,
+                "FailoverStarted",
+                Some(old),
+                format!(
+                    "failing over from {old}: replicas stop receiving from it, then the most advanced one is promoted"
+                ),
+            )],
+        },
+    ]
+}
+
+/// Whether every instance but `old` provably receives nothing more from
+/// it: gone, its server stopped, or its IO thread stopped. An instance
+/// that cannot be reached might still be receiving: wait for it.
+fn detached_from(o: &Observation<'_>, old: &str) -> Result<(), String> {
+    let s = o.snapshot;
+    let receiving: Vec<&str> = s
+        .instances
+        .iter()
+        .filter(|i| i.name != old && !o.absent.contains(&i.name))
+        .filter(|i| {
+            i.status.as_ref().is_none_or(|st| {
+                st.mysqld_running && st.replication.as_ref().is_some_and(|r| r.io_state != "No")
+            })
+        })
+        .map(|i| i.name.as_str())
+        .collect();
+    if receiving.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "waiting for {} to stop receiving from {old} before choosing the new primary",
+            receiving.join(", ")
+        ))
     }
 }
 
@@ -522,21 +597,24 @@ mod tests {
             ..warm()
         };
         let gone = ["db-1".to_string()];
-        let actions = step(
-            &Observation {
-                snapshot: &s,
-                lease: None,
-                absent: &gone,
-                fence_early: false,
-                primary_restarted_at_ms: None,
-                primary_down_in_place: false,
-                leaving: &[],
-                cordoned: &[],
-            },
-            &mut m,
-        );
-        // Said; then fence first, then the lease, then the target: in that
-        // order.
+        let observe = |s: &Snapshot, m: &mut Memory| {
+            step(
+                &Observation {
+                    snapshot: s,
+                    lease: None,
+                    absent: &gone,
+                    fence_early: false,
+                    primary_restarted_at_ms: None,
+                    primary_down_in_place: false,
+                    leaving: &[],
+                    cordoned: &[],
+                },
+                m,
+            )
+        };
+        let actions = observe(&s, &mut m);
+        // Said; then fence first, then the lease, then the replicas stop
+        // receiving from it: in that order.
         assert!(matches!(&actions[0], Action::Event(e) if e.reason == "PrimaryDown"));
         let actions = &actions[1..];
         assert_eq!(actions[0], Action::FenceOut("db-1".into()));
@@ -546,10 +624,56 @@ mod tests {
                 holder: "db-1".into()
             }
         );
+        let Action::Status { change, then } = &actions[2] else {
+            panic!("{actions:?}")
+        };
+        assert_eq!(then[0].reason, "FailoverStarted");
+        assert!(change.apply(&mut s.status));
+        assert_eq!(s.status.failover_from.as_deref(), Some("db-1"));
+        assert_eq!(
+            s.status.target_primary.as_deref(),
+            Some("db-1"),
+            "no candidate yet"
+        );
+        assert!(matches!(
+            crate::role::desired("db-2", &s.status),
+            crate::role::Desired::Detached { .. }
+        ));
+
+        // No candidate while a replica may still receive from db-1.
+        let actions = observe(&s, &mut m);
+        assert!(
+            actions.iter().all(|a| !matches!(
+                a,
+                Action::Status {
+                    change: StatusChange::StartFailover { .. },
+                    ..
+                }
+            )),
+            "{actions:?}"
+        );
+        assert!(
+            actions
+                .iter()
+                .any(|a| matches!(a, Action::Event(e) if e.reason == "FailoverWaitingForReplicas")),
+            "{actions:?}"
+        );
+
+        // Once both stopped receiving, the most advanced is targeted.
+        for o in s.instances.iter_mut().filter(|o| o.name != "db-1") {
+            if let Some(r) = o.status.as_mut().and_then(|st| st.replication.as_mut()) {
+                r.io_state = "No".into();
+            }
+        }
+        let actions = observe(&s, &mut m);
+        let actions: Vec<_> = actions
+            .into_iter()
+            .filter(|a| !matches!(a, Action::Event(_)))
+            .collect();
         let Action::Status {
             change: StatusChange::StartFailover { old, candidate, .. },
             then,
-        } = &actions[2]
+        } = &actions[0]
         else {
             panic!("{actions:?}")
         };
@@ -558,7 +682,7 @@ mod tests {
 
         // Applied once; a second writer finds it no longer applies.
         let mut st = s.status.clone();
-        let Action::Status { change, .. } = &actions[2] else {
+        let Action::Status { change, .. } = &actions[0] else {
             unreachable!()
         };
         assert!(change.apply(&mut st));

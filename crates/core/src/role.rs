@@ -84,6 +84,10 @@ pub enum Desired {
     Promote,
     /// Read-only replica of `source`.
     Replica { source: String },
+    /// A replica of `source` while a failover away from it chooses the new
+    /// primary: read-only, receiving nothing more from it (what it has
+    /// received is still applied).
+    Detached { source: String },
     /// Read-only, no new replication source, with the reason (fenced,
     /// diverged, waiting for a primary).
     HoldReadOnly(String),
@@ -112,6 +116,21 @@ pub fn desired(me: &str, status: &ClusterStatus) -> Desired {
     }
     let target = status.target_primary.as_deref();
     let current = status.current_primary.as_deref();
+    if let Some(c) = current
+        && status.failover_from.as_deref() == Some(c)
+    {
+        // A failover away from `c` has begun: nothing more is taken from
+        // it, since what a replica receives (and acknowledges) now might be
+        // missing from the instance promoted.
+        if me == c {
+            return Desired::HoldReadOnly("a failover away from it is under way".into());
+        }
+        if target != Some(me) {
+            return Desired::Detached {
+                source: c.to_string(),
+            };
+        }
+    }
     match (target, current) {
         (Some(t), Some(c)) if t == me && c == me => Desired::Primary,
         (Some(t), _) if t == me => Desired::Promote,
@@ -187,6 +206,9 @@ pub enum Action {
     StartReplication,
     /// Connect the IO thread again now rather than at its next retry.
     Reconnect,
+    /// Stop the IO thread (receive nothing more from the source); the SQL
+    /// thread goes on applying what was received.
+    StopReceiving,
 }
 
 /// The steps from `local` to `desired`, in order. Read-only always comes first
@@ -213,6 +235,14 @@ pub fn reconcile(desired: &Desired, local: &Local) -> Vec<Action> {
                 out.push(Action::StartReplication);
             } else if local.io_retrying_a_ready_source {
                 out.push(Action::Reconnect);
+            }
+        }
+        Desired::Detached { .. } => {
+            if !local.read_only {
+                out.push(Action::SetReadOnly(true));
+            }
+            if local.io_running {
+                out.push(Action::StopReceiving);
             }
         }
         Desired::HoldReadOnly(_) | Desired::HandOver { .. } => {
@@ -258,6 +288,53 @@ mod tests {
         assert_eq!(
             bootstrap("db-1", &status(Some("db-1"), Some("db-1"), true), true),
             Bootstrap::UseExisting
+        );
+    }
+
+    #[test]
+    fn during_a_failover_nothing_more_is_taken_from_the_failed_primary() {
+        let mut st = status(Some("db-1"), Some("db-1"), true);
+        st.failover_from = Some("db-1".into());
+        // Every replica stops receiving (the candidate too, until chosen),
+        // and the old primary, should it wake, holds read-only.
+        let detached = desired("db-2", &st);
+        assert_eq!(
+            detached,
+            Desired::Detached {
+                source: "db-1".into()
+            }
+        );
+        assert!(matches!(desired("db-1", &st), Desired::HoldReadOnly(_)));
+        let receiving = Local {
+            read_only: true,
+            source: Some("db-1".into()),
+            io_running: true,
+            sql_running: true,
+            io_retrying_a_ready_source: false,
+        };
+        assert_eq!(
+            reconcile(&detached, &receiving),
+            vec![Action::StopReceiving]
+        );
+        let stopped = Local {
+            io_running: false,
+            ..receiving
+        };
+        assert!(
+            reconcile(&detached, &stopped).is_empty(),
+            "the applier goes on"
+        );
+        // The candidate, once chosen, promotes; the others stay detached
+        // until it is the current primary, then follow it.
+        st.target_primary = Some("db-2".into());
+        assert_eq!(desired("db-2", &st), Desired::Promote);
+        assert!(matches!(desired("db-3", &st), Desired::Detached { .. }));
+        st.current_primary = Some("db-2".into());
+        assert_eq!(
+            desired("db-3", &st),
+            Desired::Replica {
+                source: "db-2".into()
+            }
         );
     }
 

@@ -8,8 +8,8 @@ use cnmysql_api::{ClusterStatus, Phase};
 
 use crate::memory::Memory;
 use crate::phase::{Summary, set_condition, summarize};
-use crate::upgrade::rollout::{self, Next};
 use crate::status::Snapshot;
+use crate::upgrade::rollout::{self, Next};
 
 /// A change of the cluster status that only applies while the status is
 /// still what the step saw; the platform applies it under its lock or with
@@ -36,6 +36,11 @@ pub enum StatusChange {
     },
     /// Begin a failover: target `candidate`, if `old` is still both the
     /// current and the target primary.
+    /// A failover away from `old` begins: replicas stop receiving from it
+    /// (`status.failoverFrom`) before the new primary is chosen.
+    BeginFailover { old: String },
+    /// No replica can take over from `old`: the failover begun is given up.
+    AbandonFailover { old: String },
     StartFailover {
         old: String,
         candidate: String,
@@ -99,11 +104,39 @@ impl StatusChange {
     pub fn apply(&self, st: &mut ClusterStatus) -> bool {
         match self {
             StatusChange::PrimaryFailingSince(v) => {
+                // A primary healthy again before anything was promoted:
+                // the replicas take from it again.
+                let resumed = v.is_none()
+                    && st.failover_from.is_some()
+                    && st.current_primary == st.target_primary;
+                if resumed {
+                    st.failover_from = None;
+                }
                 if st.primary_failing_since == *v {
-                    return false;
+                    return resumed;
                 }
                 st.primary_failing_since = v.clone();
                 true
+            }
+            StatusChange::AbandonFailover { old } => {
+                if st.failover_from.as_ref() == Some(old) && st.target_primary.as_ref() == Some(old)
+                {
+                    st.failover_from = None;
+                    true
+                } else {
+                    false
+                }
+            }
+            StatusChange::BeginFailover { old } => {
+                if st.current_primary.as_ref() == Some(old)
+                    && st.target_primary.as_ref() == Some(old)
+                    && st.failover_from.as_ref() != Some(old)
+                {
+                    st.failover_from = Some(old.clone());
+                    true
+                } else {
+                    false
+                }
             }
             StatusChange::Switchover { from, to, at } => {
                 if st.current_primary.as_ref() == Some(from)
@@ -204,6 +237,10 @@ impl StatusChange {
             StatusChange::Report(r) => {
                 if basis(st) != r.basis || !r.differs(st) {
                     return false;
+                }
+                // A failover that completed (or was given up) ends here.
+                if st.failover_from.is_some() && st.failover_from != st.current_primary {
+                    st.failover_from = None;
                 }
                 st.phase = Some(r.summary.phase);
                 st.phase_reason = Some(r.summary.reason.clone());

@@ -5,8 +5,8 @@
 use cnmysql_core::action::Action;
 use cnmysql_core::event::Event;
 use cnmysql_core::memory::Memory;
-use cnmysql_core::upgrade::rollout::Source;
 use cnmysql_core::status_change::StatusChange;
+use cnmysql_core::upgrade::rollout::Source;
 
 use crate::platform::{ControlRequest, Platform};
 

@@ -88,6 +88,9 @@ struct Node {
     applied: usize,
     read_only: bool,
     source: Option<usize>,
+    /// Its IO thread is stopped (a failover chooses the new primary): it
+    /// keeps its source but receives nothing from it.
+    detached: bool,
     last_renew: Option<i64>,
     /// It was writable when it crashed: its last commits may be prepared
     /// but unacknowledged.
@@ -181,6 +184,7 @@ impl World {
                 starting: false,
                 read_only: i != 1,
                 source: (i != 1).then_some(0),
+                detached: false,
                 last_renew: (i == 1).then_some(0),
                 crashed_writable: false,
                 hash: 0,
@@ -337,8 +341,13 @@ impl World {
                 self.trace.push(format!("{me} promoted at {}", self.now));
             }
             Desired::HoldReadOnly(_) | Desired::HandOver { .. } => self.nodes[i].read_only = true,
+            Desired::Detached { .. } => {
+                self.nodes[i].read_only = true;
+                self.nodes[i].detached = true;
+            }
             Desired::Replica { source } => {
                 self.nodes[i].read_only = true;
+                self.nodes[i].detached = false;
                 let Some(s) = self.idx(&source) else { return };
                 if self.nodes[i].source == Some(s) {
                     return;
@@ -368,7 +377,8 @@ impl World {
                 continue;
             };
             let (n, src) = (&self.nodes[i], &self.nodes[s]);
-            if !n.alive
+            if n.detached
+                || !n.alive
                 || n.partitioned
                 || !src.alive
                 || src.partitioned
@@ -459,7 +469,7 @@ impl World {
                             source_id: n.server.to_string(),
                             executable_hash: n.hash.to_string(),
                             replication: n.source.map(|_| ReplicationStatus {
-                                io_state: "Yes".into(),
+                                io_state: if n.detached { "No" } else { "Yes" }.into(),
                                 sql_running: true,
                                 received_gtid: n
                                     .log

@@ -10,8 +10,8 @@ use kube::ResourceExt;
 use kube::api::Api;
 
 use cnmysql_api::{CatalogDocument, CatalogKind, Cluster, ClusterImageCatalog, ImageCatalog};
-use cnmysql_core::upgrade::annotations::Asked;
 use cnmysql_core::declared::Declared;
+use cnmysql_core::upgrade::annotations::Asked;
 use cnmysql_core::upgrade::image;
 use cnmysql_core::upgrade::server::FORCE_ANNOTATION;
 

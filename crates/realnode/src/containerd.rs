@@ -166,7 +166,7 @@ fn ctr_at(socket: &Path, args: &[&str]) -> anyhow::Result<String> {
     let sock = socket.display().to_string();
     let mut all = vec!["-a", sock.as_str(), "-n", "k8s.io"];
     all.extend_from_slice(args);
-    crate::net::run("ctr", &all)
+    crate::cmd::run("ctr", &all)
 }
 
 pub fn which(program: &str) -> Option<PathBuf> {

@@ -1,78 +1,13 @@
-//! Faults as a real node suffers them, and the cgroup bookkeeping that
-//! tearing down shares with them: a Pod frozen (its cgroup in the freezer,
+//! Faults as a real node suffers them: a Pod frozen (its cgroup in the freezer,
 //! the way a stalled node behaves), a container's PID 1 killed, a Pod cut
 //! off the network.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
 
-use crate::kubelet::hierarchies;
+use crate::cgroups::tree;
 use crate::net::Net;
-
-/// Every cgroup directory under `root` in every hierarchy, deepest first.
-fn tree(root: &str) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for h in hierarchies() {
-        collect(&h.join(root.trim_start_matches('/')), &mut out);
-    }
-    out.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
-    out
-}
-
-fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
-    if !dir.is_dir() {
-        return;
-    }
-    if let Ok(rd) = std::fs::read_dir(dir) {
-        for e in rd.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                collect(&e.path(), out);
-            }
-        }
-    }
-    out.push(dir.to_path_buf());
-}
-
-/// SIGKILL every process in the cgroups under `root` (thawed first, or a
-/// frozen process would never die).
-pub fn kill_cgroup_tree(root: &str) {
-    for dir in tree(root) {
-        let _ = std::fs::write(dir.join("freezer.state"), "THAWED");
-        let _ = std::fs::write(dir.join("cgroup.freeze"), "0");
-    }
-    for _ in 0..20 {
-        let mut left = 0;
-        for dir in tree(root) {
-            for pid in pids_in(&dir) {
-                left += 1;
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-        }
-        if left == 0 {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-}
-
-/// Remove the (empty) cgroups under `root`, deepest first.
-pub fn remove_cgroup_tree(root: &str) {
-    for dir in tree(root) {
-        let _ = std::fs::remove_dir(&dir);
-    }
-}
-
-fn pids_in(dir: &Path) -> Vec<i32> {
-    std::fs::read_to_string(dir.join("cgroup.procs"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
-}
 
 /// Processes whose command line contains `needle`.
 pub fn pids_matching(needle: &str) -> Vec<i32> {

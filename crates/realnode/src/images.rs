@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, bail};
 use sha2::Digest as _;
 
-use crate::net::run;
+use crate::cmd::run;
 
 /// What an image is made of.
 #[derive(Clone, Debug)]

@@ -8,12 +8,14 @@
 //! cgroups live under their own root (`cgroupRoot`), so that several nodes
 //! never share one and tearing down finds every process.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Stdio};
 
 use anyhow::Context as _;
 
-use crate::net::{Net, run};
+use crate::cgroups::hierarchies;
+use crate::cmd::run;
+use crate::net::Net;
 
 /// The tunables the kubelet insists on, as files bind-mounted over /proc/sys.
 const TUNABLES: [(&str, &str); 6] = [
@@ -28,23 +30,6 @@ const TUNABLES: [(&str, &str); 6] = [
 /// The cgroup root of the node's Pods, relative to each hierarchy.
 pub fn cgroup_root(net: &Net) -> String {
     format!("/cnmysql-realnode-{}", net.slot)
-}
-
-/// Every cgroup v1 hierarchy mounted under /sys/fs/cgroup (or the single
-/// v2 one).
-pub fn hierarchies() -> Vec<PathBuf> {
-    let root = Path::new("/sys/fs/cgroup");
-    if root.join("cgroup.controllers").exists() {
-        return vec![root.to_path_buf()];
-    }
-    std::fs::read_dir(root)
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.path())
-                .filter(|p| p.is_dir() && !p.is_symlink())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 fn config(dir: &Path, net: &Net, ca: &Path, socket: &Path) -> String {

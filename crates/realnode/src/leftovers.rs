@@ -14,13 +14,13 @@ pub fn remove(slot: u8, dir: &str) {
         kill_in_netns(ns.ino());
     }
     let root = format!("/cnmysql-realnode-{slot}");
-    crate::faults::kill_cgroup_tree(&root);
+    crate::cgroups::kill_cgroup_tree(&root);
     if !dir.is_empty() && Path::new(dir).is_absolute() {
         crate::unmount_under(Path::new(dir));
     }
-    crate::faults::remove_cgroup_tree(&root);
-    let _ = crate::net::run("ip", &["link", "del", &format!("cnr{slot}-h")]);
-    let _ = crate::net::run("ip", &["netns", "del", &format!("cnmysql-rn-{slot}")]);
+    crate::cgroups::remove_cgroup_tree(&root);
+    let _ = crate::cmd::run("ip", &["link", "del", &format!("cnr{slot}-h")]);
+    let _ = crate::cmd::run("ip", &["netns", "del", &format!("cnmysql-rn-{slot}")]);
     if !dir.is_empty() && dir.contains("cnmysql-realnode-") {
         // A temporary directory of a test run; kept ones are the user's.
         let _ = std::fs::remove_dir_all(dir);

@@ -11,6 +11,8 @@
 //! Debian's containerd, runc, containernetworking-plugins, umoci, nftables
 //! and conntrack (`scripts/setup --kube` installs them).
 
+pub mod cgroups;
+pub mod cmd;
 pub mod containerd;
 pub mod faults;
 pub mod images;

@@ -19,7 +19,9 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{Context as _, bail};
+use anyhow::bail;
+
+use crate::cmd::run;
 
 /// Where slot locks live.
 const LOCKS: &str = "/run/cnmysql-realnode";
@@ -38,22 +40,6 @@ pub struct Net {
     pub netns: String,
     host_veth: String,
     _lock: nix::fcntl::Flock<std::fs::File>,
-}
-
-/// Run a command, failing with what it printed.
-pub fn run(program: &str, args: &[&str]) -> anyhow::Result<String> {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .with_context(|| format!("running {program} (is it installed?)"))?;
-    if !out.status.success() {
-        bail!(
-            "{program} {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 impl Net {

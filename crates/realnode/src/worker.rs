@@ -98,7 +98,7 @@ impl Worker {
         self.until("kube-proxy's rules", Duration::from_secs(60), || {
             let ns = ns.clone();
             async move {
-                net::run(
+                crate::cmd::run(
                     "nsenter",
                     &[&ns, "--", "nft", "list", "table", "ip", "kube-proxy"],
                 )
@@ -171,7 +171,7 @@ impl Worker {
         if let Some(c) = self.kubelet.take() {
             crate::stop_child(c);
         }
-        faults::kill_cgroup_tree(&kubelet::cgroup_root(&self.net));
+        crate::cgroups::kill_cgroup_tree(&kubelet::cgroup_root(&self.net));
         if let Some(c) = self.proxy.take() {
             crate::stop_child(c);
         }
@@ -188,7 +188,7 @@ impl Worker {
             }
         }
         crate::unmount_under(&self.dir);
-        faults::remove_cgroup_tree(&kubelet::cgroup_root(&self.net));
+        crate::cgroups::remove_cgroup_tree(&kubelet::cgroup_root(&self.net));
         self.net.tear_down();
     }
 }

@@ -25,13 +25,12 @@ use std::collections::BTreeMap;
 use cnmysql_api::{InstanceUpgrade, UpgradePhase};
 
 use crate::event::Event;
+use crate::status::Snapshot;
+use crate::time::timestamp;
 use crate::upgrade::annotations::{
     ATTEMPTS, Decision, LAST_FAILED_ATTEMPT_AT, Recorded, ServerTarget, Source, Status, Target,
     UPGRADE_RELEASE, UPGRADE_STATUS, UPGRADE_TO, backoff_ms, decide, parse,
 };
-use crate::status::Snapshot;
-use crate::time::timestamp;
-
 
 /// An attempt whose rollout step was given this long ago and has not
 /// reached its target (the instance not back ready on its new server, the
@@ -124,7 +123,6 @@ pub fn step_stands(s: &Snapshot, name: &str, given_ms: i64) -> bool {
 pub fn step_awaits_ready(s: &Snapshot, name: &str) -> bool {
     in_progress(s, name) && in_place_source(s, name).is_none()
 }
-
 
 /// The source of `name`'s in-place upgrade under way, if it is one.
 pub fn in_place_source(s: &Snapshot, name: &str) -> Option<Source> {
@@ -434,9 +432,9 @@ pub fn pass(s: &Snapshot, in_flight: &crate::upgrade::gates::InFlight) -> Pass {
                     && o.ready()
                     && o.outdated.is_none()
                     && o.status.as_ref().is_some_and(|st| {
-                        wanted
-                            .as_deref()
-                            .is_some_and(|w| crate::upgrade::version::matches(&st.server_version, w))
+                        wanted.as_deref().is_some_and(|w| {
+                            crate::upgrade::version::matches(&st.server_version, w)
+                        })
                     })
                     && !crate::upgrade::server_checks::system_tables_current(s, name)
                 {

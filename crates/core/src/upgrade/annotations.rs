@@ -199,7 +199,6 @@ pub fn server_values(asked: &Asked) -> Vec<String> {
     out
 }
 
-
 /// Where an in-place upgrade of `name` takes its executable from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Source {

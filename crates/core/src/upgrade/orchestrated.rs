@@ -16,11 +16,11 @@ use std::collections::BTreeMap;
 use cnmysql_api::{OrchestratedUpgrade, UpgradePhase};
 
 use crate::event::Event;
+use crate::status::Snapshot;
+use crate::time::timestamp;
 use crate::upgrade::annotations::{
     LAST_FAILED_ATTEMPT_AT, Status, UPGRADE_RELEASE, UPGRADE_STATUS, UPGRADE_TO, parse,
 };
-use crate::status::Snapshot;
-use crate::time::timestamp;
 
 /// What the orchestrator does now.
 #[derive(Clone, Debug, Default, PartialEq)]

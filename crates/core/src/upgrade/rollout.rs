@@ -35,8 +35,8 @@
 
 use cnmysql_api::{PrimaryUpdateMethod, PrimaryUpdateStrategy};
 
-pub use crate::upgrade::annotations::Source;
 use crate::status::Snapshot;
+pub use crate::upgrade::annotations::Source;
 use crate::upgrade::gates::{InFlight, instances_healthy, settled_primary, switchover_target};
 
 /// An instance given a step is not given another for this long unless it
@@ -187,8 +187,7 @@ pub fn movable(s: &Snapshot, name: &str) -> bool {
         return true;
     }
     let pinned = iu::record(s, name).is_some_and(|r| {
-        Status::parse(&r.status) == Some(Status::Failed)
-            || iu::pinned_hash(s, name).is_some()
+        Status::parse(&r.status) == Some(Status::Failed) || iu::pinned_hash(s, name).is_some()
     });
     !pinned && automatic(s)
 }

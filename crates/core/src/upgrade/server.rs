@@ -28,19 +28,17 @@
 
 use std::collections::BTreeMap;
 
-use cnmysql_api::{
-    ClusterStatus, UpgradePhase, UpgradeRecord,
-};
+use cnmysql_api::{ClusterStatus, UpgradePhase, UpgradeRecord};
 
 use crate::event::Event;
+use crate::status::Snapshot;
+use crate::time::timestamp;
 use crate::upgrade::server_checks::{
     POST_HEALTH_CHECK, POST_UPGRADE, PRE_HEALTH_CHECK, Probe, SWITCHOVER, UPGRADE_FORMER_PRIMARY,
     UPGRADE_REPLICA, VALIDATION, condition, healthy, in_service, probe, record, since_ms,
     system_tables_current,
 };
 use crate::upgrade::version::{Version, check_path};
-use crate::status::Snapshot;
-use crate::time::timestamp;
 
 /// A step still not true this long after it began fails the upgrade.
 pub const STEP_DEADLINE_MS: i64 = 30 * 60_000;

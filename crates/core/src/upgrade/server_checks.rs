@@ -178,7 +178,13 @@ pub(super) fn condition(type_: &str, instance: Option<&str>) -> UpgradeCondition
 
 /// Record what a step's probe found at `at` (`now_ms`): times move only
 /// when something changed (or lastProbeTime, every [`PROBE_RECORD_MS`]).
-pub(super) fn record(c: &mut UpgradeCondition, status: &str, reason: &str, message: &str, now_ms: i64) {
+pub(super) fn record(
+    c: &mut UpgradeCondition,
+    status: &str,
+    reason: &str,
+    message: &str,
+    now_ms: i64,
+) {
     let at = timestamp(now_ms);
     if c.start_time.is_none() {
         c.start_time = Some(at.clone());

@@ -5,10 +5,10 @@
 use crate::action::Action;
 use crate::event::Event;
 use crate::memory::Memory;
-use crate::upgrade::rollout::{self, Next};
 use crate::status::Snapshot;
 use crate::status_change::StatusChange;
 use crate::time::timestamp;
+use crate::upgrade::rollout::{self, Next};
 
 /// A system tables upgrade not reported done is asked for again after
 /// this long.
@@ -104,7 +104,11 @@ pub(crate) fn annotation_step(s: &Snapshot, memory: &mut Memory) -> Vec<Action> 
     if let Some((instance, value)) = o.mark {
         out.push(Action::Annotate {
             instance: Some(instance),
-            set: [(crate::upgrade::annotations::UPGRADE_TO.to_string(), Some(value))].into(),
+            set: [(
+                crate::upgrade::annotations::UPGRADE_TO.to_string(),
+                Some(value),
+            )]
+            .into(),
         });
     }
     out

@@ -26,6 +26,7 @@ impl<C: ClusterState> Manager<C> {
                 Some(Desired::Promote)
                     | Some(Desired::HoldReadOnly(_))
                     | Some(Desired::HandOver { .. })
+                    | Some(Desired::Detached { .. })
             );
             let period = Duration::from_millis(if busy { 50 } else { 250 });
             let mut stop = self.shutdown.subscribe();
@@ -107,6 +108,22 @@ impl<C: ClusterState> Manager<C> {
                 return self.promote(&mut conn, &status, &view).await;
             }
             Desired::Primary => {
+                // Writable with a lease that lapsed since this manager last
+                // renewed it (it woke from a freeze, say): read-only first,
+                // before any renewal is tried — that call may take seconds,
+                // and another primary may already be writing.
+                if !view.read_only && self.lease_lapsed() {
+                    tracing::error!(
+                        "the primary lease is no longer proven: making this primary read-only before renewing it"
+                    );
+                    drop(conn);
+                    self.make_read_only(
+                        self_fence::Cause::Deposed,
+                        "self-fenced: the primary lease was not renewed in time",
+                    )
+                    .await?;
+                    return Ok(());
+                }
                 if !self.keep_lease().await {
                     if !view.read_only {
                         tracing::error!(
@@ -134,14 +151,21 @@ impl<C: ClusterState> Manager<C> {
                 };
                 if !view.read_only {
                     drop(conn);
-                    self.make_read_only(self_fence::Cause::Demotion, &why)
-                        .await?;
+                    // A primary failed over from (it woke from a freeze, say)
+                    // is deposed: a commit it holds must not complete.
+                    let cause =
+                        if status.failover_from.as_deref() == Some(self.cfg.instance.as_str()) {
+                            self_fence::Cause::Deposed
+                        } else {
+                            self_fence::Cause::Demotion
+                        };
+                    self.make_read_only(cause, &why).await?;
                     return Ok(());
                 }
                 self.set_phase(InstancePhase::Running, why);
                 return Ok(());
             }
-            Desired::Replica { .. } => {}
+            Desired::Replica { .. } | Desired::Detached { .. } => {}
         }
         let local = Local {
             read_only: view.read_only,
@@ -196,6 +220,13 @@ impl<C: ClusterState> Manager<C> {
                 }
                 Action::Reconnect => {
                     sql::exec_all(&mut conn, &flavor::reconnect_io_thread(f)).await?;
+                }
+                Action::StopReceiving => {
+                    sql::exec_all(&mut conn, &[flavor::stop_receiving(f)]).await?;
+                    self.set_phase(
+                        InstancePhase::Running,
+                        "a failover is under way: receiving nothing more from the failed primary",
+                    );
                 }
                 Action::Follow(source) => {
                     // Never follow a source whose history lacks ours, and

@@ -46,6 +46,18 @@ impl<C: ClusterState> Manager<C> {
         }
     }
 
+    /// This manager renewed the primary lease once, but too long ago to
+    /// prove it still holds it (never renewed — a manager just started —
+    /// is not lapsed: it renews before it judges).
+    pub(super) fn lease_lapsed(&self) -> bool {
+        self.cfg.spec.enable_primary_lease
+            && self
+                .last_renew
+                .lock()
+                .unwrap()
+                .is_some_and(|t| lease::must_self_fence(0, t.elapsed().as_millis() as i64))
+    }
+
     /// The primary lease is provably this instance's: renewed within the
     /// time after which it fences itself (leases off: always).
     pub(super) fn lease_proven(&self) -> bool {

@@ -2,10 +2,10 @@
 //! orchestrator, over snapshots.
 
 use super::*;
+use crate::testutil::snapshot;
 use crate::upgrade::annotations::{FIRST_BACKOFF_MS, MAX_BACKOFF_MS};
 use crate::upgrade::gates::InFlight;
 use crate::upgrade::rollout::{self, Next};
-use crate::testutil::snapshot;
 
 const HASH: &str = "aa11bb22cc33dd44ee55ff66aa11bb22cc33dd44ee55ff66aa11bb22cc33dd44";
 const OPERATOR: &str = "0000000000000000000000000000000000000000000000000000000000000000";

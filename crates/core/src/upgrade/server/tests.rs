@@ -1,12 +1,12 @@
 use super::*;
 use crate::declared::Declared;
+use crate::testutil::snapshot;
 use crate::upgrade::gates::InFlight;
 use crate::upgrade::image::{Catalog, instance_image, resolve};
-use crate::upgrade::version::tag_version;
 use crate::upgrade::rollout::Next;
-use crate::testutil::snapshot;
-use cnmysql_api::{CatalogImage, ClusterSpec, Flavor, MaintenanceWindow};
+use crate::upgrade::version::tag_version;
 use crate::upgrade::version::{Version, check_path};
+use cnmysql_api::{CatalogImage, ClusterSpec, Flavor, MaintenanceWindow};
 
 const OLD: &str = "docker.io/library/mariadb:10.11.18";
 const NEW: &str = "docker.io/library/mariadb:10.11.19";
