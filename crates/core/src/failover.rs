@@ -216,6 +216,12 @@ pub fn decide(s: &Snapshot, lease: Option<&Lease>, old_gone: bool) -> Decision {
         // A switchover or failover is already moving the primary.
         return Decision::Nothing;
     }
+    if s.status.failover_from.as_deref() == Some(current) {
+        // Begun: the old primary is fenced out and the replicas stopped
+        // receiving from it. It answering again (a node waking from a
+        // freeze, about to be stopped) does not take the failover back.
+        return choose(s, lease, old_gone, current);
+    }
     let Some(reason) = primary_failure(s) else {
         return if s.status.primary_failing_since.is_some() {
             Decision::Recovered
@@ -239,6 +245,12 @@ pub fn decide(s: &Snapshot, lease: Option<&Lease>, old_gone: bool) -> Decision {
     if s.now_ms < since_ms.saturating_add(delay_ms) {
         return Decision::Failing { since_ms, reason };
     }
+    choose(s, lease, old_gone, current)
+}
+
+/// Past the failover delay: the candidate, or why none may take over, or
+/// the lease still to wait for.
+fn choose(s: &Snapshot, lease: Option<&Lease>, old_gone: bool, current: &str) -> Decision {
     let old_known = s
         .status
         .gtid_executed_by_instance
@@ -596,7 +608,17 @@ mod tests {
             0,
         );
         assert_eq!(decide(&s, None, false), Decision::Nothing);
-        let s = snap(vec![p, replica("db-2", "0-1-100")], Some(T0), t0_ms(), 0);
+        let mut s = snap(vec![p, replica("db-2", "0-1-100")], Some(T0), t0_ms(), 0);
         assert_eq!(decide(&s, None, false), Decision::Recovered);
+        // Once a failover began (the replicas stopped receiving from it),
+        // the old primary answering again does not take it back.
+        s.status.failover_from = Some("db-1".into());
+        assert_eq!(
+            decide(&s, None, false),
+            Decision::Promote {
+                old: "db-1".into(),
+                candidate: "db-2".into()
+            }
+        );
     }
 }

@@ -103,41 +103,9 @@ impl StatusChange {
     /// changed).
     pub fn apply(&self, st: &mut ClusterStatus) -> bool {
         match self {
-            StatusChange::PrimaryFailingSince(v) => {
-                // A primary healthy again before anything was promoted:
-                // the replicas take from it again.
-                let resumed = v.is_none()
-                    && st.failover_from.is_some()
-                    && st.current_primary == st.target_primary;
-                if resumed {
-                    st.failover_from = None;
-                }
-                if st.primary_failing_since == *v {
-                    return resumed;
-                }
-                st.primary_failing_since = v.clone();
-                true
-            }
-            StatusChange::AbandonFailover { old } => {
-                if st.failover_from.as_ref() == Some(old) && st.target_primary.as_ref() == Some(old)
-                {
-                    st.failover_from = None;
-                    true
-                } else {
-                    false
-                }
-            }
-            StatusChange::BeginFailover { old } => {
-                if st.current_primary.as_ref() == Some(old)
-                    && st.target_primary.as_ref() == Some(old)
-                    && st.failover_from.as_ref() != Some(old)
-                {
-                    st.failover_from = Some(old.clone());
-                    true
-                } else {
-                    false
-                }
-            }
+            StatusChange::PrimaryFailingSince(v) => primary_failing_since(st, v),
+            StatusChange::AbandonFailover { old } => abandon_failover(st, old),
+            StatusChange::BeginFailover { old } => begin_failover(st, old),
             StatusChange::Switchover { from, to, at } => {
                 if st.current_primary.as_ref() == Some(from)
                     && st.target_primary.as_ref() == Some(from)
@@ -166,17 +134,7 @@ impl StatusChange {
                 }
             }
             StatusChange::StartFailover { old, candidate, at } => {
-                if st.current_primary.as_deref() == Some(old)
-                    && st.target_primary.as_deref() == Some(old)
-                {
-                    st.target_primary = Some(candidate.clone());
-                    st.target_primary_timestamp = Some(at.clone());
-                    st.phase = Some(Phase::FailingOver);
-                    st.phase_reason = Some(format!("promoting {candidate} in place of {old}"));
-                    true
-                } else {
-                    false
-                }
+                start_failover(st, old, candidate, at)
             }
             StatusChange::ServerUpgrade(u) => u.apply(st),
             StatusChange::RolloutStep(at) => {
@@ -433,5 +391,50 @@ pub fn report(s: &Snapshot, memory: &Memory) -> Report {
         states,
         now_ms: s.now_ms,
         basis: basis(&s.status),
+    }
+}
+
+/// `primaryFailingSince`.
+fn primary_failing_since(st: &mut ClusterStatus, v: &Option<String>) -> bool {
+    if st.primary_failing_since == *v {
+        return false;
+    }
+    st.primary_failing_since = v.clone();
+    true
+}
+
+/// No replica can take over from `old`: the failover begun is given up.
+fn abandon_failover(st: &mut ClusterStatus, old: &str) -> bool {
+    if st.failover_from.as_deref() == Some(old) && st.target_primary.as_deref() == Some(old) {
+        st.failover_from = None;
+        true
+    } else {
+        false
+    }
+}
+
+/// A failover away from `old` begins: replicas stop receiving from it.
+fn begin_failover(st: &mut ClusterStatus, old: &str) -> bool {
+    if st.current_primary.as_deref() == Some(old)
+        && st.target_primary.as_deref() == Some(old)
+        && st.failover_from.as_deref() != Some(old)
+    {
+        st.failover_from = Some(old.to_string());
+        true
+    } else {
+        false
+    }
+}
+
+/// The candidate is chosen: `targetPrimary` moves to it.
+fn start_failover(st: &mut ClusterStatus, old: &str, candidate: &str, at: &str) -> bool {
+    if st.current_primary.as_deref() == Some(old) && st.target_primary.as_deref() == Some(old) {
+        st.target_primary = Some(candidate.to_string());
+        st.target_primary_timestamp = Some(at.to_string());
+        st.phase = Some(Phase::FailingOver);
+        st.phase_reason = Some(format!("promoting {candidate} in place of {old}"));
+        true
+    } else {
+        false
     }
 }

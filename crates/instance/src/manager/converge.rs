@@ -167,7 +167,25 @@ impl<C: ClusterState> Manager<C> {
             }
             Desired::Replica { .. } | Desired::Detached { .. } => {}
         }
-        let local = Local {
+        let local = self.local_state(&desired, &view).await;
+        for action in role::reconcile(&desired, &local) {
+            tracing::info!(action = ?action, "role change");
+            if !self.take_role_step(&mut conn, action, &view).await? {
+                return Ok(());
+            }
+        }
+        if desired == Desired::Primary
+            && status.current_primary.as_deref() != Some(self.cfg.instance.as_str())
+        {
+            self.cluster.claim_primary(&self.cfg.instance).await?;
+        }
+        self.set_phase(InstancePhase::Running, waiting_to_hand_over);
+        Ok(())
+    }
+
+    /// The server's side of its role, as `role::reconcile` reads it.
+    async fn local_state(&self, desired: &Desired, view: &sql::ServerView) -> Local {
+        let mut local = Local {
             read_only: view.read_only,
             source: view
                 .replication
@@ -183,8 +201,7 @@ impl<C: ClusterState> Manager<C> {
         };
         // Only asked while the IO thread waits to retry a connection its
         // source refused (not one it rejected: that would only fail again).
-        let mut local = local;
-        if let (Desired::Replica { source }, Some(r)) = (&desired, view.replication.as_ref())
+        if let (Desired::Replica { source }, Some(r)) = (desired, view.replication.as_ref())
             && r.io_state == "Connecting"
             && r.last_io_error.contains("Can't connect")
             && local.source.as_deref() == Some(source.as_str())
@@ -194,99 +211,107 @@ impl<C: ClusterState> Manager<C> {
                 .await
                 .is_some_and(|p| p.mysqld_running && p.ready);
         }
-        for action in role::reconcile(&desired, &local) {
-            tracing::info!(action = ?action, "role change");
-            match action {
-                Action::SetReadOnly(true) => {
-                    // Writable while another instance is the primary: deposed.
-                    if self
-                        .make_read_only(self_fence::Cause::Deposed, "replica")
-                        .await?
-                        == Fenced::Killed
-                    {
-                        return Ok(());
-                    }
-                }
-                Action::SetReadOnly(false) => self.open_writes(&mut conn).await?,
-                Action::ResetReplication => {
-                    sql::exec_all(
-                        &mut conn,
-                        &[flavor::stop_replica(f), flavor::reset_replica(f)],
-                    )
-                    .await?;
-                }
-                Action::StartReplication => {
-                    sql::exec_all(&mut conn, &[flavor::start_replica(f)]).await?;
-                }
-                Action::Reconnect => {
-                    sql::exec_all(&mut conn, &flavor::reconnect_io_thread(f)).await?;
-                }
-                Action::StopReceiving => {
-                    sql::exec_all(&mut conn, &[flavor::stop_receiving(f)]).await?;
-                    self.set_phase(
-                        InstancePhase::Running,
-                        "a failover is under way: receiving nothing more from the failed primary",
-                    );
-                }
-                Action::Follow(source) => {
-                    // Never follow a source whose history lacks ours, and
-                    // judge only a history it has read from its server: a
-                    // manager that answers before reaching its mysqld (just
-                    // restarted) reports none, and every replica would take
-                    // itself for diverged.
-                    let Some(src) = self.peer_status(&source).await.filter(|s| s.mysqld_running)
-                    else {
-                        self.set_phase(
-                            InstancePhase::Running,
-                            format!("waiting for {source} to answer"),
-                        );
-                        return Ok(());
-                    };
-                    let mine = parse_history(f, &view.gtid_executed)?;
-                    let theirs = parse_history(f, &src.gtid_executed)?;
-                    if let Err(why) = role::may_follow(&mine, &theirs) {
-                        tracing::error!(
-                            source,
-                            why,
-                            "diverged from the primary; staying read-only and out of service"
-                        );
-                        self.cluster.mark_diverged(&self.cfg.instance, &why).await?;
-                        return Ok(());
-                    }
-                    let peer = self
-                        .peer(&source)
-                        .ok_or_else(|| anyhow::anyhow!("no address known for {source}"))?;
-                    let spec = SourceSpec {
-                        host: peer.host.clone(),
-                        port: peer.mysql_port,
-                        user: REPLICATION_USER.into(),
-                        password: read_secret(&self.cfg.secrets.replication_password)?,
-                        ssl_ca: self.cfg.tls.ca.display().to_string(),
-                        ssl_cert: self.cfg.tls.cert.display().to_string(),
-                        ssl_key: self.cfg.tls.key.display().to_string(),
-                        use_current_pos: true,
-                        verify_host: peer.tls_name.is_none(),
-                    };
-                    sql::exec_all(
-                        &mut conn,
-                        &[
-                            flavor::stop_replica(f),
-                            flavor::change_source(f, &spec),
-                            flavor::start_replica(f),
-                        ],
-                    )
-                    .await?;
-                    self.clear_acked_alone();
+        local
+    }
+
+    /// One step towards the role; false when the pass ends here.
+    async fn take_role_step(
+        &self,
+        conn: &mut mysql_async::Conn,
+        action: Action,
+        view: &sql::ServerView,
+    ) -> anyhow::Result<bool> {
+        let f = self.cfg.flavor();
+        match action {
+            Action::SetReadOnly(true) => {
+                // Writable while another instance is the primary: deposed.
+                if self
+                    .make_read_only(self_fence::Cause::Deposed, "replica")
+                    .await?
+                    == Fenced::Killed
+                {
+                    return Ok(false);
                 }
             }
+            Action::SetReadOnly(false) => self.open_writes(conn).await?,
+            Action::ResetReplication => {
+                sql::exec_all(conn, &[flavor::stop_replica(f), flavor::reset_replica(f)]).await?;
+            }
+            Action::StartReplication => {
+                sql::exec_all(conn, &[flavor::start_replica(f)]).await?;
+            }
+            Action::Reconnect => {
+                sql::exec_all(conn, &flavor::reconnect_io_thread(f)).await?;
+            }
+            Action::StopReceiving => {
+                sql::exec_all(conn, &[flavor::stop_receiving(f)]).await?;
+                self.set_phase(
+                    InstancePhase::Running,
+                    "a failover is under way: receiving nothing more from the failed primary",
+                );
+            }
+            Action::Follow(source) => return self.follow(conn, &source, view).await,
         }
-        if desired == Desired::Primary
-            && status.current_primary.as_deref() != Some(self.cfg.instance.as_str())
-        {
-            self.cluster.claim_primary(&self.cfg.instance).await?;
+        Ok(true)
+    }
+
+    /// Follow `source`, unless its history lacks ours (diverged); false
+    /// when it cannot be judged or followed now.
+    async fn follow(
+        &self,
+        conn: &mut mysql_async::Conn,
+        source: &str,
+        view: &sql::ServerView,
+    ) -> anyhow::Result<bool> {
+        let f = self.cfg.flavor();
+        // Never follow a source whose history lacks ours, and
+        // judge only a history it has read from its server: a
+        // manager that answers before reaching its mysqld (just
+        // restarted) reports none, and every replica would take
+        // itself for diverged.
+        let Some(src) = self.peer_status(source).await.filter(|s| s.mysqld_running) else {
+            self.set_phase(
+                InstancePhase::Running,
+                format!("waiting for {source} to answer"),
+            );
+            return Ok(false);
+        };
+        let mine = parse_history(f, &view.gtid_executed)?;
+        let theirs = parse_history(f, &src.gtid_executed)?;
+        if let Err(why) = role::may_follow(&mine, &theirs) {
+            tracing::error!(
+                source,
+                why,
+                "diverged from the primary; staying read-only and out of service"
+            );
+            self.cluster.mark_diverged(&self.cfg.instance, &why).await?;
+            return Ok(false);
         }
-        self.set_phase(InstancePhase::Running, waiting_to_hand_over);
-        Ok(())
+        let peer = self
+            .peer(source)
+            .ok_or_else(|| anyhow::anyhow!("no address known for {source}"))?;
+        let spec = SourceSpec {
+            host: peer.host.clone(),
+            port: peer.mysql_port,
+            user: REPLICATION_USER.into(),
+            password: read_secret(&self.cfg.secrets.replication_password)?,
+            ssl_ca: self.cfg.tls.ca.display().to_string(),
+            ssl_cert: self.cfg.tls.cert.display().to_string(),
+            ssl_key: self.cfg.tls.key.display().to_string(),
+            use_current_pos: true,
+            verify_host: peer.tls_name.is_none(),
+        };
+        sql::exec_all(
+            conn,
+            &[
+                flavor::stop_replica(f),
+                flavor::change_source(f, &spec),
+                flavor::start_replica(f),
+            ],
+        )
+        .await?;
+        self.clear_acked_alone();
+        Ok(true)
     }
 
     /// Drain replication before promotion. True once everything the old
