@@ -7,12 +7,12 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use crate::flavor::Flavor;
+use crate::status::ClusterStatus;
 
 /// Settings the operator owns: they cannot be set in `spec.mysql.parameters`.
 /// Names are compared after folding `-` to `_` and lower-casing.
@@ -513,32 +513,6 @@ pub struct ServiceTemplateSpec {
     pub health_check_node_port: Option<i32>,
 }
 
-/// One instance as the control plane last saw it (`status.instanceStates`).
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct InstanceState {
-    /// `primary`, `replica` or `unknown` as the server reports it;
-    /// `unreachable` when its manager did not answer.
-    pub role: String,
-    /// The manager's phase (`running`, `cloning`, `preparing`, ...); absent
-    /// when unreachable.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub phase: String,
-    /// Ready to serve its role.
-    #[serde(default)]
-    pub ready: bool,
-    /// The server refuses writes.
-    #[serde(default)]
-    pub read_only: bool,
-    /// How far behind its source a replica's applier is, in seconds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lag_seconds: Option<u64>,
-    /// Semi-synchronous replication as the instance has it (`waits 1 of
-    /// 2`, `acks`, `fell back to async`, `off`).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub semi_sync: String,
-}
-
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 pub enum ServiceType {
     ClusterIP,
@@ -557,169 +531,4 @@ pub enum TrafficPolicy {
 pub enum SessionAffinity {
     None,
     ClientIP,
-}
-
-/// Observed state of the cluster.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ClusterStatus {
-    /// A short word for where the cluster is (see [`Phase`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<Phase>,
-    /// Why the cluster is in that phase, for humans.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase_reason: Option<String>,
-
-    #[serde(default)]
-    pub instances: i32,
-    #[serde(default)]
-    pub ready_instances: i32,
-    /// The label selector of the instances' Pods, as the scale subresource
-    /// reports it (`kubectl scale`, autoscalers).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub selector: Option<String>,
-
-    /// The instance currently accepted as primary.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub current_primary: Option<String>,
-    /// When the current primary became primary (RFC 3339).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub current_primary_timestamp: Option<String>,
-    /// The desired primary.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target_primary: Option<String>,
-    /// When a primary change was requested (RFC 3339).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target_primary_timestamp: Option<String>,
-    /// When the current primary became unhealthy (RFC 3339).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub primary_failing_since: Option<String>,
-    /// A failover away from this primary has begun: every replica stops
-    /// receiving from it before the new primary is chosen, so that nothing
-    /// it could still get acknowledged is missing from the one promoted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failover_from: Option<String>,
-
-    /// Instances kept out of service because their GTID history is unsafe.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub diverged_instances: Vec<String>,
-    /// Why each diverged instance is kept out, and whether it re-clones
-    /// itself (`spec.mysql.divergedInstances`) or waits for `reinit`.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub diverged_reasons: BTreeMap<String, String>,
-    /// Instances a user asked to re-initialise (`reinit`): each saves what
-    /// only it holds, then re-clones itself from the primary.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub reinit_requests: Vec<String>,
-    /// The instance re-cloning itself now (one at a time).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reinitializing: Option<String>,
-    /// Transactions only a diverged instance held, saved before it was
-    /// re-initialised (newest last, the last 20).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub saved_transactions: Vec<crate::reinit::SavedTransactions>,
-    /// Instances fenced out of routing and held read-only.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub fenced_instances: Vec<String>,
-    /// Last observed GTID state per instance.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub gtid_executed_by_instance: BTreeMap<String, String>,
-    /// The GTID source of each instance as last observed (MySQL: its
-    /// server_uuid; MariaDB: its server_id): the transactions an instance
-    /// wrote as primary carry it, which failover needs to know once the
-    /// instance is gone.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub source_id_by_instance: BTreeMap<String, String>,
-    /// What the last poll saw of each instance: role, phase, readiness.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub instance_states: BTreeMap<String, InstanceState>,
-
-    /// SHA-256 of the running operator executable: the target of manager upgrades.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub operator_executable_hash: Option<String>,
-    /// SHA-256 reported by each instance manager on its last status poll.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub executable_hash_by_instance: BTreeMap<String, String>,
-
-    /// The server image the cluster runs: instances are made from it, and
-    /// from `targetImage` only once an upgrade to it has started.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image: Option<String>,
-    /// The cluster's server version: the oldest that has run on any
-    /// instance's data.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub server_version: Option<String>,
-    /// The image the Cluster's spec asks for (`spec.mysql.image`, the
-    /// catalog's entry for `spec.mysql.version`, or the flavour's default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target_image: Option<String>,
-    /// The server version `targetImage` holds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target_server_version: Option<String>,
-    /// The newest server version that has run on each instance's data.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub data_version_by_instance: BTreeMap<String, String>,
-    /// One entry per target server version, oldest first.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub upgrade_history: Vec<crate::upgrade::UpgradeRecord>,
-    /// When a rollout last gave an instance a step (RFC 3339).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_rollout_step_time: Option<String>,
-    /// Upgrades asked by a `cnmysql.io/upgrade-to` annotation on an
-    /// instance, by instance.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub instance_upgrades: crate::instance_upgrade::InstanceUpgrades,
-    /// The whole-cluster upgrade asked by the annotation on the Cluster.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub orchestrated_upgrade: Option<crate::instance_upgrade::OrchestratedUpgrade>,
-
-    /// Backups, the binlog archive, and what a recovery reached.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backup: Option<crate::backup::BackupStatus>,
-
-    /// Ready, Progressing, Degraded, ContinuousArchiving.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
-}
-
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
-pub enum Phase {
-    /// The first instance is being initialised.
-    #[serde(rename = "Setting up primary")]
-    SettingUpPrimary,
-    /// Replicas are being cloned.
-    #[serde(rename = "Creating replica")]
-    CreatingReplica,
-    /// Every instance is ready.
-    #[serde(rename = "Cluster in healthy state")]
-    Healthy,
-    #[serde(rename = "Switchover in progress")]
-    Switchover,
-    #[serde(rename = "Failing over")]
-    FailingOver,
-    /// An instance manager or server upgrade is rolling.
-    Upgrading,
-    /// A rollout waits for a human (supervised primary update).
-    WaitingForUser,
-    /// Something needs attention; see the reason and conditions.
-    #[serde(rename = "Degraded")]
-    Degraded,
-    #[serde(rename = "Stopped")]
-    Stopped,
-}
-
-impl Phase {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::SettingUpPrimary => "Setting up primary",
-            Phase::CreatingReplica => "Creating replica",
-            Phase::Healthy => "Cluster in healthy state",
-            Phase::Switchover => "Switchover in progress",
-            Phase::FailingOver => "Failing over",
-            Phase::Upgrading => "Upgrading",
-            Phase::WaitingForUser => "WaitingForUser",
-            Phase::Degraded => "Degraded",
-            Phase::Stopped => "Stopped",
-        }
-    }
 }

@@ -7,6 +7,7 @@ pub mod flavor;
 pub mod instance_upgrade;
 pub mod names;
 pub mod reinit;
+pub mod status;
 pub mod upgrade;
 pub mod validation;
 
@@ -14,6 +15,7 @@ pub use cluster::*;
 pub use flavor::Flavor;
 pub use instance_upgrade::*;
 pub use reinit::*;
+pub use status::*;
 pub use upgrade::*;
 pub use validation::{
     FieldError, InvalidCluster, Manifest, parse_cluster, parse_manifest, validate,
@@ -38,7 +40,7 @@ pub fn crds()
 /// The CustomResourceDefinitions, as YAML, exactly as committed under `deploy/`.
 pub fn crd_yaml() -> String {
     let mut out = String::from(
-        "# Generated from crates/api/src/cluster.rs, upgrade.rs and backup_resources.rs by `cnmysql crd`; do not edit.\n",
+        "# Generated from crates/api/src/cluster.rs, status.rs, upgrade.rs and backup_resources.rs by `cnmysql crd`; do not edit.\n",
     );
     for (i, crd) in crds().iter().enumerate() {
         if i > 0 {
