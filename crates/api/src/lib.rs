@@ -3,10 +3,12 @@
 pub mod backup;
 pub mod backup_resources;
 pub mod cluster;
+pub mod field_error;
 pub mod flavor;
 pub mod instance_upgrade;
 pub mod names;
 pub mod reinit;
+mod schema_check;
 pub mod status;
 pub mod upgrade;
 pub mod validation;
