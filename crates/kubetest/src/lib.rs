@@ -278,28 +278,35 @@ impl KubeCluster {
                 .then_some(st.current_primary.clone()?)
         })
         .await;
-        r.map_err(|err| {
-            let pods = self
-                .cp
-                .kubectl(&["-n", namespace, "get", "pods", "-o", "wide"], None)
-                .unwrap_or_default();
-            let st = self
-                .cp
-                .kubectl(
-                    &[
-                        "-n",
-                        namespace,
-                        "get",
-                        "cluster",
-                        name,
-                        "-o",
-                        "jsonpath={.status}",
-                    ],
-                    None,
-                )
-                .unwrap_or_default();
-            anyhow::anyhow!("{err}\n{pods}\n{st}")
-        })
+        r.map_err(|err| anyhow::anyhow!("{err}\n{}", self.diagnose(namespace, name)))
+    }
+
+    /// What a person would look at when a Cluster does not get healthy:
+    /// its Pods, its status and the namespace's latest events.
+    pub fn diagnose(&self, namespace: &str, name: &str) -> String {
+        let get = |args: &[&str]| self.cp.kubectl(args, None).unwrap_or_default();
+        let pods = get(&["-n", namespace, "get", "pods", "-o", "wide"]);
+        let status = get(&[
+            "-n",
+            namespace,
+            "get",
+            "cluster",
+            name,
+            "-o",
+            "jsonpath={.status}",
+        ]);
+        let events = get(&[
+            "-n",
+            namespace,
+            "get",
+            "events",
+            "--sort-by=.lastTimestamp",
+            "-o",
+            "custom-columns=LAST:.lastTimestamp,TYPE:.type,REASON:.reason,OBJECT:.involvedObject.name,MESSAGE:.message",
+        ]);
+        let events: Vec<&str> = events.lines().collect();
+        let tail = events[events.len().saturating_sub(40)..].join("\n");
+        format!("{pods}\n{status}\n{tail}")
     }
 
     /// The application user's password.

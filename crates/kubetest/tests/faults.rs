@@ -340,6 +340,7 @@ async fn suite(durability: &str, default_faults: usize) {
                 },
             )
             .await
+            .map_err(|e| anyhow::anyhow!("{e}\n{}", k.diagnose(NS, "db")))
         }
         .unwrap_or_else(|e| {
             panic!(
