@@ -300,13 +300,20 @@ impl KubeCluster {
             namespace,
             "get",
             "events",
-            "--sort-by=.lastTimestamp",
+            "--sort-by=.metadata.creationTimestamp",
             "-o",
             "custom-columns=LAST:.lastTimestamp,TYPE:.type,REASON:.reason,OBJECT:.involvedObject.name,MESSAGE:.message",
         ]);
         let events: Vec<&str> = events.lines().collect();
         let tail = events[events.len().saturating_sub(40)..].join("\n");
-        format!("{pods}\n{status}\n{tail}")
+        let operator = get(&[
+            "-n",
+            "cnmysql-system",
+            "logs",
+            "deploy/cnmysql-operator",
+            "--tail=60",
+        ]);
+        format!("{pods}\n{status}\n{tail}\n{operator}")
     }
 
     /// The application user's password.
