@@ -196,235 +196,283 @@ pub fn advance(s: &Snapshot) -> Advance {
             ),
         ));
     }
-    let flavor = s.spec.mysql.flavor;
     let rec = u.history.last_mut().expect("a record");
-    let before = rec.phase;
     let version = rec.version.clone();
 
     // 1. Validation, every pass until the upgrade starts.
     if rec.start_time.is_none() {
-        let verdict = match (Version::parse(&version), &newest) {
-            (None, _) => Err((
-                "UnknownVersion",
-                format!(
-                    "the server version of {target} is not known: set spec.mysql.version to the version it holds, or use an image catalog (spec.mysql.imageCatalogRef)"
-                ),
-            )),
-            (Some(to), Some(from)) => check_path(flavor, from, &to).map_err(|e| {
-                let why = if to.compare(from).is_lt() { "DowngradeRefused" } else { "UnsupportedUpgrade" };
-                let m = &s.spec.mysql;
-                let field = if m.version.is_some() {
-                    "spec.mysql.version"
-                } else if m.image.is_some() {
-                    "spec.mysql.image"
-                } else {
-                    "the flavour's default image"
-                };
-                (why, format!("{field} asks for {to}: {e}. Set it back to {from} or to a supported newer version"))
-            }),
-            (Some(_), None) => Ok(()),
-        };
-        let c = &mut rec.conditions[0];
-        match verdict {
-            Err((why, message)) => {
-                record(c, "False", why, &message, now);
-                rec.phase = UpgradePhase::Failed;
-                if rec.complete_time.is_none() {
-                    rec.complete_time = Some(at.clone());
-                }
-                if before != UpgradePhase::Failed {
-                    out.events.push(event(
-                        true,
-                        "ServerUpgradeRefused",
-                        format!(
-                            "server upgrade to {version} refused; nothing was touched: {message}"
-                        ),
-                    ));
-                }
-                out.degraded = Some((why.into(), message.clone()));
-                out.reason = Some(format!("Server upgrade to {version} refused: {message}"));
-                out.status = u;
-                return out;
-            }
-            Ok(()) => {
-                let from = newest
-                    .as_ref()
-                    .map(|v| v.to_string())
-                    .unwrap_or_else(|| "a new cluster".into());
-                record(
-                    c,
-                    "True",
-                    "Validated",
-                    &format!("{from} → {version} is supported"),
-                    now,
-                );
-                rec.complete_time = None;
-            }
-        }
-        // Scheduled?
-        let scheduled = s
-            .spec
-            .mysql
-            .upgrade_at
-            .as_deref()
-            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
-            .map(|t| t.as_millisecond())
-            .filter(|t| *t > now);
-        let wait = if let Some(t) = scheduled {
-            Some((
-                "Scheduled",
-                format!(
-                    "the upgrade to {version} starts at {} (spec.mysql.upgradeAt)",
-                    timestamp(t)
-                ),
-            ))
-        } else if let Some(o) = crate::upgrade::gates::orchestration_under_way(s) {
-            Some((
-                "OrchestratedUpgrade",
-                format!(
-                    "the upgrade to {version} waits for the upgrade the Cluster's {} annotation asks ({}) to end",
-                    crate::upgrade::annotations::UPGRADE_TO,
-                    o.upgrade_to
-                ),
-            ))
-        } else if let Err(e) =
-            crate::upgrade::window::check(s.spec.maintenance_window.as_ref(), now)
-        {
-            Some((
-                "MaintenanceWindow",
-                format!("the upgrade to {version} waits: {e}"),
-            ))
-        } else {
-            match healthy(s) {
-                Ok(()) => None,
-                Err(_) if d.force_rollout => None,
-                Err(e) => Some((
-                    "Unhealthy",
-                    format!("the upgrade to {version} waits for a healthy cluster: {e}"),
-                )),
-            }
-        };
-        let pre = &mut rec.conditions[1];
-        if let Some((why, message)) = wait {
-            let was = pre.reason.clone();
-            record(pre, "Unknown", why, &message, now);
-            rec.phase = UpgradePhase::Pending;
-            if was != why {
-                out.events
-                    .push(event(false, "ServerUpgradePending", message.clone()));
-            }
-            out.reason = Some(format!("Server upgrade pending: {message}"));
-            out.status = u;
-            return out;
-        }
-        let message = if healthy(s).is_ok() {
-            "every instance is ready and caught up".to_string()
-        } else {
-            format!("{FORCE_ANNOTATION} is set: going on without the health gate")
-        };
-        record(
-            pre,
-            "True",
-            if healthy(s).is_ok() {
-                "Healthy"
-            } else {
-                "Forced"
-            },
-            &message,
-            now,
-        );
-        // Lay the steps out from the topology as it stands.
-        let primary = s.status.current_primary.clone().unwrap_or_default();
-        let mut replicas: Vec<_> = s
-            .instances
-            .iter()
-            .filter(|o| o.name != primary && in_service(s, &o.name))
-            .collect();
-        replicas.sort_by_key(|o| o.ordinal);
-        rec.conditions.truncate(2);
-        for r in replicas {
-            rec.conditions
-                .push(condition(UPGRADE_REPLICA, Some(&r.name)));
-        }
-        if s.spec.instances > 1 {
-            rec.conditions.push(condition(SWITCHOVER, Some(&primary)));
-        }
-        rec.conditions
-            .push(condition(UPGRADE_FORMER_PRIMARY, Some(&primary)));
-        rec.conditions.push(condition(POST_UPGRADE, None));
-        rec.conditions.push(condition(POST_HEALTH_CHECK, None));
-        rec.phase = UpgradePhase::Upgrading;
-        rec.start_time = Some(at.clone());
-        rec.complete_time = None;
-        out.events.push(event(
-            false,
-            "ServerUpgradeStarted",
-            format!(
-                "server upgrade to {version} started: {}",
-                rec.conditions[2..]
-                    .iter()
-                    .map(|c| match &c.instance {
-                        Some(i) => format!("{} {i}", c.type_),
-                        None => c.type_.clone(),
-                    })
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        ));
-        out.reason = Some(format!("Server upgrade to {version} started"));
+        before_start(s, rec, newest.as_ref(), &target, &mut out);
         out.status = u;
         return out;
     }
-
     // A failed upgrade stays failed until spec.mysql.upgradeAt is set
     // after the failure.
-    if rec.phase == UpgradePhase::Failed {
-        let failed_at = since_ms(&rec.complete_time).unwrap_or(now);
-        let retry = s
-            .spec
-            .mysql
-            .upgrade_at
-            .as_deref()
-            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
-            .is_some_and(|t| t.as_millisecond() > failed_at && t.as_millisecond() <= now);
-        let failed = rec.conditions.iter().find(|c| c.status == "False").cloned();
-        if !retry {
-            let message = format!(
-                "the server upgrade to {version} failed at {}: {}; the rollout is stopped. Fix the cause, then set spec.mysql.upgradeAt to a time after {} to go on",
-                failed
-                    .as_ref()
-                    .map(|c| c.type_.as_str())
-                    .unwrap_or("a step"),
-                failed
-                    .as_ref()
-                    .map(|c| c.message.as_str())
-                    .unwrap_or_default(),
-                rec.complete_time.as_deref().unwrap_or_default()
-            );
-            out.hold = Some(message.clone());
-            out.degraded = Some(("ServerUpgradeFailed".into(), message.clone()));
-            out.reason = Some(message);
-            out.status = u;
-            return out;
-        }
-        for c in rec.conditions.iter_mut().filter(|c| c.status == "False") {
-            c.status = "Unknown".into();
-            c.start_time = Some(at.clone());
-            c.complete_time = None;
-            c.reason = "Retrying".into();
-        }
-        rec.phase = UpgradePhase::Upgrading;
-        rec.complete_time = None;
-        out.events.push(event(
-            false,
-            "ServerUpgradeRetrying",
-            format!(
-                "server upgrade to {version}: trying the failed step again (spec.mysql.upgradeAt)"
-            ),
-        ));
+    if rec.phase == UpgradePhase::Failed && stays_failed(s, rec, &mut out) {
+        out.status = u;
+        return out;
     }
-
     // 2. The steps, in order: the first not true is the one under way.
+    if step_under_way(s, rec, &mut out) {
+        out.status = u;
+        return out;
+    }
+    rec.phase = UpgradePhase::Upgraded;
+    rec.complete_time = Some(at);
+    let from = rec.from_version.clone().unwrap_or_default();
+    u.image = Some(target.clone());
+    u.server_version = Some(version.clone());
+    out.events.push(event(
+        false,
+        "ServerUpgradeCompleted",
+        format!("every instance runs {version} ({target}); upgraded from {from}"),
+    ));
+    out.status = u;
+    out
+}
+
+/// Before the upgrade starts: validate the target, then start it unless
+/// it is scheduled later, waits for an orchestration, the maintenance
+/// window or a healthy cluster (the force annotation skips the last).
+fn before_start(
+    s: &Snapshot,
+    rec: &mut UpgradeRecord,
+    newest: Option<&Version>,
+    target: &str,
+    out: &mut Advance,
+) {
+    let now = s.now_ms;
+    let at = timestamp(now);
+    let flavor = s.spec.mysql.flavor;
+    let before = rec.phase;
+    let version = rec.version.clone();
+    let d = &s.declared;
+    let verdict = match (Version::parse(&version), &newest) {
+        (None, _) => Err((
+            "UnknownVersion",
+            format!(
+                "the server version of {target} is not known: set spec.mysql.version to the version it holds, or use an image catalog (spec.mysql.imageCatalogRef)"
+            ),
+        )),
+        (Some(to), Some(from)) => check_path(flavor, from, &to).map_err(|e| {
+            let why = if to.compare(from).is_lt() { "DowngradeRefused" } else { "UnsupportedUpgrade" };
+            let m = &s.spec.mysql;
+            let field = if m.version.is_some() {
+                "spec.mysql.version"
+            } else if m.image.is_some() {
+                "spec.mysql.image"
+            } else {
+                "the flavour's default image"
+            };
+            (why, format!("{field} asks for {to}: {e}. Set it back to {from} or to a supported newer version"))
+        }),
+        (Some(_), None) => Ok(()),
+    };
+    let c = &mut rec.conditions[0];
+    match verdict {
+        Err((why, message)) => {
+            record(c, "False", why, &message, now);
+            rec.phase = UpgradePhase::Failed;
+            if rec.complete_time.is_none() {
+                rec.complete_time = Some(at.clone());
+            }
+            if before != UpgradePhase::Failed {
+                out.events.push(event(
+                    true,
+                    "ServerUpgradeRefused",
+                    format!("server upgrade to {version} refused; nothing was touched: {message}"),
+                ));
+            }
+            out.degraded = Some((why.into(), message.clone()));
+            out.reason = Some(format!("Server upgrade to {version} refused: {message}"));
+            return;
+        }
+        Ok(()) => {
+            let from = newest
+                .as_ref()
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "a new cluster".into());
+            record(
+                c,
+                "True",
+                "Validated",
+                &format!("{from} → {version} is supported"),
+                now,
+            );
+            rec.complete_time = None;
+        }
+    }
+    let wait = start_wait(s, &version, d.force_rollout);
+    let pre = &mut rec.conditions[1];
+    if let Some((why, message)) = wait {
+        let was = pre.reason.clone();
+        record(pre, "Unknown", why, &message, now);
+        rec.phase = UpgradePhase::Pending;
+        if was != why {
+            out.events
+                .push(event(false, "ServerUpgradePending", message.clone()));
+        }
+        out.reason = Some(format!("Server upgrade pending: {message}"));
+        return;
+    }
+    let message = if healthy(s).is_ok() {
+        "every instance is ready and caught up".to_string()
+    } else {
+        format!("{FORCE_ANNOTATION} is set: going on without the health gate")
+    };
+    record(
+        pre,
+        "True",
+        if healthy(s).is_ok() {
+            "Healthy"
+        } else {
+            "Forced"
+        },
+        &message,
+        now,
+    );
+    // Lay the steps out from the topology as it stands.
+    let primary = s.status.current_primary.clone().unwrap_or_default();
+    let mut replicas: Vec<_> = s
+        .instances
+        .iter()
+        .filter(|o| o.name != primary && in_service(s, &o.name))
+        .collect();
+    replicas.sort_by_key(|o| o.ordinal);
+    rec.conditions.truncate(2);
+    for r in replicas {
+        rec.conditions
+            .push(condition(UPGRADE_REPLICA, Some(&r.name)));
+    }
+    if s.spec.instances > 1 {
+        rec.conditions.push(condition(SWITCHOVER, Some(&primary)));
+    }
+    rec.conditions
+        .push(condition(UPGRADE_FORMER_PRIMARY, Some(&primary)));
+    rec.conditions.push(condition(POST_UPGRADE, None));
+    rec.conditions.push(condition(POST_HEALTH_CHECK, None));
+    rec.phase = UpgradePhase::Upgrading;
+    rec.start_time = Some(at.clone());
+    rec.complete_time = None;
+    out.events.push(event(
+        false,
+        "ServerUpgradeStarted",
+        format!(
+            "server upgrade to {version} started: {}",
+            rec.conditions[2..]
+                .iter()
+                .map(|c| match &c.instance {
+                    Some(i) => format!("{} {i}", c.type_),
+                    None => c.type_.clone(),
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    ));
+    out.reason = Some(format!("Server upgrade to {version} started"));
+}
+
+/// Why a validated upgrade may not start now: scheduled later
+/// (`spec.mysql.upgradeAt`), an orchestration under way, outside the
+/// maintenance window, or an unhealthy cluster (unless forced).
+fn start_wait(s: &Snapshot, version: &str, force: bool) -> Option<(&'static str, String)> {
+    let now = s.now_ms;
+    let scheduled = s
+        .spec
+        .mysql
+        .upgrade_at
+        .as_deref()
+        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+        .map(|t| t.as_millisecond())
+        .filter(|t| *t > now);
+    if let Some(t) = scheduled {
+        Some((
+            "Scheduled",
+            format!(
+                "the upgrade to {version} starts at {} (spec.mysql.upgradeAt)",
+                timestamp(t)
+            ),
+        ))
+    } else if let Some(o) = crate::upgrade::gates::orchestration_under_way(s) {
+        Some((
+            "OrchestratedUpgrade",
+            format!(
+                "the upgrade to {version} waits for the upgrade the Cluster's {} annotation asks ({}) to end",
+                crate::upgrade::annotations::UPGRADE_TO,
+                o.upgrade_to
+            ),
+        ))
+    } else if let Err(e) = crate::upgrade::window::check(s.spec.maintenance_window.as_ref(), now) {
+        Some((
+            "MaintenanceWindow",
+            format!("the upgrade to {version} waits: {e}"),
+        ))
+    } else {
+        match healthy(s) {
+            Ok(()) => None,
+            Err(_) if force => None,
+            Err(e) => Some((
+                "Unhealthy",
+                format!("the upgrade to {version} waits for a healthy cluster: {e}"),
+            )),
+        }
+    }
+}
+
+/// A failed upgrade: held (true) until `spec.mysql.upgradeAt` is set to a
+/// time after the failure, then the failed step is tried again.
+fn stays_failed(s: &Snapshot, rec: &mut UpgradeRecord, out: &mut Advance) -> bool {
+    let now = s.now_ms;
+    let at = timestamp(now);
+    let version = rec.version.clone();
+    let failed_at = since_ms(&rec.complete_time).unwrap_or(now);
+    let retry = s
+        .spec
+        .mysql
+        .upgrade_at
+        .as_deref()
+        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+        .is_some_and(|t| t.as_millisecond() > failed_at && t.as_millisecond() <= now);
+    let failed = rec.conditions.iter().find(|c| c.status == "False").cloned();
+    if !retry {
+        let message = format!(
+            "the server upgrade to {version} failed at {}: {}; the rollout is stopped. Fix the cause, then set spec.mysql.upgradeAt to a time after {} to go on",
+            failed
+                .as_ref()
+                .map(|c| c.type_.as_str())
+                .unwrap_or("a step"),
+            failed
+                .as_ref()
+                .map(|c| c.message.as_str())
+                .unwrap_or_default(),
+            rec.complete_time.as_deref().unwrap_or_default()
+        );
+        out.hold = Some(message.clone());
+        out.degraded = Some(("ServerUpgradeFailed".into(), message.clone()));
+        out.reason = Some(message);
+        return true;
+    }
+    for c in rec.conditions.iter_mut().filter(|c| c.status == "False") {
+        c.status = "Unknown".into();
+        c.start_time = Some(at.clone());
+        c.complete_time = None;
+        c.reason = "Retrying".into();
+    }
+    rec.phase = UpgradePhase::Upgrading;
+    rec.complete_time = None;
+    out.events.push(event(
+        false,
+        "ServerUpgradeRetrying",
+        format!("server upgrade to {version}: trying the failed step again (spec.mysql.upgradeAt)"),
+    ));
+    false
+}
+
+/// Probe the steps in order; true while one is under way (or failed),
+/// false once every step is done.
+fn step_under_way(s: &Snapshot, rec: &mut UpgradeRecord, out: &mut Advance) -> bool {
+    let now = s.now_ms;
+    let at = timestamp(now);
+    let version = rec.version.clone();
     for i in 2..rec.conditions.len() {
         if rec.conditions[i].status == "True" {
             continue;
@@ -467,8 +515,7 @@ pub fn advance(s: &Snapshot) -> Advance {
                     out.degraded = Some(("ServerUpgradeFailed".into(), message.clone()));
                     out.hold = Some(message.clone());
                     out.reason = Some(format!("Server upgrade to {version} failed: {message}"));
-                    out.status = u;
-                    return out;
+                    return true;
                 }
                 record(c, "Unknown", "InProgress", &message, now);
                 if c.type_ == POST_UPGRADE {
@@ -497,23 +544,11 @@ pub fn advance(s: &Snapshot) -> Advance {
                 out.reason = Some(format!(
                     "Upgrading the server to {version}: {step}: {message}"
                 ));
-                out.status = u;
-                return out;
+                return true;
             }
         }
     }
-    rec.phase = UpgradePhase::Upgraded;
-    rec.complete_time = Some(at);
-    let from = rec.from_version.clone().unwrap_or_default();
-    u.image = Some(target.clone());
-    u.server_version = Some(version.clone());
-    out.events.push(event(
-        false,
-        "ServerUpgradeCompleted",
-        format!("every instance runs {version} ({target}); upgraded from {from}"),
-    ));
-    out.status = u;
-    out
+    false
 }
 
 #[cfg(test)]
