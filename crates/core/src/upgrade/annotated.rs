@@ -286,6 +286,58 @@ fn reached(s: &Snapshot, name: &str, target: &Target, wanted: Option<&str>) -> O
     }
 }
 
+/// An instance no longer asked for anything: a server image its data has
+/// run on stays its pinned image (never taken back to an older one);
+/// anything else is dropped, an attempt not done said to be cancelled.
+fn not_asked(
+    s: &Snapshot,
+    name: &str,
+    rec: Option<&InstanceUpgrade>,
+    change: &mut impl FnMut(Option<InstanceUpgrade>, Option<Event>),
+) -> Option<InstanceUpgrade> {
+    match rec {
+        None => None,
+        // Asked no more: a server image the instance's data has
+        // run on stays its image (never taken back to an older
+        // one); anything else is dropped.
+        Some(r) if keeps_pin(s, name, r) => {
+            // Kept as the instance's image, no longer as asked
+            // (a Pod made again does not carry the annotation).
+            if !r.upgrade_to.is_empty() || status_of(r) != Some(Status::Done) {
+                let kept = InstanceUpgrade {
+                    upgrade_to: String::new(),
+                    status: Status::Done.as_str().into(),
+                    release: r.release.clone().or_else(|| r.version.clone()),
+                    attempt_started_at: None,
+                    message: String::new(),
+                    ..r.clone()
+                };
+                change(Some(kept.clone()), None);
+                return Some(kept);
+            }
+            Some(r.clone())
+        }
+        Some(r) => {
+            let cancelled = status_of(r) != Some(Status::Done);
+            change(
+                None,
+                cancelled.then(|| {
+                    Event::new(
+                        true,
+                        "InstanceUpgradeCancelled",
+                        Some(name),
+                        format!(
+                            "{UPGRADE_TO} was removed from {name}: its upgrade to {} is not retried",
+                            r.upgrade_to
+                        ),
+                    )
+                }),
+            );
+            None
+        }
+    }
+}
+
 /// The annotation pass over every instance whose annotations are known.
 /// `in_flight`: when the rollout last gave each instance a step.
 pub fn pass(s: &Snapshot, in_flight: &crate::upgrade::gates::InFlight) -> Pass {
@@ -309,49 +361,7 @@ pub fn pass(s: &Snapshot, in_flight: &crate::upgrade::gates::InFlight) -> Pass {
             .map(|v| v.trim())
             .filter(|v| !v.is_empty())
         {
-            None => 'decide: {
-                match rec {
-                    None => None,
-                    // Asked no more: a server image the instance's data has
-                    // run on stays its image (never taken back to an older
-                    // one); anything else is dropped.
-                    Some(r) if keeps_pin(s, name, r) => {
-                        // Kept as the instance's image, no longer as asked
-                        // (a Pod made again does not carry the annotation).
-                        if !r.upgrade_to.is_empty() || status_of(r) != Some(Status::Done) {
-                            let kept = InstanceUpgrade {
-                                upgrade_to: String::new(),
-                                status: Status::Done.as_str().into(),
-                                release: r.release.clone().or_else(|| r.version.clone()),
-                                attempt_started_at: None,
-                                message: String::new(),
-                                ..r.clone()
-                            };
-                            change(Some(kept.clone()), None);
-                            break 'decide Some(kept);
-                        }
-                        Some(r.clone())
-                    }
-                    Some(r) => {
-                        let cancelled = status_of(r) != Some(Status::Done);
-                        change(
-                        None,
-                        cancelled.then(|| {
-                            Event::new(
-                                true,
-                                "InstanceUpgradeCancelled",
-                                Some(name),
-                                format!(
-                                    "{UPGRADE_TO} was removed from {name}: its upgrade to {} is not retried",
-                                    r.upgrade_to
-                                ),
-                            )
-                        }),
-                    );
-                        None
-                    }
-                }
-            }
+            None => not_asked(s, name, rec, &mut change),
             Some(value) => 'decide: {
                 let same = rec.filter(|r| r.upgrade_to == value);
                 let recorded = same.map(|r| Recorded {
