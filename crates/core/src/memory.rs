@@ -53,6 +53,9 @@ pub struct Memory {
     pub primary_down_in_place: Option<(String, i64)>,
     /// Why a leaving primary could not hand over, reported once.
     pub last_handover_refusal: String,
+    /// The primary a failover was begun from (`status.failoverFrom`
+    /// written), and whether a status that lost it again was said.
+    pub failover_begun: Option<(String, bool)>,
 }
 
 impl Memory {

@@ -320,6 +320,7 @@ fn carry_out_decision(
             // Nothing can take over: the replicas take from the old primary
             // again, and it may come back in place.
             if s.status.failover_from.as_deref() == Some(primary) {
+                memory.failover_begun = None;
                 out.push(Action::Status {
                     change: StatusChange::AbandonFailover {
                         old: primary.to_string(),
@@ -333,6 +334,7 @@ fn carry_out_decision(
         }
         Decision::Promote { old, candidate } => {
             if s.status.failover_from.as_deref() != Some(old.as_str()) {
+                lost_failover_from(memory, &old, out);
                 out.extend(begin_failover(memory, &old));
                 return;
             }
@@ -348,6 +350,7 @@ fn carry_out_decision(
                 }
                 return;
             }
+            memory.failover_begun = None;
             out.push(Action::Status {
                 change: StatusChange::StartFailover {
                     old: old.clone(),
@@ -393,6 +396,26 @@ fn begin_failover(memory: &mut Memory, old: &str) -> Vec<Action> {
             )],
         },
     ]
+}
+
+/// A failover begun from `old` whose `status.failoverFrom` is gone again
+/// without a candidate chosen: the API server prunes the field (a Cluster
+/// CRD older than this operator), and no failover can finish. Said once.
+fn lost_failover_from(memory: &mut Memory, old: &str, out: &mut Vec<Action>) {
+    match &mut memory.failover_begun {
+        Some((from, said)) if from == old => {
+            if !*said {
+                *said = true;
+                out.push(Action::Event(Event::new(
+                    true,
+                    "FailoverStalled",
+                    Some(old),
+                    "status.failoverFrom was written but is gone again: the Cluster CRD installed is older than this operator and drops it, so no failover can finish. Apply the CRD of this operator version (deploy/operator.yaml)".into(),
+                )));
+            }
+        }
+        _ => memory.failover_begun = Some((old.to_string(), false)),
+    }
 }
 
 /// Whether every instance but `old` provably receives nothing more from
@@ -639,6 +662,25 @@ mod tests {
             crate::role::desired("db-2", &s.status),
             crate::role::Desired::Detached { .. }
         ));
+
+        // A status that lost the field again (an old CRD prunes it) is
+        // said once, and the failover is begun again.
+        let mut pruned = s.clone();
+        pruned.status.failover_from = None;
+        let again = observe(&pruned, &mut m);
+        assert!(
+            again
+                .iter()
+                .any(|a| matches!(a, Action::Event(e) if e.reason == "FailoverStalled")),
+            "{again:?}"
+        );
+        let again = observe(&pruned, &mut m);
+        assert!(
+            !again
+                .iter()
+                .any(|a| matches!(a, Action::Event(e) if e.reason == "FailoverStalled")),
+            "said once: {again:?}"
+        );
 
         // No candidate while a replica may still receive from db-1.
         let actions = observe(&s, &mut m);
