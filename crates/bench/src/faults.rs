@@ -464,8 +464,11 @@ impl Run {
     pub fn fault_done(&mut self, f: Fault, what: &str, primaries: (&str, &str), t0: Instant) {
         let healthy_at = Instant::now();
         let outage = outage(&self.rw.ack_times(), t0, healthy_at);
+        // Rows acknowledged before the fault, so that a missing row found
+        // at the end can be placed in the fault it belongs to.
+        let before = self.rw.ack_times().iter().filter(|t| **t < t0).count();
         eprintln!(
-            "{what}: primary {} → {}, write outage {:.2}s, healthy after {:.2}s",
+            "{what}: primary {} → {}, write outage {:.2}s, healthy after {:.2}s ({before} rows acknowledged before it)",
             primaries.0,
             primaries.1,
             outage.as_secs_f64(),

@@ -395,7 +395,14 @@ impl KubeCluster {
                         .await
                         .map_err(|e| format!("reading chk.w at {ip}: {e}"))?;
                     let have: std::collections::BTreeSet<u64> = ids.into_iter().collect();
-                    Ok::<_, String>(want.difference(&have).count())
+                    let gone: Vec<&u64> = want.difference(&have).collect();
+                    if !gone.is_empty() && Instant::now() > deadline {
+                        eprintln!(
+                            "{name} lacks acknowledged rows {:?}",
+                            &gone[..gone.len().min(10)]
+                        );
+                    }
+                    Ok::<_, String>(gone.len())
                 };
                 match attempt.await {
                     Ok(0) => break 0,

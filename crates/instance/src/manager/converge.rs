@@ -80,7 +80,12 @@ impl<C: ClusterState> Manager<C> {
             }
             d => d,
         };
-        if desired.releases_lease() {
+        // Only once the server is read-only (the steps below make it so
+        // first): switching semi-sync off on a server still writable lets
+        // the commits waiting for an acknowledgement complete, and their
+        // clients are told they committed with no replica holding them; and
+        // a lease released while writable lets another primary start.
+        if desired.releases_lease() && view.read_only {
             self.release_lease_if_held().await;
             if view.semi_sync.source_enabled {
                 // A former primary must not wait for acknowledgements of the
