@@ -9,6 +9,7 @@ pub mod cluster_state;
 pub mod control;
 pub mod definition;
 pub mod lifecycle;
+pub mod lookup;
 pub mod metrics;
 pub mod operations;
 pub mod platform;
@@ -24,5 +25,6 @@ pub mod supervisor;
 pub mod template;
 
 pub use lifecycle::*;
+pub use lookup::*;
 pub use operations::*;
 pub use status_report::*;

@@ -21,7 +21,7 @@ pub fn apply(
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", manifest.display()))?;
     let m = cnmysql_api::parse_manifest(&text)?;
     let name = m.cluster.metadata.name.clone().unwrap_or_default();
-    let dir = crate::lifecycle::existing_state_dir(state_dir, Some(&name))?;
+    let dir = crate::lookup::existing_state_dir(state_dir, Some(&name))?;
     let old_text = std::fs::read_to_string(dir.manifest())?;
     let old = cnmysql_api::parse_manifest(&old_text)?;
     let mut changed = crate::definition::check_change(&old.cluster, &m.cluster)
