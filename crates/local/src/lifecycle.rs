@@ -10,8 +10,8 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use crate::control::{ControlPlane, Reporter};
-use crate::process;
 use crate::lookup::resolve_state_dir;
+use crate::process;
 use crate::state::{self, StateDir, live_pid};
 
 /// Set in the environment of a detached control plane.
