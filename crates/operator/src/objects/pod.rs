@@ -197,10 +197,10 @@ fn pod_annotations(cluster: &Cluster, instance: &str) -> BTreeMap<String, String
     out
 }
 
-/// The Pod of `instance`, without the role labels (see [`role_labels`]).
-pub fn pod(cluster: &Cluster, instance: &str, env_: &Environment) -> Pod {
+/// The Pod's volumes: the manager's copy, the claim, run, TLS, the
+/// passwords, and the Secrets an object store names (with their mount).
+fn volumes(cluster: &Cluster, instance: &str) -> (Vec<Volume>, Option<VolumeMount>) {
     let name = cluster.name_any();
-    let image = instance_image(cluster, instance);
     let secrets = &cluster.spec.secrets;
     let app = secrets
         .app_secret
@@ -287,6 +287,14 @@ pub fn pod(cluster: &Cluster, instance: &str, env_: &Environment) -> Pod {
         });
         backup_mount = Some(mount("backup-secrets", BACKUP_SECRETS_MOUNT, true));
     }
+    (volumes, backup_mount)
+}
+
+/// The Pod of `instance`, without the role labels (see [`role_labels`]).
+pub fn pod(cluster: &Cluster, instance: &str, env_: &Environment) -> Pod {
+    let name = cluster.name_any();
+    let image = instance_image(cluster, instance);
+    let (volumes, backup_mount) = volumes(cluster, instance);
     let bootstrap = Container {
         name: "bootstrap-controller".into(),
         image: Some(env_.operator_image.clone()),
