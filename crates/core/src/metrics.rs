@@ -92,332 +92,405 @@ pub struct Labelled<'a> {
 /// cluster (or instance) told apart by the clusters' labels.
 pub fn encode_clusters(clusters: &[Labelled]) -> String {
     let mut r = Registry::with_prefix("cnmysql");
-    let up = gauge(
-        &mut r,
-        "instance_up",
-        "The instance manager answered the last poll",
-    );
-    let ready = gauge(
-        &mut r,
-        "instance_ready",
-        "The instance is ready to serve its role",
-    );
-    let primary = gauge(
-        &mut r,
-        "instance_primary",
-        "The instance runs as the primary",
-    );
-    let read_only = gauge(&mut r, "instance_read_only", "The server refuses writes");
-    let fenced = gauge(&mut r, "instance_fenced", "The instance is fenced");
-    let diverged = gauge(
-        &mut r,
-        "instance_diverged",
-        "The instance is kept out: its GTID history diverged",
-    );
-    let lag = gauge(
-        &mut r,
-        "instance_replication_lag_seconds",
-        "Seconds the replica's applier is behind its source",
-    );
-    let semi_waiting = gauge(
-        &mut r,
-        "instance_semi_sync_waiting",
-        "The primary waits for semi-sync acknowledgements (not fallen back)",
-    );
-    let semi_clients = gauge(
-        &mut r,
-        "instance_semi_sync_clients",
-        "Replicas connected to the primary as semi-sync acknowledgers",
-    );
-    let uptime = gauge(
-        &mut r,
-        "instance_mysqld_uptime_seconds",
-        "Seconds since the instance's mysqld started",
-    );
-    let current = gauge(
-        &mut r,
-        "instance_manager_current",
-        "The instance manager runs the operator's executable (0: an upgrade is due)",
-    );
-    let stale_n = gauge(
-        &mut r,
-        "cluster_stale_instances",
-        "Instances a rollout still has to bring up to date (older manager or outdated definition)",
-    );
-    let instances = gauge(
-        &mut r,
-        "cluster_instances",
-        "Instances the Cluster declares",
-    );
-    let ready_n = gauge(&mut r, "cluster_ready_instances", "Instances ready");
-    let failing = gauge(
-        &mut r,
-        "cluster_primary_failing",
-        "A failing primary is being timed for failover",
-    );
-    let changing = gauge(
-        &mut r,
-        "cluster_primary_changing",
-        "A switchover or failover is in progress",
-    );
-    let phase = gauge(
-        &mut r,
-        "cluster_phase",
-        "The cluster's phase (1 for the current one)",
-    );
-    let updated_n = gauge(
-        &mut r,
-        "cluster_updated_instances",
-        "Instances a rollout has brought up to date (manager, definition, server image)",
-    );
-    let last_step = gauge(
-        &mut r,
-        "cluster_rollout_last_step_timestamp_seconds",
-        "When a rollout last gave an instance a step (Unix seconds)",
-    );
-    let target_info = gauge(
-        &mut r,
-        "cluster_rollout_target_info",
-        "What rollouts bring instances to: the server image and version, the manager's hash",
-    );
-    let upgrade_phase = gauge(
-        &mut r,
-        "cluster_server_upgrade_phase",
-        "The phase of the latest server version upgrade (1 for the current one)",
-    );
-    let server_version = gauge(
-        &mut r,
-        "instance_server_version_info",
-        "The server version the instance runs",
-    );
-    let annotated = gauge(
-        &mut r,
-        "instance_annotated_upgrade_status",
-        "The instance's upgrade asked by cnmysql.io/upgrade-to: 1 for its status (in-progress, failed, done)",
-    );
-    let attempts = gauge(
-        &mut r,
-        "instance_annotated_upgrade_attempts",
-        "Attempts made at the instance's upgrade asked by cnmysql.io/upgrade-to",
-    );
-    let orchestrated = gauge(
-        &mut r,
-        "cluster_orchestrated_upgrade_status",
-        "The upgrade the Cluster's cnmysql.io/upgrade-to asks: 1 for its status (in-progress, failed, done)",
-    );
-    let archive_lag = gauge(
-        &mut r,
-        "instance_archive_lag_seconds",
-        "How far behind the clock the binlog archive is known to be complete",
-    );
-    let archive_failing = gauge(
-        &mut r,
-        "instance_archive_failing",
-        "1 while the primary's binlog archiving cannot store what it reads",
-    );
-    let archived_bytes = gauge(
-        &mut r,
-        "instance_archived_bytes",
-        "Binary log bytes the primary's current archiving run has stored",
-    );
-    let backup_ok = gauge(
-        &mut r,
-        "cluster_backup_last_success_timestamp_seconds",
-        "When the last successful base backup stopped (Unix seconds)",
-    );
-    let backup_failed = gauge(
-        &mut r,
-        "cluster_backup_last_failure_timestamp_seconds",
-        "When the last failed base backup stopped (Unix seconds)",
-    );
-    let backup_duration = gauge(
-        &mut r,
-        "cluster_backup_last_duration_seconds",
-        "How long the last successful base backup took",
-    );
-    let backup_bytes = gauge(
-        &mut r,
-        "cluster_backup_last_stored_bytes",
-        "Bytes the last successful base backup took in the store",
-    );
-    let counted = Family::<Labels, Counter>::default();
-    r.register(
-        "events",
-        "Events recorded since the cluster was created, by reason",
-        counted.clone(),
-    );
-
+    let f = Families::register(&mut r);
     for c in clusters {
+        instance_samples(&f, c);
         let s = c.snapshot;
-        let with = |k: &str, v: &str| {
-            let mut l = c.labels.clone();
-            l.extend(label(k, v));
-            l
-        };
-        for o in &s.instances {
-            let l = with("instance", &o.name);
-            up.get_or_create(&l).set(flag(o.reachable()));
-            ready.get_or_create(&l).set(flag(o.ready()));
-            fenced.get_or_create(&l).set(flag(s.is_fenced(&o.name)));
-            diverged.get_or_create(&l).set(flag(s.is_diverged(&o.name)));
-            if let Some(cur) = crate::upgrade::rollout::is_current(s, &o.name) {
-                current.get_or_create(&l).set(flag(cur));
-            }
-            let Some(st) = &o.status else { continue };
-            if !st.server_version.is_empty() {
-                let mut v = l.clone();
-                v.push(("version".into(), st.server_version.clone()));
-                server_version.get_or_create(&v).set(1.0);
-            }
-            if let Some(secs) = st.uptime_seconds {
-                uptime.get_or_create(&l).set(secs as f64);
-            }
-            if let Some(a) = &st.archive {
-                if let Some(secs) = a.lag_seconds {
-                    archive_lag.get_or_create(&l).set(secs);
-                }
-                archive_failing
-                    .get_or_create(&l)
-                    .set(flag(!a.error.is_empty()));
-                archived_bytes.get_or_create(&l).set(a.bytes as f64);
-            }
-            primary
-                .get_or_create(&l)
-                .set(flag(st.role == Role::Primary));
-            read_only.get_or_create(&l).set(flag(st.read_only));
-            if let Some(secs) = st.lag_seconds {
-                lag.get_or_create(&l).set(secs as f64);
-            }
-            if let Some(semi) = &st.semi_sync
-                && st.role == Role::Primary
-            {
-                semi_waiting.get_or_create(&l).set(flag(semi.source_active));
-                semi_clients.get_or_create(&l).set(f64::from(semi.clients));
-            }
-        }
-
         // Per cluster: named by the `cluster` label unless it is among the
         // labels already.
         let cluster = if c.labels.iter().any(|(k, _)| k == "cluster") {
             c.labels.clone()
         } else {
-            with("cluster", &s.cluster)
-        };
-        instances
-            .get_or_create(&cluster)
-            .set(f64::from(s.spec.instances));
-        stale_n.get_or_create(&cluster).set(
-            s.instances
-                .iter()
-                .filter(|o| crate::upgrade::rollout::is_stale(s, &o.name))
-                .count() as f64,
-        );
-        ready_n
-            .get_or_create(&cluster)
-            .set(s.instances.iter().filter(|o| o.ready()).count() as f64);
-        updated_n.get_or_create(&cluster).set(
-            s.instances
-                .iter()
-                .filter(|o| !crate::upgrade::rollout::is_stale(s, &o.name))
-                .count() as f64,
-        );
-        if let Some(t) = s
-            .status
-            .last_rollout_step_time
-            .as_deref()
-            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
-        {
-            last_step
-                .get_or_create(&cluster)
-                .set(t.as_millisecond() as f64 / 1000.0);
-        }
-        let mut t = cluster.clone();
-        t.push((
-            "image".into(),
-            s.declared
-                .image
-                .clone()
-                .or_else(|| s.status.image.clone())
-                .unwrap_or_default(),
-        ));
-        t.push((
-            "version".into(),
-            s.declared.version.clone().unwrap_or_default(),
-        ));
-        t.push((
-            "manager".into(),
-            s.status
-                .operator_executable_hash
-                .clone()
-                .unwrap_or_default(),
-        ));
-        target_info.get_or_create(&t).set(1.0);
-        for (name, rec) in &s.status.instance_upgrades {
-            let mut l = with("instance", name);
-            attempts.get_or_create(&l).set(rec.attempts as f64);
-            l.push(("status".into(), rec.status.clone()));
-            l.push(("upgrade_to".into(), rec.upgrade_to.clone()));
-            annotated.get_or_create(&l).set(1.0);
-        }
-        if let Some(o) = &s.status.orchestrated_upgrade {
-            let mut l = cluster.clone();
-            l.push(("status".into(), o.status.clone()));
-            l.push(("upgrade_to".into(), o.upgrade_to.clone()));
-            orchestrated.get_or_create(&l).set(1.0);
-        }
-        if let Some(b) = &s.status.backup {
-            let secs = |t: &str| {
-                t.parse::<k8s_openapi::jiff::Timestamp>()
-                    .ok()
-                    .map(|t| t.as_millisecond() as f64 / 1000.0)
-            };
-            if let Some(ok) = &b.last_successful_backup {
-                if let Some(t) = secs(&ok.stopped_at) {
-                    backup_ok.get_or_create(&cluster).set(t);
-                    if let Some(began) = secs(&ok.started_at) {
-                        backup_duration.get_or_create(&cluster).set(t - began);
-                    }
-                }
-                backup_bytes
-                    .get_or_create(&cluster)
-                    .set(ok.stored_bytes as f64);
-            }
-            if let Some(t) = b
-                .last_failed_backup
-                .as_ref()
-                .and_then(|f| secs(&f.stopped_at))
-            {
-                backup_failed.get_or_create(&cluster).set(t);
-            }
-        }
-        if let Some(rec) = s.status.upgrade_history.last() {
-            let mut l = cluster.clone();
-            l.push(("version".into(), rec.version.clone()));
-            l.push(("phase".into(), rec.phase.as_str().into()));
-            upgrade_phase.get_or_create(&l).set(1.0);
-        }
-        failing
-            .get_or_create(&cluster)
-            .set(flag(s.status.primary_failing_since.is_some()));
-        changing
-            .get_or_create(&cluster)
-            .set(flag(s.status.target_primary != s.status.current_primary));
-        if let Some(p) = s.status.phase {
-            let mut l = cluster.clone();
-            l.push(("phase".into(), p.as_str().into()));
-            phase.get_or_create(&l).set(1.0);
-        }
-        for ((reason, kind), n) in c.events {
             let mut l = c.labels.clone();
-            l.push(("reason".to_string(), reason.clone()));
-            l.push(("type".to_string(), kind.clone()));
-            counted.get_or_create(&l).inc_by(*n);
-        }
+            l.extend(label("cluster", &s.cluster));
+            l
+        };
+        cluster_samples(&f, c, &cluster);
+        upgrade_samples(&f, c, &cluster);
+        backup_samples(&f, s, &cluster);
     }
-
     let mut out = String::new();
     encode(&mut out, &r).expect("writing to a String cannot fail");
     out
+}
+
+/// Each instance's series.
+fn instance_samples(f: &Families, c: &Labelled) {
+    let s = c.snapshot;
+    let with = |k: &str, v: &str| {
+        let mut l = c.labels.clone();
+        l.extend(label(k, v));
+        l
+    };
+    for o in &s.instances {
+        let l = with("instance", &o.name);
+        f.up.get_or_create(&l).set(flag(o.reachable()));
+        f.ready.get_or_create(&l).set(flag(o.ready()));
+        f.fenced.get_or_create(&l).set(flag(s.is_fenced(&o.name)));
+        f.diverged
+            .get_or_create(&l)
+            .set(flag(s.is_diverged(&o.name)));
+        if let Some(cur) = crate::upgrade::rollout::is_current(s, &o.name) {
+            f.current.get_or_create(&l).set(flag(cur));
+        }
+        let Some(st) = &o.status else { continue };
+        if !st.server_version.is_empty() {
+            let mut v = l.clone();
+            v.push(("version".into(), st.server_version.clone()));
+            f.server_version.get_or_create(&v).set(1.0);
+        }
+        if let Some(secs) = st.uptime_seconds {
+            f.uptime.get_or_create(&l).set(secs as f64);
+        }
+        if let Some(a) = &st.archive {
+            if let Some(secs) = a.lag_seconds {
+                f.archive_lag.get_or_create(&l).set(secs);
+            }
+            f.archive_failing
+                .get_or_create(&l)
+                .set(flag(!a.error.is_empty()));
+            f.archived_bytes.get_or_create(&l).set(a.bytes as f64);
+        }
+        f.primary
+            .get_or_create(&l)
+            .set(flag(st.role == Role::Primary));
+        f.read_only.get_or_create(&l).set(flag(st.read_only));
+        if let Some(secs) = st.lag_seconds {
+            f.lag.get_or_create(&l).set(secs as f64);
+        }
+        if let Some(semi) = &st.semi_sync
+            && st.role == Role::Primary
+        {
+            f.semi_waiting
+                .get_or_create(&l)
+                .set(flag(semi.source_active));
+            f.semi_clients
+                .get_or_create(&l)
+                .set(f64::from(semi.clients));
+        }
+    }
+}
+
+/// The cluster's series: instances, readiness, rollout, primary changes,
+/// phase, events.
+fn cluster_samples(f: &Families, c: &Labelled, cluster: &Labels) {
+    let s = c.snapshot;
+    f.instances
+        .get_or_create(cluster)
+        .set(f64::from(s.spec.instances));
+    f.stale_n.get_or_create(cluster).set(
+        s.instances
+            .iter()
+            .filter(|o| crate::upgrade::rollout::is_stale(s, &o.name))
+            .count() as f64,
+    );
+    f.ready_n
+        .get_or_create(cluster)
+        .set(s.instances.iter().filter(|o| o.ready()).count() as f64);
+    f.updated_n.get_or_create(cluster).set(
+        s.instances
+            .iter()
+            .filter(|o| !crate::upgrade::rollout::is_stale(s, &o.name))
+            .count() as f64,
+    );
+    if let Some(t) = s
+        .status
+        .last_rollout_step_time
+        .as_deref()
+        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+    {
+        f.last_step
+            .get_or_create(cluster)
+            .set(t.as_millisecond() as f64 / 1000.0);
+    }
+    let mut t = cluster.clone();
+    t.push((
+        "image".into(),
+        s.declared
+            .image
+            .clone()
+            .or_else(|| s.status.image.clone())
+            .unwrap_or_default(),
+    ));
+    t.push((
+        "version".into(),
+        s.declared.version.clone().unwrap_or_default(),
+    ));
+    t.push((
+        "manager".into(),
+        s.status
+            .operator_executable_hash
+            .clone()
+            .unwrap_or_default(),
+    ));
+    f.target_info.get_or_create(&t).set(1.0);
+    f.failing
+        .get_or_create(cluster)
+        .set(flag(s.status.primary_failing_since.is_some()));
+    f.changing
+        .get_or_create(cluster)
+        .set(flag(s.status.target_primary != s.status.current_primary));
+    if let Some(p) = s.status.phase {
+        let mut l = cluster.clone();
+        l.push(("phase".into(), p.as_str().into()));
+        f.phase.get_or_create(&l).set(1.0);
+    }
+    for ((reason, kind), n) in c.events {
+        let mut l = c.labels.clone();
+        l.push(("reason".to_string(), reason.clone()));
+        l.push(("type".to_string(), kind.clone()));
+        f.counted.get_or_create(&l).inc_by(*n);
+    }
+}
+
+/// Annotated, orchestrated and server upgrades.
+fn upgrade_samples(f: &Families, c: &Labelled, cluster: &Labels) {
+    let s = c.snapshot;
+    let with = |k: &str, v: &str| {
+        let mut l = c.labels.clone();
+        l.extend(label(k, v));
+        l
+    };
+    for (name, rec) in &s.status.instance_upgrades {
+        let mut l = with("instance", name);
+        f.attempts.get_or_create(&l).set(rec.attempts as f64);
+        l.push(("status".into(), rec.status.clone()));
+        l.push(("upgrade_to".into(), rec.upgrade_to.clone()));
+        f.annotated.get_or_create(&l).set(1.0);
+    }
+    if let Some(o) = &s.status.orchestrated_upgrade {
+        let mut l = cluster.clone();
+        l.push(("status".into(), o.status.clone()));
+        l.push(("upgrade_to".into(), o.upgrade_to.clone()));
+        f.orchestrated.get_or_create(&l).set(1.0);
+    }
+    if let Some(rec) = s.status.upgrade_history.last() {
+        let mut l = cluster.clone();
+        l.push(("version".into(), rec.version.clone()));
+        l.push(("phase".into(), rec.phase.as_str().into()));
+        f.upgrade_phase.get_or_create(&l).set(1.0);
+    }
+}
+
+/// The last base backups.
+fn backup_samples(f: &Families, s: &Snapshot, cluster: &Labels) {
+    if let Some(b) = &s.status.backup {
+        let secs = |t: &str| {
+            t.parse::<k8s_openapi::jiff::Timestamp>()
+                .ok()
+                .map(|t| t.as_millisecond() as f64 / 1000.0)
+        };
+        if let Some(ok) = &b.last_successful_backup {
+            if let Some(t) = secs(&ok.stopped_at) {
+                f.backup_ok.get_or_create(cluster).set(t);
+                if let Some(began) = secs(&ok.started_at) {
+                    f.backup_duration.get_or_create(cluster).set(t - began);
+                }
+            }
+            f.backup_bytes
+                .get_or_create(cluster)
+                .set(ok.stored_bytes as f64);
+        }
+        if let Some(t) = b
+            .last_failed_backup
+            .as_ref()
+            .and_then(|f| secs(&f.stopped_at))
+        {
+            f.backup_failed.get_or_create(cluster).set(t);
+        }
+    }
+}
+
+/// Every series of the page, registered once.
+struct Families {
+    up: Values,
+    ready: Values,
+    primary: Values,
+    read_only: Values,
+    fenced: Values,
+    diverged: Values,
+    lag: Values,
+    semi_waiting: Values,
+    semi_clients: Values,
+    uptime: Values,
+    current: Values,
+    stale_n: Values,
+    instances: Values,
+    ready_n: Values,
+    failing: Values,
+    changing: Values,
+    phase: Values,
+    updated_n: Values,
+    last_step: Values,
+    target_info: Values,
+    upgrade_phase: Values,
+    server_version: Values,
+    annotated: Values,
+    attempts: Values,
+    orchestrated: Values,
+    archive_lag: Values,
+    archive_failing: Values,
+    archived_bytes: Values,
+    backup_ok: Values,
+    backup_failed: Values,
+    backup_duration: Values,
+    backup_bytes: Values,
+    counted: Family<Labels, Counter>,
+}
+
+impl Families {
+    /// In the page's order: the gauges, then the events counter.
+    fn register(r: &mut Registry) -> Families {
+        let f = Families {
+            up: gauge(
+                r,
+                "instance_up",
+                "The instance manager answered the last poll",
+            ),
+            ready: gauge(
+                r,
+                "instance_ready",
+                "The instance is ready to serve its role",
+            ),
+            primary: gauge(r, "instance_primary", "The instance runs as the primary"),
+            read_only: gauge(r, "instance_read_only", "The server refuses writes"),
+            fenced: gauge(r, "instance_fenced", "The instance is fenced"),
+            diverged: gauge(
+                r,
+                "instance_diverged",
+                "The instance is kept out: its GTID history diverged",
+            ),
+            lag: gauge(
+                r,
+                "instance_replication_lag_seconds",
+                "Seconds the replica's applier is behind its source",
+            ),
+            semi_waiting: gauge(
+                r,
+                "instance_semi_sync_waiting",
+                "The primary waits for semi-sync acknowledgements (not fallen back)",
+            ),
+            semi_clients: gauge(
+                r,
+                "instance_semi_sync_clients",
+                "Replicas connected to the primary as semi-sync acknowledgers",
+            ),
+            uptime: gauge(
+                r,
+                "instance_mysqld_uptime_seconds",
+                "Seconds since the instance's mysqld started",
+            ),
+            current: gauge(
+                r,
+                "instance_manager_current",
+                "The instance manager runs the operator's executable (0: an upgrade is due)",
+            ),
+            stale_n: gauge(
+                r,
+                "cluster_stale_instances",
+                "Instances a rollout still has to bring up to date (older manager or outdated definition)",
+            ),
+            instances: gauge(r, "cluster_instances", "Instances the Cluster declares"),
+            ready_n: gauge(r, "cluster_ready_instances", "Instances ready"),
+            failing: gauge(
+                r,
+                "cluster_primary_failing",
+                "A failing primary is being timed for failover",
+            ),
+            changing: gauge(
+                r,
+                "cluster_primary_changing",
+                "A switchover or failover is in progress",
+            ),
+            phase: gauge(
+                r,
+                "cluster_phase",
+                "The cluster's phase (1 for the current one)",
+            ),
+            updated_n: gauge(
+                r,
+                "cluster_updated_instances",
+                "Instances a rollout has brought up to date (manager, definition, server image)",
+            ),
+            last_step: gauge(
+                r,
+                "cluster_rollout_last_step_timestamp_seconds",
+                "When a rollout last gave an instance a step (Unix seconds)",
+            ),
+            target_info: gauge(
+                r,
+                "cluster_rollout_target_info",
+                "What rollouts bring instances to: the server image and version, the manager's hash",
+            ),
+            upgrade_phase: gauge(
+                r,
+                "cluster_server_upgrade_phase",
+                "The phase of the latest server version upgrade (1 for the current one)",
+            ),
+            server_version: gauge(
+                r,
+                "instance_server_version_info",
+                "The server version the instance runs",
+            ),
+            annotated: gauge(
+                r,
+                "instance_annotated_upgrade_status",
+                "The instance's upgrade asked by cnmysql.io/upgrade-to: 1 for its status (in-progress, failed, done)",
+            ),
+            attempts: gauge(
+                r,
+                "instance_annotated_upgrade_attempts",
+                "Attempts made at the instance's upgrade asked by cnmysql.io/upgrade-to",
+            ),
+            orchestrated: gauge(
+                r,
+                "cluster_orchestrated_upgrade_status",
+                "The upgrade the Cluster's cnmysql.io/upgrade-to asks: 1 for its status (in-progress, failed, done)",
+            ),
+            archive_lag: gauge(
+                r,
+                "instance_archive_lag_seconds",
+                "How far behind the clock the binlog archive is known to be complete",
+            ),
+            archive_failing: gauge(
+                r,
+                "instance_archive_failing",
+                "1 while the primary's binlog archiving cannot store what it reads",
+            ),
+            archived_bytes: gauge(
+                r,
+                "instance_archived_bytes",
+                "Binary log bytes the primary's current archiving run has stored",
+            ),
+            backup_ok: gauge(
+                r,
+                "cluster_backup_last_success_timestamp_seconds",
+                "When the last successful base backup stopped (Unix seconds)",
+            ),
+            backup_failed: gauge(
+                r,
+                "cluster_backup_last_failure_timestamp_seconds",
+                "When the last failed base backup stopped (Unix seconds)",
+            ),
+            backup_duration: gauge(
+                r,
+                "cluster_backup_last_duration_seconds",
+                "How long the last successful base backup took",
+            ),
+            backup_bytes: gauge(
+                r,
+                "cluster_backup_last_stored_bytes",
+                "Bytes the last successful base backup took in the store",
+            ),
+            counted: Family::<Labels, Counter>::default(),
+        };
+        r.register(
+            "events",
+            "Events recorded since the cluster was created, by reason",
+            f.counted.clone(),
+        );
+        f
+    }
 }
 
 #[cfg(test)]
