@@ -303,6 +303,10 @@ impl<C: ClusterState> Manager<C> {
             && let Some(pool) = self.pool()
             && let Ok(Ok(mut conn)) =
                 tokio::time::timeout(Duration::from_secs(1), pool.get_conn()).await
+            // An error above was taken for read-only: check, since a
+            // writable server's waiting commits would complete (and be
+            // acknowledged) once its semi-sync source side is off.
+            && let Ok(Some(1u8)) = conn.query_first::<u8, _>("SELECT @@global.read_only").await
         {
             // The source side is switched off so the server can shut down
             // without replicas.
