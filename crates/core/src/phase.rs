@@ -115,60 +115,7 @@ pub fn summarize(s: &Snapshot) -> Summary {
         };
         (Phase::Degraded, why)
     } else if ready < want {
-        let not_ready: Vec<(&str, Option<InstancePhase>)> = s
-            .instances
-            .iter()
-            .filter(|i| !i.ready() && !s.is_fenced(&i.name))
-            .map(|i| (i.name.as_str(), i.status.as_ref().map(|st| st.phase)))
-            .collect();
-        let names = |f: &dyn Fn(Option<InstancePhase>) -> bool| {
-            not_ready
-                .iter()
-                .filter(|(_, p)| f(*p))
-                .map(|(n, _)| *n)
-                .collect::<Vec<_>>()
-        };
-        // Only an instance still without data is a replica being created;
-        // one that has data is starting or rejoining (after a switchover,
-        // a restart, a resume).
-        let new = names(&|p| matches!(p, Some(InstancePhase::Initializing)));
-        if !new.is_empty() {
-            (
-                Phase::CreatingReplica,
-                format!("waiting for {}", new.join(", ")),
-            )
-        } else {
-            let mut parts = Vec::new();
-            let starting =
-                names(&|p| matches!(p, Some(InstancePhase::Starting | InstancePhase::Restarting)));
-            let rejoining = names(&|p| matches!(p, Some(InstancePhase::Running)));
-            let away = names(&|p| {
-                !matches!(
-                    p,
-                    Some(
-                        InstancePhase::Starting
-                            | InstancePhase::Restarting
-                            | InstancePhase::Running
-                    )
-                )
-            });
-            if !starting.is_empty() {
-                parts.push(format!("{} starting", starting.join(", ")));
-            }
-            if !rejoining.is_empty() {
-                parts.push(format!(
-                    "{} catching up with the primary",
-                    rejoining.join(", ")
-                ));
-            }
-            if !away.is_empty() {
-                parts.push(format!("{} not ready", away.join(", ")));
-            }
-            (
-                Phase::Degraded,
-                format!("{ready} of {want} instances ready: {}", parts.join("; ")),
-            )
-        }
+        not_all_ready(s, ready, want)
     } else {
         let fenced_note = if fenced.is_empty() {
             String::new()
@@ -180,12 +127,97 @@ pub fn summarize(s: &Snapshot) -> Summary {
             format!("{ready} of {declared} instances ready{fenced_note}"),
         )
     };
+    let mut conditions = conditions(
+        s,
+        (ready, want),
+        primary_ready,
+        phase,
+        &reason,
+        &unreachable,
+        &cloning,
+    );
+    if let Some((on, why, msg)) = crate::archiving::condition(s) {
+        conditions.push((crate::archiving::CONDITION, on, why, msg));
+    }
+    Summary {
+        phase,
+        reason,
+        ready_instances: ready as i32,
+        conditions,
+    }
+}
+
+/// Why fewer instances than wanted are ready: replicas being created, or
+/// instances starting, catching up or away.
+fn not_all_ready(s: &Snapshot, ready: usize, want: usize) -> (Phase, String) {
+    let not_ready: Vec<(&str, Option<InstancePhase>)> = s
+        .instances
+        .iter()
+        .filter(|i| !i.ready() && !s.is_fenced(&i.name))
+        .map(|i| (i.name.as_str(), i.status.as_ref().map(|st| st.phase)))
+        .collect();
+    let names = |f: &dyn Fn(Option<InstancePhase>) -> bool| {
+        not_ready
+            .iter()
+            .filter(|(_, p)| f(*p))
+            .map(|(n, _)| *n)
+            .collect::<Vec<_>>()
+    };
+    // Only an instance still without data is a replica being created;
+    // one that has data is starting or rejoining (after a switchover,
+    // a restart, a resume).
+    let new = names(&|p| matches!(p, Some(InstancePhase::Initializing)));
+    if !new.is_empty() {
+        (
+            Phase::CreatingReplica,
+            format!("waiting for {}", new.join(", ")),
+        )
+    } else {
+        let mut parts = Vec::new();
+        let starting =
+            names(&|p| matches!(p, Some(InstancePhase::Starting | InstancePhase::Restarting)));
+        let rejoining = names(&|p| matches!(p, Some(InstancePhase::Running)));
+        let away = names(&|p| {
+            !matches!(
+                p,
+                Some(InstancePhase::Starting | InstancePhase::Restarting | InstancePhase::Running)
+            )
+        });
+        if !starting.is_empty() {
+            parts.push(format!("{} starting", starting.join(", ")));
+        }
+        if !rejoining.is_empty() {
+            parts.push(format!(
+                "{} catching up with the primary",
+                rejoining.join(", ")
+            ));
+        }
+        if !away.is_empty() {
+            parts.push(format!("{} not ready", away.join(", ")));
+        }
+        (
+            Phase::Degraded,
+            format!("{ready} of {want} instances ready: {}", parts.join("; ")),
+        )
+    }
+}
+
+/// The Ready, Progressing and Degraded conditions.
+fn conditions(
+    s: &Snapshot,
+    (ready, want): (usize, usize),
+    primary_ready: bool,
+    phase: Phase,
+    reason: &str,
+    unreachable: &[&str],
+    cloning: &[&str],
+) -> Vec<(&'static str, bool, String, String)> {
     let all_ready = ready >= want && primary_ready;
     let degraded = !s.status.diverged_instances.is_empty()
         || (!unreachable.is_empty()
             && s.status.current_primary_timestamp.is_some()
             && cloning.is_empty());
-    let mut conditions = vec![
+    vec![
         (
             "Ready",
             all_ready,
@@ -208,7 +240,7 @@ pub fn summarize(s: &Snapshot) -> Summary {
                     | Phase::Upgrading
             ),
             phase_reason_word(phase).to_string(),
-            reason.clone(),
+            reason.to_string(),
         ),
         (
             "Degraded",
@@ -225,16 +257,7 @@ pub fn summarize(s: &Snapshot) -> Summary {
                 format!("unreachable: {}", unreachable.join(", "))
             },
         ),
-    ];
-    if let Some((on, why, msg)) = crate::archiving::condition(s) {
-        conditions.push((crate::archiving::CONDITION, on, why, msg));
-    }
-    Summary {
-        phase,
-        reason,
-        ready_instances: ready as i32,
-        conditions,
-    }
+    ]
 }
 
 fn phase_reason_word(p: Phase) -> &'static str {
