@@ -142,13 +142,16 @@ impl View {
 
     /// The table; colours only when `color`.
     pub fn render(&self, color: bool) -> String {
-        let paint = |code: &str, s: &str| {
-            if color {
-                format!("\x1b[{code}m{s}\x1b[0m")
-            } else {
-                s.to_string()
-            }
-        };
+        let mut out = self.summary(color);
+        out.push_str(&self.instance_table(color));
+        out.push_str(&self.upgrades());
+        out.push_str(&self.conditions());
+        out
+    }
+
+    /// The cluster's lines: primary, phase, image, backups, what else the
+    /// platform adds.
+    fn summary(&self, color: bool) -> String {
         let st = &self.status;
         let mut out = String::new();
         out.push_str(&format!("Cluster:   {}  ({})\n", self.cluster, self.place));
@@ -162,6 +165,7 @@ impl View {
         ));
         if let Some(e) = &self.status_error {
             out.push_str(&paint(
+                color,
                 "31",
                 &format!("Status:    cannot be read ({e}); no topology changes until it can"),
             ));
@@ -210,6 +214,7 @@ impl View {
                     )
                 } else {
                     paint(
+                        color,
                         "31",
                         &format!("Archive:   failing since {}: {}", a.failing_since, a.error),
                     )
@@ -237,13 +242,25 @@ impl View {
             }
         }
         if let Some(since) = &st.primary_failing_since {
-            out.push_str(&paint("31", &format!("Primary failing since {since}")));
+            out.push_str(&paint(
+                color,
+                "31",
+                &format!("Primary failing since {since}"),
+            ));
             out.push('\n');
         }
         for (k, v) in &self.extra {
             out.push_str(&format!("{:<11}{v}\n", format!("{k}:")));
         }
         out.push('\n');
+        out
+    }
+
+    /// One row per instance, ready and not painted green and red on a
+    /// terminal.
+    fn instance_table(&self, color: bool) -> String {
+        let st = &self.status;
+        let mut out = String::new();
         let header = [
             "INSTANCE",
             "ROLE",
@@ -319,18 +336,25 @@ impl View {
                 .trim_end()
                 .to_string()
         };
-        out.push_str(&paint("1", &line(&header)));
+        out.push_str(&paint(color, "1", &line(&header)));
         out.push('\n');
         for row in &rows {
             let l = line(row);
             let l = match row[2].as_str() {
-                "yes" => paint("32", &l),
-                "no" => paint("31", &l),
+                "yes" => paint(color, "32", &l),
+                "no" => paint(color, "31", &l),
                 _ => l,
             };
             out.push_str(&l);
             out.push('\n');
         }
+        out
+    }
+
+    /// Server upgrades, and upgrades asked by annotation.
+    fn upgrades(&self) -> String {
+        let st = &self.status;
+        let mut out = String::new();
         if !st.upgrade_history.is_empty() {
             out.push_str("\nSERVER UPGRADES\n");
             for r in &st.upgrade_history {
@@ -403,6 +427,12 @@ impl View {
                 out.push('\n');
             }
         }
+        out
+    }
+
+    fn conditions(&self) -> String {
+        let st = &self.status;
+        let mut out = String::new();
         if !st.conditions.is_empty() {
             out.push_str("\nCONDITIONS\n");
             for c in &st.conditions {
@@ -439,6 +469,15 @@ pub(crate) fn semi_sync_cell(s: &InstanceStatus) -> String {
         Role::Replica if semi.replica_active => "acks".into(),
         Role::Replica if semi.replica_enabled => "enabled".into(),
         _ => "off".into(),
+    }
+}
+
+/// `s` in the terminal colour `code` when `color`.
+fn paint(color: bool, code: &str, s: &str) -> String {
+    if color {
+        format!("\x1b[{code}m{s}\x1b[0m")
+    } else {
+        s.to_string()
     }
 }
 
