@@ -281,6 +281,23 @@ impl<C: ClusterState> Manager<C> {
             self.set_phase(InstancePhase::Failed, e.to_string());
         }
         self.set_phase(InstancePhase::ShuttingDown, "");
+        self.fence_before_stop().await;
+        self.release_lease_if_held().await;
+        self.supervisor.shutdown().await;
+        logs.drain().await;
+        let pool = self.pool.lock().unwrap().take();
+        if let Some(p) = pool {
+            let _ = tokio::time::timeout(Duration::from_secs(1), p.disconnect()).await;
+        }
+        self.shutdown.send_replace(true);
+        let _ = api_task.await;
+        tracing::info!("instance manager stopped");
+        result
+    }
+
+    /// Before stopping: read-only first (killed if commits hold it up),
+    /// then the semi-sync source side off on a server seen read-only.
+    async fn fence_before_stop(&self) {
         // Stop accepting writes before anything else, and before giving the
         // lease up: a deposed primary woken from a freeze gets its Pod's
         // SIGTERM first, and a grace period is no fence (DESIGN §4). A
@@ -318,17 +335,6 @@ impl<C: ClusterState> Manager<C> {
             };
             let _ = sql::exec_all(&mut conn, &sql::semi_sync_source(f, &off)).await;
         }
-        self.release_lease_if_held().await;
-        self.supervisor.shutdown().await;
-        logs.drain().await;
-        let pool = self.pool.lock().unwrap().take();
-        if let Some(p) = pool {
-            let _ = tokio::time::timeout(Duration::from_secs(1), p.disconnect()).await;
-        }
-        self.shutdown.send_replace(true);
-        let _ = api_task.await;
-        tracing::info!("instance manager stopped");
-        result
     }
 
     async fn sleep_or_stop(&self, d: Duration) -> bool {
