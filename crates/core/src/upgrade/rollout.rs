@@ -214,52 +214,10 @@ pub fn is_stale(s: &Snapshot, name: &str) -> bool {
 /// `consent`: under the supervised strategy, a human switched the primary
 /// over while this rollout waited: it goes on to the end.
 pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
-    let out_of_service = |n: &str| s.is_fenced(n) || s.is_diverged(n);
-    let mut members: Vec<_> = s
-        .instances
-        .iter()
-        .filter(|o| !out_of_service(&o.name))
-        .collect();
-    members.sort_by_key(|o| o.ordinal);
-    let stale: Vec<String> = members
-        .iter()
-        .filter(|o| is_stale(s, &o.name))
-        .map(|o| o.name.clone())
-        .collect();
-    if stale.is_empty() {
-        return Next::Current;
-    }
-    // Only the movable move; a down instance no annotation holds is
-    // repaired whatever the strategy.
-    let repair = |n: &str| {
-        outdated(s, n).is_some()
-            && crate::upgrade::annotated::record(s, n).is_none()
-            && !s.get(n).is_some_and(|o| o.ready())
+    let stale = match stale_to_move(s) {
+        Ok(stale) => stale,
+        Err(next) => return next,
     };
-    let all_stale = stale.clone();
-    let stale: Vec<String> = stale
-        .into_iter()
-        .filter(|n| movable(s, n) || repair(n))
-        .collect();
-    if stale.is_empty() {
-        let why = if s.spec.instance_update_strategy == cnmysql_api::InstanceUpdateStrategy::Manual
-        {
-            "instanceUpdateStrategy is manual"
-        } else if crate::upgrade::gates::orchestration_under_way(s).is_some() {
-            "the Cluster's orchestrated upgrade runs"
-        } else {
-            "their upgrade annotations hold them"
-        };
-        return Next::Held {
-            reason: format!(
-                "{} out of date ({}); {why}: each moves when {} asks",
-                all_stale.len(),
-                all_stale.join(", "),
-                crate::upgrade::annotations::UPGRADE_TO
-            ),
-            stale: all_stale,
-        };
-    }
     let title = if stale.iter().any(|n| outdated(s, n).is_some()) {
         "Updating instances"
     } else {
@@ -284,16 +242,10 @@ pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
     let primary_stale = stale.iter().any(|n| n == current);
     // In place only applies to a new manager: a changed definition means
     // a new Pod.
-    let in_place = |n: &str| {
-        crate::upgrade::annotated::in_place_source(s, n).is_some()
-            || (s.spec.in_place_instance_manager_updates && outdated(s, n).is_none())
-    };
-    let source =
-        |n: &str| crate::upgrade::annotated::in_place_source(s, n).unwrap_or(Source::Operator);
     let primary_change = outdated(s, current).map(str::to_string);
     // Supervised: not even a stale replica moves while the primary is stale.
     if primary_stale
-        && !in_place(current)
+        && !in_place(s, current)
         && !consent
         && s.spec.instances > 1
         && s.spec.primary_update_strategy == PrimaryUpdateStrategy::Supervised
@@ -347,10 +299,10 @@ pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
     }
     // Replicas first, in ascending ordinal.
     if let Some(replica) = stale.iter().find(|n| *n != current) {
-        return if in_place(replica) {
+        return if in_place(s, replica) {
             Next::InPlace {
                 instance: replica.clone(),
-                source: source(replica),
+                source: source(s, replica),
                 stale,
             }
         } else {
@@ -363,11 +315,86 @@ pub fn next(s: &Snapshot, in_flight: &InFlight, consent: bool) -> Next {
             }
         };
     }
+    primary_step(s, current, stale, primary_change)
+}
+
+/// The stale instances that may move now, in ascending ordinal; or, when
+/// none may, what the rollout says (current, or held and why).
+fn stale_to_move(s: &Snapshot) -> Result<Vec<String>, Next> {
+    let out_of_service = |n: &str| s.is_fenced(n) || s.is_diverged(n);
+    let mut members: Vec<_> = s
+        .instances
+        .iter()
+        .filter(|o| !out_of_service(&o.name))
+        .collect();
+    members.sort_by_key(|o| o.ordinal);
+    let stale: Vec<String> = members
+        .iter()
+        .filter(|o| is_stale(s, &o.name))
+        .map(|o| o.name.clone())
+        .collect();
+    if stale.is_empty() {
+        return Err(Next::Current);
+    }
+    // Only the movable move; a down instance no annotation holds is
+    // repaired whatever the strategy.
+    let repair = |n: &str| {
+        outdated(s, n).is_some()
+            && crate::upgrade::annotated::record(s, n).is_none()
+            && !s.get(n).is_some_and(|o| o.ready())
+    };
+    let all_stale = stale.clone();
+    let stale: Vec<String> = stale
+        .into_iter()
+        .filter(|n| movable(s, n) || repair(n))
+        .collect();
+    if stale.is_empty() {
+        let why = if s.spec.instance_update_strategy == cnmysql_api::InstanceUpdateStrategy::Manual
+        {
+            "instanceUpdateStrategy is manual"
+        } else if crate::upgrade::gates::orchestration_under_way(s).is_some() {
+            "the Cluster's orchestrated upgrade runs"
+        } else {
+            "their upgrade annotations hold them"
+        };
+        return Err(Next::Held {
+            reason: format!(
+                "{} out of date ({}); {why}: each moves when {} asks",
+                all_stale.len(),
+                all_stale.join(", "),
+                crate::upgrade::annotations::UPGRADE_TO
+            ),
+            stale: all_stale,
+        });
+    }
+    Ok(stale)
+}
+
+/// Whether `n` is upgraded in place: asked so by annotation, or a new
+/// manager where the spec says so (a changed definition needs a new Pod).
+fn in_place(s: &Snapshot, n: &str) -> bool {
+    crate::upgrade::annotated::in_place_source(s, n).is_some()
+        || (s.spec.in_place_instance_manager_updates && outdated(s, n).is_none())
+}
+
+/// Where an in-place upgrade of `n` takes its executable from.
+fn source(s: &Snapshot, n: &str) -> Source {
+    crate::upgrade::annotated::in_place_source(s, n).unwrap_or(Source::Operator)
+}
+
+/// The primary's step, once only it is stale: in place, restarted, or a
+/// switchover first.
+fn primary_step(
+    s: &Snapshot,
+    current: &str,
+    stale: Vec<String>,
+    primary_change: Option<String>,
+) -> Next {
     // Only the primary is left.
     let primary = current.to_string();
-    if in_place(current) {
+    if in_place(s, current) {
         return Next::InPlace {
-            source: source(current),
+            source: source(s, current),
             instance: primary,
             stale,
         };
