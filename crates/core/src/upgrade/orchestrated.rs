@@ -89,14 +89,6 @@ pub fn pass(s: &Snapshot, rollout_busy: Option<&str>) -> Orchestration {
             ..Default::default()
         });
     let mut next = base.clone();
-    let set = |next: &mut OrchestratedUpgrade,
-               status: Status,
-               instance: Option<&str>,
-               message: String| {
-        next.status = status.as_str().into();
-        next.instance = instance.map(str::to_string);
-        next.message = message;
-    };
     if let Err(why) = parse(value) {
         set(&mut next, Status::Failed, None, why);
     } else if let Some(why) =
@@ -104,105 +96,7 @@ pub fn pass(s: &Snapshot, rollout_busy: Option<&str>) -> Orchestration {
     {
         set(&mut next, Status::Failed, None, format!("refused: {why}"));
     } else {
-        let primary = s.status.current_primary.clone().unwrap_or_default();
-        let mut order: Vec<_> = s
-            .instances
-            .iter()
-            .filter(|o| !s.is_fenced(&o.name) && !s.is_diverged(&o.name))
-            .collect();
-        order.sort_by_key(|o| (o.name == primary, o.ordinal));
-        next.skipped = s
-            .instances
-            .iter()
-            .filter(|o| s.is_fenced(&o.name) || s.is_diverged(&o.name))
-            .map(|o| o.name.clone())
-            .collect();
-        let total = order.len();
-        let mut finished = None;
-        let mut all_done = true;
-        for (done, o) in order.iter().enumerate() {
-            let n = &o.name;
-            let r = s
-                .status
-                .instance_upgrades
-                .get(n)
-                .filter(|r| r.upgrade_to == value);
-            let marked = asked
-                .instances
-                .get(n)
-                .and_then(|a| a.get(UPGRADE_TO))
-                .is_some_and(|v| v.trim() == value);
-            match r.map(|r| Status::parse(&r.status)) {
-                Some(Some(Status::Done)) => {
-                    finished = r.and_then(|r| r.release.clone());
-                    continue;
-                }
-                Some(Some(Status::Failed)) => {
-                    let why = r.map(|r| r.message.clone()).unwrap_or_default();
-                    set(
-                        &mut next,
-                        Status::Failed,
-                        Some(n),
-                        format!(
-                            "{n} failed: {why} (it is retried while its annotation stays; the rest wait)"
-                        ),
-                    );
-                }
-                Some(Some(Status::InProgress)) => set(
-                    &mut next,
-                    Status::InProgress,
-                    Some(n),
-                    format!("upgrading {n} ({done} of {total} done)"),
-                ),
-                _ if marked => set(
-                    &mut next,
-                    Status::InProgress,
-                    Some(n),
-                    format!("{n} is marked ({done} of {total} done)"),
-                ),
-                _ => {
-                    let gate = crate::upgrade::gates::settled_primary(s)
-                        .and_then(|p| crate::upgrade::gates::instances_healthy(s, p, None));
-                    match gate {
-                        Ok(()) => {
-                            out.mark = Some((n.clone(), value.to_string()));
-                            set(
-                                &mut next,
-                                Status::InProgress,
-                                Some(n),
-                                format!("marking {n} ({done} of {total} done)"),
-                            );
-                        }
-                        Err(e) => set(
-                            &mut next,
-                            Status::InProgress,
-                            None,
-                            format!("{e} before marking {n} ({done} of {total} done)"),
-                        ),
-                    }
-                }
-            }
-            all_done = false;
-            break;
-        }
-        if all_done {
-            // Every instance in service runs it.
-            let release = finished.unwrap_or_default();
-            if base.status != Status::Done.as_str() {
-                next.complete_time = Some(at.clone());
-            }
-            next.status = Status::Done.as_str().into();
-            next.instance = None;
-            next.release = Some(release);
-            next.message = if next.skipped.is_empty() {
-                format!("every instance runs it ({total})")
-            } else {
-                format!(
-                    "every instance in service runs it ({total}); skipped: {}",
-                    next.skipped.join(", ")
-                )
-            };
-        }
+        walk(s, value, &base, &mut next, &mut out.mark);
     }
     if next.status != Status::Done.as_str() {
         next.complete_time = None;
@@ -242,6 +136,124 @@ pub fn pass(s: &Snapshot, rollout_busy: Option<&str>) -> Orchestration {
             .insert(LAST_FAILED_ATTEMPT_AT.into(), Some(at.clone()));
     }
     out
+}
+
+fn set(next: &mut OrchestratedUpgrade, status: Status, instance: Option<&str>, message: String) {
+    next.status = status.as_str().into();
+    next.instance = instance.map(str::to_string);
+    next.message = message;
+}
+
+/// The instances in order (the primary last), each to be done before the
+/// next is marked: what the orchestration does now, in `next`; the
+/// instance to mark in `mark`.
+fn walk(
+    s: &Snapshot,
+    value: &str,
+    base: &OrchestratedUpgrade,
+    next: &mut OrchestratedUpgrade,
+    mark: &mut Option<(String, String)>,
+) {
+    let asked = &s.declared.asked;
+    let primary = s.status.current_primary.clone().unwrap_or_default();
+    let mut order: Vec<_> = s
+        .instances
+        .iter()
+        .filter(|o| !s.is_fenced(&o.name) && !s.is_diverged(&o.name))
+        .collect();
+    order.sort_by_key(|o| (o.name == primary, o.ordinal));
+    next.skipped = s
+        .instances
+        .iter()
+        .filter(|o| s.is_fenced(&o.name) || s.is_diverged(&o.name))
+        .map(|o| o.name.clone())
+        .collect();
+    let total = order.len();
+    let mut finished = None;
+    let mut all_done = true;
+    for (done, o) in order.iter().enumerate() {
+        let n = &o.name;
+        let r = s
+            .status
+            .instance_upgrades
+            .get(n)
+            .filter(|r| r.upgrade_to == value);
+        let marked = asked
+            .instances
+            .get(n)
+            .and_then(|a| a.get(UPGRADE_TO))
+            .is_some_and(|v| v.trim() == value);
+        match r.map(|r| Status::parse(&r.status)) {
+            Some(Some(Status::Done)) => {
+                finished = r.and_then(|r| r.release.clone());
+                continue;
+            }
+            Some(Some(Status::Failed)) => {
+                let why = r.map(|r| r.message.clone()).unwrap_or_default();
+                set(
+                    next,
+                    Status::Failed,
+                    Some(n),
+                    format!(
+                        "{n} failed: {why} (it is retried while its annotation stays; the rest wait)"
+                    ),
+                );
+            }
+            Some(Some(Status::InProgress)) => set(
+                next,
+                Status::InProgress,
+                Some(n),
+                format!("upgrading {n} ({done} of {total} done)"),
+            ),
+            _ if marked => set(
+                next,
+                Status::InProgress,
+                Some(n),
+                format!("{n} is marked ({done} of {total} done)"),
+            ),
+            _ => {
+                let gate = crate::upgrade::gates::settled_primary(s)
+                    .and_then(|p| crate::upgrade::gates::instances_healthy(s, p, None));
+                match gate {
+                    Ok(()) => {
+                        *mark = Some((n.clone(), value.to_string()));
+                        set(
+                            next,
+                            Status::InProgress,
+                            Some(n),
+                            format!("marking {n} ({done} of {total} done)"),
+                        );
+                    }
+                    Err(e) => set(
+                        next,
+                        Status::InProgress,
+                        None,
+                        format!("{e} before marking {n} ({done} of {total} done)"),
+                    ),
+                }
+            }
+        }
+        all_done = false;
+        break;
+    }
+    if all_done {
+        // Every instance in service runs it.
+        let release = finished.unwrap_or_default();
+        if base.status != Status::Done.as_str() {
+            next.complete_time = Some(timestamp(s.now_ms));
+        }
+        next.status = Status::Done.as_str().into();
+        next.instance = None;
+        next.release = Some(release);
+        next.message = if next.skipped.is_empty() {
+            format!("every instance runs it ({total})")
+        } else {
+            format!(
+                "every instance in service runs it ({total}); skipped: {}",
+                next.skipped.join(", ")
+            )
+        };
+    }
 }
 
 /// The Cluster's annotations that differ from `record`.
