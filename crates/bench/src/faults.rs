@@ -341,7 +341,7 @@ pub struct WatchReport {
 /// acknowledged that the cluster does not have.
 pub struct StickyWriter {
     stop: Arc<AtomicBool>,
-    acked: Arc<Mutex<Vec<(u64, String)>>>,
+    acked: Arc<Mutex<Vec<(u64, String, Instant)>>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -379,7 +379,10 @@ impl StickyWriter {
                 )
                 .await;
                 match r {
-                    Ok(Ok(())) => log.lock().unwrap().push((next, name.clone())),
+                    Ok(Ok(())) => log
+                        .lock()
+                        .unwrap()
+                        .push((next, name.clone(), Instant::now())),
                     _ => {
                         conn = None;
                         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -397,8 +400,9 @@ impl StickyWriter {
         }
     }
 
-    /// Stop; the acknowledged rows and which instance acknowledged each.
-    pub async fn stop(mut self) -> Vec<(u64, String)> {
+    /// Stop; the acknowledged rows, which instance acknowledged each, and
+    /// when.
+    pub async fn stop(mut self) -> Vec<(u64, String, Instant)> {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.task.take() {
             t.abort();
@@ -430,6 +434,9 @@ pub struct Run {
     pub sticky: StickyWriter,
     pub watcher: Watcher,
     pub report: Report,
+    /// When the run started: fault and acknowledgement times are logged
+    /// relative to it.
+    pub started: Instant,
     /// Instances continued after a freeze or healed after a cut, and when.
     pub resumed: Vec<(String, Instant)>,
     /// Servers killed, and an instant by which each was proven gone (its
@@ -454,6 +461,7 @@ impl Run {
             sticky: StickyWriter::start(primary, password.clone()),
             watcher: Watcher::start(targets, password),
             report: Report::default(),
+            started: Instant::now(),
             resumed: Vec::new(),
             died: Vec::new(),
         }
@@ -468,11 +476,12 @@ impl Run {
         // at the end can be placed in the fault it belongs to.
         let before = self.rw.ack_times().iter().filter(|t| **t < t0).count();
         eprintln!(
-            "{what}: primary {} → {}, write outage {:.2}s, healthy after {:.2}s ({before} rows acknowledged before it)",
+            "{what}: primary {} → {}, write outage {:.2}s, healthy after {:.2}s ({before} rows acknowledged before it; began at +{:.1}s)",
             primaries.0,
             primaries.1,
             outage.as_secs_f64(),
-            (healthy_at - t0).as_secs_f64()
+            (healthy_at - t0).as_secs_f64(),
+            t0.saturating_duration_since(self.started).as_secs_f64()
         );
         self.report.record(f, outage, healthy_at - t0);
     }
@@ -496,8 +505,23 @@ impl Run {
             "seed {seed}: two writable instances: {:?}",
             watch.overlaps
         );
+        // For a post-mortem of a missing row: which instance acknowledged
+        // each of the sticky writer's rows, and when (seconds into the run).
+        let log: String = sticky
+            .iter()
+            .map(|(id, who, at)| {
+                format!(
+                    "{id} {who} +{:.3}\n",
+                    at.saturating_duration_since(self.started).as_secs_f64()
+                )
+            })
+            .collect();
+        let path = std::env::temp_dir().join(format!("cnmysql-sticky-{seed}.txt"));
+        if std::fs::write(&path, log).is_ok() {
+            eprintln!("sticky writer's acknowledgements: {}", path.display());
+        }
         let mut acked = o.acked;
-        acked.extend(sticky.iter().map(|(id, _)| *id));
+        acked.extend(sticky.iter().map(|(id, _, _)| *id));
         acked
     }
 }
