@@ -298,6 +298,16 @@ pub fn longest_ack_wait_ms(flavor: Flavor) -> Sql {
     })
 }
 
+/// How many sessions wait for a semi-sync acknowledgement now (the
+/// processlist's time is in whole seconds on MySQL: a waiter of less than
+/// a second shows 0 there, so it is counted, not timed).
+pub fn ack_waiters(_flavor: Flavor) -> Sql {
+    Sql::new(
+        "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+         WHERE STATE LIKE 'Waiting for semi-sync ACK%'",
+    )
+}
+
 /// Wait until the applied history includes `position` (seconds; -1 = timeout).
 pub fn wait_for_position(flavor: Flavor, position: &str, timeout_secs: f64) -> Sql {
     Sql::new(match flavor {

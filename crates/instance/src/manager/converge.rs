@@ -87,6 +87,20 @@ impl<C: ClusterState> Manager<C> {
         // a lease released while writable lets another primary start.
         if desired.releases_lease() && view.read_only {
             self.release_lease_if_held().await;
+            if view.semi_sync.source_enabled && view.replication.is_none() {
+                // Read-only does not stop commits already waiting for an
+                // acknowledgement (MySQL lets read-only be set meanwhile):
+                // switching semi-sync off would complete them and tell
+                // their clients they committed, with no replica holding
+                // them. They must never complete: the server is killed.
+                if commits_wait(&mut conn, f).await {
+                    drop(conn);
+                    self.kill_deposed_server(
+                        "commits wait for acknowledgements on a server that is no longer the primary",
+                    );
+                    return Ok(());
+                }
+            }
             if view.semi_sync.source_enabled {
                 // A former primary must not wait for acknowledgements of the
                 // transactions it now only applies: its applier would stall.
@@ -417,6 +431,29 @@ impl<C: ClusterState> Manager<C> {
         sql::exec_all(conn, &flavor::read_only(f, false)).await
     }
 
+    /// Deposed: when mysqld starts again it recovers as a replica (the
+    /// transactions that waited are rolled back where the flavour can).
+    fn mark_deposed(&self) {
+        self.deposed.store(true, Ordering::SeqCst);
+        self.supervisor
+            .set_start_options(cnmysql_core::flavor::recovery_options(
+                self.cfg.flavor(),
+                role::Recovery::AsReplica,
+                self.cfg.spec.mysql.semi_sync.enabled,
+            ));
+    }
+
+    /// Kill mysqld of a deposed primary whose waiting commits must never
+    /// complete; it starts again read-only, recovering as a replica.
+    fn kill_deposed_server(&self, why: &str) {
+        self.mark_deposed();
+        tracing::error!(
+            why,
+            "killing mysqld: nothing it holds unacknowledged may be acknowledged"
+        );
+        self.supervisor.kill_to_fence(*self.shutdown.borrow());
+    }
+
     /// Make mysqld read-only and close the writers' sessions, within
     /// [`self_fence::READ_ONLY_BUDGET_MS`]; past it, escalate as
     /// [`self_fence::escalation`] says for `cause`.
@@ -443,7 +480,10 @@ impl<C: ClusterState> Manager<C> {
                 {
                     Ok(r) => {
                         r?;
-                        true
+                        // MySQL turns read-only while commits still wait
+                        // for an acknowledgement: for a server that must
+                        // stop writing, those are not done with.
+                        cause == self_fence::Cause::Demotion || !commits_wait(c, f).await
                     }
                     Err(_) => false,
                 }
@@ -456,13 +496,7 @@ impl<C: ClusterState> Manager<C> {
             match self_fence::escalation(cause) {
                 self_fence::Escalation::KillServer { as_replica } => {
                     if as_replica {
-                        self.deposed.store(true, Ordering::SeqCst);
-                        self.supervisor
-                            .set_start_options(cnmysql_core::flavor::recovery_options(
-                                f,
-                                role::Recovery::AsReplica,
-                                self.cfg.spec.mysql.semi_sync.enabled,
-                            ));
+                        self.mark_deposed();
                     }
                     tracing::error!(
                         why,
@@ -610,4 +644,11 @@ impl<C: ClusterState> Manager<C> {
         )
         .await
     }
+}
+
+/// Whether a session waits for a semi-sync acknowledgement (an error
+/// counts as yes: the caller then kills rather than releases).
+async fn commits_wait(conn: &mut mysql_async::Conn, f: cnmysql_api::Flavor) -> bool {
+    let n: Result<Option<u64>, _> = conn.query_first(flavor::ack_waiters(f).text).await;
+    !matches!(n, Ok(Some(0)) | Ok(None))
 }
