@@ -80,38 +80,11 @@ impl<C: ClusterState> Manager<C> {
             }
             d => d,
         };
-        // Only once the server is read-only (the steps below make it so
-        // first): switching semi-sync off on a server still writable lets
-        // the commits waiting for an acknowledgement complete, and their
-        // clients are told they committed with no replica holding them; and
-        // a lease released while writable lets another primary start.
-        if desired.releases_lease() && view.read_only {
-            self.release_lease_if_held().await;
-            if view.semi_sync.source_enabled && view.replication.is_none() {
-                // Read-only does not stop commits already waiting for an
-                // acknowledgement (MySQL lets read-only be set meanwhile):
-                // switching semi-sync off would complete them and tell
-                // their clients they committed, with no replica holding
-                // them. They must never complete: the server is killed.
-                if commits_wait(&mut conn, f).await {
-                    drop(conn);
-                    self.kill_deposed_server(
-                        "commits wait for acknowledgements on a server that is no longer the primary",
-                    );
-                    return Ok(());
-                }
-            }
-            if view.semi_sync.source_enabled {
-                // A former primary must not wait for acknowledgements of the
-                // transactions it now only applies: its applier would stall.
-                let off = semisync::Settings {
-                    enabled: false,
-                    wait_for_count: 1,
-                    timeout_millis: view.semi_sync.timeout_millis.max(1),
-                };
-                sql::exec_all(&mut conn, &sql::semi_sync_source(f, &off)).await?;
-                tracing::info!("semi-sync source side switched off on a non-primary");
-            }
+        if desired.releases_lease()
+            && view.read_only
+            && !self.leave_primary_side(&mut conn, &view).await?
+        {
+            return Ok(());
         }
         match &desired {
             Desired::Promote => {
@@ -200,6 +173,46 @@ impl<C: ClusterState> Manager<C> {
         }
         self.set_phase(InstancePhase::Running, waiting_to_hand_over);
         Ok(())
+    }
+
+    /// A server that is no longer the primary, once read-only: its lease
+    /// released, its semi-sync source side off. Only read-only: switched
+    /// off while writable, the commits waiting for an acknowledgement would
+    /// complete and their clients be told they committed with no replica
+    /// holding them; a lease released while writable lets another primary
+    /// start. False when the pass ends here (the server was killed).
+    async fn leave_primary_side(
+        &self,
+        conn: &mut mysql_async::Conn,
+        view: &sql::ServerView,
+    ) -> anyhow::Result<bool> {
+        let f = self.cfg.flavor();
+        self.release_lease_if_held().await;
+        if view.semi_sync.source_enabled && view.replication.is_none() {
+            // Read-only does not stop commits already waiting for an
+            // acknowledgement (MySQL lets read-only be set meanwhile):
+            // switching semi-sync off would complete them and tell
+            // their clients they committed, with no replica holding
+            // them. They must never complete: the server is killed.
+            if super::fence::commits_wait(conn, f).await {
+                self.kill_deposed_server(
+                    "commits wait for acknowledgements on a server that is no longer the primary",
+                );
+                return Ok(false);
+            }
+        }
+        if view.semi_sync.source_enabled {
+            // A former primary must not wait for acknowledgements of the
+            // transactions it now only applies: its applier would stall.
+            let off = semisync::Settings {
+                enabled: false,
+                wait_for_count: 1,
+                timeout_millis: view.semi_sync.timeout_millis.max(1),
+            };
+            sql::exec_all(conn, &sql::semi_sync_source(f, &off)).await?;
+            tracing::info!("semi-sync source side switched off on a non-primary");
+        }
+        Ok(true)
     }
 
     /// The server's side of its role, as `role::reconcile` reads it.
@@ -431,107 +444,6 @@ impl<C: ClusterState> Manager<C> {
         sql::exec_all(conn, &flavor::read_only(f, false)).await
     }
 
-    /// Deposed: when mysqld starts again it recovers as a replica (the
-    /// transactions that waited are rolled back where the flavour can).
-    fn mark_deposed(&self) {
-        self.deposed.store(true, Ordering::SeqCst);
-        self.supervisor
-            .set_start_options(cnmysql_core::flavor::recovery_options(
-                self.cfg.flavor(),
-                role::Recovery::AsReplica,
-                self.cfg.spec.mysql.semi_sync.enabled,
-            ));
-    }
-
-    /// Kill mysqld of a deposed primary whose waiting commits must never
-    /// complete; it starts again read-only, recovering as a replica.
-    fn kill_deposed_server(&self, why: &str) {
-        self.mark_deposed();
-        tracing::error!(
-            why,
-            "killing mysqld: nothing it holds unacknowledged may be acknowledged"
-        );
-        self.supervisor.kill_to_fence(*self.shutdown.borrow());
-    }
-
-    /// Make mysqld read-only and close the writers' sessions, within
-    /// [`self_fence::READ_ONLY_BUDGET_MS`]; past it, escalate as
-    /// [`self_fence::escalation`] says for `cause`.
-    pub(super) async fn make_read_only(
-        &self,
-        cause: self_fence::Cause,
-        why: &str,
-    ) -> anyhow::Result<Fenced> {
-        let pool = self
-            .pool()
-            .ok_or_else(|| anyhow::anyhow!("no connection to mysqld yet"))?;
-        let f = self.cfg.flavor();
-        let budget = Duration::from_millis(self_fence::READ_ONLY_BUDGET_MS);
-        let began = Instant::now();
-        let mut conn = match tokio::time::timeout(budget, pool.get_conn()).await {
-            Ok(c) => Some(c?),
-            Err(_) => None,
-        };
-        let done = match conn.as_mut() {
-            Some(c) => {
-                let left = budget.saturating_sub(began.elapsed());
-                match tokio::time::timeout(left, sql::exec_all(c, &flavor::read_only(f, true)))
-                    .await
-                {
-                    Ok(r) => {
-                        r?;
-                        // MySQL turns read-only while commits still wait
-                        // for an acknowledgement: for a server that must
-                        // stop writing, those are not done with.
-                        cause == self_fence::Cause::Demotion || !commits_wait(c, f).await
-                    }
-                    Err(_) => false,
-                }
-            }
-            None => false,
-        };
-        if !done {
-            // The connection is mid-statement: never reuse it.
-            drop(conn.take());
-            match self_fence::escalation(cause) {
-                self_fence::Escalation::KillServer { as_replica } => {
-                    if as_replica {
-                        self.mark_deposed();
-                    }
-                    tracing::error!(
-                        why,
-                        ?cause,
-                        budget_ms = self_fence::READ_ONLY_BUDGET_MS,
-                        "mysqld did not become read-only in time (commits wait for acknowledgements that will not come); killing it"
-                    );
-                    // Not started again when the manager is stopping anyway.
-                    self.supervisor.kill_to_fence(*self.shutdown.borrow());
-                    return Ok(Fenced::Killed);
-                }
-                self_fence::Escalation::CloseSessionsAndRetry => {
-                    let mut other = pool.get_conn().await?;
-                    let killed = sql::kill_writers(&mut other).await?;
-                    tracing::warn!(
-                        why,
-                        killed,
-                        "read-only was held up; closed the writers' sessions"
-                    );
-                    sql::exec_all(&mut other, &flavor::read_only(f, true)).await?;
-                    conn = Some(other);
-                }
-            }
-        }
-        let mut conn = conn.expect("a connection that set read-only");
-        let killed = sql::kill_writers(&mut conn).await?;
-        tracing::info!(
-            why,
-            killed,
-            millis = began.elapsed().as_millis() as u64,
-            "read-only"
-        );
-        Ok(Fenced::ReadOnly)
-    }
-
     /// Every 200 ms, independently of the reconcile loop (whose calls to
     /// the cluster state can hang while the network is cut, for as long as
     /// a connection takes to time out): a server that held the lease and
@@ -644,11 +556,4 @@ impl<C: ClusterState> Manager<C> {
         )
         .await
     }
-}
-
-/// Whether a session waits for a semi-sync acknowledgement (an error
-/// counts as yes: the caller then kills rather than releases).
-async fn commits_wait(conn: &mut mysql_async::Conn, f: cnmysql_api::Flavor) -> bool {
-    let n: Result<Option<u64>, _> = conn.query_first(flavor::ack_waiters(f).text).await;
-    !matches!(n, Ok(Some(0)) | Ok(None))
 }

@@ -7,6 +7,7 @@
 mod archiving;
 mod backend;
 mod converge;
+mod fence;
 mod observe;
 mod obtain;
 mod primary_lease;

@@ -1,0 +1,118 @@
+//! Making a server stop writing: read-only within a budget, escalated as
+//! `cnmysql_core::self_fence` says for the cause — the writers' sessions
+//! closed, or mysqld killed (a deposed primary then recovers as a
+//! replica). A server that must stop writing is not done with while a
+//! commit waits for a semi-sync acknowledgement (MySQL turns read-only
+//! meanwhile): that commit must never complete.
+
+use super::*;
+
+impl<C: ClusterState> Manager<C> {
+    /// Deposed: when mysqld starts again it recovers as a replica (the
+    /// transactions that waited are rolled back where the flavour can).
+    fn mark_deposed(&self) {
+        self.deposed.store(true, Ordering::SeqCst);
+        self.supervisor
+            .set_start_options(cnmysql_core::flavor::recovery_options(
+                self.cfg.flavor(),
+                role::Recovery::AsReplica,
+                self.cfg.spec.mysql.semi_sync.enabled,
+            ));
+    }
+
+    /// Kill mysqld of a deposed primary whose waiting commits must never
+    /// complete; it starts again read-only, recovering as a replica.
+    pub(super) fn kill_deposed_server(&self, why: &str) {
+        self.mark_deposed();
+        tracing::error!(
+            why,
+            "killing mysqld: nothing it holds unacknowledged may be acknowledged"
+        );
+        self.supervisor.kill_to_fence(*self.shutdown.borrow());
+    }
+
+    /// Make mysqld read-only and close the writers' sessions, within
+    /// [`self_fence::READ_ONLY_BUDGET_MS`]; past it, escalate as
+    /// [`self_fence::escalation`] says for `cause`.
+    pub(super) async fn make_read_only(
+        &self,
+        cause: self_fence::Cause,
+        why: &str,
+    ) -> anyhow::Result<Fenced> {
+        let pool = self
+            .pool()
+            .ok_or_else(|| anyhow::anyhow!("no connection to mysqld yet"))?;
+        let f = self.cfg.flavor();
+        let budget = Duration::from_millis(self_fence::READ_ONLY_BUDGET_MS);
+        let began = Instant::now();
+        let mut conn = match tokio::time::timeout(budget, pool.get_conn()).await {
+            Ok(c) => Some(c?),
+            Err(_) => None,
+        };
+        let done = match conn.as_mut() {
+            Some(c) => {
+                let left = budget.saturating_sub(began.elapsed());
+                match tokio::time::timeout(left, sql::exec_all(c, &flavor::read_only(f, true)))
+                    .await
+                {
+                    Ok(r) => {
+                        r?;
+                        // MySQL turns read-only while commits still wait
+                        // for an acknowledgement: for a server that must
+                        // stop writing, those are not done with.
+                        cause == self_fence::Cause::Demotion || !commits_wait(c, f).await
+                    }
+                    Err(_) => false,
+                }
+            }
+            None => false,
+        };
+        if !done {
+            // The connection is mid-statement: never reuse it.
+            drop(conn.take());
+            match self_fence::escalation(cause) {
+                self_fence::Escalation::KillServer { as_replica } => {
+                    if as_replica {
+                        self.mark_deposed();
+                    }
+                    tracing::error!(
+                        why,
+                        ?cause,
+                        budget_ms = self_fence::READ_ONLY_BUDGET_MS,
+                        "mysqld did not become read-only in time (commits wait for acknowledgements that will not come); killing it"
+                    );
+                    // Not started again when the manager is stopping anyway.
+                    self.supervisor.kill_to_fence(*self.shutdown.borrow());
+                    return Ok(Fenced::Killed);
+                }
+                self_fence::Escalation::CloseSessionsAndRetry => {
+                    let mut other = pool.get_conn().await?;
+                    let killed = sql::kill_writers(&mut other).await?;
+                    tracing::warn!(
+                        why,
+                        killed,
+                        "read-only was held up; closed the writers' sessions"
+                    );
+                    sql::exec_all(&mut other, &flavor::read_only(f, true)).await?;
+                    conn = Some(other);
+                }
+            }
+        }
+        let mut conn = conn.expect("a connection that set read-only");
+        let killed = sql::kill_writers(&mut conn).await?;
+        tracing::info!(
+            why,
+            killed,
+            millis = began.elapsed().as_millis() as u64,
+            "read-only"
+        );
+        Ok(Fenced::ReadOnly)
+    }
+}
+
+/// Whether a session waits for a semi-sync acknowledgement (an error
+/// counts as yes: the caller then kills rather than releases).
+pub(super) async fn commits_wait(conn: &mut mysql_async::Conn, f: cnmysql_api::Flavor) -> bool {
+    let n: Result<Option<u64>, _> = conn.query_first(flavor::ack_waiters(f).text).await;
+    !matches!(n, Ok(Some(0)) | Ok(None))
+}
