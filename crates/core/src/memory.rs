@@ -56,6 +56,9 @@ pub struct Memory {
     /// The primary a failover was begun from (`status.failoverFrom`
     /// written), and whether a status that lost it again was said.
     pub failover_begun: Option<(String, bool)>,
+    /// The last `FailoverWaitingForReplicas` said (said again only when it
+    /// changes).
+    pub last_detach_wait: String,
 }
 
 impl Memory {

@@ -339,18 +339,19 @@ fn carry_out_decision(
                 return;
             }
             if let Err(waiting) = detached_from(o, &old) {
-                if memory.last_block != waiting {
+                if memory.last_detach_wait != waiting {
                     out.push(Action::Event(Event::new(
                         false,
                         "FailoverWaitingForReplicas",
                         Some(&old),
                         waiting.clone(),
                     )));
-                    memory.last_block = waiting;
+                    memory.last_detach_wait = waiting;
                 }
                 return;
             }
             memory.failover_begun = None;
+            memory.last_detach_wait.clear();
             out.push(Action::Status {
                 change: StatusChange::StartFailover {
                     old: old.clone(),
@@ -699,6 +700,15 @@ mod tests {
                 .iter()
                 .any(|a| matches!(a, Action::Event(e) if e.reason == "FailoverWaitingForReplicas")),
             "{actions:?}"
+        );
+
+        // Said once while nothing changes.
+        let again = observe(&s, &mut m);
+        assert!(
+            !again
+                .iter()
+                .any(|a| matches!(a, Action::Event(e) if e.reason == "FailoverWaitingForReplicas")),
+            "{again:?}"
         );
 
         // Once both stopped receiving, the most advanced is targeted.
