@@ -261,92 +261,128 @@ pub fn scan_from(
         let body = &event[HEADER..size - crc];
         at += size;
         out.event_boundary = end;
-        let commit_us = when * 1_000_000;
-        match (kind, &mut open) {
-            (MYSQL_GTID | MYSQL_GTID_TAGGED | MYSQL_ANONYMOUS_GTID, _)
-                if flavor == Flavor::Mysql =>
-            {
-                let (id, us) = mysql_gtid(kind, body).map_err(|reason| Malformed {
-                    offset: pos,
-                    reason: reason.into(),
-                })?;
-                open = Some(OpenTx {
-                    id,
-                    start: pos,
-                    commit_us: us.unwrap_or(commit_us),
-                    multi: None,
-                });
-            }
-            (MARIADB_GTID, _) if flavor == Flavor::Mariadb => {
-                if body.len() < 13 {
-                    return Err(Malformed {
-                        offset: pos,
-                        reason: "GTID event too short".into(),
-                    });
-                }
-                let seq = u64::from_le_bytes(body[0..8].try_into().unwrap());
-                let domain = u32::from_le_bytes(body[8..12].try_into().unwrap());
-                let standalone = body[12] & MARIADB_FL_STANDALONE != 0;
-                open = Some(OpenTx {
-                    id: TxId::Mariadb(cnmysql_gtid::mariadb::Gtid {
-                        domain,
-                        server: server_id,
-                        seq,
-                    }),
-                    start: pos,
-                    commit_us,
-                    multi: Some(!standalone),
-                });
-            }
-            (_, Some(tx)) => {
-                // Inside a transaction: does this event end it?
-                let done = match (flavor, tx.multi) {
-                    (Flavor::Mysql, None) => {
-                        // The first event after the GTID says what follows.
-                        if kind == QUERY && query_text(body).is_some_and(is_begin) {
-                            tx.multi = Some(true);
-                            false
-                        } else {
-                            // A DDL statement or a compressed payload: the
-                            // transaction is this one event.
-                            true
-                        }
-                    }
-                    (_, Some(true)) => {
-                        kind == XID || (kind == QUERY && query_text(body).is_some_and(is_end))
-                    }
-                    // MariaDB standalone: the statement ends it.
-                    (_, _) => kind == QUERY || kind == XID || kind == MYSQL_TRANSACTION_PAYLOAD,
-                };
-                if flavor == Flavor::Mariadb && tx.commit_us < commit_us {
-                    // MariaDB's events carry the statement's start: the
-                    // last one's is the nearest to the commit.
-                    tx.commit_us = commit_us;
-                }
-                if done {
-                    let tx = open.take().unwrap();
-                    out.txs.push(Tx {
-                        id: tx.id,
-                        start: tx.start,
-                        end,
-                        commit_us: tx.commit_us,
-                    });
-                    out.boundary = end;
-                }
-            }
-            (_, None) => {
-                if kind == ROTATE && body.len() >= 8 {
-                    out.rotated_to = Some(String::from_utf8_lossy(&body[8..]).into_owned());
-                }
-                if kind == STOP {
-                    out.stopped = true;
-                }
-                out.boundary = end;
-            }
-        }
+        let event = Event {
+            kind,
+            server_id,
+            body,
+            pos,
+            end,
+            commit_us: when * 1_000_000,
+        };
+        on_event(flavor, &event, &mut open, &mut out)?;
     }
     out.open = open;
     Ok(out)
+}
+
+/// One event of a binary log as [`scan_from`] reads it.
+struct Event<'a> {
+    kind: u8,
+    server_id: u32,
+    body: &'a [u8],
+    pos: u64,
+    end: u64,
+    commit_us: i64,
+}
+
+/// What one event does to the transaction `open` and to `out`: a GTID
+/// event opens one, the event that ends it records it, and outside a
+/// transaction rotate and stop events are noted.
+fn on_event(
+    flavor: Flavor,
+    e: &Event<'_>,
+    open: &mut Option<OpenTx>,
+    out: &mut Scanned,
+) -> Result<(), Malformed> {
+    let Event {
+        kind,
+        server_id,
+        body,
+        pos,
+        end,
+        commit_us,
+    } = *e;
+    match (kind, &mut *open) {
+        (MYSQL_GTID | MYSQL_GTID_TAGGED | MYSQL_ANONYMOUS_GTID, _) if flavor == Flavor::Mysql => {
+            let (id, us) = mysql_gtid(kind, body).map_err(|reason| Malformed {
+                offset: pos,
+                reason: reason.into(),
+            })?;
+            *open = Some(OpenTx {
+                id,
+                start: pos,
+                commit_us: us.unwrap_or(commit_us),
+                multi: None,
+            });
+        }
+        (MARIADB_GTID, _) if flavor == Flavor::Mariadb => {
+            if body.len() < 13 {
+                return Err(Malformed {
+                    offset: pos,
+                    reason: "GTID event too short".into(),
+                });
+            }
+            let seq = u64::from_le_bytes(body[0..8].try_into().unwrap());
+            let domain = u32::from_le_bytes(body[8..12].try_into().unwrap());
+            let standalone = body[12] & MARIADB_FL_STANDALONE != 0;
+            *open = Some(OpenTx {
+                id: TxId::Mariadb(cnmysql_gtid::mariadb::Gtid {
+                    domain,
+                    server: server_id,
+                    seq,
+                }),
+                start: pos,
+                commit_us,
+                multi: Some(!standalone),
+            });
+        }
+        (_, Some(tx)) => {
+            // Inside a transaction: does this event end it?
+            let done = match (flavor, tx.multi) {
+                (Flavor::Mysql, None) => {
+                    // The first event after the GTID says what follows.
+                    if kind == QUERY && query_text(body).is_some_and(is_begin) {
+                        tx.multi = Some(true);
+                        false
+                    } else {
+                        // A DDL statement or a compressed payload: the
+                        // transaction is this one event.
+                        true
+                    }
+                }
+                (_, Some(true)) => {
+                    kind == XID || (kind == QUERY && query_text(body).is_some_and(is_end))
+                }
+                // MariaDB standalone: the statement ends it.
+                (_, _) => kind == QUERY || kind == XID || kind == MYSQL_TRANSACTION_PAYLOAD,
+            };
+            if flavor == Flavor::Mariadb && tx.commit_us < commit_us {
+                // MariaDB's events carry the statement's start: the
+                // last one's is the nearest to the commit.
+                tx.commit_us = commit_us;
+            }
+            if done {
+                let tx = open.take().unwrap();
+                out.txs.push(Tx {
+                    id: tx.id,
+                    start: tx.start,
+                    end,
+                    commit_us: tx.commit_us,
+                });
+                out.boundary = end;
+            }
+        }
+        (_, None) => {
+            if kind == ROTATE && body.len() >= 8 {
+                out.rotated_to = Some(String::from_utf8_lossy(&body[8..]).into_owned());
+            }
+            if kind == STOP {
+                out.stopped = true;
+            }
+            out.boundary = end;
+        }
+    }
+    Ok(())
 }
 
 /// A MySQL GTID event's transaction and, when recorded, its commit time.
