@@ -51,6 +51,41 @@ fn recipient_cnf(cfg: &InstanceConfig, datadir: &std::path::Path, donor: &str) -
     )
 }
 
+/// An empty recipient server beside the data directory, started with the
+/// clone plugin pointed at `donor` (`host:port`); `target` is where the copy
+/// will go (both left over from a failed attempt are removed first).
+async fn start_recipient(
+    cfg: &InstanceConfig,
+    donor: &str,
+    recipient_dir: &std::path::Path,
+    target: &std::path::Path,
+) -> anyhow::Result<tokio::process::Child> {
+    for d in [recipient_dir, target] {
+        if d.exists() {
+            std::fs::remove_dir_all(d)?;
+        }
+    }
+    {
+        let (cfg, dir) = (cfg.clone(), recipient_dir.to_path_buf());
+        tokio::task::spawn_blocking(move || crate::bootstrap::prepare_empty_datadir_at(&cfg, &dir))
+            .await??;
+    }
+    let cnf = cfg.run_dir.join("recipient.cnf");
+    std::fs::write(&cnf, recipient_cnf(cfg, recipient_dir, donor))?;
+    let mysqld = &cfg.programs.mysqld;
+    let mut cmd = cfg.programs.tokio_command(mysqld);
+    cmd.arg(format!("--defaults-file={}", cnf.display()));
+    if nix::unistd::geteuid().is_root() {
+        cmd.arg("--user=root");
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    cmd.spawn()
+        .map_err(|e| cfg.programs.start_error(mysqld, &e))
+}
+
 /// Clone `source` into this instance's data directory (which must not hold
 /// an initialised server). The copy's GTID set is its own `gtid_executed`.
 pub async fn clone_from(
@@ -66,33 +101,9 @@ pub async fn clone_from(
     set("preparing a recipient", 0, None);
     let recipient_dir = cfg.data_dir.with_extension("recipient");
     let target = cfg.data_dir.with_extension("clone");
-    for d in [&recipient_dir, &target] {
-        if d.exists() {
-            std::fs::remove_dir_all(d)?;
-        }
-    }
-    {
-        let (cfg, dir) = (cfg.clone(), recipient_dir.clone());
-        tokio::task::spawn_blocking(move || crate::bootstrap::prepare_empty_datadir_at(&cfg, &dir))
-            .await??;
-    }
-    let donor = format!("{}:{}", peer.host, peer.mysql_port);
-    let cnf = cfg.run_dir.join("recipient.cnf");
-    std::fs::write(&cnf, recipient_cnf(cfg, &recipient_dir, &donor))?;
     let socket = cfg.run_dir.join("recipient.sock");
-    let mysqld = &cfg.programs.mysqld;
-    let mut cmd = cfg.programs.tokio_command(mysqld);
-    cmd.arg(format!("--defaults-file={}", cnf.display()));
-    if nix::unistd::geteuid().is_root() {
-        cmd.arg("--user=root");
-    }
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let mut server = cmd
-        .spawn()
-        .map_err(|e| cfg.programs.start_error(mysqld, &e))?;
+    let donor = format!("{}:{}", peer.host, peer.mysql_port);
+    let mut server = start_recipient(cfg, &donor, &recipient_dir, &target).await?;
     let server_tail = tail_lines(server.stderr.take().expect("piped"), "clone recipient");
     let result = async {
         let opts = sql::socket_opts(&socket, "root", None);
