@@ -126,13 +126,16 @@ fn restarted_in_place_at_ms(p: &Pod) -> Option<i64> {
 
 /// An instance counts as ready only once its Pod is Ready too: what users
 /// see (`kubectl get pods`) and what routes traffic (a Service sends
-/// nothing to a Pod that is not Ready) agree with the status.
+/// nothing to a Pod that is not Ready) agree with the status. A Pod being
+/// deleted is not: it is going away, whatever its last probe said (a
+/// primary that handed over answers read-only for a few seconds more).
 fn only_ready_with_its_pod(mut o: Observed, pods: &BTreeMap<String, Pod>) -> Observed {
     let pod_ready = pods.get(&o.name).is_some_and(|p| {
-        p.status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        p.metadata.deletion_timestamp.is_none()
+            && p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
     });
     if let Some(st) = o.status.as_mut()
         && !pod_ready
@@ -548,6 +551,34 @@ mod tests {
                 ));
         }
         p
+    }
+
+    #[test]
+    fn an_instance_whose_pod_is_being_deleted_is_not_ready() {
+        let ready_pod = |deleting: bool| {
+            let mut p = pod(
+                serde_json::json!({"name": "mysql", "image": "i", "imageID": "", "ready": true, "restartCount": 0}),
+                deleting,
+            );
+            p.status.as_mut().unwrap().conditions =
+                Some(vec![k8s_openapi::api::core::v1::PodCondition {
+                    type_: "Ready".into(),
+                    status: "True".into(),
+                    ..Default::default()
+                }]);
+            BTreeMap::from([("db-1".to_string(), p)])
+        };
+        let observed = || Observed {
+            name: "db-1".into(),
+            ordinal: 1,
+            status: Some(cnmysql_core::status::InstanceStatus {
+                ready: true,
+                ..Default::default()
+            }),
+            outdated: None,
+        };
+        assert!(only_ready_with_its_pod(observed(), &ready_pod(false)).ready());
+        assert!(!only_ready_with_its_pod(observed(), &ready_pod(true)).ready());
     }
 
     #[test]
