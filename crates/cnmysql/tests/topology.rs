@@ -351,13 +351,19 @@ async fn a_diverged_former_primary_without_semi_sync_waits_for_reinit_which_save
     assert_eq!(n, 2, "the diverged instance keeps its data for a human");
     drop(a);
     // Semi-sync was off: those rows were acknowledged with no replica
-    // holding them, so it does not heal by itself, and says why.
-    let why = c.status()["divergedReasons"]["div-1"].clone();
-    assert!(
-        why.as_str()
-            .is_some_and(|w| w.contains("semi-sync") && w.contains("reinit")),
-        "{why}"
-    );
+    // holding them, so it does not heal by itself, and says why (its
+    // manager replaces the reason the divergence was found with once it
+    // has judged whether it may heal).
+    let judged = wait_for(
+        "div-1's reason to say why it waits",
+        Duration::from_secs(30),
+        || async {
+            let why = c.status()["divergedReasons"]["div-1"].as_str()?.to_string();
+            (why.contains("semi-sync") && why.contains("reinit")).then_some(why)
+        },
+    )
+    .await;
+    assert!(!judged.is_empty());
     // A person decides. Never the primary.
     let primary = c.current_primary();
     let out = c.local(&["reinit", "div", &primary]);
