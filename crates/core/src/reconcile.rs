@@ -596,6 +596,13 @@ mod tests {
 
     /// db-1 the settled primary, unreachable and failing since T0; db-2
     /// at 0-1-100, db-3 at `db3`.
+    /// Whether `actions` record an Event with `reason`.
+    fn said(actions: &[Action], reason: &str) -> bool {
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::Event(e) if e.reason == reason))
+    }
+
     fn failing_primary(db3: &str) -> Snapshot {
         let mut s = snapshot(vec![
             crate::status::Observed {
@@ -669,19 +676,9 @@ mod tests {
         let mut pruned = s.clone();
         pruned.status.failover_from = None;
         let again = observe(&pruned, &mut m);
-        assert!(
-            again
-                .iter()
-                .any(|a| matches!(a, Action::Event(e) if e.reason == "FailoverStalled")),
-            "{again:?}"
-        );
+        assert!(said(&again, "FailoverStalled"), "{again:?}");
         let again = observe(&pruned, &mut m);
-        assert!(
-            !again
-                .iter()
-                .any(|a| matches!(a, Action::Event(e) if e.reason == "FailoverStalled")),
-            "said once: {again:?}"
-        );
+        assert!(!said(&again, "FailoverStalled"), "said once: {again:?}");
 
         // No candidate while a replica may still receive from db-1.
         let actions = observe(&s, &mut m);
@@ -695,21 +692,11 @@ mod tests {
             )),
             "{actions:?}"
         );
-        assert!(
-            actions
-                .iter()
-                .any(|a| matches!(a, Action::Event(e) if e.reason == "FailoverWaitingForReplicas")),
-            "{actions:?}"
-        );
+        assert!(said(&actions, "FailoverWaitingForReplicas"), "{actions:?}");
 
         // Said once while nothing changes.
         let again = observe(&s, &mut m);
-        assert!(
-            !again
-                .iter()
-                .any(|a| matches!(a, Action::Event(e) if e.reason == "FailoverWaitingForReplicas")),
-            "{again:?}"
-        );
+        assert!(!said(&again, "FailoverWaitingForReplicas"), "{again:?}");
 
         // Once both stopped receiving, the most advanced is targeted.
         for o in s.instances.iter_mut().filter(|o| o.name != "db-1") {
