@@ -40,33 +40,28 @@ impl<C: ClusterState> Manager<C> {
                 Err(e) => tracing::warn!(error = %e, "cannot renew the primary lease"),
             }
         }
-        match *self.last_renew.lock().unwrap() {
-            Some(t) => !lease::must_self_fence(0, t.elapsed().as_millis() as i64),
-            None => false,
-        }
+        self.renewal_fresh() == Some(true)
     }
 
     /// This manager renewed the primary lease once, but too long ago to
     /// prove it still holds it (never renewed — a manager just started —
     /// is not lapsed: it renews before it judges).
     pub(super) fn lease_lapsed(&self) -> bool {
-        self.cfg.spec.enable_primary_lease
-            && self
-                .last_renew
-                .lock()
-                .unwrap()
-                .is_some_and(|t| lease::must_self_fence(0, t.elapsed().as_millis() as i64))
+        self.cfg.spec.enable_primary_lease && self.renewal_fresh() == Some(false)
     }
 
     /// The primary lease is provably this instance's: renewed within the
     /// time after which it fences itself (leases off: always).
     pub(super) fn lease_proven(&self) -> bool {
-        if !self.cfg.spec.enable_primary_lease {
-            return true;
-        }
+        !self.cfg.spec.enable_primary_lease || self.renewal_fresh() == Some(true)
+    }
+
+    /// Whether this manager's last renewal is recent enough to prove the
+    /// lease; None when it never renewed.
+    fn renewal_fresh(&self) -> Option<bool> {
         self.last_renew
             .lock()
             .unwrap()
-            .is_some_and(|t| !lease::must_self_fence(0, t.elapsed().as_millis() as i64))
+            .map(|t| !lease::must_self_fence(0, t.elapsed().as_millis() as i64))
     }
 }
