@@ -189,19 +189,7 @@ impl ControlPlane {
             crate::metrics::serve(&self.ports.host, port, metrics_rx, self.dir.clone()).await?;
         }
         tokio::spawn(crate::scheduled_backups::run(self.dir.clone()).in_current_span());
-        let operator_hash = self.hash.clone();
-        self.dir.update_status(|s| {
-            s.operator_executable_hash = Some(operator_hash.clone());
-            s.instances = self.cluster.spec.instances;
-        })?;
-        self.reporter.say(
-            None,
-            &format!(
-                "Starting cluster {name} ({} instances) in {}",
-                self.cluster.spec.instances,
-                self.dir.root.display()
-            ),
-        );
+        self.record_start(&name)?;
 
         // After `cnmysql local upgrade` re-executed this control plane: the
         // managers still running are its children, supervised as before.
@@ -217,15 +205,7 @@ impl ControlPlane {
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
         let mut sighup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
-        if !adopted.is_empty() {
-            let text = format!(
-                "the control plane now runs {}; instances kept running: {}",
-                &operator_hash[..12.min(operator_hash.len())],
-                adopted.keys().cloned().collect::<Vec<_>>().join(", ")
-            );
-            self.dir.event(false, "OperatorUpgraded", None, &text);
-            self.reporter.say(None, &text);
-        }
+        self.say_adopted(&adopted);
         let mut progress = Progress::default();
         let mut announced = false;
         let mut memory = Memory::default();
@@ -330,6 +310,43 @@ impl ControlPlane {
                 self.announce(&status, started.elapsed());
             }
         }
+        self.stop_cluster(&mut supervisor, &name).await;
+        Ok(())
+    }
+
+    /// The status records this control plane, and the user is told.
+    fn record_start(&self, name: &str) -> anyhow::Result<()> {
+        self.dir.update_status(|s| {
+            s.operator_executable_hash = Some(self.hash.clone());
+            s.instances = self.cluster.spec.instances;
+        })?;
+        self.reporter.say(
+            None,
+            &format!(
+                "Starting cluster {name} ({} instances) in {}",
+                self.cluster.spec.instances,
+                self.dir.root.display()
+            ),
+        );
+        Ok(())
+    }
+
+    /// After `cnmysql local upgrade`: which instances kept running.
+    fn say_adopted(&self, adopted: &std::collections::BTreeMap<String, u32>) {
+        if adopted.is_empty() {
+            return;
+        }
+        let text = format!(
+            "the control plane now runs {}; instances kept running: {}",
+            &self.hash[..12.min(self.hash.len())],
+            adopted.keys().cloned().collect::<Vec<_>>().join(", ")
+        );
+        self.dir.event(false, "OperatorUpgraded", None, &text);
+        self.reporter.say(None, &text);
+    }
+
+    /// Stop every instance, replicas first, and record the cluster stopped.
+    async fn stop_cluster(&self, supervisor: &mut Supervisor, name: &str) {
         self.reporter
             .say(None, "Stopping: replicas first, then the primary");
         let primary = self.dir.read_status().ok().and_then(|s| s.current_primary);
@@ -346,7 +363,6 @@ impl ControlPlane {
                 self.dir.root.display()
             ),
         );
-        Ok(())
     }
 
     fn announce(&self, status: &cnmysql_api::ClusterStatus, elapsed: Duration) {

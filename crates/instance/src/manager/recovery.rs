@@ -84,59 +84,7 @@ impl<C: ClusterState> Manager<C> {
                 base.record.id, base.record.raw_bytes
             ),
         );
-        let tmp = cfg.data_dir.with_extension("clone");
-        if tmp.exists() {
-            std::fs::remove_dir_all(&tmp)?;
-        }
-        std::fs::create_dir_all(&tmp)?;
-        let gtid = match f {
-            Flavor::Mariadb => {
-                let (mut extract, mut stdin, tail) = clone::spawn_extract(cfg, &tmp)?;
-                let fetched = stored_stream::fetch(&dest, &base.stored(), &mut stdin).await;
-                let _ = stdin.shutdown().await;
-                drop(stdin);
-                let extracted = clone::finish_extract(&mut extract, &tail).await;
-                fetched?;
-                extracted?;
-                clone::prepare_and_install(cfg, &tmp).await?
-            }
-            Flavor::Mysql => {
-                let mut untar = tokio::process::Command::new("tar")
-                    .arg("-x")
-                    .arg("-C")
-                    .arg(&tmp)
-                    .arg("-f")
-                    .arg("-")
-                    .stdin(Stdio::piped())
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::piped())
-                    .kill_on_drop(true)
-                    .spawn()
-                    .map_err(|e| anyhow::anyhow!("cannot run tar: {e}"))?;
-                let tail =
-                    crate::clone_progress::tail_lines(untar.stderr.take().expect("piped"), "tar");
-                let mut stdin = untar.stdin.take().expect("piped");
-                let fetched = stored_stream::fetch(&dest, &base.stored(), &mut stdin).await;
-                let _ = stdin.shutdown().await;
-                drop(stdin);
-                let st = untar.wait().await?;
-                fetched?;
-                anyhow::ensure!(
-                    st.success(),
-                    "unpacking the backup failed ({st}): {}",
-                    crate::clone_progress::tail_text(&tail)
-                );
-                if cfg.data_dir.exists() {
-                    anyhow::ensure!(
-                        !bootstrap::is_initialized(cfg),
-                        "refusing to replace an initialised data directory with a backup"
-                    );
-                    std::fs::remove_dir_all(&cfg.data_dir)?;
-                }
-                std::fs::rename(&tmp, &cfg.data_dir)?;
-                base.record.gtid.clone()
-            }
-        };
+        let gtid = restore_base(cfg, &dest, &base).await?;
 
         // Replay, on a private server.
         self.set_phase(
@@ -326,4 +274,66 @@ impl<C: ClusterState> Manager<C> {
         bootstrap::set_accounts(conn, cfg).await?;
         Ok(())
     }
+}
+
+/// Restore base backup `base` from `dest` into the data directory; the
+/// GTID state it holds.
+async fn restore_base(
+    cfg: &InstanceConfig,
+    dest: &destination::Destination,
+    base: &base_backup::Manifest,
+) -> anyhow::Result<String> {
+    let tmp = cfg.data_dir.with_extension("clone");
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp)?;
+    }
+    std::fs::create_dir_all(&tmp)?;
+    Ok(match cfg.flavor() {
+        Flavor::Mariadb => {
+            let (mut extract, mut stdin, tail) = clone::spawn_extract(cfg, &tmp)?;
+            let fetched = stored_stream::fetch(dest, &base.stored(), &mut stdin).await;
+            let _ = stdin.shutdown().await;
+            drop(stdin);
+            let extracted = clone::finish_extract(&mut extract, &tail).await;
+            fetched?;
+            extracted?;
+            clone::prepare_and_install(cfg, &tmp).await?
+        }
+        Flavor::Mysql => {
+            let mut untar = tokio::process::Command::new("tar")
+                .arg("-x")
+                .arg("-C")
+                .arg(&tmp)
+                .arg("-f")
+                .arg("-")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .kill_on_drop(true)
+                .spawn()
+                .map_err(|e| anyhow::anyhow!("cannot run tar: {e}"))?;
+            let tail =
+                crate::clone_progress::tail_lines(untar.stderr.take().expect("piped"), "tar");
+            let mut stdin = untar.stdin.take().expect("piped");
+            let fetched = stored_stream::fetch(dest, &base.stored(), &mut stdin).await;
+            let _ = stdin.shutdown().await;
+            drop(stdin);
+            let st = untar.wait().await?;
+            fetched?;
+            anyhow::ensure!(
+                st.success(),
+                "unpacking the backup failed ({st}): {}",
+                crate::clone_progress::tail_text(&tail)
+            );
+            if cfg.data_dir.exists() {
+                anyhow::ensure!(
+                    !bootstrap::is_initialized(cfg),
+                    "refusing to replace an initialised data directory with a backup"
+                );
+                std::fs::remove_dir_all(&cfg.data_dir)?;
+            }
+            std::fs::rename(&tmp, &cfg.data_dir)?;
+            base.record.gtid.clone()
+        }
+    })
 }
