@@ -41,6 +41,44 @@ pub fn due(
     }))
 }
 
+/// What a schedule asks for now: the one decision both platforms'
+/// schedulers act on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Plan {
+    /// Suspended: nothing is due.
+    Suspended,
+    /// The next backup is due then.
+    Wait(jiff::Timestamp),
+    /// A backup is due now, for the time `at`; the one after it at `next`.
+    Due {
+        at: jiff::Timestamp,
+        next: Option<jiff::Timestamp>,
+    },
+}
+
+/// See [`Plan`]; `created` is when the schedule was made (or first seen),
+/// `last` when the last backup it made was due. An error names
+/// `spec.schedule` when the schedule cannot be read.
+pub fn plan(
+    schedule: &str,
+    immediate: bool,
+    suspend: bool,
+    created: jiff::Timestamp,
+    last: Option<jiff::Timestamp>,
+    now: jiff::Timestamp,
+) -> Result<Plan, String> {
+    let Some(at) = due(schedule, immediate, suspend, created, last, now)? else {
+        return Ok(Plan::Suspended);
+    };
+    if at > now {
+        return Ok(Plan::Wait(at));
+    }
+    Ok(Plan::Due {
+        at,
+        next: next_time(schedule, at).ok(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,6 +109,39 @@ mod tests {
                 .unwrap()
                 .to_string(),
             "2026-11-26T03:00:00Z"
+        );
+    }
+
+    #[test]
+    fn a_schedule_waits_is_due_or_is_suspended() {
+        let made: jiff::Timestamp = "2026-11-24T20:10:30Z".parse().unwrap();
+        let at: jiff::Timestamp = "2026-11-25T03:00:00Z".parse().unwrap();
+        let before = at - jiff::SignedDuration::from_secs(1);
+        let after = at + jiff::SignedDuration::from_secs(5);
+        assert_eq!(
+            plan("0 3 * * *", false, false, made, None, before),
+            Ok(Plan::Wait(at))
+        );
+        // Due for the time it was due, however late it is noticed; the
+        // next one a day on.
+        let next = "2026-11-26T03:00:00Z".parse().ok();
+        assert_eq!(
+            plan("0 3 * * *", false, false, made, None, after),
+            Ok(Plan::Due { at, next })
+        );
+        assert_eq!(
+            plan("0 3 * * *", false, true, made, None, after),
+            Ok(Plan::Suspended)
+        );
+        // Taken: the next one waits.
+        assert_eq!(
+            plan("0 3 * * *", false, false, made, Some(at), after),
+            Ok(Plan::Wait(next.unwrap()))
+        );
+        assert!(
+            plan("nightly", false, false, made, None, after)
+                .unwrap_err()
+                .contains("spec.schedule")
         );
     }
 }

@@ -102,7 +102,7 @@ pub(crate) async fn run(command: LocalCommand) -> anyhow::Result<()> {
                 BackupFrom::PreferReplica => BackupTarget::PreferReplica,
             };
             let t = cnmysql_local::backup(&target.dir()?, from, |line| eprintln!("{line}")).await?;
-            let m = &t.manifest.record;
+            let m = &t.taken.manifest.record;
             println!(
                 "backup {} of {}: {} bytes ({} stored), consistent with {}",
                 m.id, m.instance, m.raw_bytes, m.stored_bytes, m.gtid

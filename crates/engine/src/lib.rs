@@ -8,7 +8,12 @@
 //! the instances' `/status` ([`poller`]). The local control plane, the
 //! Kubernetes operator and the simulation (`tests/simulation.rs`) are its
 //! platforms; each only observes and carries out single actions.
+//!
+//! Backups go the same way: [`backup::take`] is the one workflow (open the
+//! store, pick the source, take, record, retain, report) behind
+//! [`backup::BackupPlatform`].
 
+pub mod backup;
 pub mod executor;
 pub mod pass;
 pub mod platform;

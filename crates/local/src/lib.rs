@@ -2,9 +2,11 @@
 //! Its life (`lifecycle.rs`), its control plane (`control.rs` with
 //! `supervisor.rs`, `platform.rs`, `progress.rs`, `reexec.rs`), endpoints
 //! (`proxy.rs`), state directory (`state.rs`), status display
-//! (`status_report.rs`) and user requests (`operations.rs`).
+//! (`status_report.rs`), user requests (`operations.rs`) and backups
+//! (`backups.rs`, `scheduled_backups.rs`).
 
 pub mod annotations;
+pub mod backups;
 pub mod cluster_state;
 pub mod control;
 pub mod definition;
@@ -24,6 +26,7 @@ pub mod status_report;
 pub mod supervisor;
 pub mod template;
 
+pub use backups::*;
 pub use lifecycle::*;
 pub use lookup::*;
 pub use operations::*;

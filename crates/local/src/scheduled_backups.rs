@@ -1,12 +1,13 @@
 //! `ScheduledBackup` documents in a local manifest, run by the control
 //! plane as the operator runs them on Kubernetes: when one is due
-//! (`cnmysql_backup::schedule`, shared), `cnmysql local backup` happens,
+//! (`cnmysql_backup::schedule::plan`, shared), `cnmysql local backup` happens,
 //! recorded in the status and events as any backup. When each last ran is
 //! kept in `<state>/schedules.json`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use cnmysql_backup::schedule::{self, Plan};
 use serde::{Deserialize, Serialize};
 
 use crate::state::StateDir;
@@ -65,27 +66,22 @@ async fn tick(dir: &StateDir) -> anyhow::Result<()> {
         });
         let seen: jiff::Timestamp = r.seen_at.parse().unwrap_or(now);
         let last = r.last_schedule_time.parse().ok();
-        let due = cnmysql_backup::schedule::due(
-            &sb.spec.schedule,
-            sb.spec.immediate,
-            sb.spec.suspend,
-            seen,
-            last,
-            now,
-        )
-        .map_err(|e| anyhow::anyhow!("ScheduledBackup {name}: {e}"))?;
-        let Some(due) = due else { continue };
-        if due > now {
-            r.next_schedule_time = due.to_string();
-            continue;
-        }
-        r.last_schedule_time = due.to_string();
-        r.next_schedule_time = cnmysql_backup::schedule::next_time(&sb.spec.schedule, due)
-            .map(|t| t.to_string())
-            .unwrap_or_default();
+        let s = &sb.spec;
+        let plan = schedule::plan(&s.schedule, s.immediate, s.suspend, seen, last, now)
+            .map_err(|e| anyhow::anyhow!("ScheduledBackup {name}: {e}"))?;
+        let (at, next) = match plan {
+            Plan::Suspended => continue,
+            Plan::Wait(at) => {
+                r.next_schedule_time = at.to_string();
+                continue;
+            }
+            Plan::Due { at, next } => (at, next),
+        };
+        r.last_schedule_time = at.to_string();
+        r.next_schedule_time = next.map(|t| t.to_string()).unwrap_or_default();
         cnmysql_tls::write_private(&path(dir), &serde_json::to_string_pretty(&records)?, false)?;
         tracing::info!(schedule = name, "scheduled backup due");
-        if let Err(e) = crate::operations::backup(dir, sb.spec.target, |line| {
+        if let Err(e) = crate::backups::backup(dir, sb.spec.target, |line| {
             tracing::info!(schedule = name, "{line}")
         })
         .await

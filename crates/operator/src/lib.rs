@@ -8,8 +8,10 @@
 //! `cnmysql-operator` (in the operator's namespace) reconciles. `/metrics`,
 //! `/healthz` and `/readyz` are served on one plain-HTTP port.
 
-// In the order of the pipeline; each module imports only ones above it.
+// Their order along the pipeline, each importing only earlier ones, is in
+// docs/architecture.md (rustfmt sorts the declarations).
 pub mod apply;
+pub mod backup_store;
 pub mod backups;
 pub mod catalog;
 pub mod context;
@@ -26,6 +28,7 @@ pub mod objects;
 pub mod pods;
 pub mod reconcile;
 pub mod restart;
+pub mod scheduled_backups;
 pub mod topology;
 
 use std::net::SocketAddr;

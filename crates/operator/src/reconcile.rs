@@ -120,7 +120,7 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Action, Err
             .as_ref()
             .is_none_or(|s| s.recovery_source.is_none())
     {
-        match crate::backups::resolve(ctx, &ns, &b.name).await {
+        match crate::backup_store::resolve(ctx, &ns, &b.name).await {
             Ok(src) => {
                 write_status(cluster, ctx, |st| {
                     st.backup
