@@ -104,12 +104,7 @@ pub fn worth_writing(old: Option<&BackupStatus>, new: &BackupStatus) -> bool {
     let reach = |b: &BackupStatus| {
         b.archive
             .as_ref()
-            .and_then(|a| {
-                a.complete_until
-                    .parse::<k8s_openapi::jiff::Timestamp>()
-                    .ok()
-            })
-            .map(|t| t.as_millisecond())
+            .and_then(|a| crate::time::parse_ms(&a.complete_until))
     };
     match (reach(old), reach(new)) {
         (Some(o), Some(n)) => n - o >= REFRESH_MS,

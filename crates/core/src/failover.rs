@@ -233,8 +233,7 @@ pub fn decide(s: &Snapshot, lease: Option<&Lease>, old_gone: bool) -> Decision {
         .status
         .primary_failing_since
         .as_deref()
-        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
-        .map(|t| t.as_millisecond());
+        .and_then(crate::time::parse_ms);
     let Some(since_ms) = since_ms else {
         return Decision::Failing {
             since_ms: s.now_ms,

@@ -197,11 +197,9 @@ fn cluster_samples(f: &Families, c: &Labelled, cluster: &Labels) {
         .status
         .last_rollout_step_time
         .as_deref()
-        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+        .and_then(crate::time::parse_ms)
     {
-        f.last_step
-            .get_or_create(cluster)
-            .set(t.as_millisecond() as f64 / 1000.0);
+        f.last_step.get_or_create(cluster).set(t as f64 / 1000.0);
     }
     let mut t = cluster.clone();
     t.push((
@@ -275,11 +273,7 @@ fn upgrade_samples(f: &Families, c: &Labelled, cluster: &Labels) {
 /// The last base backups.
 fn backup_samples(f: &Families, s: &Snapshot, cluster: &Labels) {
     if let Some(b) = &s.status.backup {
-        let secs = |t: &str| {
-            t.parse::<k8s_openapi::jiff::Timestamp>()
-                .ok()
-                .map(|t| t.as_millisecond() as f64 / 1000.0)
-        };
+        let secs = |t: &str| crate::time::parse_ms(t).map(|ms| ms as f64 / 1000.0);
         if let Some(ok) = &b.last_successful_backup {
             if let Some(t) = secs(&ok.stopped_at) {
                 f.backup_ok.get_or_create(cluster).set(t);

@@ -301,8 +301,7 @@ pub fn progress(s: &Snapshot) -> Progress {
         .status
         .target_primary_timestamp
         .as_deref()
-        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
-        .map(|t| t.as_millisecond())
+        .and_then(crate::time::parse_ms)
         .unwrap_or(s.now_ms);
     let limit = s.spec.max_switchover_delay.max(0).saturating_mul(1000);
     if s.now_ms > requested.saturating_add(limit) {

@@ -398,7 +398,7 @@ async fn an_annotated_upgrade_is_read_from_its_pod_recorded_mirrored_and_carried
             ..Default::default()
         },
     };
-    let pass = cnmysql_core::upgrade::annotated::pass(&snapshot, &Default::default());
+    let pass = cnmysql_core::upgrade::annotated_pass::pass(&snapshot, &Default::default());
     let change = &pass.changes[0];
     assert_eq!(change.instance, "db-2");
     let record = change.record.clone().unwrap();

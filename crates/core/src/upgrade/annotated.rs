@@ -22,14 +22,14 @@
 
 use std::collections::BTreeMap;
 
-use cnmysql_api::{InstanceUpgrade, UpgradePhase};
+use cnmysql_api::InstanceUpgrade;
 
 use crate::event::Event;
 use crate::status::Snapshot;
 use crate::time::timestamp;
 use crate::upgrade::annotations::{
-    ATTEMPTS, Decision, LAST_FAILED_ATTEMPT_AT, Recorded, ServerTarget, Source, Status, Target,
-    UPGRADE_RELEASE, UPGRADE_STATUS, UPGRADE_TO, backoff_ms, decide, parse,
+    ATTEMPTS, LAST_FAILED_ATTEMPT_AT, ServerTarget, Source, Status, Target, UPGRADE_RELEASE,
+    UPGRADE_STATUS, UPGRADE_TO, backoff_ms, parse,
 };
 
 /// An attempt whose rollout step was given this long ago and has not
@@ -81,7 +81,7 @@ pub fn record<'a>(s: &'a Snapshot, name: &str) -> Option<&'a InstanceUpgrade> {
     s.status.instance_upgrades.get(name)
 }
 
-fn status_of(r: &InstanceUpgrade) -> Option<Status> {
+pub(crate) fn status_of(r: &InstanceUpgrade) -> Option<Status> {
     Status::parse(&r.status)
 }
 
@@ -111,8 +111,7 @@ pub fn step_stands(s: &Snapshot, name: &str, given_ms: i64) -> bool {
         let started = r
             .attempt_started_at
             .as_deref()
-            .and_then(|a| a.parse::<k8s_openapi::jiff::Timestamp>().ok())
-            .map(|a| a.as_millisecond());
+            .and_then(crate::time::parse_ms);
         status_of(r) != Some(Status::Failed) && started.is_none_or(|a| a <= given_ms)
     })
 }
@@ -177,7 +176,7 @@ pub fn image_for(
 /// Whether `r` pins a server image `name`'s data has run on (its data
 /// version, or the version it runs, is at least the pinned one): taking
 /// the instance off it would be a downgrade.
-fn keeps_pin(s: &Snapshot, name: &str, r: &InstanceUpgrade) -> bool {
+pub(crate) fn keeps_pin(s: &Snapshot, name: &str, r: &InstanceUpgrade) -> bool {
     use crate::upgrade::version::Version;
     let Some(pinned) = r.version.as_deref().and_then(Version::parse) else {
         return false;
@@ -226,382 +225,6 @@ pub fn differing(
     want.into_iter()
         .filter(|(k, v)| have.get(k) != v.as_ref())
         .collect()
-}
-
-/// One instance's change from [`pass`].
-#[derive(Clone, Debug, PartialEq)]
-pub struct Change {
-    pub instance: String,
-    /// The record from now on (None: removed).
-    pub record: Option<InstanceUpgrade>,
-    pub event: Option<Event>,
-}
-
-/// What the annotation pass does now: records to write, and annotations
-/// to bring in line with them.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Pass {
-    pub changes: Vec<Change>,
-    /// Per instance, annotations to set (Some) or remove (None).
-    pub annotate: Vec<(String, BTreeMap<String, Option<String>>)>,
-    /// An instance back ready on its new server whose system tables are
-    /// older (MariaDB: `mariadb-upgrade` has not run for this major
-    /// version): its manager is asked to upgrade them before it is done.
-    pub system_tables: Option<String>,
-}
-
-/// Why an attempt may not start now on this cluster, if anything stops it.
-fn conflict(s: &Snapshot, target: &Target) -> Option<String> {
-    let server = matches!(target, Target::Image(_) | Target::Version(_));
-    let declared = s.status.upgrade_history.last().filter(|r| {
-        matches!(r.phase, UpgradePhase::Upgrading) || (r.phase == UpgradePhase::Pending && server)
-    });
-    declared.map(|r| {
-        format!(
-            "the declared server upgrade to {} is {}: asked again once it ends",
-            r.version,
-            r.phase.as_str()
-        )
-    })
-}
-
-/// What `name` runs of `target`'s kind when it runs what was asked.
-fn reached(s: &Snapshot, name: &str, target: &Target, wanted: Option<&str>) -> Option<String> {
-    let o = s.get(name)?;
-    let st = o.status.as_ref()?;
-    match target {
-        Target::ManagerFromOperator | Target::ManagerFromFile { .. } => {
-            let w = wanted?;
-            (st.executable_hash == w && st.mysqld_running).then(|| w.to_string())
-        }
-        Target::Image(_) | Target::Version(_) => {
-            let w = wanted?;
-            (st.ready
-                && o.outdated.is_none()
-                && !st.server_version.is_empty()
-                && crate::upgrade::version::matches(&st.server_version, w)
-                && crate::upgrade::server_checks::system_tables_current(s, name))
-            .then(|| st.server_version.clone())
-        }
-    }
-}
-
-/// An instance no longer asked for anything: a server image its data has
-/// run on stays its pinned image (never taken back to an older one);
-/// anything else is dropped, an attempt not done said to be cancelled.
-fn not_asked(
-    s: &Snapshot,
-    name: &str,
-    rec: Option<&InstanceUpgrade>,
-    change: &mut impl FnMut(Option<InstanceUpgrade>, Option<Event>),
-) -> Option<InstanceUpgrade> {
-    match rec {
-        None => None,
-        // Asked no more: a server image the instance's data has
-        // run on stays its image (never taken back to an older
-        // one); anything else is dropped.
-        Some(r) if keeps_pin(s, name, r) => {
-            // Kept as the instance's image, no longer as asked
-            // (a Pod made again does not carry the annotation).
-            if !r.upgrade_to.is_empty() || status_of(r) != Some(Status::Done) {
-                let kept = InstanceUpgrade {
-                    upgrade_to: String::new(),
-                    status: Status::Done.as_str().into(),
-                    release: r.release.clone().or_else(|| r.version.clone()),
-                    attempt_started_at: None,
-                    message: String::new(),
-                    ..r.clone()
-                };
-                change(Some(kept.clone()), None);
-                return Some(kept);
-            }
-            Some(r.clone())
-        }
-        Some(r) => {
-            let cancelled = status_of(r) != Some(Status::Done);
-            change(
-                None,
-                cancelled.then(|| {
-                    Event::new(
-                        true,
-                        "InstanceUpgradeCancelled",
-                        Some(name),
-                        format!(
-                            "{UPGRADE_TO} was removed from {name}: its upgrade to {} is not retried",
-                            r.upgrade_to
-                        ),
-                    )
-                }),
-            );
-            None
-        }
-    }
-}
-
-/// The annotation pass over every instance whose annotations are known.
-/// `in_flight`: when the rollout last gave each instance a step.
-pub fn pass(s: &Snapshot, in_flight: &crate::upgrade::gates::InFlight) -> Pass {
-    let mut out = Pass::default();
-    let at = timestamp(s.now_ms);
-    'each: for o in &s.instances {
-        let name = &o.name;
-        let Some(ann) = s.declared.asked.instances.get(name) else {
-            continue;
-        };
-        let rec = record(s, name);
-        let mut change = |record: Option<InstanceUpgrade>, event: Option<Event>| {
-            out.changes.push(Change {
-                instance: name.clone(),
-                record,
-                event,
-            });
-        };
-        let new = match ann
-            .get(UPGRADE_TO)
-            .map(|v| v.trim())
-            .filter(|v| !v.is_empty())
-        {
-            None => not_asked(s, name, rec, &mut change),
-            Some(value) => 'decide: {
-                let same = rec.filter(|r| r.upgrade_to == value);
-                let recorded = same.map(|r| Recorded {
-                    status: status_of(r),
-                    release: r.release.clone(),
-                    last_failed_ms: r
-                        .last_failed_attempt_at
-                        .as_deref()
-                        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
-                        .map(|t| t.as_millisecond()),
-                    attempts: r.attempts,
-                });
-                let recorded = recorded.unwrap_or_default();
-                // Asked anew: the image the instance's data has run on is
-                // carried over until the new attempt pins another.
-                let base = same.cloned().unwrap_or_else(|| {
-                    let pin = rec.filter(|r| keeps_pin(s, name, r));
-                    InstanceUpgrade {
-                        upgrade_to: value.to_string(),
-                        image: pin.and_then(|r| r.image.clone()),
-                        version: pin.and_then(|r| r.version.clone()),
-                        ..Default::default()
-                    }
-                });
-                // `count`: a new attempt refused at its start (a deadline
-                // fails the attempt already counted); a value that does not
-                // parse is no attempt and is not retried.
-                let fail = |mut r: InstanceUpgrade, why: String, count: bool| {
-                    if count {
-                        r.attempts += 1;
-                    }
-                    let r = failed_now(&r, &why, s.now_ms);
-                    let event = if parse(value).is_err() {
-                        Event::new(
-                            true,
-                            "InstanceUpgradeFailed",
-                            Some(name),
-                            format!("{name}: {why}"),
-                        )
-                    } else {
-                        failed_event(name, &r)
-                    };
-                    (r, event)
-                };
-                let target = match parse(value) {
-                    Ok(t) => t,
-                    Err(why) => {
-                        // Not retried: nothing changes until the value does.
-                        if same.is_none_or(|r| r.message != why) {
-                            let (r, e) = fail(base, why, false);
-                            change(Some(r.clone()), Some(e));
-                            break 'decide Some(r);
-                        }
-                        break 'decide same.cloned();
-                    }
-                };
-                let server = match &target {
-                    Target::Image(_) | Target::Version(_) => {
-                        match s.declared.asked.servers.get(value) {
-                            None => continue 'each, // not resolved yet
-                            Some(r) => Some(r.clone()),
-                        }
-                    }
-                    _ => None,
-                };
-                let wanted: Option<String> = match (&target, &server) {
-                    (Target::ManagerFromOperator, _) => s.status.operator_executable_hash.clone(),
-                    (Target::ManagerFromFile { sha256, .. }, _) => sha256
-                        .clone()
-                        .or_else(|| same.and_then(|r| r.manager_hash.clone())),
-                    (_, Some(Ok(t))) => Some(t.version.clone()),
-                    (_, _) => None,
-                };
-                let reached = reached(s, name, &target, wanted.as_deref());
-                if reached.is_none()
-                    && server.is_some()
-                    && out.system_tables.is_none()
-                    && o.ready()
-                    && o.outdated.is_none()
-                    && o.status.as_ref().is_some_and(|st| {
-                        wanted.as_deref().is_some_and(|w| {
-                            crate::upgrade::version::matches(&st.server_version, w)
-                        })
-                    })
-                    && !crate::upgrade::server_checks::system_tables_current(s, name)
-                {
-                    out.system_tables = Some(name.clone());
-                }
-                match decide(reached.as_deref(), &recorded, s.now_ms) {
-                    Decision::Done { release } => {
-                        let mut r = base.clone();
-                        if status_of(&r) != Some(Status::Done)
-                            || r.release.as_deref() != Some(release.as_str())
-                        {
-                            r.status = Status::Done.as_str().into();
-                            r.release = Some(release.clone());
-                            r.message.clear();
-                            r.attempt_started_at = None;
-                            if let (Some(Ok(t)), None) = (&server, &r.image) {
-                                r.version = Some(t.version.clone());
-                            }
-                            change(
-                                Some(r.clone()),
-                                Some(Event::new(
-                                    false,
-                                    "InstanceUpgradeDone",
-                                    Some(name),
-                                    format!("{name} runs {release} ({UPGRADE_TO}={value})"),
-                                )),
-                            );
-                        }
-                        Some(r)
-                    }
-                    Decision::Start => {
-                        let refused = match (&target, &server) {
-                            (_, Some(Err(e))) => Some(e.clone()),
-                            (_, Some(Ok(t))) => {
-                                let from = o
-                                    .status
-                                    .as_ref()
-                                    .map(|st| st.server_version.clone())
-                                    .filter(|v| !v.is_empty())
-                                    .or_else(|| {
-                                        s.status.data_version_by_instance.get(name).cloned()
-                                    });
-                                let v = crate::upgrade::version::Version::parse;
-                                match from {
-                                    Some(f) => match (v(&f), v(&t.version)) {
-                                        (Some(f), Some(to)) => crate::upgrade::version::check_path(
-                                            s.spec.mysql.flavor,
-                                            &f,
-                                            &to,
-                                        )
-                                        .err(),
-                                        _ => Some(format!(
-                                            "{f} → {} is not a pair of server versions",
-                                            t.version
-                                        )),
-                                    },
-                                    None => Some(format!(
-                                        "the server version {name} runs is not known yet"
-                                    )),
-                                }
-                            }
-                            (Target::ManagerFromOperator, _) if wanted.is_none() => {
-                                Some("the operator's executable hash is not known yet".into())
-                            }
-                            _ => None,
-                        }
-                        .or_else(|| conflict(s, &target));
-                        if let Some(why) = refused {
-                            let (r, e) = fail(base.clone(), why, true);
-                            change(Some(r.clone()), Some(e));
-                            Some(r)
-                        } else {
-                            let mut r = base.clone();
-                            r.attempts += 1;
-                            r.status = Status::InProgress.as_str().into();
-                            r.attempt_started_at = Some(at.clone());
-                            r.message.clear();
-                            r.manager_hash = wanted.clone().filter(|_| server.is_none());
-                            if let Some(Ok(t)) = &server {
-                                r.image = Some(t.image.clone());
-                                r.version = Some(t.version.clone());
-                            }
-                            let what = match &server {
-                                Some(Ok(t)) => format!("recreated on {} ({})", t.image, t.version),
-                                _ => "its manager replaced in place".to_string(),
-                            };
-                            change(
-                                Some(r.clone()),
-                                Some(Event::new(
-                                    false,
-                                    "InstanceUpgradeStarted",
-                                    Some(name),
-                                    format!(
-                                        "{name}: attempt {} at {UPGRADE_TO}={value}: {what}",
-                                        r.attempts
-                                    ),
-                                )),
-                            );
-                            Some(r)
-                        }
-                    }
-                    Decision::Wait(_) => {
-                        let mut r = base.clone();
-                        let started = r
-                            .attempt_started_at
-                            .as_deref()
-                            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
-                            .map(|t| t.as_millisecond());
-                        let step = in_flight.get(name).copied();
-                        let late = if status_of(&r) != Some(Status::InProgress) {
-                            None
-                        } else if step.is_some_and(|t| {
-                            s.now_ms - t > STEP_DEADLINE_MS && started.is_none_or(|st| t >= st)
-                        }) {
-                            Some(match o.status.as_ref() {
-                                None => format!(
-                                    "{name} did not come back within {} s",
-                                    STEP_DEADLINE_MS / 1000
-                                ),
-                                Some(st) if !st.message.is_empty() => format!(
-                                    "{name} did not reach its target within {} s: {}",
-                                    STEP_DEADLINE_MS / 1000,
-                                    st.message
-                                ),
-                                Some(_) => format!(
-                                    "{name} did not reach its target within {} s",
-                                    STEP_DEADLINE_MS / 1000
-                                ),
-                            })
-                        } else if started.is_some_and(|t| s.now_ms - t > ATTEMPT_DEADLINE_MS) {
-                            Some(format!("not done within {} s", ATTEMPT_DEADLINE_MS / 1000))
-                        } else {
-                            None
-                        };
-                        if let Some(why) = late {
-                            let (failed, e) = fail(r, why, false);
-                            r = failed;
-                            change(Some(r.clone()), Some(e));
-                        }
-                        Some(r)
-                    }
-                }
-            }
-        };
-        if let Some(r) = &new {
-            let d = differing(ann, mirror(Some(r)));
-            if !d.is_empty() {
-                out.annotate.push((name.clone(), d));
-            }
-        } else if rec.is_some() {
-            let d = differing(ann, mirror(None));
-            if !d.is_empty() {
-                out.annotate.push((name.clone(), d));
-            }
-        }
-    }
-    out
 }
 
 /// The event of a failed attempt (retried while the annotation stays).

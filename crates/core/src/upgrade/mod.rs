@@ -9,7 +9,8 @@
 //!   version;
 //! - [`gates`]: the checks every kind of upgrade shares (a settled primary,
 //!   healthy instances, the switchover target, steps in flight);
-//! - [`annotated`]: upgrades asked per instance by annotation;
+//! - [`annotated`]: upgrades asked per instance by annotation, and
+//!   [`annotated_pass`], the pass that decides them;
 //! - [`orchestrated`]: the Cluster-wide annotated upgrade;
 //! - [`server`] (with [`server_checks`]): the server-version upgrade's
 //!   ordered steps in `status.upgradeHistory`;
@@ -19,6 +20,7 @@
 //! - [`step`]: the rollouts' part of a reconcile step.
 
 pub mod annotated;
+pub mod annotated_pass;
 pub mod annotations;
 pub mod gates;
 pub mod image;

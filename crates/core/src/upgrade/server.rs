@@ -381,8 +381,7 @@ fn start_wait(s: &Snapshot, version: &str, force: bool) -> Option<(&'static str,
         .mysql
         .upgrade_at
         .as_deref()
-        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
-        .map(|t| t.as_millisecond())
+        .and_then(crate::time::parse_ms)
         .filter(|t| *t > now);
     if let Some(t) = scheduled {
         Some((
@@ -430,8 +429,8 @@ fn stays_failed(s: &Snapshot, rec: &mut UpgradeRecord, out: &mut Advance) -> boo
         .mysql
         .upgrade_at
         .as_deref()
-        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
-        .is_some_and(|t| t.as_millisecond() > failed_at && t.as_millisecond() <= now);
+        .and_then(crate::time::parse_ms)
+        .is_some_and(|t| t > failed_at && t <= now);
     let failed = rec.conditions.iter().find(|c| c.status == "False").cloned();
     if !retry {
         let message = format!(

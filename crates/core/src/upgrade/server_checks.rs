@@ -199,8 +199,8 @@ pub(super) fn record(
     let stale_probe = c
         .last_probe_time
         .as_deref()
-        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
-        .is_none_or(|t| now_ms - t.as_millisecond() >= PROBE_RECORD_MS);
+        .and_then(crate::time::parse_ms)
+        .is_none_or(|t| now_ms - t >= PROBE_RECORD_MS);
     if changed || stale_probe {
         c.last_probe_time = Some(at);
     }
@@ -210,7 +210,5 @@ pub(super) fn record(
 }
 
 pub(super) fn since_ms(t: &Option<String>) -> Option<i64> {
-    t.as_deref()
-        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
-        .map(|t| t.as_millisecond())
+    t.as_deref().and_then(crate::time::parse_ms)
 }

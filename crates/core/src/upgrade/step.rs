@@ -64,7 +64,7 @@ fn ask_system_tables(s: &Snapshot, memory: &mut Memory, instance: String) -> Opt
 /// orchestration, with their mirrors on the objects.
 pub(crate) fn annotation_step(s: &Snapshot, memory: &mut Memory) -> Vec<Action> {
     let mut out = Vec::new();
-    let pass = crate::upgrade::annotated::pass(s, &memory.rollout_in_flight);
+    let pass = crate::upgrade::annotated_pass::pass(s, &memory.rollout_in_flight);
     for c in pass.changes {
         out.push(Action::Status {
             change: StatusChange::InstanceUpgrade {

@@ -3,7 +3,8 @@
 
 use super::*;
 use crate::testutil::snapshot;
-use crate::upgrade::annotations::{FIRST_BACKOFF_MS, MAX_BACKOFF_MS};
+use crate::upgrade::annotated_pass::{Pass, pass};
+use crate::upgrade::annotations::{Decision, FIRST_BACKOFF_MS, MAX_BACKOFF_MS, Recorded, decide};
 use crate::upgrade::gates::InFlight;
 use crate::upgrade::rollout::{self, Next};
 
