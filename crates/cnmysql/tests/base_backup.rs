@@ -16,8 +16,8 @@ use std::path::PathBuf;
 use cnmysql_api::backup::{ObjectStore, S3Credentials, SecretKeyRef};
 use cnmysql_backup::destination::{Secrets, open};
 use cnmysql_backup::stored_stream::{fetch, store};
+use cnmysql_control::client::ControlClient;
 use cnmysql_envtest::object_store::{ACCESS_KEY_ID, S3Server, SECRET_ACCESS_KEY};
-use cnmysql_instance::client::ControlClient;
 use common::*;
 use futures::TryStreamExt;
 use http_body_util::BodyExt;
@@ -178,13 +178,13 @@ async fn a_backup_skips_an_unreachable_instance_and_reports_progress() {
     let d = open(&spec, &Secrets::default()).unwrap();
     let control = |name: &str| c.ports()["instances"][name]["control"].as_u64().unwrap() as u16;
     let sources = [
-        cnmysql_instance::base_backup::Source {
+        cnmysql_control::base_backup::Source {
             instance: "bkq-9".into(),
             host: "127.0.0.1".into(),
             port: cnmysql_envtest::free_port(),
             why: "first choice".into(),
         },
-        cnmysql_instance::base_backup::Source {
+        cnmysql_control::base_backup::Source {
             instance: replica.into(),
             host: "127.0.0.1".into(),
             port: control(replica),
@@ -192,7 +192,7 @@ async fn a_backup_skips_an_unreachable_instance_and_reports_progress() {
         },
     ];
     let reports = std::sync::Mutex::new(Vec::new());
-    let taken = cnmysql_instance::base_backup::take(
+    let taken = cnmysql_control::base_backup::take(
         &client,
         match flavor() {
             Flavor::Mariadb => cnmysql_api::Flavor::Mariadb,

@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::Arc;
 
-use cnmysql_instance::client::ControlClient;
+use cnmysql_control::client::ControlClient;
 use cnmysql_tls::{Ca, Material, TlsPaths};
 use common::*;
 use rustls::RootCertStore;

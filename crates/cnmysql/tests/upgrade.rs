@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use cnmysql_instance::client::ControlClient;
+use cnmysql_control::client::ControlClient;
 use common::writer::{start as start_writer, verify_on};
 use common::*;
 use mysql_async::prelude::*;

@@ -104,7 +104,11 @@ async fn take_quietly(
     for s in sources {
         let version = client
             .expecting(&s.instance)
-            .get_json::<cnmysql_core::status::InstanceStatus>(&s.host, s.port, "/status")
+            .get_json::<cnmysql_core::status::InstanceStatus>(
+                &s.host,
+                s.port,
+                crate::contract::STATUS,
+            )
             .await
             .map(|st| st.server_version)
             .unwrap_or_default();
@@ -112,7 +116,7 @@ async fn take_quietly(
             .clone()
             .with_connect_timeout(Duration::from_secs(10))
             .expecting(&s.instance)
-            .send(&s.host, s.port, "GET", "/backup", &[], None)
+            .send(&s.host, s.port, "GET", crate::contract::BACKUP, &[], None)
             .await;
         let resp = match resp {
             Ok(r) if r.status().is_success() => r,
@@ -143,8 +147,8 @@ async fn take_quietly(
                 .unwrap_or_default()
                 .to_string()
         };
-        let gtid = header(crate::mysql_backup::GTID_HEADER);
-        let expected = header(crate::clone::SIZE_HEADER).parse::<u64>().ok();
+        let gtid = header(crate::contract::GTID_HEADER);
+        let expected = header(crate::contract::SIZE_HEADER).parse::<u64>().ok();
         let started = Instant::now();
         let mut read = 0u64;
         let cell = progress.clone();

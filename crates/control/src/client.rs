@@ -1,5 +1,6 @@
 //! A small mutual-TLS HTTP/1.1 client for instance managers' control APIs,
-//! used by peers (clone) and by the control plane (status polls).
+//! used by peers (clone, status) and by the control planes (status polls,
+//! requests, upgrades, backups).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,11 +38,11 @@ impl ControlClient {
         self
     }
 
-    /// A client for `peer`: its certificate must name `peer.tls_name` when
-    /// set (a Pod reached by IP), else the host it is reached at.
-    pub fn for_peer(&self, peer: &crate::config::PeerAddr) -> ControlClient {
+    /// A client whose servers' certificates must name `name` when given
+    /// (a peer's Pod reached by IP), else the host they are reached at.
+    pub fn with_server_name(&self, name: Option<String>) -> ControlClient {
         ControlClient {
-            server_name: peer.tls_name.clone(),
+            server_name: name,
             ..self.clone()
         }
     }

@@ -1,7 +1,7 @@
 //! One base backup, the same on every platform: open the store the
 //! Cluster names, pick the instances to take it from, most suitable first
 //! (`cnmysql_core::backup_source`), stream it from the first that serves it
-//! into the store (`cnmysql_instance::base_backup::take`), record it in the
+//! into the store (`cnmysql_control::base_backup::take`), record it in the
 //! cluster status, apply the retention policy (which moves the first
 //! recoverability point), and say how it went in one Event
 //! (`BackupCompleted`, `BackupFailed`, and `BackupsPruned` when retention
@@ -19,11 +19,11 @@ use cnmysql_api::backup_resources::BackupTarget;
 use cnmysql_api::{Cluster, ClusterStatus};
 use cnmysql_backup::destination::Destination;
 use cnmysql_backup::retention::Pruned;
+use cnmysql_control::base_backup::{Source, Taken};
+use cnmysql_control::client::ControlClient;
 use cnmysql_core::event::Event;
 use cnmysql_core::status::CloneProgress;
 use cnmysql_core::status_change::StatusChange;
-use cnmysql_instance::base_backup::{Source, Taken};
-use cnmysql_instance::client::ControlClient;
 
 /// What a platform provides to the backup workflow.
 pub trait BackupPlatform {
@@ -149,7 +149,7 @@ async fn stream(
     id: &str,
 ) -> Taken {
     let flavor = r.cluster.spec.mysql.flavor;
-    cnmysql_instance::base_backup::take(client, flavor, sources, id, dest, r.every, |progress| {
+    cnmysql_control::base_backup::take(client, flavor, sources, id, dest, r.every, |progress| {
         p.progress(progress)
     })
     .await

@@ -5,12 +5,12 @@
 
 use std::future::Future;
 
+use cnmysql_control::ControlClient;
 use cnmysql_core::event::Event;
 use cnmysql_core::lease::Lease;
 use cnmysql_core::memory::Memory;
 use cnmysql_core::semisync::Settings;
 use cnmysql_core::status_change::StatusChange;
-use cnmysql_instance::client::ControlClient;
 
 /// A request to an instance's control API.
 #[derive(Clone, Debug, PartialEq)]
@@ -41,45 +41,20 @@ impl ControlRequest {
         host: &str,
         port: u16,
     ) -> anyhow::Result<String> {
+        use cnmysql_control::{requests, upgrade};
         match self {
             ControlRequest::SemiSync(s) => {
-                let body = serde_json::json!({
-                    "enabled": s.enabled,
-                    "waitForCount": s.wait_for_count,
-                    "timeoutMillis": s.timeout_millis,
-                });
-                let (code, text) = client
-                    .post(
-                        host,
-                        port,
-                        "/semisync",
-                        &[("content-type", "application/json".into())],
-                        body.to_string().into(),
-                    )
-                    .await?;
-                anyhow::ensure!(code == 200, "refused ({code}): {text}");
-                Ok(text)
+                requests::set_semi_sync(client, host, port, &s.into()).await
             }
             ControlRequest::Upgrade { hash } => {
-                cnmysql_instance::upgrade::push(client, host, port, hash).await?;
+                upgrade::push(client, host, port, hash).await?;
                 Ok(hash.clone())
             }
             ControlRequest::UpgradeFromFile { path, sha256 } => {
-                cnmysql_instance::upgrade::from_file(client, host, port, path, sha256.as_deref())
-                    .await
+                upgrade::from_file(client, host, port, path, sha256.as_deref()).await
             }
             ControlRequest::UpgradeSystemTables => {
-                let (code, text) = client
-                    .post(
-                        host,
-                        port,
-                        "/instance/mysql/upgrade",
-                        &[],
-                        Vec::new().into(),
-                    )
-                    .await?;
-                anyhow::ensure!(code == 200, "refused ({code}): {text}");
-                Ok(text)
+                requests::upgrade_system_tables(client, host, port).await
             }
         }
     }

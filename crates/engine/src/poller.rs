@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
+use cnmysql_control::client::ControlClient;
 use cnmysql_core::status::{InstanceStatus, Observed};
-use cnmysql_instance::client::ControlClient;
 
 /// How long one instance may take to answer a poll: an instance that does
 /// not answer within this is observed unreachable.

@@ -13,12 +13,12 @@ use cnmysql_api::backup_resources::BackupTarget;
 use cnmysql_api::{Cluster, ClusterStatus, Flavor};
 use cnmysql_backup::base_backup::{Manifest, write_manifest};
 use cnmysql_backup::destination::Destination;
+use cnmysql_control::base_backup::Source;
+use cnmysql_control::client::ControlClient;
 use cnmysql_core::event::Event;
 use cnmysql_core::status::CloneProgress;
 use cnmysql_core::status_change::StatusChange;
 use cnmysql_engine::backup::{BackupPlatform, Request, retain, take};
-use cnmysql_instance::base_backup::Source;
-use cnmysql_instance::client::ControlClient;
 
 struct Memory {
     /// The file store (kept until the test ends).

@@ -21,6 +21,7 @@ use tokio_rustls::TlsAcceptor;
 use tower::Service;
 
 use cnmysql_api::names::OPERATOR_IDENTITY;
+use cnmysql_control::contract::{self, FromFile, SemiSync};
 use cnmysql_core::status::InstanceStatus;
 
 /// The verified identity (certificate common name) of the caller.
@@ -60,27 +61,27 @@ pub trait Backend: Send + Sync + 'static {
 
 pub fn router<B: Backend>(backend: Arc<B>) -> Router {
     Router::new()
-        .route("/status", get(status::<B>))
+        .route(contract::STATUS, get(status::<B>))
         .route("/healthz", get(healthz::<B>))
         .route("/readyz", get(ready::<B>))
-        .route("/backup", get(backup::<B>))
-        .route("/semisync", axum::routing::post(semi_sync::<B>))
+        .route(contract::BACKUP, get(backup::<B>))
+        .route(contract::SEMISYNC, axum::routing::post(semi_sync::<B>))
         .route(
-            "/instance/manager/upgrade",
+            contract::UPGRADE,
             axum::routing::post(upgrade::<B>).layer(axum::extract::DefaultBodyLimit::max(
                 crate::upgrade::MAX_EXECUTABLE_BYTES as usize,
             )),
         )
         .route(
-            "/instance/manager/upgrade-from-file",
+            contract::UPGRADE_FROM_FILE,
             axum::routing::post(upgrade_from_file::<B>),
         )
         .route(
-            "/instance/mysql/upgrade",
+            contract::UPGRADE_SYSTEM_TABLES,
             axum::routing::post(upgrade_system_tables::<B>),
         )
         .route(
-            "/instance/manager/restart-inplace",
+            contract::RESTART_IN_PLACE,
             axum::routing::post(restart_inplace::<B>),
         )
         .with_state(backend)
@@ -159,14 +160,6 @@ async fn upgrade<B: Backend>(
             (StatusCode::INTERNAL_SERVER_ERROR, why).into_response()
         }
     }
-}
-
-/// The body of `POST /instance/manager/upgrade-from-file`.
-#[derive(serde::Deserialize)]
-struct FromFile {
-    path: String,
-    #[serde(default)]
-    sha256: Option<String>,
 }
 
 /// `POST /instance/manager/upgrade-from-file`: an executable already on
@@ -335,9 +328,43 @@ async fn healthz<B: Backend>(State(b): State<Arc<B>>) -> Response {
     }
 }
 
-async fn ready<B: Backend>(State(b): State<Arc<B>>) -> Response {
-    let s = b.status().await;
+/// Whether this manager has answered ready since it started.
+static EVER_READY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The longest `/readyz?waitMillis=` may hold an answer.
+const READY_WAIT_MAX_MS: u64 = 4_000;
+
+/// `waitMillis=N` of a query string, at most [`READY_WAIT_MAX_MS`].
+fn wait_millis(query: Option<&str>) -> u64 {
+    query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .find_map(|kv| kv.strip_prefix("waitMillis=")?.parse().ok())
+        .unwrap_or(0u64)
+        .min(READY_WAIT_MAX_MS)
+}
+
+/// Readiness. `?waitMillis=N` (the Pod's readiness probe): until this
+/// manager has been ready once, an answer that would say "not ready" waits
+/// up to N ms for the instance to become ready. A restarted instance is
+/// then routed again as soon as it is ready, not at the kubelet's next
+/// probe a second later; once it has been ready, every answer is at once,
+/// so that going out of service is never delayed.
+async fn ready<B: Backend>(State(b): State<Arc<B>>, uri: axum::http::Uri) -> Response {
+    use std::sync::atomic::Ordering;
+    let wait = if EVER_READY.load(Ordering::Relaxed) {
+        0
+    } else {
+        wait_millis(uri.query())
+    };
+    let until = tokio::time::Instant::now() + Duration::from_millis(wait);
+    let mut s = b.status().await;
+    while !s.ready && tokio::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(25)).await;
+        s = b.status().await;
+    }
     if s.ready {
+        EVER_READY.store(true, Ordering::Relaxed);
         (StatusCode::OK, "ready").into_response()
     } else {
         (
@@ -348,19 +375,11 @@ async fn ready<B: Backend>(State(b): State<Arc<B>>) -> Response {
     }
 }
 
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct SemiSyncRequest {
-    enabled: bool,
-    wait_for_count: u32,
-    timeout_millis: u64,
-}
-
 /// The operator's steady-state semi-sync adjustment of the primary.
 async fn semi_sync<B: Backend>(
     State(b): State<Arc<B>>,
     Extension(peer): Extension<Peer>,
-    Json(req): Json<SemiSyncRequest>,
+    Json(req): Json<SemiSync>,
 ) -> Response {
     if let Some(refused) = operator_only(&peer, "change semi-sync settings") {
         return refused;
@@ -583,6 +602,15 @@ mod tests {
         assert!(may_clone("db", OPERATOR_IDENTITY));
         assert!(!may_clone("db", "other-2"));
         assert!(!may_clone("db", ""));
+    }
+
+    #[test]
+    fn a_readiness_wait_is_read_from_the_query_and_bounded() {
+        assert_eq!(wait_millis(None), 0);
+        assert_eq!(wait_millis(Some("waitMillis=900")), 900);
+        assert_eq!(wait_millis(Some("a=1&waitMillis=300")), 300);
+        assert_eq!(wait_millis(Some("waitMillis=soon")), 0);
+        assert_eq!(wait_millis(Some("waitMillis=600000")), READY_WAIT_MAX_MS);
     }
 }
 

@@ -24,7 +24,7 @@ use crate::clone_progress::{
 use crate::config::{InstanceConfig, PeerAddr, render_backup_cnf};
 
 /// Header carrying the source's data directory size, for progress and ETA.
-pub const SIZE_HEADER: &str = "x-cnmysql-datadir-bytes";
+pub use cnmysql_control::contract::SIZE_HEADER;
 
 /// Total size of the regular files below `dir`.
 pub fn dir_size(dir: &Path) -> u64 {
@@ -206,7 +206,7 @@ pub async fn clone_from(
     let resp = client
         .clone()
         .with_connect_timeout(Duration::from_secs(10))
-        .for_peer(peer)
+        .with_server_name(peer.tls_name.clone())
         .send(&peer.host, peer.control_port, "GET", "/backup", &[], None)
         .await?;
     if !resp.status().is_success() {

@@ -2,9 +2,7 @@
 //! (and one process per instance on the local platform).
 
 pub mod api;
-pub mod base_backup;
 pub mod bootstrap;
-pub mod client;
 pub mod clone;
 pub mod clone_plugin;
 pub mod clone_progress;
@@ -21,6 +19,10 @@ pub mod server_image;
 pub mod server_version;
 pub mod sql;
 pub mod upgrade;
+
+// The control API's client is its callers' (cnmysql-control); the
+// manager's peers use it too.
+use cnmysql_control::client;
 
 pub use cluster_state::ClusterState;
 pub use config::InstanceConfig;

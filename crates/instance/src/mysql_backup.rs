@@ -19,7 +19,7 @@ use crate::private_server::{self, PrivateServer};
 use crate::sql;
 
 /// The response header with the GTID set the backup holds.
-pub const GTID_HEADER: &str = "x-cnmysql-gtid";
+pub use cnmysql_control::contract::GTID_HEADER;
 
 /// Clone, verify, and return the GTID set and the tar stream.
 pub async fn start(

@@ -6,12 +6,12 @@
 
 use cnmysql_api::backup_resources::BackupTarget;
 use cnmysql_backup::destination::Destination;
+use cnmysql_control::base_backup::Source;
+use cnmysql_control::client::ControlClient;
 use cnmysql_core::event::Event;
 use cnmysql_core::status::CloneProgress;
 use cnmysql_core::status_change::StatusChange;
 use cnmysql_engine::backup::{BackupPlatform, Outcome, Request};
-use cnmysql_instance::base_backup::Source;
-use cnmysql_instance::client::ControlClient;
 
 use crate::state::{Ports, StateDir};
 

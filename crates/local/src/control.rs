@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 
 use cnmysql_api::names::instance_name;
 use cnmysql_api::{Cluster, ServiceRole};
+use cnmysql_control::client::ControlClient;
+use cnmysql_control::executable_hash;
 use cnmysql_core::cadence::Cadence;
 use cnmysql_core::memory::Memory;
 use cnmysql_core::services::desired_routes;
 use cnmysql_core::status::{Observed, Snapshot};
 use cnmysql_engine::poller::{self, Target};
-use cnmysql_instance::client::ControlClient;
-use cnmysql_instance::manager::executable_hash;
 use tokio::sync::watch;
 use tracing::Instrument;
 

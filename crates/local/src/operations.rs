@@ -122,7 +122,7 @@ pub async fn upgrade(dir: &StateDir, wait: Option<Duration>) -> anyhow::Result<(
         );
     };
     let exe = std::env::current_exe()?;
-    let hash = cnmysql_instance::manager::executable_hash();
+    let hash = cnmysql_control::executable_hash();
     let short = |h: &str| h.chars().take(12).collect::<String>();
     let before = dir.read_status()?;
     if before.operator_executable_hash.as_deref() != Some(hash.as_str()) {
@@ -204,8 +204,8 @@ pub async fn restart_inplace(dir: &StateDir, instance: &str) -> anyhow::Result<(
     let ports = dir.load_ports()?;
     let port = ports.instances[instance].control;
     let client =
-        cnmysql_instance::client::ControlClient::new(dir.operator_material()?.client_config()?);
-    let done = cnmysql_instance::upgrade::restart_in_place_and_wait(
+        cnmysql_control::client::ControlClient::new(dir.operator_material()?.client_config()?);
+    let done = cnmysql_control::upgrade::restart_in_place_and_wait(
         &client,
         &ports.host,
         port,

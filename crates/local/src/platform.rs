@@ -12,12 +12,12 @@
 //! | control API | `127.0.0.1` at the instance's control port |
 //! | annotate | `annotations.json` in the state directory, under its lock |
 
+use cnmysql_control::client::ControlClient;
 use cnmysql_core::event::Event;
 use cnmysql_core::lease::Lease;
 use cnmysql_core::memory::Memory;
 use cnmysql_core::status_change::StatusChange;
 use cnmysql_engine::{ControlRequest, Platform};
-use cnmysql_instance::client::ControlClient;
 
 use crate::progress::Reporter;
 use crate::state::{Ports, StateDir};

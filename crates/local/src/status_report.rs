@@ -5,8 +5,8 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use cnmysql_control::client::ControlClient;
 use cnmysql_core::status::InstanceStatus;
-use cnmysql_instance::client::ControlClient;
 
 use crate::state::{StateDir, live_pid};
 

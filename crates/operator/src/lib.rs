@@ -258,7 +258,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         .await
         .context("cannot list Clusters: is the CRD installed (kubectl apply --server-side -f deploy/crd.yaml) and may this account list them?")?;
 
-    let operator_hash = cnmysql_instance::manager::executable_hash();
+    let operator_hash = cnmysql_control::executable_hash();
     tracing::info!(hash = %operator_hash, "operator executable");
     let operator_image = own_image(&client, &opts)
         .await

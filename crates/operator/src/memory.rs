@@ -10,8 +10,8 @@ use std::sync::Mutex;
 use kube::ResourceExt;
 
 use cnmysql_api::Cluster;
+use cnmysql_control::client::ControlClient;
 use cnmysql_core::memory::Memory;
-use cnmysql_instance::client::ControlClient;
 
 #[derive(Default)]
 struct ClusterMemory {

@@ -19,7 +19,7 @@ use cnmysql_api::names::{
     CONTROL_PORT, RESTART_INPLACE_ANNOTATION, RESTART_INPLACE_ERROR_ANNOTATION,
     RESTARTED_INPLACE_ANNOTATION,
 };
-use cnmysql_instance::client::ControlClient;
+use cnmysql_control::client::ControlClient;
 use cnmysql_k8s::events::Kind;
 
 use crate::context::Context;
@@ -55,7 +55,7 @@ pub async fn carry_out(
             Err("its Pod is being deleted".to_string())
         } else {
             match pod.status.as_ref().and_then(|s| s.pod_ip.as_deref()) {
-                Some(ip) if !ip.is_empty() => cnmysql_instance::upgrade::restart_in_place_and_wait(
+                Some(ip) if !ip.is_empty() => cnmysql_control::upgrade::restart_in_place_and_wait(
                     &client.expecting(name),
                     ip,
                     CONTROL_PORT,

@@ -26,6 +26,7 @@ use tracing::Instrument;
 
 use cnmysql_api::names::CONTROL_PORT;
 use cnmysql_api::{Cluster, ClusterStatus};
+use cnmysql_control::client::ControlClient;
 use cnmysql_core::cadence::Cadence;
 use cnmysql_core::event::Event;
 use cnmysql_core::lease::Lease;
@@ -34,7 +35,6 @@ use cnmysql_core::status::{Observed, Snapshot};
 use cnmysql_core::status_change::StatusChange;
 use cnmysql_engine::poller::{self, Target};
 use cnmysql_engine::{ControlRequest, Facts, Platform};
-use cnmysql_instance::client::ControlClient;
 use cnmysql_k8s::cluster_handle::ClusterHandle;
 use cnmysql_k8s::cluster_state::{lease_from, release_lease_of};
 use cnmysql_k8s::events::Kind;

@@ -136,13 +136,18 @@ pub fn start_proxy(
     assets: &Path,
 ) -> anyhow::Result<Child> {
     // oomScoreAdj 0: it cannot lower its own here. conntrack zeros: leave
-    // the machine-wide conntrack settings alone.
+    // the machine-wide conntrack settings alone. minSyncPeriod: kube-proxy's
+    // default (1 s, the least time between two rule syncs) unless
+    // CNMYSQL_KUBE_PROXY_MIN_SYNC names another (e.g. `100ms`), which is how
+    // the bench tells the product's own failover time from kube-proxy's.
+    let min_sync = std::env::var("CNMYSQL_KUBE_PROXY_MIN_SYNC").unwrap_or_else(|_| "1s".into());
     let cfg = format!(
         r#"apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection: {{kubeconfig: {kc}}}
 hostnameOverride: {name}
 mode: nftables
+nftables: {{minSyncPeriod: {min_sync}}}
 clusterCIDR: 10.244.0.0/16
 bindAddress: 127.0.0.1
 healthzBindAddress: 127.0.0.1:10256

@@ -28,7 +28,6 @@ use cnmysql_core::status::{InstancePhase, InstanceStatus, Role, history_reaches,
 use cnmysql_core::{isolation, lease, self_fence, semisync, switchover};
 use mysql_async::Pool;
 use mysql_async::prelude::*;
-use sha2::Digest;
 use tokio::sync::watch;
 use tracing::Instrument;
 
@@ -60,12 +59,7 @@ fn current_exe_path() -> std::path::PathBuf {
 }
 
 /// SHA-256 of the running executable, hex encoded.
-pub fn executable_hash() -> String {
-    match std::fs::read("/proc/self/exe") {
-        Ok(bytes) => hex::encode(sha2::Sha256::digest(&bytes)),
-        Err(_) => String::new(),
-    }
-}
+pub use cnmysql_control::executable_hash;
 
 /// How a request to become read-only ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

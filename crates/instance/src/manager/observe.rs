@@ -17,11 +17,9 @@ impl<C: ClusterState> Manager<C> {
         let peer = self.peer(name)?;
         tokio::time::timeout(
             Duration::from_millis(1500),
-            self.peers.for_peer(&peer).get_json::<InstanceStatus>(
-                &peer.host,
-                peer.control_port,
-                "/status",
-            ),
+            self.peers
+                .with_server_name(peer.tls_name.clone())
+                .get_json::<InstanceStatus>(&peer.host, peer.control_port, "/status"),
         )
         .await
         .ok()?

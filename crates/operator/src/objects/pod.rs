@@ -347,10 +347,13 @@ pub fn pod(cluster: &Cluster, instance: &str, env_: &Environment) -> Pod {
         // allows an hour before liveness applies. It and readiness check
         // every second so that a restarted instance is routed again as soon
         // as it is up (readiness every 2 s cost a restarted primary up to
-        // 2 s more out of rw on the real node).
+        // 2 s more out of rw on the real node). Until the manager has been
+        // ready once, readiness holds a "not ready" answer up to 0.9 s for
+        // the instance to become ready (the kubelet asks again only a second
+        // later), well inside the probe's 5 s timeout.
         startup_probe: Some(probe("/healthz", 1, 3600)),
         liveness_probe: Some(probe("/healthz", 10, 3)),
-        readiness_probe: Some(probe("/readyz", 1, 3)),
+        readiness_probe: Some(probe("/readyz?waitMillis=900", 1, 3)),
         lifecycle: Some(prestop_hook()),
         resources: cluster.spec.resources.clone(),
         volume_mounts: Some(
