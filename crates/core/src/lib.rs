@@ -7,6 +7,7 @@ pub mod archiving;
 pub mod backup_source;
 pub mod cadence;
 pub mod declared;
+pub mod definition;
 pub mod event;
 pub mod failover;
 pub mod fencing;

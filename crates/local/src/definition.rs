@@ -246,17 +246,18 @@ pub fn image_of(cfg: &InstanceConfig) -> String {
 }
 
 /// What differs between the instance's configuration and what it should
-/// be made from now, in the user's terms.
+/// be made from now, in the user's terms (`cnmysql_core::definition`: a
+/// local instance records its image and its server settings).
 pub fn outdated(cfg: &InstanceConfig, image: &str, cluster: &Cluster) -> Option<String> {
-    let mut changes = Vec::new();
-    let have = image_of(cfg);
-    if have != image {
-        changes.push(format!("image {have} → {image}"));
-    }
-    if cfg.spec.mysql.parameters != cluster.spec.mysql.parameters {
-        changes.push("spec.mysql.parameters changed".to_string());
-    }
-    (!changes.is_empty()).then(|| changes.join(", "))
+    let made = cnmysql_core::definition::Definition::of(&cfg.spec, image_of(cfg));
+    let have = serde_json::to_value(made).ok()?;
+    let have = have.as_object()?;
+    let recorded = ["image", "parameters"]
+        .into_iter()
+        .filter_map(|k| Some((k.to_string(), have.get(k)?.clone())))
+        .collect();
+    let want = cnmysql_core::definition::Definition::of(&cluster.spec, image.to_string());
+    cnmysql_core::definition::outdated(&recorded, &want)
 }
 
 /// Whether two manifests carry the same image catalogs.

@@ -152,24 +152,9 @@ pub struct LocalCluster {
     destroyed: bool,
 }
 
-/// Wait until `f` returns Some, or fail after `timeout` with `what`.
-pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
+/// Wait until `f` returns Some, or fail after `timeout` with `what` (one
+/// helper for every test suite).
+pub use cnmysql_envtest::wait_for;
 
 impl LocalCluster {
     /// `local up --detach` a new cluster and wait until it is ready.

@@ -1,62 +1,37 @@
-//! What of a Cluster's spec an instance's Pod is made from (its
-//! definition): the server image, the server settings
-//! (`spec.mysql.parameters`, read by the instance manager when it starts),
-//! resources and scheduling, and the Secrets it mounts. The Pod carries it in the `cnmysql.io/definition`
-//! annotation; when the Cluster's differs, the instance is outdated and the
-//! rollout (`core/rollout.rs`) recreates it, health-gated, one at a time,
-//! the primary last after a switchover.
+//! An instance Pod's definition (`cnmysql_core::definition`, the one rule
+//! for both platforms): the Pod carries the definition it was made from in
+//! the `cnmysql.io/definition` annotation; when the Cluster's differs, the
+//! instance is outdated and the rollout recreates it.
 //!
 //! The operator's own image is not part of it: a new operator is rolled out
 //! by the instance-manager upgrade (in place or not), never by this.
 
-use serde::Serialize;
-
 use cnmysql_api::Cluster;
+use cnmysql_core::definition::Definition;
 use k8s_openapi::api::core::v1::Pod;
 
 /// The annotation on an instance's Pod that records its definition.
 pub const ANNOTATION: &str = "cnmysql.io/definition";
 
-/// Each field is named as in the Cluster's spec (`image` is
-/// `spec.mysql.image` or the flavour's default).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Definition {
-    pub image: String,
-    pub parameters: serde_json::Value,
-    pub resources: serde_json::Value,
-    pub affinity: serde_json::Value,
-    pub secrets: serde_json::Value,
+/// `instance`'s definition: its server image is the one an
+/// annotation-driven upgrade pinned for it, if any.
+pub fn of(cluster: &Cluster, instance: &str) -> Definition {
+    Definition::of(
+        &cluster.spec,
+        super::image::instance_image(cluster, instance),
+    )
 }
 
-impl Definition {
-    /// `instance`'s: its server image is the one an annotation-driven
-    /// upgrade pinned for it, if any.
-    pub fn of(cluster: &Cluster, instance: &str) -> Definition {
-        let spec = &cluster.spec;
-        Definition {
-            image: super::image::instance_image(cluster, instance),
-            parameters: serde_json::to_value(&spec.mysql.parameters).unwrap_or_default(),
-            resources: serde_json::to_value(&spec.resources).unwrap_or_default(),
-            affinity: serde_json::to_value(&spec.affinity).unwrap_or_default(),
-            secrets: serde_json::to_value(&spec.secrets).unwrap_or_default(),
-        }
-    }
-
-    /// As the annotation stores it.
-    pub fn encode(&self) -> String {
-        serde_json::to_string(self).expect("a definition serialises")
-    }
+/// As the annotation stores it.
+pub fn encode(d: &Definition) -> String {
+    serde_json::to_string(d).expect("a definition serialises")
 }
 
 /// What differs between the definition `pod` was made from and the
-/// Cluster's, in the user's terms; None when it is up to date. Only what
-/// the Pod recorded is compared (a field added to the definition by a newer
-/// operator does not make every Pod outdated); a Pod made before the
-/// annotation existed is compared by its server image alone.
+/// Cluster's (see `cnmysql_core::definition::outdated`); a Pod made before
+/// the annotation existed is compared by its server image alone.
 pub fn outdated(pod: &Pod, cluster: &Cluster) -> Option<String> {
     let instance = pod.metadata.name.as_deref()?;
-    let want = serde_json::to_value(Definition::of(cluster, instance)).ok()?;
     let mut have: serde_json::Map<String, serde_json::Value> = pod
         .metadata
         .annotations
@@ -67,23 +42,7 @@ pub fn outdated(pod: &Pod, cluster: &Cluster) -> Option<String> {
     if !have.contains_key("image") {
         have.insert("image".into(), running_image(pod)?.into());
     }
-    let mut changes = Vec::new();
-    for (field, want) in want.as_object()? {
-        let Some(had) = have.get(field) else {
-            continue;
-        };
-        if had == want {
-            continue;
-        }
-        changes.push(match (field.as_str(), had, want) {
-            ("image", serde_json::Value::String(a), serde_json::Value::String(b)) => {
-                format!("image {a} → {b}")
-            }
-            ("parameters", _, _) => "spec.mysql.parameters changed".to_string(),
-            _ => format!("spec.{field} changed"),
-        });
-    }
-    (!changes.is_empty()).then(|| changes.join(", "))
+    cnmysql_core::definition::outdated(&have, &of(cluster, instance))
 }
 
 /// The image of the Pod's server container.

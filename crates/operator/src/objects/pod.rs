@@ -177,7 +177,7 @@ fn affinity(cluster: &Cluster) -> Option<Affinity> {
 fn pod_annotations(cluster: &Cluster, instance: &str) -> BTreeMap<String, String> {
     let mut out = BTreeMap::from([(
         super::definition::ANNOTATION.to_string(),
-        super::definition::Definition::of(cluster, instance).encode(),
+        super::definition::encode(&super::definition::of(cluster, instance)),
     )]);
     let record = cluster
         .status
