@@ -42,14 +42,32 @@ pub fn fall_back(spec: &ClusterSpec, lease_proven: bool, longest_wait_ms: u64) -
     lease_proven && fallback_after_ms(spec).is_some_and(|after| longest_wait_ms >= after)
 }
 
+/// The settings a primary opens writes with, before the control plane has
+/// counted its healthy replicas: as if every other instance were one (the
+/// most a commit waits for; the control plane lowers the count under
+/// `preferred` once it sees fewer).
+pub fn at_promotion(spec: &ClusterSpec) -> Settings {
+    let others = spec.instances.saturating_sub(1).max(0) as u32;
+    desired(spec, others)
+}
+
+/// Semi-sync's source side off: a former primary must not wait for
+/// acknowledgements of what it now only applies, and a `preferred` primary
+/// falls back to asynchronous replication. `timeout_millis` is kept as the
+/// server had it (a server rejects 0).
+pub fn off(timeout_millis: u64) -> Settings {
+    Settings {
+        enabled: false,
+        wait_for_count: 1,
+        timeout_millis: timeout_millis.max(1),
+    }
+}
+
+/// The settings the spec asks of a primary with `healthy_replicas`.
 pub fn desired(spec: &ClusterSpec, healthy_replicas: u32) -> Settings {
     let semi = &spec.mysql.semi_sync;
     if !semi.enabled {
-        return Settings {
-            enabled: false,
-            wait_for_count: 1,
-            timeout_millis: semi.timeout_millis.max(1) as u64,
-        };
+        return off(semi.timeout_millis.max(1) as u64);
     }
     let min = spec.min_sync_replicas.max(1) as u32;
     match (spec.mysql.flavor, semi.data_durability) {
@@ -103,6 +121,17 @@ mod tests {
             "mysql": {"flavor": flavor, "semiSync": {"enabled": true, "timeoutMillis": 1000, "dataDurability": durability}}
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn a_new_primary_opens_writes_counting_every_other_instance() {
+        // 4 instances: 3 others, at most minSyncReplicas (2) waited for.
+        let s = spec("mysql", "preferred", 2);
+        assert_eq!(at_promotion(&s), desired(&s, 3));
+        assert_eq!(at_promotion(&s).wait_for_count, 2);
+        let off = off(0);
+        assert!(!off.enabled);
+        assert_eq!(off.timeout_millis, 1, "a server rejects 0");
     }
 
     #[test]

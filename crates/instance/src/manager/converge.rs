@@ -204,11 +204,7 @@ impl<C: ClusterState> Manager<C> {
         if view.semi_sync.source_enabled {
             // A former primary must not wait for acknowledgements of the
             // transactions it now only applies: its applier would stall.
-            let off = semisync::Settings {
-                enabled: false,
-                wait_for_count: 1,
-                timeout_millis: view.semi_sync.timeout_millis.max(1),
-            };
+            let off = semisync::off(view.semi_sync.timeout_millis);
             sql::exec_all(conn, &sql::semi_sync_source(f, &off)).await?;
             tracing::info!("semi-sync source side switched off on a non-primary");
         }
@@ -435,8 +431,7 @@ impl<C: ClusterState> Manager<C> {
     /// before the first such commit.
     async fn open_writes(&self, conn: &mut mysql_async::Conn) -> anyhow::Result<()> {
         let f = self.cfg.flavor();
-        let healthy = self.cfg.spec.instances.saturating_sub(1).max(0) as u32;
-        let settings = semisync::desired(&self.cfg.spec, healthy);
+        let settings = semisync::at_promotion(&self.cfg.spec);
         if !settings.enabled {
             self.record_acked_alone("writes opened with semi-sync off")?;
         }
@@ -517,11 +512,7 @@ impl<C: ClusterState> Manager<C> {
         if !semisync::fall_back(spec, self.lease_proven(), waited) {
             return;
         }
-        let off = semisync::Settings {
-            enabled: false,
-            wait_for_count: 1,
-            timeout_millis: semisync::NEVER_FALL_BACK_MS,
-        };
+        let off = semisync::off(semisync::NEVER_FALL_BACK_MS);
         if let Err(e) = self.record_acked_alone(&format!(
             "fell back to asynchronous replication after a commit waited {waited} ms"
         )) {

@@ -323,11 +323,7 @@ impl<C: ClusterState> Manager<C> {
             // The source side is switched off so the server can shut down
             // without replicas.
             let f = self.cfg.flavor();
-            let off = semisync::Settings {
-                enabled: false,
-                wait_for_count: 1,
-                timeout_millis: 1,
-            };
+            let off = semisync::off(1);
             let _ = sql::exec_all(&mut conn, &sql::semi_sync_source(f, &off)).await;
         }
     }
