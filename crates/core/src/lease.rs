@@ -50,13 +50,12 @@ impl Lease {
     }
 
     /// Take or renew the lease for `me`. Errors when another holder has it.
-    pub fn acquire(&self, me: &str, now_ms: i64) -> Result<Lease, String> {
+    pub fn acquire(&self, me: &str, now_ms: i64) -> Result<Lease, LeaseError> {
         if self.held_by_other(me, now_ms) {
-            return Err(format!(
-                "the primary lease is held by {} until {} ms",
-                self.holder_identity.as_deref().unwrap_or("?"),
-                self.expires_at_ms()
-            ));
+            return Err(LeaseError::HeldByOther {
+                holder: self.holder_identity.clone().unwrap_or_else(|| "?".into()),
+                until_ms: self.expires_at_ms(),
+            });
         }
         let same = self.holder_identity.as_deref() == Some(me);
         Ok(Lease {
@@ -70,9 +69,9 @@ impl Lease {
     }
 
     /// Renew: only the current holder may, and only before expiry.
-    pub fn renew(&self, me: &str, now_ms: i64) -> Result<Lease, String> {
+    pub fn renew(&self, me: &str, now_ms: i64) -> Result<Lease, LeaseError> {
         if !self.held_by(me, now_ms) {
-            return Err("the primary lease is no longer ours".into());
+            return Err(LeaseError::NotOurs);
         }
         self.acquire(me, now_ms)
     }
@@ -88,6 +87,15 @@ impl Lease {
             self.clone()
         }
     }
+}
+
+/// Why the lease cannot be taken or renewed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LeaseError {
+    #[error("the primary lease is held by {holder} until {until_ms} ms")]
+    HeldByOther { holder: String, until_ms: i64 },
+    #[error("the primary lease is no longer ours")]
+    NotOurs,
 }
 
 /// A primary must make itself read-only when its last successful renewal

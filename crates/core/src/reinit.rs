@@ -139,25 +139,36 @@ fn source(me: &str, status: &ClusterStatus) -> Result<String, String> {
     Ok(primary)
 }
 
+/// Why a request to re-initialise an instance is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error(transparent)]
+    NotAMember(#[from] crate::status::NotAMember),
+    #[error(
+        "{0} is the primary: re-initialising it would replace the cluster's newest data; switch over to another instance first (`promote`)"
+    )]
+    Primary(String),
+    #[error(
+        "the cluster has no primary: {0} may hold the newest history and nothing could give it a copy"
+    )]
+    NoPrimary(String),
+    #[error("a primary change is under way (to {0}): ask again once it is done")]
+    PrimaryChanging(String),
+}
+
 /// A user's request to re-initialise `instance`, refused with the reason
 /// for the primary (it would take the cluster's writes with it) or when no
 /// primary could give it a copy (it may hold the newest history).
-pub fn request(status: &mut ClusterStatus, instance: &str) -> Result<bool, String> {
+pub fn request(status: &mut ClusterStatus, instance: &str) -> Result<bool, Refusal> {
     if status.current_primary.as_deref() == Some(instance) {
-        return Err(format!(
-            "{instance} is the primary: re-initialising it would replace the cluster's newest data; switch over to another instance first (`promote`)"
-        ));
+        return Err(Refusal::Primary(instance.to_string()));
     }
     let Some(primary) = status.current_primary.clone() else {
-        return Err(format!(
-            "the cluster has no primary: {instance} may hold the newest history and nothing could give it a copy"
-        ));
+        return Err(Refusal::NoPrimary(instance.to_string()));
     };
     if status.target_primary.as_deref() != Some(primary.as_str()) {
-        return Err(format!(
-            "a primary change is under way (to {}): ask again once it is done",
-            status.target_primary.as_deref().unwrap_or("?")
-        ));
+        let to = status.target_primary.as_deref().unwrap_or("?");
+        return Err(Refusal::PrimaryChanging(to.to_string()));
     }
     if status.reinit_requests.iter().any(|n| n == instance) {
         return Ok(false);
@@ -206,10 +217,15 @@ pub fn progress(status: &ClusterStatus, instance: &str) -> Option<String> {
     })
 }
 
+/// Another instance is being re-initialised (one at a time).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0} is being re-initialised")]
+pub struct Busy(pub String);
+
 /// Name `me` as the instance being re-initialised, unless another is.
-pub fn claim(status: &mut ClusterStatus, me: &str) -> Result<(), String> {
+pub fn claim(status: &mut ClusterStatus, me: &str) -> Result<(), Busy> {
     match status.reinitializing.as_deref() {
-        Some(other) if other != me => Err(format!("{other} is being re-initialised")),
+        Some(other) if other != me => Err(Busy(other.to_string())),
         _ => {
             status.reinitializing = Some(me.to_string());
             Ok(())
@@ -405,12 +421,14 @@ mod tests {
             }
         );
         let e = request(&mut st, "db-2").unwrap_err();
+        assert_eq!(e, Refusal::Primary("db-2".into()));
+        let e = e.to_string();
         assert!(
             e.contains("is the primary") && e.contains("switch over"),
             "{e}"
         );
         let mut none = ClusterStatus::default();
-        let e = request(&mut none, "db-3").unwrap_err();
+        let e = request(&mut none, "db-3").unwrap_err().to_string();
         assert!(
             e.contains("no primary") && e.contains("newest history"),
             "{e}"

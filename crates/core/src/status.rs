@@ -280,17 +280,28 @@ pub fn history_reaches(flavor: Flavor, history: &str, position: &str) -> bool {
 }
 
 /// Whether `name` is one of the instances `spec` declares for `cluster`.
-pub fn check_member(cluster: &str, spec: &ClusterSpec, name: &str) -> Result<(), String> {
+pub fn check_member(cluster: &str, spec: &ClusterSpec, name: &str) -> Result<(), NotAMember> {
     let member = cnmysql_api::names::ordinal_of(cluster, name)
         .is_some_and(|n| i64::from(n) <= i64::from(spec.instances));
     if member {
-        Ok(())
-    } else {
-        Err(format!(
-            "{name} is not an instance of cluster {cluster} (instances are {cluster}-1 to {cluster}-{})",
-            spec.instances
-        ))
+        return Ok(());
     }
+    Err(NotAMember {
+        name: name.to_string(),
+        cluster: cluster.to_string(),
+        instances: spec.instances,
+    })
+}
+
+/// A name that is not one of a cluster's instances.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{name} is not an instance of cluster {cluster} (instances are {cluster}-1 to {cluster}-{instances})"
+)]
+pub struct NotAMember {
+    pub name: String,
+    pub cluster: String,
+    pub instances: i32,
 }
 
 /// One instance as the control plane sees it.

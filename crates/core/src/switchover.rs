@@ -15,7 +15,7 @@ use crate::status::{Role, Snapshot};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Refusal {
     /// The name is not one of the Cluster's instances.
-    NotAMember(String),
+    NotAMember(crate::status::NotAMember),
     NoPrimaryYet,
     /// A primary change to this instance is already under way.
     ChangeInProgress(String),
@@ -74,7 +74,7 @@ impl Refusal {
     /// What the person who asked for `target` is told.
     pub fn explain(&self, target: &str) -> String {
         match self {
-            Refusal::NotAMember(why) => why.clone(),
+            Refusal::NotAMember(why) => why.to_string(),
             Refusal::NoPrimaryYet => "the cluster has no primary yet".into(),
             Refusal::ChangeInProgress(to) => {
                 format!("a primary change to {to} is already in progress")

@@ -262,7 +262,7 @@ impl ClusterState for KubeClusterState {
         let existing = self.leases.get_opt(&self.lease_name).await?;
         self.mark_verified();
         let current = existing.as_ref().map(lease_from).unwrap_or_default();
-        let next = current.acquire(instance, now).map_err(anyhow::Error::msg)?;
+        let next = current.acquire(instance, now)?;
         let obj = KubeLease {
             metadata: ObjectMeta {
                 name: Some(self.lease_name.clone()),

@@ -88,7 +88,7 @@ pub async fn set_fencing(
                 .map(|()| cnmysql_core::fencing::request(st, instance, on))
         })
         .await?;
-    let f = done.value.map_err(anyhow::Error::msg)?;
+    let f = done.value?;
     if done.written {
         let (warning, reason, message) = f.event();
         let kind = if warning { Kind::Warning } else { Kind::Normal };
@@ -103,6 +103,7 @@ pub async fn request_reinit(h: &ClusterHandle, instance: &str) -> anyhow::Result
     let done = h
         .update_status(|c, st| {
             cnmysql_core::status::check_member(h.name(), &c.spec, instance)
+                .map_err(cnmysql_core::reinit::Refusal::from)
                 .and_then(|()| cnmysql_core::reinit::request(st, instance))
         })
         .await?;
@@ -114,7 +115,7 @@ pub async fn request_reinit(h: &ClusterHandle, instance: &str) -> anyhow::Result
                 Kind::Warning,
                 "Reinit",
                 "ReinitRefused",
-                &why,
+                &why.to_string(),
             )
             .await;
             anyhow::bail!("re-initialisation of {instance} refused: {why}")
@@ -143,8 +144,7 @@ pub async fn request_restart_inplace(h: &ClusterHandle, instance: &str) -> anyho
     use cnmysql_api::names::RESTART_INPLACE_ANNOTATION;
     use k8s_openapi::api::core::v1::Pod;
     let cluster = h.get().await?;
-    cnmysql_core::status::check_member(h.name(), &cluster.spec, instance)
-        .map_err(anyhow::Error::msg)?;
+    cnmysql_core::status::check_member(h.name(), &cluster.spec, instance)?;
     let pods: Api<Pod> = Api::namespaced(h.client().clone(), h.namespace());
     let request = k8s_openapi::jiff::Timestamp::now().to_string();
     let patch = json!({"metadata": {"annotations": {RESTART_INPLACE_ANNOTATION: request}}});

@@ -199,8 +199,7 @@ pub async fn upgrade(dir: &StateDir, wait: Option<Duration>) -> anyhow::Result<(
 pub async fn restart_inplace(dir: &StateDir, instance: &str) -> anyhow::Result<()> {
     let cluster = dir.load_cluster()?;
     let name = cluster.metadata.name.clone().unwrap_or_default();
-    cnmysql_core::status::check_member(&name, &cluster.spec, instance)
-        .map_err(anyhow::Error::msg)?;
+    cnmysql_core::status::check_member(&name, &cluster.spec, instance)?;
     let ports = dir.load_ports()?;
     let port = ports.instances[instance].control;
     let client =
@@ -225,8 +224,7 @@ pub fn fence(
 ) -> anyhow::Result<cnmysql_core::fencing::Fencing> {
     let cluster = dir.load_cluster()?;
     let name = cluster.metadata.name.clone().unwrap_or_default();
-    cnmysql_core::status::check_member(&name, &cluster.spec, instance)
-        .map_err(anyhow::Error::msg)?;
+    cnmysql_core::status::check_member(&name, &cluster.spec, instance)?;
     let mut f = None;
     dir.update_status(|st| f = Some(cnmysql_core::fencing::request(st, instance, on)))?;
     let f = f.expect("update_status runs its closure");

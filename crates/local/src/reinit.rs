@@ -11,13 +11,12 @@ pub fn request_reinit(dir: &StateDir, instance: &str) -> anyhow::Result<()> {
     }
     let cluster = dir.load_cluster()?;
     let name = cluster.metadata.name.clone().unwrap_or_default();
-    cnmysql_core::status::check_member(&name, &cluster.spec, instance)
-        .map_err(anyhow::Error::msg)?;
+    cnmysql_core::status::check_member(&name, &cluster.spec, instance)?;
     let mut outcome = None;
     dir.update_status(|st| outcome = Some(cnmysql_core::reinit::request(st, instance)))?;
     match outcome.expect("update_status runs its closure") {
         Err(why) => {
-            dir.event(true, "ReinitRefused", Some(instance), &why);
+            dir.event(true, "ReinitRefused", Some(instance), &why.to_string());
             anyhow::bail!("re-initialisation of {instance} refused: {why}");
         }
         Ok(true) => {

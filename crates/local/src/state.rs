@@ -549,7 +549,7 @@ impl StateDir {
     /// Change the lease under its own lock; `f` may refuse with an error.
     pub fn update_lease(
         &self,
-        f: impl FnOnce(&Lease) -> Result<Lease, String>,
+        f: impl FnOnce(&Lease) -> Result<Lease, cnmysql_core::lease::LeaseError>,
     ) -> anyhow::Result<Lease> {
         let lock = File::options()
             .create(true)
@@ -558,7 +558,7 @@ impl StateDir {
             .open(self.root.join("lease.lock"))?;
         let _guard = Flock::lock(lock, FlockArg::LockExclusive).map_err(|(_, e)| e)?;
         let cur = self.read_lease()?;
-        let new = f(&cur).map_err(|e| anyhow::anyhow!(e))?;
+        let new = f(&cur)?;
         if new != cur {
             cnmysql_tls::write_private(
                 &self.lease_file(),
