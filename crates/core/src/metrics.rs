@@ -7,7 +7,9 @@
 //!   `_primary`, `_read_only`, `_fenced`, `_diverged`,
 //!   `_replication_lag_seconds`, `_semi_sync_waiting` (a primary waiting for
 //!   acknowledgements), `_semi_sync_clients`, `_mysqld_uptime_seconds` (it
-//!   keeps climbing through an in-place upgrade), `_manager_current` (1 when
+//!   keeps climbing through an in-place upgrade),
+//!   `_certificate_expiry_timestamp_seconds` (the sooner of the manager's
+//!   certificate and the CA), `_manager_current` (1 when
 //!   the manager runs the operator's executable, 0 while it is stale);
 //! - per cluster: `cnmysql_cluster_instances`, `_ready_instances`,
 //!   `_stale_instances` (instances a rollout still has to bring up to date:
@@ -141,6 +143,13 @@ fn instance_samples(f: &Families, c: &Labelled) {
         }
         if let Some(secs) = st.uptime_seconds {
             f.uptime.get_or_create(&l).set(secs as f64);
+        }
+        if let Some(ms) = st
+            .certificate_expires_at
+            .as_deref()
+            .and_then(crate::time::parse_ms)
+        {
+            f.cert_expiry.get_or_create(&l).set(ms as f64 / 1000.0);
         }
         if let Some(a) = &st.archive {
             if let Some(secs) = a.lag_seconds {
@@ -307,6 +316,7 @@ struct Families {
     semi_waiting: Values,
     semi_clients: Values,
     uptime: Values,
+    cert_expiry: Values,
     current: Values,
     stale_n: Values,
     instances: Values,
@@ -335,144 +345,126 @@ struct Families {
 impl Families {
     /// In the page's order: the gauges, then the events counter.
     fn register(r: &mut Registry) -> Families {
+        Families::register_named(r).0
+    }
+
+    /// [`Families::register`], and the names of the series registered
+    /// (without the `cnmysql_` prefix; the events counter as sampled).
+    fn register_named(r: &mut Registry) -> (Families, Vec<&'static str>) {
+        let mut names = Vec::new();
+        let mut g = |name: &'static str, help: &str| {
+            names.push(name);
+            gauge(r, name, help)
+        };
         let f = Families {
-            up: gauge(
-                r,
-                "instance_up",
-                "The instance manager answered the last poll",
-            ),
-            ready: gauge(
-                r,
-                "instance_ready",
-                "The instance is ready to serve its role",
-            ),
-            primary: gauge(r, "instance_primary", "The instance runs as the primary"),
-            read_only: gauge(r, "instance_read_only", "The server refuses writes"),
-            fenced: gauge(r, "instance_fenced", "The instance is fenced"),
-            diverged: gauge(
-                r,
+            up: g("instance_up", "The instance manager answered the last poll"),
+            ready: g("instance_ready", "The instance is ready to serve its role"),
+            primary: g("instance_primary", "The instance runs as the primary"),
+            read_only: g("instance_read_only", "The server refuses writes"),
+            fenced: g("instance_fenced", "The instance is fenced"),
+            diverged: g(
                 "instance_diverged",
                 "The instance is kept out: its GTID history diverged",
             ),
-            lag: gauge(
-                r,
+            lag: g(
                 "instance_replication_lag_seconds",
                 "Seconds the replica's applier is behind its source",
             ),
-            semi_waiting: gauge(
-                r,
+            semi_waiting: g(
                 "instance_semi_sync_waiting",
                 "The primary waits for semi-sync acknowledgements (not fallen back)",
             ),
-            semi_clients: gauge(
-                r,
+            semi_clients: g(
                 "instance_semi_sync_clients",
                 "Replicas connected to the primary as semi-sync acknowledgers",
             ),
-            uptime: gauge(
-                r,
+            uptime: g(
                 "instance_mysqld_uptime_seconds",
                 "Seconds since the instance's mysqld started",
             ),
-            current: gauge(
-                r,
+            cert_expiry: g(
+                "instance_certificate_expiry_timestamp_seconds",
+                "When the first of the instance manager's certificate and the cluster CA expires",
+            ),
+            current: g(
                 "instance_manager_current",
                 "The instance manager runs the operator's executable (0: an upgrade is due)",
             ),
-            stale_n: gauge(
-                r,
+            stale_n: g(
                 "cluster_stale_instances",
                 "Instances a rollout still has to bring up to date (older manager or outdated definition)",
             ),
-            instances: gauge(r, "cluster_instances", "Instances the Cluster declares"),
-            ready_n: gauge(r, "cluster_ready_instances", "Instances ready"),
-            failing: gauge(
-                r,
+            instances: g("cluster_instances", "Instances the Cluster declares"),
+            ready_n: g("cluster_ready_instances", "Instances ready"),
+            failing: g(
                 "cluster_primary_failing",
                 "A failing primary is being timed for failover",
             ),
-            changing: gauge(
-                r,
+            changing: g(
                 "cluster_primary_changing",
                 "A switchover or failover is in progress",
             ),
-            phase: gauge(
-                r,
+            phase: g(
                 "cluster_phase",
                 "The cluster's phase (1 for the current one)",
             ),
-            updated_n: gauge(
-                r,
+            updated_n: g(
                 "cluster_updated_instances",
                 "Instances a rollout has brought up to date (manager, definition, server image)",
             ),
-            last_step: gauge(
-                r,
+            last_step: g(
                 "cluster_rollout_last_step_timestamp_seconds",
                 "When a rollout last gave an instance a step (Unix seconds)",
             ),
-            target_info: gauge(
-                r,
+            target_info: g(
                 "cluster_rollout_target_info",
                 "What rollouts bring instances to: the server image and version, the manager's hash",
             ),
-            upgrade_phase: gauge(
-                r,
+            upgrade_phase: g(
                 "cluster_server_upgrade_phase",
                 "The phase of the latest server version upgrade (1 for the current one)",
             ),
-            server_version: gauge(
-                r,
+            server_version: g(
                 "instance_server_version_info",
                 "The server version the instance runs",
             ),
-            annotated: gauge(
-                r,
+            annotated: g(
                 "instance_annotated_upgrade_status",
                 "The instance's upgrade asked by cnmysql.io/upgrade-to: 1 for its status (in-progress, failed, done)",
             ),
-            attempts: gauge(
-                r,
+            attempts: g(
                 "instance_annotated_upgrade_attempts",
                 "Attempts made at the instance's upgrade asked by cnmysql.io/upgrade-to",
             ),
-            orchestrated: gauge(
-                r,
+            orchestrated: g(
                 "cluster_orchestrated_upgrade_status",
                 "The upgrade the Cluster's cnmysql.io/upgrade-to asks: 1 for its status (in-progress, failed, done)",
             ),
-            archive_lag: gauge(
-                r,
+            archive_lag: g(
                 "instance_archive_lag_seconds",
                 "How far behind the clock the binlog archive is known to be complete",
             ),
-            archive_failing: gauge(
-                r,
+            archive_failing: g(
                 "instance_archive_failing",
                 "1 while the primary's binlog archiving cannot store what it reads",
             ),
-            archived_bytes: gauge(
-                r,
+            archived_bytes: g(
                 "instance_archived_bytes",
                 "Binary log bytes the primary's current archiving run has stored",
             ),
-            backup_ok: gauge(
-                r,
+            backup_ok: g(
                 "cluster_backup_last_success_timestamp_seconds",
                 "When the last successful base backup stopped (Unix seconds)",
             ),
-            backup_failed: gauge(
-                r,
+            backup_failed: g(
                 "cluster_backup_last_failure_timestamp_seconds",
                 "When the last failed base backup stopped (Unix seconds)",
             ),
-            backup_duration: gauge(
-                r,
+            backup_duration: g(
                 "cluster_backup_last_duration_seconds",
                 "How long the last successful base backup took",
             ),
-            backup_bytes: gauge(
-                r,
+            backup_bytes: g(
                 "cluster_backup_last_stored_bytes",
                 "Bytes the last successful base backup took in the store",
             ),
@@ -483,8 +475,16 @@ impl Families {
             "Events recorded since the cluster was created, by reason",
             f.counted.clone(),
         );
-        f
+        names.push("events_total");
+        (f, names)
     }
+}
+
+/// Every series name this module can export (`cnmysql_…`): what alert
+/// rules and dashboards may name.
+pub fn metric_names() -> Vec<String> {
+    let (_, names) = Families::register_named(&mut Registry::default());
+    names.iter().map(|n| format!("cnmysql_{n}")).collect()
 }
 
 #[cfg(test)]
@@ -492,6 +492,47 @@ mod tests {
     use super::*;
     use crate::status::SemiSyncStatus;
     use crate::testutil::{primary, replica, snapshot};
+
+    /// The `cnmysql_…` names in a text.
+    fn named(text: &str) -> std::collections::BTreeSet<String> {
+        let mut out = std::collections::BTreeSet::new();
+        let mut rest = text;
+        while let Some(i) = rest.find("cnmysql_") {
+            let tail = &rest[i..];
+            let end = tail
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(tail.len());
+            out.insert(tail[..end].to_string());
+            rest = &tail[end..];
+        }
+        out
+    }
+
+    #[test]
+    fn the_alert_rules_and_the_dashboard_name_only_exported_metrics() {
+        let exported: std::collections::BTreeSet<String> = metric_names().into_iter().collect();
+        assert!(exported.contains("cnmysql_instance_up"), "{exported:?}");
+        let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy");
+        for file in ["prometheus-rules.yaml", "dashboard.json"] {
+            let text = std::fs::read_to_string(deploy.join(file)).unwrap();
+            let names = named(&text);
+            assert!(names.len() > 5, "{file} names {names:?}");
+            let unknown: Vec<_> = names.difference(&exported).collect();
+            assert!(
+                unknown.is_empty(),
+                "deploy/{file} names metrics nobody exports: {unknown:?}"
+            );
+        }
+        // Every query of the dashboard parses as JSON with a non-empty expr.
+        let d: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(deploy.join("dashboard.json")).unwrap())
+                .unwrap();
+        for p in d["panels"].as_array().unwrap() {
+            for t in p["targets"].as_array().unwrap() {
+                assert!(!t["expr"].as_str().unwrap().is_empty(), "{}", p["title"]);
+            }
+        }
+    }
 
     fn line<'a>(page: &'a str, prefix: &str) -> &'a str {
         page.lines()
@@ -567,6 +608,7 @@ mod tests {
             st.executable_hash = hash.into();
             st.uptime_seconds = Some(up);
         }
+        p.status.as_mut().unwrap().certificate_expires_at = Some("2028-01-01T00:00:00Z".into());
         let gone = crate::status::Observed {
             name: "db-3".into(),
             ordinal: 3,
@@ -605,6 +647,14 @@ mod tests {
                 "cnmysql_instance_mysqld_uptime_seconds{instance=\"db-2\"}"
             )
             .ends_with(" 7200.0")
+        );
+        // For the certificate-expiry alert.
+        assert!(
+            line(
+                &page,
+                "cnmysql_instance_certificate_expiry_timestamp_seconds{instance=\"db-1\"}"
+            )
+            .ends_with(" 1830297600.0")
         );
         // The rollout's progress, for the stuck-rollout alert.
         assert!(line(&page, "cnmysql_cluster_updated_instances{cluster=\"db\"}").ends_with(" 1.0"));

@@ -253,6 +253,17 @@ fn roots(ca_pem: &str) -> Result<RootCertStore, TlsError> {
 }
 
 impl Material {
+    /// When the first of this party's certificate and the CA expires (Unix
+    /// seconds); None when either cannot be read.
+    pub fn expires_at(&self) -> Option<i64> {
+        let not_after = |pem: &str| -> Option<i64> {
+            let der = certs(pem, "certificate").ok()?.into_iter().next()?;
+            let (_, c) = x509_parser::parse_x509_certificate(der.as_ref()).ok()?;
+            Some(c.validity().not_after.timestamp())
+        };
+        Some(not_after(&self.identity.cert_pem)?.min(not_after(&self.ca_pem)?))
+    }
+
     /// A server that demands a client certificate signed by the cluster CA.
     pub fn server_config(&self) -> Result<Arc<ServerConfig>, TlsError> {
         let verifier =
@@ -293,6 +304,28 @@ pub fn common_name(cert: &CertificateDer<'_>) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_certificate_says_when_it_expires() {
+        let ca = Ca::generate("db").unwrap();
+        let id = ca.issue("db-1", &["db-1".into()]).unwrap();
+        let m = Material {
+            ca_pem: ca.identity.cert_pem.clone(),
+            identity: id,
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        let left_days = (m.expires_at().unwrap() - now) / 86_400;
+        // The leaf's 825 days, the CA's 3650: the sooner counts.
+        assert!((823..=826).contains(&left_days), "{left_days}");
+        let broken = Material {
+            ca_pem: "junk".into(),
+            ..m
+        };
+        assert_eq!(broken.expires_at(), None);
+    }
 
     #[test]
     fn concurrent_writers_of_one_file_all_succeed() {

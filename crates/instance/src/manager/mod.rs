@@ -108,6 +108,8 @@ pub struct Manager<C: ClusterState> {
     server_version: Mutex<Option<String>>,
     /// Continuous binlog archiving, while this instance is the primary.
     archive: Arc<Mutex<cnmysql_api::backup::ArchiveStatus>>,
+    /// When the certificates it loaded expire (RFC 3339).
+    certificate_expires_at: Option<String>,
 }
 
 impl<C: ClusterState> Manager<C> {
@@ -136,6 +138,9 @@ impl<C: ClusterState> Manager<C> {
             deposed: Default::default(),
             server_version: Mutex::new(None),
             archive: Default::default(),
+            certificate_expires_at: material
+                .expires_at()
+                .map(|t| cnmysql_core::time::timestamp(t.saturating_mul(1000))),
             cfg,
         }))
     }

@@ -71,6 +71,7 @@ impl<C: ClusterState> Manager<C> {
             manager_version: VERSION.into(),
             manager_pid: std::process::id(),
             manager_started_at: self.started_at.clone(),
+            certificate_expires_at: self.certificate_expires_at.clone(),
             clone: self
                 .progress
                 .lock()
