@@ -423,3 +423,39 @@ fn a_first_start_refused_for_a_busy_port_leaves_nothing_behind_the_retry_it_sugg
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_cluster_refuses_a_switchover_and_says_why_until_it_is_resumed() {
+    let c = LocalCluster::start("pause", &manifest("pause", 2));
+    let annotate = |kv: &str| {
+        ok(
+            &c.local(&["annotate", "pause", kv, "--overwrite"]),
+            "annotate",
+        )
+    };
+    annotate("cnmysql.io/reconcile=paused");
+    let reason = || c.status()["phaseReason"].as_str().unwrap_or("").to_string();
+    wait_for(
+        "the status to say paused",
+        Duration::from_secs(30),
+        || async { reason().starts_with("reconciliation paused").then_some(()) },
+    )
+    .await;
+    // Nothing would watch a switchover through: refused, saying why.
+    let out = c.local(&["promote", "pause-2"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("ReconcilePaused") && err.contains("remove the annotation"),
+        "{err}"
+    );
+    assert_eq!(c.current_primary(), "pause-1");
+    // Resumed: the same request goes through.
+    annotate("cnmysql.io/reconcile-");
+    wait_for("the pause to end", Duration::from_secs(30), || async {
+        (!reason().contains("paused")).then_some(())
+    })
+    .await;
+    ok(&c.local(&["promote", "pause-2"]), "promote");
+    assert_eq!(c.current_primary(), "pause-2");
+}

@@ -193,6 +193,69 @@ async fn the_operator_creates_corrects_and_deletes_a_clusters_objects() {
     )
     .await;
 
+    // 3b. Paused for maintenance: the operator leaves its objects as a
+    // person left them, and says so; resumed, it corrects them.
+    let pause = |v: Option<&str>| json!({"metadata": {"annotations": {cnmysql_core::pause::ANNOTATION: v}}});
+    clusters
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(pause(Some("paused"))),
+        )
+        .await
+        .unwrap();
+    wait_for(
+        "the status to say paused",
+        Duration::from_secs(30),
+        || async {
+            let st = clusters.get("db").await.ok()?.status?;
+            st.phase_reason?
+                .starts_with("reconciliation paused")
+                .then_some(())
+        },
+    )
+    .await;
+    let before = op.metric("cnmysql_operator_reconciles_total").await;
+    svcs.patch(
+        "db-rw",
+        &PatchParams::apply("someone-else").force(),
+        &Patch::Apply(json!({
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": "db-rw"},
+            "spec": {"selector": {"app": "maintenance"}, "ports": [{"name": "mysql", "port": 3306}]}
+        })),
+    )
+    .await
+    .unwrap();
+    // The edit of an owned object is reconciled (and left alone).
+    wait_for(
+        "a reconcile after the edit",
+        Duration::from_secs(30),
+        || async { (op.metric("cnmysql_operator_reconciles_total").await > before).then_some(()) },
+    )
+    .await;
+    let sel = svcs
+        .get("db-rw")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .selector
+        .unwrap();
+    assert_eq!(sel.get("app").map(String::as_str), Some("maintenance"));
+    clusters
+        .patch("db", &PatchParams::default(), &Patch::Merge(pause(None)))
+        .await
+        .unwrap();
+    wait_for(
+        "the rw selector restored once resumed",
+        Duration::from_secs(30),
+        || async {
+            let sel = svcs.get("db-rw").await.ok()?.spec?.selector?;
+            (!sel.contains_key("app")).then_some(())
+        },
+    )
+    .await;
+
     // 4. A deleted Pod is recreated, on the same claim.
     let old = pods.get("db-2").await.unwrap().uid().unwrap();
     pods.delete("db-2", &DeleteParams::default()).await.unwrap();

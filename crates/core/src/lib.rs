@@ -18,6 +18,7 @@ pub mod isolation;
 pub mod lease;
 pub mod memory;
 pub mod metrics;
+pub mod pause;
 pub mod phase;
 pub mod reconcile;
 pub mod reinit;

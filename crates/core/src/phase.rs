@@ -127,6 +127,11 @@ pub fn summarize(s: &Snapshot) -> Summary {
             format!("{ready} of {declared} instances ready{fenced_note}"),
         )
     };
+    let reason = if crate::pause::paused(&s.declared.asked.cluster) {
+        format!("{}; {reason}", crate::pause::reason())
+    } else {
+        reason
+    };
     let mut conditions = conditions(
         s,
         (ready, want),

@@ -127,6 +127,9 @@ pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
     if warming_up(s, memory) || s.status.target_primary.is_none() {
         return Vec::new();
     }
+    if crate::pause::paused(&s.declared.asked.cluster) {
+        return Vec::new();
+    }
     let at = timestamp(s.now_ms);
     let mut out = Vec::new();
     primary_changes(o, memory, &mut out);
@@ -745,6 +748,44 @@ mod tests {
         );
         assert_eq!(st.instance_states["db-1"].role, "unreachable");
         assert_eq!(st.instance_states["db-2"].role, "replica");
+    }
+
+    #[test]
+    fn a_paused_cluster_takes_no_action_and_says_why() {
+        let mut s = failing_primary("0-1-90");
+        s.now_ms = i64::MAX / 4;
+        s.declared
+            .asked
+            .cluster
+            .insert(crate::pause::ANNOTATION.into(), crate::pause::PAUSED.into());
+        let mut m = Memory {
+            last_current: Some("db-1".into()),
+            ..warm()
+        };
+        let gone = ["db-1".to_string()];
+        let observe = |s: &Snapshot, m: &mut Memory| {
+            let o = Observation {
+                snapshot: s,
+                lease: None,
+                absent: &gone,
+                fence_early: false,
+                primary_restarted_at_ms: None,
+                primary_down_in_place: false,
+                leaving: &[],
+                cordoned: &[],
+            };
+            step(&o, m)
+        };
+        assert_eq!(observe(&s, &mut m), Vec::new(), "no failover while paused");
+        let summary = crate::phase::summarize(&s);
+        assert!(
+            summary.reason.starts_with("reconciliation paused"),
+            "{}",
+            summary.reason
+        );
+        // Removed: the failover goes ahead.
+        s.declared.asked.cluster.clear();
+        assert!(observe(&s, &mut m).contains(&Action::FenceOut("db-1".into())));
     }
 
     #[test]

@@ -35,6 +35,8 @@ pub enum Refusal {
     UnreadableHistory(String),
     /// Its GTID history has diverged from the primary's.
     HistoryDiverged,
+    /// The control plane is paused (`cnmysql.io/reconcile`).
+    Paused,
 }
 
 /// The Event reason of a refused switchover.
@@ -68,6 +70,7 @@ impl Refusal {
             Refusal::PrimaryUnreachable(_) => "PrimaryUnreachable",
             Refusal::UnreadableHistory(_) => "UnreadableHistory",
             Refusal::HistoryDiverged => "HistoryDiverged",
+            Refusal::Paused => "ReconcilePaused",
         }
     }
 
@@ -96,6 +99,11 @@ impl Refusal {
             Refusal::HistoryDiverged => {
                 format!("the GTID history of {target} has diverged from the primary's")
             }
+            Refusal::Paused => format!(
+                "reconciliation is paused ({}={}): remove the annotation first",
+                crate::pause::ANNOTATION,
+                crate::pause::PAUSED
+            ),
         }
     }
 }
@@ -106,10 +114,16 @@ impl Refusal {
 pub fn validate_request(
     cluster: &str,
     spec: &ClusterSpec,
+    paused: bool,
     status: &ClusterStatus,
     target: &str,
 ) -> Result<(), Refusal> {
     crate::status::check_member(cluster, spec, target).map_err(Refusal::NotAMember)?;
+    // Paused, nothing would watch the change through (the managers would
+    // still carry it out).
+    if paused {
+        return Err(Refusal::Paused);
+    }
     let current = status
         .current_primary
         .as_deref()
@@ -156,11 +170,12 @@ impl Requested {
 pub fn request(
     cluster: &str,
     spec: &ClusterSpec,
+    paused: bool,
     status: &mut ClusterStatus,
     target: &str,
     now_ms: i64,
 ) -> Result<Requested, Refusal> {
-    validate_request(cluster, spec, status, target)?;
+    validate_request(cluster, spec, paused, status, target)?;
     Ok(write(status, target, &crate::time::timestamp(now_ms)))
 }
 
@@ -186,7 +201,8 @@ pub fn write(status: &mut ClusterStatus, target: &str, at: &str) -> Requested {
 
 /// Check that `target` may become primary now.
 pub fn validate(s: &Snapshot, target: &str) -> Result<(), Refusal> {
-    validate_request(&s.cluster, &s.spec, &s.status, target)?;
+    let paused = crate::pause::paused(&s.declared.asked.cluster);
+    validate_request(&s.cluster, &s.spec, paused, &s.status, target)?;
     let current = s.status.current_primary.as_deref().unwrap_or_default();
     let st = s
         .get(target)
@@ -372,7 +388,7 @@ mod tests {
     #[test]
     fn requests_are_checked_against_the_cluster_alone() {
         let s = healthy();
-        let check = |t: &str, st: &ClusterStatus| validate_request("db", &s.spec, st, t);
+        let check = |t: &str, st: &ClusterStatus| validate_request("db", &s.spec, false, st, t);
         let e = check("db-4", &s.status).unwrap_err();
         assert_eq!(e.reason(), "NotAMember");
         assert!(e.explain("db-4").contains("not an instance"));
@@ -406,7 +422,14 @@ mod tests {
     fn a_request_sets_the_target_and_the_phase_in_one_write() {
         let s = healthy();
         let mut st = s.status.clone();
-        let r = request("db", &s.spec, &mut st, "db-2", 1_767_225_600_000).unwrap();
+        let paused = request("db", &s.spec, true, &mut st.clone(), "db-2", 0);
+        assert_eq!(paused, Err(Refusal::Paused));
+        assert!(
+            Refusal::Paused
+                .message("db-2")
+                .contains("cnmysql.io/reconcile")
+        );
+        let r = request("db", &s.spec, false, &mut st, "db-2", 1_767_225_600_000).unwrap();
         assert_eq!((r.from.as_str(), r.to.as_str()), ("db-1", "db-2"));
         assert_eq!(st.target_primary.as_deref(), Some("db-2"));
         assert_eq!(st.phase, Some(cnmysql_api::Phase::Switchover));
@@ -418,7 +441,7 @@ mod tests {
         // A second request meets the first one in progress; nothing changes.
         let before = st.clone();
         assert_eq!(
-            request("db", &s.spec, &mut st, "db-3", 0),
+            request("db", &s.spec, false, &mut st, "db-3", 0),
             Err(Refusal::ChangeInProgress("db-2".into()))
         );
         assert_eq!(st, before);

@@ -1199,12 +1199,19 @@ async fn an_annotated_server_canary_fails_on_a_broken_image_is_retried_once_the_
     .unwrap();
     let pod = e.pods.get(canary).await.unwrap();
     assert_eq!(pod.spec.unwrap().containers[0].image.as_deref(), Some(NEW));
-    assert_eq!(
-        e.pod_annotation(canary, "cnmysql.io/upgrade-release")
-            .await
-            .map(|r| r.starts_with("10.11.19")),
-        Some(true)
-    );
+    // The Pod's annotations mirror the record a pass after it is written.
+    until(
+        "the release on the Pod",
+        Duration::from_secs(30),
+        || async {
+            let r = e
+                .pod_annotation(canary, "cnmysql.io/upgrade-release")
+                .await?;
+            r.starts_with("10.11.19").then_some(())
+        },
+    )
+    .await
+    .unwrap();
     for p in ["db-1", "db-2", "db-3"]
         .into_iter()
         .filter(|p| *p != canary)

@@ -41,7 +41,10 @@ pub async fn promote(dir: &StateDir, target: &str, wait: bool) -> anyhow::Result
     if live_pid(&dir.control_pid()).is_none() {
         anyhow::bail!("the cluster is not running; start it with `cnmysql local up`");
     }
-    let s = snapshot(dir).await?;
+    let mut s = snapshot(dir).await?;
+    // The cluster's annotations (a pause refuses it).
+    s.declared.asked.cluster = crate::annotations::read(dir)?.of(None);
+    let paused = cnmysql_core::pause::paused(&s.declared.asked.cluster);
     let refused = |why: cnmysql_core::switchover::Refusal| {
         let text = why.message(target);
         let reason = cnmysql_core::switchover::REFUSED_EVENT;
@@ -58,6 +61,7 @@ pub async fn promote(dir: &StateDir, target: &str, wait: bool) -> anyhow::Result
             outcome = cnmysql_core::switchover::request(
                 &s.cluster,
                 &s.spec,
+                paused,
                 st,
                 target,
                 jiff::Timestamp::now().as_millisecond(),

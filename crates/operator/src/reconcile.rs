@@ -86,6 +86,13 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Action, Err
         return Ok(Action::await_change());
     }
 
+    // Paused for maintenance: its objects are left as they are; the
+    // topology task goes on reporting, and its step takes no action.
+    if cnmysql_core::pause::paused(cluster.annotations()) {
+        tracing::debug!("reconciliation paused by annotation");
+        return Ok(Action::requeue(RESYNC));
+    }
+
     // The server image it asks for, recorded before any Pod is made from
     // it (Pods follow the status: see objects::image::server_image).
     let declared = crate::catalog::resolve(ctx, cluster).await;
