@@ -80,9 +80,16 @@ impl<C: ClusterState> Manager<C> {
             }
             d => d,
         };
+        // A primary handing over keeps its semi-sync source side until it
+        // follows the new primary: switching it off stops MySQL's
+        // acknowledgement receiver, which takes up to a second, and its
+        // target waits on it meanwhile (a second more without writes).
+        let handing_over = matches!(desired, Desired::HandOver { .. });
         if desired.releases_lease()
             && view.read_only
-            && !self.leave_primary_side(&mut conn, &view).await?
+            && !self
+                .leave_primary_side(&mut conn, &view, !handing_over)
+                .await?
         {
             return Ok(());
         }
@@ -176,18 +183,23 @@ impl<C: ClusterState> Manager<C> {
     }
 
     /// A server that is no longer the primary, once read-only: its lease
-    /// released, its semi-sync source side off. Only read-only: switched
-    /// off while writable, the commits waiting for an acknowledgement would
-    /// complete and their clients be told they committed with no replica
-    /// holding them; a lease released while writable lets another primary
-    /// start. False when the pass ends here (the server was killed).
+    /// released, and (`semi_sync_off`) its semi-sync source side off. Only
+    /// read-only: switched off while writable, the commits waiting for an
+    /// acknowledgement would complete and their clients be told they
+    /// committed with no replica holding them; a lease released while
+    /// writable lets another primary start. False when the pass ends here
+    /// (the server was killed).
     async fn leave_primary_side(
         &self,
         conn: &mut mysql_async::Conn,
         view: &sql::ServerView,
+        semi_sync_off: bool,
     ) -> anyhow::Result<bool> {
         let f = self.cfg.flavor();
         self.release_lease_if_held().await;
+        if !semi_sync_off {
+            return Ok(true);
+        }
         if view.semi_sync.source_enabled && view.replication.is_none() {
             // Read-only does not stop commits already waiting for an
             // acknowledgement (MySQL lets read-only be set meanwhile):
