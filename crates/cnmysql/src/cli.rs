@@ -198,6 +198,24 @@ pub(crate) enum LocalCommand {
         #[arg(short = 'o', long, value_enum, default_value = "table")]
         output: Output,
     },
+    /// The instance managers' logs (with the server's own lines): one
+    /// instance, or all of the cluster's.
+    Logs {
+        #[command(flatten)]
+        target: Target,
+        /// One instance, e.g. cluster-example-2 [default: all of them].
+        #[arg(long, value_name = "INSTANCE")]
+        instance: Option<String>,
+        /// Keep printing new lines as they are written.
+        #[arg(short = 'f', long)]
+        follow: bool,
+        /// Only the last N lines of each.
+        #[arg(long, value_name = "N")]
+        tail: Option<u32>,
+        /// pretty or json [default: pretty on a terminal, json when piped].
+        #[arg(short = 'o', long, value_enum)]
+        output: Option<crate::log_view::LogFormat>,
+    },
     /// Recent events: switchovers, failovers, fencing, blocked operations.
     Events {
         #[command(flatten)]

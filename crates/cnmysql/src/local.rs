@@ -111,6 +111,18 @@ pub(crate) async fn run(command: LocalCommand) -> anyhow::Result<()> {
         }
         LocalCommand::Backups { target, output } => list_backups(target, output).await,
         LocalCommand::Events { target, output } => events(target, output),
+        LocalCommand::Logs {
+            target,
+            instance,
+            follow,
+            tail,
+            output,
+        } => {
+            let format = output.unwrap_or_else(crate::log_view::LogFormat::for_stdout);
+            let print =
+                move |i: &str, l: &str| println!("{}", crate::log_view::render(format, i, l));
+            follow_logs(target.dir()?, instance, tail, follow, print).await
+        }
         LocalCommand::Down { target } => cnmysql_local::down(&target.dir()?),
         LocalCommand::Destroy { target } => cnmysql_local::destroy(&target.dir()?),
     }
@@ -198,4 +210,20 @@ fn events(target: Target, output: Output) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `logs` of a local cluster, off the async runtime (following polls the
+/// files until the process is stopped).
+pub(crate) async fn follow_logs(
+    dir: cnmysql_local::state::StateDir,
+    instance: Option<String>,
+    tail: Option<u32>,
+    follow: bool,
+    print: impl Fn(&str, &str) + Send + 'static,
+) -> anyhow::Result<()> {
+    tokio::task::spawn_blocking(move || {
+        let tail = tail.map(|n| n as usize);
+        cnmysql_local::logs::logs(&dir, instance.as_deref(), tail, follow, print)
+    })
+    .await?
 }

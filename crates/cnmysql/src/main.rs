@@ -9,6 +9,7 @@ use clap::Parser;
 
 mod cli;
 mod local;
+mod log_view;
 mod logs;
 mod plugin;
 mod reinit;

@@ -38,7 +38,7 @@ pub fn invoked_as_plugin(argv0: &str) -> bool {
     name = "kubectl cnmsql",
     bin_name = "kubectl cnmsql",
     version,
-    about = "Day-2 operations on cloudnative-mysql clusters: status, switchover, fencing, in-place restarts"
+    about = "Day-2 operations on cloudnative-mysql clusters: status, switchover, fencing, re-initialisation, in-place restarts, logs"
 )]
 pub struct PluginCli {
     #[command(flatten)]
@@ -125,6 +125,25 @@ pub enum PluginCommand {
         #[arg(long, value_name = "SECONDS", default_value = "600")]
         timeout: u64,
     },
+    /// The instance managers' logs (with the server's own lines): one
+    /// instance, or all of the cluster's.
+    Logs {
+        /// The cluster, e.g. cluster-example.
+        cluster: String,
+        /// One instance, e.g. cluster-example-2 [default: all of them].
+        instance: Option<String>,
+        /// Keep printing new lines as they are written.
+        #[arg(short = 'f', long)]
+        follow: bool,
+        /// Only the last N lines of each.
+        #[arg(long, value_name = "N")]
+        tail: Option<u32>,
+        /// pretty (time, level, instance, message, fields) or json (the
+        /// lines as logged, naming the instance) [default: pretty on a
+        /// terminal, json when piped].
+        #[arg(short = 'o', long, value_enum)]
+        output: Option<crate::log_view::LogFormat>,
+    },
     /// Fence an instance (out of every route, held read-only, never a
     /// failover candidate), or unfence it.
     Fence {
@@ -196,6 +215,28 @@ pub async fn run(cli: PluginCli) -> anyhow::Result<()> {
                 StatusOutput::Table => print!("{}", k8s::render_status(&c, color())),
             }
             Ok(())
+        }
+        PluginCommand::Logs {
+            cluster,
+            instance,
+            follow,
+            tail,
+            output,
+        } => {
+            let format = output.unwrap_or_else(crate::log_view::LogFormat::for_stdout);
+            let print =
+                move |i: &str, l: &str| println!("{}", crate::log_view::render(format, i, l));
+            if t.local {
+                let dir = t.local_dir(&cluster)?;
+                return crate::local::follow_logs(dir, instance, tail, follow, print).await;
+            }
+            let h = t.kubernetes(&cluster).await?;
+            let req = cnmysql_k8s::logs::LogRequest {
+                instance,
+                follow,
+                tail: tail.map(i64::from),
+            };
+            cnmysql_k8s::logs::logs(&h, &req, print).await
         }
         PluginCommand::Promote {
             cluster,

@@ -459,3 +459,42 @@ async fn a_paused_cluster_refuses_a_switchover_and_says_why_until_it_is_resumed(
     ok(&c.local(&["promote", "pause-2"]), "promote");
     assert_eq!(c.current_primary(), "pause-2");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_show_each_instance_managers_lines_as_json_or_for_a_person() {
+    let c = LocalCluster::start("logs", &manifest("logs", 2));
+    // Piped (not a terminal): JSON lines, each naming its instance.
+    let out = ok(&c.local(&["logs", "logs", "--tail", "3"]), "logs");
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(lines.len(), 6, "3 of each of 2 instances:\n{out}");
+    assert!(
+        lines[..3].iter().all(|l| l["instance"] == "logs-1"),
+        "{out}"
+    );
+    assert!(
+        lines[3..].iter().all(|l| l["instance"] == "logs-2"),
+        "{out}"
+    );
+    // One instance, for a person: time, level, instance, message.
+    let out = ok(
+        &c.local(&["logs", "logs", "--instance", "logs-2", "-o", "pretty"]),
+        "logs",
+    );
+    let first = out.lines().next().unwrap_or_default();
+    assert!(
+        first.contains(" INFO  logs-2 instance manager started"),
+        "{first}"
+    );
+    assert!(
+        out.lines()
+            .all(|l| l.contains(" logs-2 ") || l.starts_with("logs-2 | ")),
+        "{out}"
+    );
+    // A name that is not an instance says which are.
+    let bad = c.local(&["logs", "logs", "--instance", "logs-9"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("logs-1 to logs-2"));
+}

@@ -7,6 +7,7 @@ pub mod client;
 pub mod cluster_handle;
 pub mod cluster_state;
 pub mod events;
+pub mod logs;
 pub mod plugin;
 
 #[cfg(feature = "fake-api")]

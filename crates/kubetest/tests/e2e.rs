@@ -183,6 +183,22 @@ async fn a_cluster_comes_up_routes_rw_and_ro_and_is_deleted_with_everything_it_o
     let status = e.plugin(&["cnmsql", "-n", NS, "status", "db"]);
     assert!(status.contains("primary"), "{status}");
     assert_eq!(status.matches("replica").count(), 2, "{status}");
+    // The managers' logs, through the kubelet: the last two lines of each
+    // instance, as JSON lines naming it (piped).
+    let logs = e.plugin(&["cnmsql", "-n", NS, "logs", "db", "--tail", "2"]);
+    let named: Vec<String> = logs
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value =
+                serde_json::from_str(l).unwrap_or_else(|err| panic!("{err}: {l}"));
+            v["instance"].as_str().unwrap_or_default().to_string()
+        })
+        .collect();
+    assert_eq!(
+        named,
+        ["db-1", "db-1", "db-2", "db-2", "db-3", "db-3"],
+        "{logs}"
+    );
 
     // Deleting the Cluster removes its Pods and everything it owns.
     e.clusters

@@ -11,6 +11,7 @@ pub mod cluster_state;
 pub mod control;
 pub mod definition;
 pub mod lifecycle;
+pub mod logs;
 pub mod lookup;
 pub mod metrics;
 pub mod operations;
