@@ -282,7 +282,8 @@ impl KubeCluster {
     }
 
     /// What a person would look at when a Cluster does not get healthy:
-    /// its Pods, its status and the namespace's latest events.
+    /// its Pods, its status, the namespace's latest events, the operator's
+    /// log and the last lines of each instance manager's.
     pub fn diagnose(&self, namespace: &str, name: &str) -> String {
         let get = |args: &[&str]| self.cp.kubectl(args, None).unwrap_or_default();
         let pods = get(&["-n", namespace, "get", "pods", "-o", "wide"]);
@@ -313,7 +314,20 @@ impl KubeCluster {
             "deploy/cnmysql-operator",
             "--tail=60",
         ]);
-        format!("{pods}\n{status}\n{tail}\n{operator}")
+        let selector = format!("{}={name}", cnmysql_api::names::CLUSTER_LABEL);
+        let managers = get(&[
+            "-n",
+            namespace,
+            "logs",
+            "-l",
+            &selector,
+            "-c",
+            "mysql",
+            "--prefix",
+            "--tail=40",
+            "--max-log-requests=10",
+        ]);
+        format!("{pods}\n{status}\n{tail}\n{operator}\n{managers}")
     }
 
     /// The application user's password.
