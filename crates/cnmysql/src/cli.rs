@@ -206,15 +206,8 @@ pub(crate) enum LocalCommand {
         /// One instance, e.g. cluster-example-2 [default: all of them].
         #[arg(long, value_name = "INSTANCE")]
         instance: Option<String>,
-        /// Keep printing new lines as they are written.
-        #[arg(short = 'f', long)]
-        follow: bool,
-        /// Only the last N lines of each.
-        #[arg(long, value_name = "N")]
-        tail: Option<u32>,
-        /// pretty or json [default: pretty on a terminal, json when piped].
-        #[arg(short = 'o', long, value_enum)]
-        output: Option<crate::log_view::LogFormat>,
+        #[command(flatten)]
+        options: crate::log_view::LogOptions,
     },
     /// Recent events: switchovers, failovers, fencing, blocked operations.
     Events {

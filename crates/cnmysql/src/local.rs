@@ -114,15 +114,8 @@ pub(crate) async fn run(command: LocalCommand) -> anyhow::Result<()> {
         LocalCommand::Logs {
             target,
             instance,
-            follow,
-            tail,
-            output,
-        } => {
-            let format = output.unwrap_or_else(crate::log_view::LogFormat::for_stdout);
-            let print =
-                move |i: &str, l: &str| println!("{}", crate::log_view::render(format, i, l));
-            follow_logs(target.dir()?, instance, tail, follow, print).await
-        }
+            options,
+        } => follow_logs(target.dir()?, instance, &options).await,
         LocalCommand::Down { target } => cnmysql_local::down(&target.dir()?),
         LocalCommand::Destroy { target } => cnmysql_local::destroy(&target.dir()?),
     }
@@ -217,10 +210,9 @@ fn events(target: Target, output: Output) -> anyhow::Result<()> {
 pub(crate) async fn follow_logs(
     dir: cnmysql_local::state::StateDir,
     instance: Option<String>,
-    tail: Option<u32>,
-    follow: bool,
-    print: impl Fn(&str, &str) + Send + 'static,
+    options: &crate::log_view::LogOptions,
 ) -> anyhow::Result<()> {
+    let (tail, follow, print) = (options.tail, options.follow, options.printer());
     tokio::task::spawn_blocking(move || {
         let tail = tail.map(|n| n as usize);
         cnmysql_local::logs::logs(&dir, instance.as_deref(), tail, follow, print)

@@ -22,6 +22,30 @@ impl LogFormat {
     }
 }
 
+/// What `logs` is asked for, the same for the plugin and `local logs`.
+#[derive(clap::Args, Clone, Debug)]
+pub(crate) struct LogOptions {
+    /// Keep printing new lines as they are written.
+    #[arg(short = 'f', long)]
+    pub(crate) follow: bool,
+    /// Only the last N lines of each.
+    #[arg(long, value_name = "N")]
+    pub(crate) tail: Option<u32>,
+    /// pretty (time, level, instance, message, fields) or json (the lines
+    /// as logged, naming the instance) [default: pretty on a terminal, json
+    /// when piped].
+    #[arg(short = 'o', long, value_enum)]
+    pub(crate) output: Option<LogFormat>,
+}
+
+impl LogOptions {
+    /// Prints each (instance, line) on stdout as asked.
+    pub(crate) fn printer(&self) -> impl Fn(&str, &str) + Send + 'static {
+        let format = self.output.unwrap_or_else(LogFormat::for_stdout);
+        move |instance: &str, line: &str| println!("{}", render(format, instance, line))
+    }
+}
+
 /// `raw`, a line of `instance`'s log, as `format` prints it.
 pub(crate) fn render(format: LogFormat, instance: &str, raw: &str) -> String {
     let parsed = serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(raw).ok();

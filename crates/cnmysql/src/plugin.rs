@@ -132,17 +132,8 @@ pub enum PluginCommand {
         cluster: String,
         /// One instance, e.g. cluster-example-2 [default: all of them].
         instance: Option<String>,
-        /// Keep printing new lines as they are written.
-        #[arg(short = 'f', long)]
-        follow: bool,
-        /// Only the last N lines of each.
-        #[arg(long, value_name = "N")]
-        tail: Option<u32>,
-        /// pretty (time, level, instance, message, fields) or json (the
-        /// lines as logged, naming the instance) [default: pretty on a
-        /// terminal, json when piped].
-        #[arg(short = 'o', long, value_enum)]
-        output: Option<crate::log_view::LogFormat>,
+        #[command(flatten)]
+        options: crate::log_view::LogOptions,
     },
     /// Fence an instance (out of every route, held read-only, never a
     /// failover candidate), or unfence it.
@@ -219,25 +210,8 @@ pub async fn run(cli: PluginCli) -> anyhow::Result<()> {
         PluginCommand::Logs {
             cluster,
             instance,
-            follow,
-            tail,
-            output,
-        } => {
-            let format = output.unwrap_or_else(crate::log_view::LogFormat::for_stdout);
-            let print =
-                move |i: &str, l: &str| println!("{}", crate::log_view::render(format, i, l));
-            if t.local {
-                let dir = t.local_dir(&cluster)?;
-                return crate::local::follow_logs(dir, instance, tail, follow, print).await;
-            }
-            let h = t.kubernetes(&cluster).await?;
-            let req = cnmysql_k8s::logs::LogRequest {
-                instance,
-                follow,
-                tail: tail.map(i64::from),
-            };
-            cnmysql_k8s::logs::logs(&h, &req, print).await
-        }
+            options,
+        } => logs(&t, &cluster, instance, &options).await,
         PluginCommand::Promote {
             cluster,
             instance,
@@ -384,4 +358,23 @@ pub fn install(dir: &Path) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// `logs`: locally from the state directory, else the instance Pods'.
+async fn logs(
+    t: &PluginTarget,
+    cluster: &str,
+    instance: Option<String>,
+    options: &crate::log_view::LogOptions,
+) -> anyhow::Result<()> {
+    if t.local {
+        return crate::local::follow_logs(t.local_dir(cluster)?, instance, options).await;
+    }
+    let h = t.kubernetes(cluster).await?;
+    let req = cnmysql_k8s::logs::LogRequest {
+        instance,
+        follow: options.follow,
+        tail: options.tail.map(i64::from),
+    };
+    cnmysql_k8s::logs::logs(&h, &req, options.printer()).await
 }

@@ -582,6 +582,21 @@ mod tests {
     use crate::testutil::{replica, snapshot};
 
     /// A controller past its warm-up.
+    /// What a platform observes of `s` with `absent` instances gone and
+    /// nothing else special.
+    pub(super) fn observe<'a>(s: &'a Snapshot, absent: &'a [String]) -> Observation<'a> {
+        Observation {
+            snapshot: s,
+            lease: None,
+            absent,
+            fence_early: false,
+            primary_restarted_at_ms: None,
+            primary_down_in_place: false,
+            leaving: &[],
+            cordoned: &[],
+        }
+    }
+
     fn warm() -> Memory {
         Memory {
             first_step_ms: Some(0),
@@ -631,22 +646,8 @@ mod tests {
             ..warm()
         };
         let gone = ["db-1".to_string()];
-        let observe = |s: &Snapshot, m: &mut Memory| {
-            step(
-                &Observation {
-                    snapshot: s,
-                    lease: None,
-                    absent: &gone,
-                    fence_early: false,
-                    primary_restarted_at_ms: None,
-                    primary_down_in_place: false,
-                    leaving: &[],
-                    cordoned: &[],
-                },
-                m,
-            )
-        };
-        let actions = observe(&s, &mut m);
+        let step_of = |s: &Snapshot, m: &mut Memory| step(&observe(s, &gone), m);
+        let actions = step_of(&s, &mut m);
         // Said; then fence first, then the lease, then the replicas stop
         // receiving from it: in that order.
         assert!(matches!(&actions[0], Action::Event(e) if e.reason == "PrimaryDown"));
@@ -678,13 +679,13 @@ mod tests {
         // said once, and the failover is begun again.
         let mut pruned = s.clone();
         pruned.status.failover_from = None;
-        let again = observe(&pruned, &mut m);
+        let again = step_of(&pruned, &mut m);
         assert!(said(&again, "FailoverStalled"), "{again:?}");
-        let again = observe(&pruned, &mut m);
+        let again = step_of(&pruned, &mut m);
         assert!(!said(&again, "FailoverStalled"), "said once: {again:?}");
 
         // No candidate while a replica may still receive from db-1.
-        let actions = observe(&s, &mut m);
+        let actions = step_of(&s, &mut m);
         assert!(
             actions.iter().all(|a| !matches!(
                 a,
@@ -698,7 +699,7 @@ mod tests {
         assert!(said(&actions, "FailoverWaitingForReplicas"), "{actions:?}");
 
         // Said once while nothing changes.
-        let again = observe(&s, &mut m);
+        let again = step_of(&s, &mut m);
         assert!(!said(&again, "FailoverWaitingForReplicas"), "{again:?}");
 
         // Once both stopped receiving, the most advanced is targeted.
@@ -707,7 +708,7 @@ mod tests {
                 r.io_state = "No".into();
             }
         }
-        let actions = observe(&s, &mut m);
+        let actions = step_of(&s, &mut m);
         let actions: Vec<_> = actions
             .into_iter()
             .filter(|a| !matches!(a, Action::Event(_)))
@@ -763,20 +764,8 @@ mod tests {
             ..warm()
         };
         let gone = ["db-1".to_string()];
-        let observe = |s: &Snapshot, m: &mut Memory| {
-            let o = Observation {
-                snapshot: s,
-                lease: None,
-                absent: &gone,
-                fence_early: false,
-                primary_restarted_at_ms: None,
-                primary_down_in_place: false,
-                leaving: &[],
-                cordoned: &[],
-            };
-            step(&o, m)
-        };
-        assert_eq!(observe(&s, &mut m), Vec::new(), "no failover while paused");
+        let step_of = |s: &Snapshot, m: &mut Memory| step(&observe(s, &gone), m);
+        assert_eq!(step_of(&s, &mut m), Vec::new(), "no failover while paused");
         let summary = crate::phase::summarize(&s);
         assert!(
             summary.reason.starts_with("reconciliation paused"),
@@ -785,7 +774,7 @@ mod tests {
         );
         // Removed: the failover goes ahead.
         s.declared.asked.cluster.clear();
-        assert!(observe(&s, &mut m).contains(&Action::FenceOut("db-1".into())));
+        assert!(step_of(&s, &mut m).contains(&Action::FenceOut("db-1".into())));
     }
 
     #[test]
@@ -1054,6 +1043,7 @@ mod tests {
 
 #[cfg(test)]
 mod platform_rule_tests {
+    use super::tests::observe;
     use super::*;
     use crate::cadence::Cadence;
     use crate::testutil::{primary, replica, snapshot};
@@ -1071,19 +1061,6 @@ mod platform_rule_tests {
             .insert(primary_name.into(), "0-1-100".into());
         s.now_ms = 1_767_225_600_000;
         s
-    }
-
-    fn observe<'a>(s: &'a Snapshot, absent: &'a [String]) -> Observation<'a> {
-        Observation {
-            snapshot: s,
-            lease: None,
-            absent,
-            fence_early: false,
-            primary_restarted_at_ms: None,
-            primary_down_in_place: false,
-            leaving: &[],
-            cordoned: &[],
-        }
     }
 
     #[test]

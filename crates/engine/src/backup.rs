@@ -96,13 +96,12 @@ impl Outcome {
 /// whose backup failed otherwise. Either way the Event is recorded.
 pub async fn take(p: &mut impl BackupPlatform, r: &Request<'_>) -> Result<Outcome, String> {
     let began = Instant::now();
-    let out = match begin(p, r).await {
-        Ok((client, dest, sources, id)) => {
-            let taken = stream(p, r, &client, &dest, &sources, &id).await;
-            Ok(finish(p, r, &dest, id, taken, began).await)
-        }
-        Err(why) => Err(why),
-    };
+    let out: Result<Outcome, String> = async {
+        let (client, dest, sources, id) = begin(p, r).await?;
+        let taken = stream(p, r, &client, &dest, &sources, &id).await;
+        Ok(finish(p, r, &dest, id, taken, began).await)
+    }
+    .await;
     let event = match &out {
         Ok(o) => outcome_event(r.name, o),
         Err(why) => Event::new(true, "BackupFailed", None, label_failed(r.name, None, why)),

@@ -63,9 +63,7 @@ impl BackupPlatform for LocalBackups<'_> {
     }
 
     async fn change_status(&mut self, change: &StatusChange) -> anyhow::Result<bool> {
-        let mut applied = false;
-        self.dir.update_status(|st| applied = change.apply(st))?;
-        Ok(applied)
+        self.dir.change_status(change)
     }
 
     async fn record(&mut self, e: &Event) {

@@ -101,3 +101,15 @@ impl ClusterState for FileClusterState {
         Ok(())
     }
 }
+
+impl StateDir {
+    /// Apply `change` to the status under its lock; true when it applied.
+    pub fn change_status(
+        &self,
+        change: &cnmysql_core::status_change::StatusChange,
+    ) -> anyhow::Result<bool> {
+        let mut applied = false;
+        self.update_status(|st| applied = change.apply(st))?;
+        Ok(applied)
+    }
+}
