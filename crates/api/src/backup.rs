@@ -362,5 +362,9 @@ pub struct Recovered {
     pub replayed: u64,
     #[serde(default)]
     pub orphaned: u64,
+    /// How long the server's applier took to replay them, in
+    /// milliseconds (the base backup's restore not included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_millis: Option<u64>,
     pub completed_at: String,
 }

@@ -116,6 +116,13 @@ pub struct ClusterSpec {
     #[x_kube(validation = Rule::new("self >= 0").message("spec.maxSwitchoverDelay must be 0 or more seconds"))]
     pub max_switchover_delay: i64,
 
+    /// A replica further behind its source than this many seconds serves
+    /// no reads and does not count as ready until it is back within half
+    /// of it (0 = no limit). It can still be chosen in a failover.
+    #[serde(default = "default_max_replica_lag_seconds")]
+    #[x_kube(validation = Rule::new("self >= 0").message("spec.maxReplicaLagSeconds must be 0 or more seconds"))]
+    pub max_replica_lag_seconds: i64,
+
     /// Guard promotions with the `<cluster>-primary` Lease.
     #[serde(default = "default_true")]
     pub enable_primary_lease: bool,
@@ -147,6 +154,7 @@ pub struct ClusterSpec {
     /// The volume of each instance's data (Kubernetes): one PersistentVolumeClaim
     /// `<cluster>-<ordinal>` per instance.
     #[serde(default)]
+    #[x_kube(validation = Rule::new("has(self.binlogs) == has(oldSelf.binlogs)").message("spec.storage.binlogs is set when the Cluster is made and cannot be added or removed later: put it back as it was"))]
     pub storage: StorageSpec,
 
     /// CPU and memory of the database container (Kubernetes).
@@ -192,10 +200,31 @@ pub struct StorageSpec {
     /// and `storageClass` fill in what it leaves unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pvc_template: Option<k8s_openapi::api::core::v1::PersistentVolumeClaimSpec>,
+    /// A volume of its own for each instance's binary logs, so that a burst
+    /// of writes filling the logs cannot fill the data volume, and each can
+    /// be sized and grown apart. Set when the Cluster is made: it cannot be
+    /// added or removed later (the server's history lives in those logs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binlogs: Option<BinlogStorageSpec>,
     /// Keep the claims of instances removed by lowering `spec.instances`
     /// (they are deleted by default; scaling up again then clones afresh).
     #[serde(default)]
     pub retain_on_scale_down: bool,
+}
+
+/// The binary logs' volume: claim `<instance>-binlog`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BinlogStorageSpec {
+    /// Requested size, e.g. `5Gi` [default: 1Gi]; raising it grows the
+    /// claims as `spec.storage.size` does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub size: Option<String>,
+    /// StorageClass of the claims [default: that of the data claims].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub storage_class: Option<String>,
 }
 
 /// Scheduling of instances.
@@ -246,9 +275,9 @@ pub enum AntiAffinityType {
 }
 
 /// Names of existing Secrets in the Cluster's namespace to use instead of
-/// generated ones. The operator never changes or deletes a Secret it did
-/// not create.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+/// generated ones, and how long the certificates it issues live. The
+/// operator never changes or deletes a Secret it did not create.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SecretsSpec {
     /// Password of the `app` account, under the key `password`.
@@ -259,10 +288,26 @@ pub struct SecretsSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
     pub root_secret: Option<String>,
-    /// The cluster's certificate authority: `ca.crt` and `ca.key` (PEM).
+    /// The cluster's certificate authority: `ca.crt` and `ca.key` (PEM), or
+    /// `tls.crt` and `tls.key` as cert-manager writes a CA's Secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
     pub ca_secret: Option<String>,
+    /// How long the certificates issued to the instances and the operator
+    /// are valid, in seconds (default 7776000, 90 days). Each is issued
+    /// again when a third of its life is left, and the servers load it
+    /// without a restart. At least 60.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 60").message("spec.secrets.certificateLifetimeSeconds must be at least 60 seconds"))]
+    pub certificate_lifetime_seconds: Option<i64>,
+}
+
+impl SecretsSpec {
+    /// The lifetime of an issued certificate, in seconds.
+    pub fn certificate_lifetime(&self) -> i64 {
+        self.certificate_lifetime_seconds
+            .unwrap_or(crate::names::CERTIFICATE_LIFETIME_SECONDS)
+    }
 }
 
 fn default_instances() -> i32 {
@@ -270,6 +315,9 @@ fn default_instances() -> i32 {
 }
 fn default_max_switchover_delay() -> i64 {
     3600
+}
+fn default_max_replica_lag_seconds() -> i64 {
+    60
 }
 fn default_true() -> bool {
     true

@@ -61,6 +61,13 @@ pub fn lease_name(cluster: &str) -> String {
     format!("{cluster}-primary")
 }
 
+/// Where the bootstrap-controller puts the manager.
+pub const MANAGER_PATH: &str = "/controller/manager";
+
+/// How long an issued certificate is valid unless
+/// `spec.secrets.certificateLifetimeSeconds` says otherwise: 90 days.
+pub const CERTIFICATE_LIFETIME_SECONDS: i64 = 90 * 86_400;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -32,6 +32,13 @@ pub struct InstanceState {
     /// 2`, `acks`, `fell back to async`, `off`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub semi_sync: String,
+    /// The CAs its manager trusts and the one that signed the certificate
+    /// it presents (short SHA-256 fingerprints); a change of CA waits for
+    /// these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tls_trust: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_issuer: Option<String>,
 }
 
 /// Observed state of the cluster.
@@ -93,6 +100,14 @@ pub struct ClusterStatus {
     /// re-initialised (newest last, the last 20).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub saved_transactions: Vec<crate::reinit::SavedTransactions>,
+    /// The cluster was hibernated (its instances stopped, their data kept),
+    /// and has not yet come back whole: nothing fails over meanwhile.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hibernated: bool,
+    /// Replicas further behind than `spec.maxReplicaLagSeconds`: out of
+    /// the ro and r Services and not counted ready until they catch up.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lagging_instances: Vec<String>,
     /// Instances fenced out of routing and held read-only.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fenced_instances: Vec<String>,
@@ -181,6 +196,10 @@ pub enum Phase {
     Degraded,
     #[serde(rename = "Stopped")]
     Stopped,
+    /// Every instance stopped on purpose, its data kept
+    /// (`cnmysql.io/hibernation: on`).
+    #[serde(rename = "Hibernated")]
+    Hibernated,
 }
 
 impl Phase {
@@ -195,6 +214,7 @@ impl Phase {
             Phase::WaitingForUser => "WaitingForUser",
             Phase::Degraded => "Degraded",
             Phase::Stopped => "Stopped",
+            Phase::Hibernated => "Hibernated",
         }
     }
 }

@@ -208,6 +208,36 @@ fn is_storage_quantity(s: &str) -> bool {
     })
 }
 
+/// The bytes a storage quantity stands for (`10Gi`, `500M`, `1.5Ti`,
+/// `1073741824`); None when it is not one.
+pub fn quantity_bytes(s: &str) -> Option<u128> {
+    if !is_storage_quantity(s) {
+        return None;
+    }
+    let units: [(&str, u128); 12] = [
+        ("Ki", 1 << 10),
+        ("Mi", 1 << 20),
+        ("Gi", 1 << 30),
+        ("Ti", 1 << 40),
+        ("Pi", 1 << 50),
+        ("Ei", 1 << 60),
+        ("k", 1_000),
+        ("M", 1_000_000),
+        ("G", 1_000_000_000),
+        ("T", 1_000_000_000_000),
+        ("P", 1_000_000_000_000_000),
+        ("E", 1_000_000_000_000_000_000),
+    ];
+    let (num, unit) = units
+        .iter()
+        .find_map(|(suf, u)| s.strip_suffix(suf).map(|n| (n, *u)))
+        .unwrap_or((s, 1));
+    let (whole, frac) = num.split_once('.').unwrap_or((num, ""));
+    let scale = 10u128.checked_pow(frac.len() as u32)?;
+    let digits: u128 = format!("{whole}{frac}").parse().ok()?;
+    Some(digits.checked_mul(unit)? / scale)
+}
+
 /// Longest cluster name: `<name>-<ordinal>` and `<name>-primary` must stay
 /// valid DNS labels with room for ordinals and suffixes.
 pub const MAX_CLUSTER_NAME: usize = 45;
@@ -436,6 +466,14 @@ pub fn validate(c: &Cluster) -> Vec<FieldError> {
             format!("{size:?} is not a storage size; write it like 10Gi, 500Mi or 1Ti"),
         ));
     }
+    if let Some(size) = s.storage.binlogs.as_ref().and_then(|b| b.size.as_ref())
+        && !is_storage_quantity(size)
+    {
+        errors.push(err(
+            "spec.storage.binlogs.size",
+            format!("{size:?} is not a storage size; write it like 10Gi, 500Mi or 1Ti"),
+        ));
+    }
     let semi = &s.mysql.semi_sync;
     if semi.enabled && s.max_sync_replicas < 1 {
         errors.push(err(
@@ -462,6 +500,21 @@ pub fn validate(c: &Cluster) -> Vec<FieldError> {
         errors.push(err(
             "spec.failoverDelay",
             format!("is {}; use 0 or more seconds", s.failover_delay),
+        ));
+    }
+    if s.max_replica_lag_seconds < 0 {
+        errors.push(err(
+            "spec.maxReplicaLagSeconds",
+            format!(
+                "is {}; use 0 (no limit) or more seconds",
+                s.max_replica_lag_seconds
+            ),
+        ));
+    }
+    if let Some(l) = s.secrets.certificate_lifetime_seconds.filter(|l| *l < 60) {
+        errors.push(err(
+            "spec.secrets.certificateLifetimeSeconds",
+            format!("is {l}; use at least 60 seconds, or leave it out for 90 days"),
         ));
     }
     if s.max_switchover_delay < 0 {
@@ -552,7 +605,12 @@ mod quantity_tests {
         }
         for bad in ["", "Gi", "ten gigs", "10 Gi", "-1Gi", "0", "1.Gi", "10GB"] {
             assert!(!super::is_storage_quantity(bad), "{bad}");
+            assert_eq!(super::quantity_bytes(bad), None, "{bad}");
         }
+        assert_eq!(super::quantity_bytes("10Gi"), Some(10 << 30));
+        assert_eq!(super::quantity_bytes("1.5Ti"), Some(3 << 39));
+        assert_eq!(super::quantity_bytes("500M"), Some(500_000_000));
+        assert_eq!(super::quantity_bytes("1073741824"), Some(1 << 30));
     }
 }
 
@@ -573,5 +631,33 @@ mod header_tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("kind: is missing"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod certificate_tests {
+    #[test]
+    fn a_certificate_lifetime_under_a_minute_is_refused_naming_the_field() {
+        let m = |life: &str| {
+            format!(
+                "apiVersion: mysql.cnmysql.io/v1\nkind: Cluster\nmetadata:\n  name: db\nspec:\n  secrets:\n    certificateLifetimeSeconds: {life}\n"
+            )
+        };
+        let e = super::parse_cluster(&m("30")).unwrap_err().to_string();
+        assert!(
+            e.contains("spec.secrets.certificateLifetimeSeconds: is 30; use at least 60"),
+            "{e}"
+        );
+        let c = super::parse_cluster(&m("86400")).unwrap();
+        assert_eq!(c.spec.secrets.certificate_lifetime(), 86_400);
+        let c = super::parse_cluster(&m("null")).unwrap();
+        assert_eq!(c.spec.secrets.certificate_lifetime(), 90 * 86_400);
+    }
+
+    #[test]
+    fn a_binlog_volume_size_that_is_not_a_size_is_refused_naming_the_field() {
+        let m = "apiVersion: mysql.cnmysql.io/v1\nkind: Cluster\nmetadata:\n  name: db\nspec:\n  storage:\n    binlogs:\n      size: lots\n";
+        let e = super::parse_cluster(m).unwrap_err().to_string();
+        assert!(e.contains("spec.storage.binlogs.size"), "{e}");
     }
 }

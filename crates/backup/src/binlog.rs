@@ -507,4 +507,4 @@ pub fn ends(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

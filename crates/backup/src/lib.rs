@@ -11,6 +11,7 @@ pub mod destination;
 pub mod mbstream;
 pub mod recovery;
 pub mod recovery_plan;
+pub mod relay_log;
 pub mod retention;
 pub mod schedule;
 pub mod stored_stream;

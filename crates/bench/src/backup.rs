@@ -176,5 +176,16 @@ pub fn backup(runs: usize, megabytes: u64) -> anyhow::Result<Value> {
         "recovery_base_only_seconds": base_only,
         "recovery_latest_seconds": latest,
         "recovery_replayed_transactions": rec["replayed"],
+        // The replay's share of the wall time: the latest state's
+        // recovery less the base's (the private server's second start
+        // included); and the applier's own time, from the status.
+        "replay_transactions_per_second": rec["replayed"]
+            .as_f64()
+            .map(|n| n / (latest - base_only).max(0.001)),
+        "replay_applier_millis": rec["replayMillis"],
+        "applier_transactions_per_second": rec["replayed"]
+            .as_f64()
+            .zip(rec["replayMillis"].as_f64())
+            .map(|(n, ms)| n * 1000.0 / ms.max(1.0)),
     }))
 }

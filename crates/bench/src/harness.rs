@@ -192,6 +192,16 @@ impl Bench {
     }
     /// Acknowledged ids missing from an instance (queried over its socket).
     pub(crate) async fn lost_on(&self, instance: &str, acked: &[u64]) -> anyhow::Result<usize> {
+        let mut c = self.admin(instance).await?;
+        let ids: Vec<u64> = c.query("SELECT id FROM chk.w").await?;
+        let have: std::collections::BTreeSet<u64> = ids.into_iter().collect();
+        Ok(acked.iter().filter(|a| !have.contains(a)).count())
+    }
+}
+
+impl Bench {
+    /// The administrator's connection to `instance`, over its socket.
+    pub(crate) async fn admin(&self, instance: &str) -> anyhow::Result<mysql_async::Conn> {
         let sock = self
             .state()
             .join("instances")
@@ -202,10 +212,7 @@ impl Bench {
             .user(Some("root"))
             .pass(Some(self.secret("admin-password")))
             .prefer_socket(true);
-        let mut c = mysql_async::Conn::new(opts).await?;
-        let ids: Vec<u64> = c.query("SELECT id FROM chk.w").await?;
-        let have: std::collections::BTreeSet<u64> = ids.into_iter().collect();
-        Ok(acked.iter().filter(|a| !have.contains(a)).count())
+        Ok(mysql_async::Conn::new(opts).await?)
     }
 }
 

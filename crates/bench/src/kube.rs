@@ -140,12 +140,17 @@ async fn fault_run(k: &KubeCluster, kind: &str) -> anyhow::Result<(f64, usize, S
     let w = writer(k).await?;
     w.wait_for_more(200, Duration::from_secs(30)).await;
     let at = Instant::now();
+    let mut probe = None;
     match kind {
         "delete" => {
             let pods: Api<Pod> = Api::namespaced(k.client.clone(), NS);
             pods.delete(&old, &DeleteParams::default()).await?;
         }
         "kill" => {
+            probe = Some(tokio::spawn(greetings(
+                k.wait_service(NS, "db-rw").await?,
+                Duration::from_secs(4),
+            )));
             let pid = k.pid(NS, &old, "mysql").await?;
             nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(pid),
@@ -171,6 +176,12 @@ async fn fault_run(k: &KubeCluster, kind: &str) -> anyhow::Result<(f64, usize, S
     if secs > 1.0 {
         eprintln!("failures after the fault:\n{}", o.failures_after(at));
     }
+    if let Some(p) = probe {
+        eprintln!(
+            "what a new connection to rw met after the kill:\n{}",
+            p.await?
+        );
+    }
     if matches!(kind, "cut" | "freeze") {
         k.fault("heal", NS, &old).await?;
     }
@@ -194,6 +205,53 @@ async fn fault_run(k: &KubeCluster, kind: &str) -> anyhow::Result<(f64, usize, S
     Ok((secs, lost, format!("{old} → {new}")))
 }
 
+/// What a new TCP connection to `rw` meets, opened every 25 ms for `span`
+/// from now: refused, connected and greeted (how soon), or connected and
+/// never greeted within 3 s. One line per change of outcome.
+async fn greetings(rw: std::net::SocketAddr, span: Duration) -> String {
+    use tokio::io::AsyncReadExt as _;
+    let start = Instant::now();
+    let mut tries = Vec::new();
+    while start.elapsed() < span {
+        let opened = start.elapsed();
+        tries.push(tokio::spawn(async move {
+            let limit = Duration::from_secs(3);
+            let outcome =
+                match tokio::time::timeout(limit, tokio::net::TcpStream::connect(rw)).await {
+                    Err(_) => "connect timed out".to_string(),
+                    Ok(Err(e)) => format!("connect: {}", e.kind()),
+                    Ok(Ok(mut c)) => {
+                        let mut b = [0u8; 8];
+                        let t = Instant::now();
+                        match tokio::time::timeout(limit, c.read(&mut b)).await {
+                            Err(_) => "connected, no greeting within 3 s".to_string(),
+                            Ok(Ok(0)) => "connected, closed".to_string(),
+                            Ok(Ok(_)) if t.elapsed() > Duration::from_millis(100) => {
+                                format!("greeted after {:.2}s", t.elapsed().as_secs_f64())
+                            }
+                            Ok(Ok(_)) => "greeted".to_string(),
+                            Ok(Err(e)) => format!("connected, then {}", e.kind()),
+                        }
+                    }
+                };
+            (opened, outcome)
+        }));
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let mut out = String::new();
+    let mut last = String::new();
+    for t in tries {
+        let Ok((opened, outcome)) = t.await else {
+            continue;
+        };
+        if outcome != last || outcome.starts_with("greeted after") {
+            out.push_str(&format!("  +{:.3}s {outcome}\n", opened.as_secs_f64()));
+            last = outcome;
+        }
+    }
+    out
+}
+
 async fn switchover_run(k: &KubeCluster, cnmysql: &Path) -> anyhow::Result<(f64, usize)> {
     let old = k
         .wait_healthy(NS, "db", 3, Duration::from_secs(180))
@@ -212,7 +270,13 @@ async fn switchover_run(k: &KubeCluster, cnmysql: &Path) -> anyhow::Result<(f64,
     Ok((o.longest_gap.as_secs_f64(), lost))
 }
 
-pub fn kube(runs: usize, slow_runs: usize, cnmysql: &Path) -> anyhow::Result<Value> {
+pub fn kube(
+    runs: usize,
+    slow_runs: usize,
+    cases: &[String],
+    cnmysql: &Path,
+) -> anyhow::Result<Value> {
+    let wanted = |case: &str| cases.is_empty() || cases.iter().any(|c| c == case);
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         let k = KubeCluster::start(cnmysql).await?;
@@ -226,7 +290,7 @@ pub fn kube(runs: usize, slow_runs: usize, cnmysql: &Path) -> anyhow::Result<Val
         k.cp.kubectl(&["apply", "-f", "-"], Some(&manifest))?;
         let mut out = serde_json::Map::new();
         let (mut gaps, mut lost) = (Vec::new(), Vec::new());
-        for i in 0..runs {
+        for i in 0..if wanted("switchover") { runs } else { 0 } {
             let (g, l) = switchover_run(&k, cnmysql).await?;
             eprintln!("kube switchover run {}: longest write gap {g:.3}s, {l} rows lost", i + 1);
             gaps.push(g);
@@ -243,7 +307,7 @@ pub fn kube(runs: usize, slow_runs: usize, cnmysql: &Path) -> anyhow::Result<Val
             ("freeze", "node_frozen", slow_runs),
         ] {
             let (mut secs, mut lost) = (Vec::new(), Vec::new());
-            for i in 0..n {
+            for i in 0..if wanted(kind) { n } else { 0 } {
                 let (s, l, how) = fault_run(&k, kind).await?;
                 eprintln!(
                     "kube failover ({label}) run {}: writes flow {s:.3}s after the fault ({how}), {l} rows lost",

@@ -11,6 +11,7 @@ mod backup;
 mod clone;
 mod harness;
 mod kube;
+mod observe;
 mod operator;
 mod server_upgrade;
 mod upgrade;
@@ -45,7 +46,7 @@ struct Cli {
     flavor: Vec<BenchFlavor>,
 }
 
-#[derive(Subcommand, Clone, Copy)]
+#[derive(Subcommand, Clone)]
 enum What {
     /// `local up` of a new 3-instance cluster until all instances are ready.
     Startup,
@@ -58,6 +59,9 @@ enum What {
     },
     /// Idle resident memory of the instance managers (mysqld excluded).
     Memory,
+    /// What the manager's poll of its server costs: the whole poll and the
+    /// server figures for /metrics alone, in milliseconds.
+    Observe,
     /// kill -9 of the primary's manager and mysqld under continuous writes,
     /// until the first acknowledged write through rw; rows lost.
     Failover,
@@ -82,6 +86,9 @@ enum What {
         /// Skip the local platform's failover and switchover.
         #[arg(long)]
         no_local: bool,
+        /// Only these cases (switchover, delete, kill, cut, freeze).
+        #[arg(long, value_delimiter = ',')]
+        cases: Vec<String>,
     },
     /// Instance-manager upgrades under writes: in place (swap time and
     /// query gap per instance, mysqld kept) and rolling (total time, rw
@@ -332,6 +339,7 @@ fn main() -> anyhow::Result<()> {
             | What::Startup
             | What::Clone { .. }
             | What::Memory
+            | What::Observe
             | What::Failover
             | What::Switchover
             | What::Upgrade
@@ -375,6 +383,9 @@ fn measure(
     if all || matches!(cli.what, What::Memory) {
         results.insert("memory".into(), memory(cli.runs)?);
     }
+    if all || matches!(cli.what, What::Observe) {
+        results.insert("observe".into(), observe::observe(cli.runs)?);
+    }
     if all || matches!(cli.what, What::Failover) {
         results.insert("failover".into(), failover(cli.runs)?);
     }
@@ -398,13 +409,14 @@ fn measure(
     if let What::Kube {
         slow_runs,
         no_local,
-    } = cli.what
+        cases,
+    } = &cli.what
     {
         results.insert(
             "kubernetes".into(),
-            kube::kube(cli.runs, slow_runs, &cnmysql_bin())?,
+            kube::kube(cli.runs, *slow_runs, cases, &cnmysql_bin())?,
         );
-        if !no_local {
+        if !*no_local {
             results.insert("local_failover".into(), failover(cli.runs)?);
             results.insert("local_switchover".into(), switchover(cli.runs)?);
         }

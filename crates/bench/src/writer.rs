@@ -69,7 +69,7 @@ impl Outcome {
         let mut out: Vec<String> = Vec::new();
         let mut last = String::new();
         let mut repeats = 0;
-        for (began, ended, what) in self.failures.iter().filter(|f| f.0 >= t) {
+        for (began, ended, what) in self.failures.iter().filter(|f| f.1 >= t) {
             if *what == last {
                 repeats += 1;
                 continue;

@@ -69,6 +69,16 @@ pub(crate) enum BackupFrom {
     PreferReplica,
 }
 
+impl BackupFrom {
+    pub(crate) fn target(self) -> cnmysql_api::backup_resources::BackupTarget {
+        use cnmysql_api::backup_resources::BackupTarget;
+        match self {
+            BackupFrom::Primary => BackupTarget::Primary,
+            BackupFrom::PreferReplica => BackupTarget::PreferReplica,
+        }
+    }
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 pub(crate) enum Output {
     Table,
@@ -189,6 +199,42 @@ pub(crate) enum LocalCommand {
         /// the primary.
         #[arg(long, value_enum, default_value = "prefer-replica")]
         backup_target: BackupFrom,
+    },
+    /// Hibernate the cluster (every instance stopped, its data kept) or
+    /// wake it (the same primary back), as `kubectl cnmsql hibernate`.
+    Hibernate {
+        #[command(flatten)]
+        args: crate::shared_verbs::Toggle,
+        /// The cluster's state directory, if it was made with --state-dir.
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+    },
+    /// Pause reconciliation for maintenance, or resume it, as `kubectl
+    /// cnmsql maintenance`.
+    Maintenance {
+        #[command(flatten)]
+        args: crate::shared_verbs::Toggle,
+        /// The cluster's state directory, if it was made with --state-dir.
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+    },
+    /// A SQL session as the administrator on the primary (or a ready
+    /// replica, or the instance named), as `kubectl cnmsql mysql`.
+    Mysql {
+        #[command(flatten)]
+        args: crate::shared_verbs::Session,
+        /// The cluster's state directory, if it was made with --state-dir.
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+    },
+    /// A diagnostic bundle (the cluster, status, events, logs; never a
+    /// secret), as `kubectl cnmsql report`.
+    Report {
+        #[command(flatten)]
+        args: crate::shared_verbs::Bundle,
+        /// The cluster's state directory, if it was made with --state-dir.
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
     },
     /// The base backups in the store, and how far the binlog archive
     /// reaches.
@@ -332,6 +378,18 @@ pub(crate) enum InstanceCommand {
     BootstrapController {
         /// Where to put the manager, e.g. /controller/manager.
         dest: PathBuf,
+    },
+    /// The server's own client (`mariadb` / `mysql`) as the administrator
+    /// over the instance's socket, with the arguments after `--`; the
+    /// password goes in a file only its owner reads, never on a command
+    /// line. In an instance Pod (what `kubectl cnmsql mysql` runs) it is
+    /// configured from the Pod's environment.
+    Client {
+        /// Local platform: the instance configuration.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[arg(last = true, allow_hyphen_values = true)]
+        args: Vec<String>,
     },
     /// Supervise mysqld for one instance.
     Run {

@@ -4,9 +4,12 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::cli::{BackupFrom, LocalCommand, Output, Target};
+use crate::backup_view::say_taken;
+use crate::cli::{LocalCommand, Output, Target};
+use crate::log_view::follow_logs;
 use crate::logs::init_json_logs;
 use crate::reinit;
+use crate::shared_verbs::{Switch, Toggle};
 
 pub(crate) async fn run(command: LocalCommand) -> anyhow::Result<()> {
     match command {
@@ -96,17 +99,11 @@ pub(crate) async fn run(command: LocalCommand) -> anyhow::Result<()> {
             target,
             backup_target,
         } => {
-            use cnmysql_api::backup_resources::BackupTarget;
-            let from = match backup_target {
-                BackupFrom::Primary => BackupTarget::Primary,
-                BackupFrom::PreferReplica => BackupTarget::PreferReplica,
-            };
-            let t = cnmysql_local::backup(&target.dir()?, from, |line| eprintln!("{line}")).await?;
-            let m = &t.taken.manifest.record;
-            println!(
-                "backup {} of {}: {} bytes ({} stored), consistent with {}",
-                m.id, m.instance, m.raw_bytes, m.stored_bytes, m.gtid
-            );
+            let t = cnmysql_local::backup(&target.dir()?, backup_target.target(), |line| {
+                eprintln!("{line}")
+            })
+            .await?;
+            say_taken(&t);
             Ok(())
         }
         LocalCommand::Backups { target, output } => list_backups(target, output).await,
@@ -116,6 +113,21 @@ pub(crate) async fn run(command: LocalCommand) -> anyhow::Result<()> {
             instance,
             options,
         } => follow_logs(target.dir()?, instance, &options).await,
+        LocalCommand::Hibernate { args, state_dir } => {
+            local_switch(state_dir, &args, Switch::Hibernation).await
+        }
+        LocalCommand::Maintenance { args, state_dir } => {
+            local_switch(state_dir, &args, Switch::Maintenance).await
+        }
+        LocalCommand::Mysql { args, state_dir } => {
+            let t = crate::plugin::PluginTarget::local(state_dir);
+            crate::plugin::mysql(&t, &args.cluster, args.instance, args.replica, &args.args).await
+        }
+        LocalCommand::Report { args, state_dir } => {
+            let t = crate::plugin::PluginTarget::local(state_dir);
+            let tail = args.logs.then_some(args.tail);
+            crate::plugin::report(&t, &args.cluster, args.file, tail).await
+        }
         LocalCommand::Down { target } => cnmysql_local::down(&target.dir()?),
         LocalCommand::Destroy { target } => cnmysql_local::destroy(&target.dir()?),
     }
@@ -205,17 +217,13 @@ fn events(target: Target, output: Output) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `logs` of a local cluster, off the async runtime (following polls the
-/// files until the process is stopped).
-pub(crate) async fn follow_logs(
-    dir: cnmysql_local::state::StateDir,
-    instance: Option<String>,
-    options: &crate::log_view::LogOptions,
+/// `local hibernate` and `local maintenance`: the plugin's switch on a
+/// local cluster.
+async fn local_switch(
+    state_dir: Option<std::path::PathBuf>,
+    args: &Toggle,
+    which: Switch,
 ) -> anyhow::Result<()> {
-    let (tail, follow, print) = (options.tail, options.follow, options.printer());
-    tokio::task::spawn_blocking(move || {
-        let tail = tail.map(|n| n as usize);
-        cnmysql_local::logs::logs(&dir, instance.as_deref(), tail, follow, print)
-    })
-    .await?
+    let t = crate::plugin::PluginTarget::local(state_dir);
+    crate::plugin::switch(&t, &args.cluster, which, args.on()).await
 }

@@ -91,6 +91,21 @@ fn pretty(instance: &str, m: &serde_json::Map<String, serde_json::Value>) -> Str
     line
 }
 
+/// `logs` of a local cluster, off the async runtime (following polls the
+/// files until the process is stopped).
+pub(crate) async fn follow_logs(
+    dir: cnmysql_local::state::StateDir,
+    instance: Option<String>,
+    options: &LogOptions,
+) -> anyhow::Result<()> {
+    let (tail, follow, print) = (options.tail, options.follow, options.printer());
+    tokio::task::spawn_blocking(move || {
+        let tail = tail.map(|n| n as usize);
+        cnmysql_local::logs::logs(&dir, instance.as_deref(), tail, follow, print)
+    })
+    .await?
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

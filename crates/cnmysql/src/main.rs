@@ -7,12 +7,16 @@ use std::time::Duration;
 
 use clap::Parser;
 
+mod backup_view;
 mod cli;
+mod client;
 mod local;
 mod log_view;
 mod logs;
 mod plugin;
 mod reinit;
+mod report;
+mod shared_verbs;
 
 use cli::*;
 use logs::init_json_logs;
@@ -143,6 +147,8 @@ async fn kubernetes_instance(
         ordinal,
         spec,
         data_dir: data.join("data"),
+        binlog_dir: std::env::var_os("CNMYSQL_BINLOGS")
+            .map(|d| std::path::PathBuf::from(d).join("binlog")),
         run_dir: run,
         template_dir: None,
         tls: cnmysql_tls::TlsPaths {
@@ -221,6 +227,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Instance {
             command: InstanceCommand::BootstrapController { dest },
         } => bootstrap_controller(&dest),
+        Command::Instance {
+            command: InstanceCommand::Client { config, args },
+        } => client::exec(config.as_deref(), &args),
         Command::Plugin {
             command: PluginEntry::Install { dir },
         } => {

@@ -5,6 +5,7 @@
 //! under. Commands act on a Cluster in Kubernetes, or with `--local` on a
 //! cluster run by `cnmysql local up`.
 
+use crate::shared_verbs::Switch;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -67,6 +68,19 @@ pub struct PluginTarget {
     pub state_dir: Option<PathBuf>,
 }
 
+impl PluginTarget {
+    /// The target of a local cluster (`cnmysql local`'s share of the verbs).
+    pub fn local(state_dir: Option<PathBuf>) -> PluginTarget {
+        PluginTarget {
+            namespace: None,
+            kubeconfig: None,
+            context: None,
+            local: true,
+            state_dir,
+        }
+    }
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 pub enum StatusOutput {
     Table,
@@ -125,6 +139,44 @@ pub enum PluginCommand {
         #[arg(long, value_name = "SECONDS", default_value = "600")]
         timeout: u64,
     },
+    /// Hibernate the cluster (every instance stopped, its data kept) or
+    /// wake it (the same primary back): the `cnmysql.io/hibernation`
+    /// annotation on the Cluster.
+    Hibernate(crate::shared_verbs::Toggle),
+    /// Pause reconciliation for maintenance, or resume it: the
+    /// `cnmysql.io/reconcile=paused` annotation on the Cluster. While
+    /// paused the instances keep running and status is still reported, but
+    /// nothing is changed: no failover, switchover, rollout or new object.
+    Maintenance(crate::shared_verbs::Toggle),
+    /// A SQL session as the administrator on the primary (or a ready
+    /// replica, or the instance named): the server's own client in the
+    /// instance's container (`kubectl exec`), with the arguments after `--`
+    /// (e.g. `-- -e 'SHOW DATABASES'`).
+    Mysql(crate::shared_verbs::Session),
+    /// Take a base backup into the store the Cluster's `spec.backup` names:
+    /// a `Backup` object (`<cluster>-<time>`), followed until it completes.
+    Backup {
+        /// The cluster, e.g. cluster-example.
+        cluster: String,
+        /// Which instance to copy: a ready replica when there is one, or
+        /// the primary.
+        #[arg(long, value_enum, default_value = "prefer-replica")]
+        backup_target: crate::cli::BackupFrom,
+        /// The Backup's name [default: <cluster>-<YYYYMMDDhhmmss>, UTC].
+        #[arg(long = "backup-name", value_name = "NAME")]
+        backup_name: Option<String>,
+        /// Follow it until it completes (--wait=false returns once created).
+        #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+        wait: bool,
+        /// How long to follow it.
+        #[arg(long, value_name = "SECONDS", default_value = "3600")]
+        timeout: u64,
+    },
+    /// A diagnostic bundle (a .tar.gz) of the cluster: the Cluster and its
+    /// objects (Pods, claims, Services, EndpointSlices, budgets, backups),
+    /// the Events about them, the status, and with --logs the last lines of
+    /// each instance's log. Secrets are never read.
+    Report(crate::shared_verbs::Bundle),
     /// The instance managers' logs (with the server's own lines): one
     /// instance, or all of the cluster's.
     Logs {
@@ -212,67 +264,37 @@ pub async fn run(cli: PluginCli) -> anyhow::Result<()> {
             instance,
             options,
         } => logs(&t, &cluster, instance, &options).await,
+        PluginCommand::Hibernate(a) => switch(&t, &a.cluster, Switch::Hibernation, a.on()).await,
+        PluginCommand::Maintenance(a) => switch(&t, &a.cluster, Switch::Maintenance, a.on()).await,
+        PluginCommand::Mysql(a) => mysql(&t, &a.cluster, a.instance, a.replica, &a.args).await,
+        PluginCommand::Report(a) => report(&t, &a.cluster, a.file, a.logs.then_some(a.tail)).await,
+        PluginCommand::Backup {
+            cluster,
+            backup_target,
+            backup_name,
+            wait,
+            timeout,
+        } => {
+            let ask = BackupAsk {
+                target: backup_target.target(),
+                name: backup_name,
+                wait,
+                limit: Duration::from_secs(timeout),
+            };
+            backup(&t, &cluster, ask).await
+        }
         PluginCommand::Promote {
             cluster,
             instance,
             wait,
             timeout,
-        } => {
-            if t.local {
-                return cnmysql_local::promote(&t.local_dir(&cluster)?, &instance, wait).await;
-            }
-            let h = t.kubernetes(&cluster).await?;
-            let req = k8s::request_switchover(&h, &instance).await?;
-            eprintln!(
-                "Switchover of cluster {} from {} to {} requested",
-                h.name(),
-                req.from,
-                req.to
-            );
-            if !wait {
-                return Ok(());
-            }
-            let limit = match timeout {
-                Some(s) => Duration::from_secs(s),
-                None => k8s::switchover_wait_limit(&h.get().await?),
-            };
-            eprintln!(
-                "Waiting up to {}s for {instance} to become primary…",
-                limit.as_secs()
-            );
-            let took =
-                k8s::wait_for_switchover(&h, &instance, limit, Duration::from_millis(500)).await?;
-            eprintln!("{instance} is the primary ({:.1}s)", took.as_secs_f64());
-            Ok(())
-        }
+        } => promote(&t, &cluster, &instance, wait, timeout).await,
         PluginCommand::RestartInplace {
             cluster,
             instance,
             wait,
             timeout,
-        } => {
-            if t.local {
-                return cnmysql_local::restart_inplace(&t.local_dir(&cluster)?, &instance).await;
-            }
-            let h = t.kubernetes(&cluster).await?;
-            let request = k8s::request_restart_inplace(&h, &instance).await?;
-            eprintln!("In-place restart of {instance} requested ({request})");
-            if !wait {
-                return Ok(());
-            }
-            let took = k8s::wait_for_restart_inplace(
-                &h,
-                &instance,
-                &request,
-                Duration::from_secs(timeout),
-            )
-            .await?;
-            eprintln!(
-                "{instance}: instance manager restarted in place and ready ({:.1}s); mysqld kept running (`kubectl get events` has the PIDs)",
-                took.as_secs_f64()
-            );
-            Ok(())
-        }
+        } => restart_inplace(&t, &cluster, &instance, wait, timeout).await,
         PluginCommand::Reinit {
             cluster,
             instance,
@@ -368,7 +390,7 @@ async fn logs(
     options: &crate::log_view::LogOptions,
 ) -> anyhow::Result<()> {
     if t.local {
-        return crate::local::follow_logs(t.local_dir(cluster)?, instance, options).await;
+        return crate::log_view::follow_logs(t.local_dir(cluster)?, instance, options).await;
     }
     let h = t.kubernetes(cluster).await?;
     let req = cnmysql_k8s::logs::LogRequest {
@@ -377,4 +399,269 @@ async fn logs(
         tail: options.tail.map(i64::from),
     };
     cnmysql_k8s::logs::logs(&h, &req, options.printer()).await
+}
+
+/// `promote`: a planned switchover, followed unless --wait=false.
+async fn promote(
+    t: &PluginTarget,
+    cluster: &str,
+    instance: &str,
+    wait: bool,
+    timeout: Option<u64>,
+) -> anyhow::Result<()> {
+    if t.local {
+        return cnmysql_local::promote(&t.local_dir(cluster)?, instance, wait).await;
+    }
+    let h = t.kubernetes(cluster).await?;
+    let req = k8s::request_switchover(&h, instance).await?;
+    eprintln!(
+        "Switchover of cluster {} from {} to {} requested",
+        h.name(),
+        req.from,
+        req.to
+    );
+    if !wait {
+        return Ok(());
+    }
+    let limit = match timeout {
+        Some(s) => Duration::from_secs(s),
+        None => k8s::switchover_wait_limit(&h.get().await?),
+    };
+    eprintln!(
+        "Waiting up to {}s for {instance} to become primary…",
+        limit.as_secs()
+    );
+    let took = k8s::wait_for_switchover(&h, instance, limit, Duration::from_millis(500)).await?;
+    eprintln!("{instance} is the primary ({:.1}s)", took.as_secs_f64());
+    Ok(())
+}
+
+/// `restart-inplace`: the manager re-execs, mysqld keeps running.
+async fn restart_inplace(
+    t: &PluginTarget,
+    cluster: &str,
+    instance: &str,
+    wait: bool,
+    timeout: u64,
+) -> anyhow::Result<()> {
+    if t.local {
+        return cnmysql_local::restart_inplace(&t.local_dir(cluster)?, instance).await;
+    }
+    let h = t.kubernetes(cluster).await?;
+    let request = k8s::request_restart_inplace(&h, instance).await?;
+    eprintln!("In-place restart of {instance} requested ({request})");
+    if !wait {
+        return Ok(());
+    }
+    let took =
+        k8s::wait_for_restart_inplace(&h, instance, &request, Duration::from_secs(timeout)).await?;
+    eprintln!(
+        "{instance}: instance manager restarted in place and ready ({:.1}s); mysqld kept running (`kubectl get events` has the PIDs)",
+        took.as_secs_f64()
+    );
+    Ok(())
+}
+
+/// What `backup` was asked for.
+struct BackupAsk {
+    target: cnmysql_api::backup_resources::BackupTarget,
+    name: Option<String>,
+    wait: bool,
+    limit: Duration,
+}
+
+/// `backup`: locally at once (as `cnmysql local backup`), else a Backup
+/// object, followed unless --wait=false.
+async fn backup(t: &PluginTarget, cluster: &str, ask: BackupAsk) -> anyhow::Result<()> {
+    if t.local {
+        if ask.name.is_some() {
+            anyhow::bail!(
+                "--backup-name names a Backup object: it applies to Kubernetes, not with --local"
+            );
+        }
+        let taken =
+            cnmysql_local::backup(&t.local_dir(cluster)?, ask.target, |l| eprintln!("{l}")).await?;
+        crate::backup_view::say_taken(&taken);
+        return Ok(());
+    }
+    let h = t.kubernetes(cluster).await?;
+    let name = cnmysql_k8s::backup_request::request_backup(&h, ask.name, ask.target).await?;
+    eprintln!("Backup {name} of cluster {cluster} created");
+    if !ask.wait {
+        println!("{name}");
+        return Ok(());
+    }
+    let st = cnmysql_k8s::backup_request::wait_for_backup(&h, &name, ask.limit, |line| {
+        eprintln!("{name}: {line}")
+    })
+    .await?;
+    println!(
+        "{}",
+        crate::backup_view::backup_line(
+            &st.backup_id,
+            &st.instance,
+            st.raw_bytes,
+            st.stored_bytes,
+            &st.gtid
+        )
+    );
+    Ok(())
+}
+
+/// `report`: gather on the platform, write one bundle, say where.
+pub(crate) async fn report(
+    t: &PluginTarget,
+    cluster: &str,
+    file: Option<PathBuf>,
+    log_tail: Option<usize>,
+) -> anyhow::Result<()> {
+    let files = if t.local {
+        cnmysql_local::report::collect(&t.local_dir(cluster)?, log_tail).await?
+    } else {
+        let h = t.kubernetes(cluster).await?;
+        cnmysql_k8s::report::collect(&h, log_tail.map(|n| n as i64)).await?
+    };
+    let out = file.unwrap_or_else(|| crate::report::default_path(cluster));
+    crate::report::write(&out, &files)?;
+    eprintln!("{} files of cluster {cluster} written", files.len());
+    println!("{}", out.display());
+    Ok(())
+}
+
+/// The instance a `mysql` session opens on: the one named, else the
+/// current primary, or with `replica` a ready replica in service.
+fn session_instance(
+    st: &cnmysql_api::ClusterStatus,
+    named: Option<String>,
+    replica: bool,
+) -> anyhow::Result<String> {
+    if let Some(i) = named {
+        return Ok(i);
+    }
+    if !replica {
+        return st
+            .current_primary
+            .clone()
+            .context("the cluster has no primary yet: name an instance");
+    }
+    st.instance_states
+        .iter()
+        .find(|(i, s)| {
+            s.role == "replica" && s.ready && !cnmysql_core::services::out_of_service(st, i)
+        })
+        .map(|(i, _)| i.clone())
+        .context("no ready replica in service: name an instance")
+}
+
+/// `mysql`: run `cnmysql instance client` where the instance's server is.
+pub(crate) async fn mysql(
+    t: &PluginTarget,
+    cluster: &str,
+    instance: Option<String>,
+    replica: bool,
+    args: &[String],
+) -> anyhow::Result<()> {
+    let mut cmd = if t.local {
+        let dir = t.local_dir(cluster)?;
+        let i = session_instance(&dir.read_status()?, instance, replica)?;
+        let mut c = std::process::Command::new(std::env::current_exe()?);
+        c.args(["instance", "client", "--config"])
+            .arg(dir.instance_config(&i));
+        c
+    } else {
+        let h = t.kubernetes(cluster).await?;
+        let st = h.get().await?.status.unwrap_or_default();
+        let i = session_instance(&st, instance, replica)?;
+        let mut c = std::process::Command::new("kubectl");
+        c.arg("exec");
+        if std::io::stdin().is_terminal() {
+            c.arg("-it");
+        } else {
+            c.arg("-i");
+        }
+        if let Some(k) = &t.kubeconfig {
+            c.arg("--kubeconfig").arg(k);
+        }
+        if let Some(ctx) = &t.context {
+            c.args(["--context", ctx]);
+        }
+        c.args(["-n", h.namespace(), &i, "-c", "mysql", "--"])
+            .args([cnmysql_api::names::MANAGER_PATH, "instance", "client"]);
+        c
+    };
+    let st = cmd
+        .arg("--")
+        .args(args)
+        .status()
+        .context("starting the session")?;
+    std::process::exit(st.code().unwrap_or(1));
+}
+
+/// Set (`Some`) or remove a Cluster annotation, on Kubernetes or locally.
+async fn annotate(
+    t: &PluginTarget,
+    cluster: &str,
+    key: &str,
+    value: Option<&str>,
+) -> anyhow::Result<()> {
+    if t.local {
+        let dir = t.local_dir(cluster)?;
+        let change =
+            std::collections::BTreeMap::from([(key.to_string(), value.map(str::to_string))]);
+        cnmysql_local::annotations::set(&dir, None, &change)?;
+    } else {
+        let h = t.kubernetes(cluster).await?;
+        h.annotate(key, value).await?;
+    }
+    Ok(())
+}
+
+/// `maintenance|hibernate on|off`: the switch's annotation set or removed.
+pub(crate) async fn switch(
+    t: &PluginTarget,
+    cluster: &str,
+    which: crate::shared_verbs::Switch,
+    on: bool,
+) -> anyhow::Result<()> {
+    let (key, value) = which.annotation();
+    annotate(t, cluster, key, on.then_some(value)).await?;
+    eprintln!("{}", which.said(cluster, on));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_session_opens_on_the_primary_or_a_replica_in_service() {
+        let state = |role: &str, ready: bool| cnmysql_api::InstanceState {
+            role: role.into(),
+            ready,
+            ..Default::default()
+        };
+        let mut st = cnmysql_api::ClusterStatus {
+            current_primary: Some("db-1".into()),
+            ..Default::default()
+        };
+        st.instance_states = [
+            ("db-1".to_string(), state("primary", true)),
+            ("db-2".to_string(), state("replica", true)),
+            ("db-3".to_string(), state("replica", true)),
+        ]
+        .into();
+        assert_eq!(session_instance(&st, None, false).unwrap(), "db-1");
+        assert_eq!(session_instance(&st, None, true).unwrap(), "db-2");
+        st.lagging_instances = vec!["db-2".into()];
+        assert_eq!(session_instance(&st, None, true).unwrap(), "db-3");
+        st.fenced_instances = vec!["db-3".into()];
+        assert!(session_instance(&st, None, true).is_err());
+        assert_eq!(
+            session_instance(&st, Some("db-2".into()), true).unwrap(),
+            "db-2"
+        );
+        st.current_primary = None;
+        let e = session_instance(&st, None, false).unwrap_err();
+        assert!(e.to_string().contains("no primary"), "{e}");
+    }
 }

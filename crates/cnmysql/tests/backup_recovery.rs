@@ -187,6 +187,9 @@ async fn recovery_to_a_time_and_to_the_latest_state_across_a_switchover() {
     let rec = &r1.instance_status(&p)["recovered"];
     let last: jiff::Timestamp = rec["lastCommitTime"].as_str().unwrap().parse().unwrap();
     assert!(last <= t1, "{rec}");
+    // Replayed by the server's applier, which took a measured time.
+    assert!(rec["replayed"].as_u64().unwrap() > 0, "{rec}");
+    assert!(rec["replayMillis"].as_u64().is_some(), "{rec}");
     wait_for(
         "the recovery in the Cluster's status",
         Duration::from_secs(30),

@@ -8,9 +8,7 @@ use std::sync::Arc;
 use cnmysql_control::client::ControlClient;
 use cnmysql_tls::{Ca, Material, TlsPaths};
 use common::*;
-use rustls::RootCertStore;
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, ServerName};
+use rustls_pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn control_port(c: &LocalCluster, instance: &str) -> u16 {
@@ -25,15 +23,7 @@ fn cluster_ca(c: &LocalCluster) -> String {
 
 /// A raw GET with a client that presents no certificate at all.
 async fn get_without_certificate(ca_pem: &str, port: u16) -> Result<String, String> {
-    let mut roots = RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let cfg = rustls::ClientConfig::builder_with_provider(cnmysql_tls::provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let cfg = client_without_certificate(ca_pem);
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .map_err(|e| e.to_string())?;

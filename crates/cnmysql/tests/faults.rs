@@ -64,26 +64,118 @@ async fn randomized_faults_with_preferred_durability() {
     suite("pfl", "preferred").await;
 }
 
-/// Every instance holds the same rows: the writer's table checksummed on
-/// each, once each has applied everything the primary has.
+/// Every instance holds the same rows: each first applies everything the
+/// primary has (a replica that rejoined late may still be applying; how
+/// long that took is printed), then the writer's table checksums the same.
 async fn same_rows_everywhere(c: &LocalCluster, primary: &str) {
     let mut p = c.admin(primary).await;
     let want: Option<(String, i64)> = p.query_first("CHECKSUM TABLE chk.w").await.unwrap();
     let want = want.expect("a checksum").1;
-    for i in 1..=3 {
-        let n = c.instance_name(i);
-        wait_for(
-            &format!("chk.w on {n} checksums as on {primary}"),
-            Duration::from_secs(30),
-            || async {
-                let mut a = c.admin(&n).await;
-                let got: Option<(String, i64)> =
-                    a.query_first("CHECKSUM TABLE chk.w").await.ok()?;
-                (got?.1 == want).then_some(())
-            },
+    let history: String = p
+        .query_first(sql("SELECT @@gtid_binlog_pos", "SELECT @@gtid_executed"))
+        .await
+        .unwrap()
+        .expect("the primary's history");
+    for n in (1..=3).map(|i| c.instance_name(i)).filter(|n| n != primary) {
+        let began = Instant::now();
+        let applied = cnmysql_envtest::until(
+            &format!("{n} to apply everything {primary} has ({history})"),
+            Duration::from_secs(120),
+            || applied_all(c, &n, &history),
         )
         .await;
+        if let Err(e) = applied {
+            panic!("{e}\n{}", rows_diagnosis(c, primary).await);
+        }
+        eprintln!(
+            "{n} applied {primary}'s history {:.1}s after the faults",
+            began.elapsed().as_secs_f64()
+        );
+        let mut a = c.admin(&n).await;
+        let got: Option<(String, i64)> = a.query_first("CHECKSUM TABLE chk.w").await.unwrap();
+        if got.map(|g| g.1) != Some(want) {
+            panic!(
+                "{n} holds {primary}'s whole history but chk.w checksums differently\n{}",
+                rows_diagnosis(c, primary).await
+            );
+        }
     }
+}
+
+/// Whether `n` has applied every transaction of `history` (waits up to a
+/// second on the server).
+async fn applied_all(c: &LocalCluster, n: &str, history: &str) -> Option<()> {
+    let mut a = c.admin(n).await;
+    let waited: Option<i64> = a
+        .exec_first(
+            sql(
+                "SELECT MASTER_GTID_WAIT(?, 1)",
+                "SELECT WAIT_FOR_EXECUTED_GTID_SET(?, 1)",
+            ),
+            (history,),
+        )
+        .await
+        .ok()?;
+    (waited? == 0).then_some(())
+}
+
+/// What a person debugging a row mismatch asks first: each instance's
+/// history, replication threads, and the ids it has that the primary has
+/// not (and the other way round).
+async fn rows_diagnosis(c: &LocalCluster, primary: &str) -> String {
+    let ids = |n: String| async move {
+        let mut a = c.admin(&n).await;
+        a.query::<u64, _>("SELECT id FROM chk.w")
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .collect::<std::collections::BTreeSet<u64>>()
+    };
+    let theirs = ids(primary.to_string()).await;
+    let mut out = String::new();
+    for i in 1..=3 {
+        let n = c.instance_name(i);
+        let mine = ids(n.clone()).await;
+        let extra: Vec<_> = mine.difference(&theirs).take(10).collect();
+        let missing: Vec<_> = theirs.difference(&mine).take(10).collect();
+        let mut a = c.admin(&n).await;
+        let history: Vec<(String, String)> = a
+            .query("SHOW GLOBAL VARIABLES WHERE Variable_name LIKE 'gtid%pos' OR Variable_name = 'gtid_executed'")
+            .await
+            .unwrap_or_default();
+        let threads: Vec<mysql_async::Row> = a
+            .query(sql("SHOW SLAVE STATUS", "SHOW REPLICA STATUS"))
+            .await
+            .unwrap_or_default();
+        let threads: Vec<String> = threads
+            .iter()
+            .flat_map(|r| {
+                [
+                    "Master_Host",
+                    "Source_Host",
+                    "Slave_IO_Running",
+                    "Replica_IO_Running",
+                    "Slave_SQL_Running",
+                    "Replica_SQL_Running",
+                    "Last_Error",
+                    "Last_IO_Error",
+                    "Last_SQL_Error",
+                ]
+                .iter()
+                .filter_map(|k| {
+                    r.get_opt::<String, _>(*k)
+                        .and_then(Result::ok)
+                        .map(|v| format!("{k}={v}"))
+                })
+                .collect::<Vec<_>>()
+            })
+            .collect();
+        out.push_str(&format!(
+            "{n}: {} rows, extra {extra:?}, missing {missing:?}, {history:?}, {threads:?}\n",
+            mine.len()
+        ));
+    }
+    out
 }
 
 async fn suite(name: &'static str, durability: &str) {

@@ -118,6 +118,8 @@ async fn three_instances_replicate_from_rw_to_ro() {
     assert_eq!(dumps, 2, "both replicas stream the binlog");
     drop((admin, primary));
 
+    servers_figures_reach_metrics(&c).await;
+
     // The mysqld log reaches the manager's structured log through the FIFO.
     let log = std::fs::read_to_string(c.instance_dir("trio-2").join("manager.log")).unwrap();
     let mysqld_line = log
@@ -425,42 +427,6 @@ fn a_first_start_refused_for_a_busy_port_leaves_nothing_behind_the_retry_it_sugg
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_paused_cluster_refuses_a_switchover_and_says_why_until_it_is_resumed() {
-    let c = LocalCluster::start("pause", &manifest("pause", 2));
-    let annotate = |kv: &str| {
-        ok(
-            &c.local(&["annotate", "pause", kv, "--overwrite"]),
-            "annotate",
-        )
-    };
-    annotate("cnmysql.io/reconcile=paused");
-    let reason = || c.status()["phaseReason"].as_str().unwrap_or("").to_string();
-    wait_for(
-        "the status to say paused",
-        Duration::from_secs(30),
-        || async { reason().starts_with("reconciliation paused").then_some(()) },
-    )
-    .await;
-    // Nothing would watch a switchover through: refused, saying why.
-    let out = c.local(&["promote", "pause-2"]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("ReconcilePaused") && err.contains("remove the annotation"),
-        "{err}"
-    );
-    assert_eq!(c.current_primary(), "pause-1");
-    // Resumed: the same request goes through.
-    annotate("cnmysql.io/reconcile-");
-    wait_for("the pause to end", Duration::from_secs(30), || async {
-        (!reason().contains("paused")).then_some(())
-    })
-    .await;
-    ok(&c.local(&["promote", "pause-2"]), "promote");
-    assert_eq!(c.current_primary(), "pause-2");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logs_show_each_instance_managers_lines_as_json_or_for_a_person() {
     let c = LocalCluster::start("logs", &manifest("logs", 2));
     // Piped (not a terminal): JSON lines, each naming its instance.
@@ -497,4 +463,137 @@ async fn logs_show_each_instance_managers_lines_as_json_or_for_a_person() {
     let bad = c.local(&["logs", "logs", "--instance", "logs-9"]);
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("logs-1 to logs-2"));
+
+    // A SQL session as the administrator: the primary, or a replica.
+    for (how, read_only) in [(None, "0"), (Some("--replica"), "1")] {
+        let mut args = vec!["mysql", "logs"];
+        args.extend(how);
+        args.extend(["--", "-N", "-e", "SELECT @@read_only"]);
+        let said = ok(&c.plugin("kubectl-cnmsql", &args), "mysql");
+        assert_eq!(said.trim(), read_only, "{how:?}");
+    }
+    // A report with the logs: manifest, status, events and each manager's
+    // last lines; no secret in any of it.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("diag.tar.gz");
+    let said = ok(
+        &c.plugin(
+            "kubectl-cnmsql",
+            &[
+                "report",
+                "logs",
+                "--logs",
+                "--tail",
+                "20",
+                "-f",
+                out.to_str().unwrap(),
+            ],
+        ),
+        "report",
+    );
+    assert!(said.contains("diag.tar.gz"), "{said}");
+    let files = untar_gz(&out);
+    for f in [
+        "cluster.yaml",
+        "status.txt",
+        "status.json",
+        "events.jsonl",
+        "logs/control.log",
+    ] {
+        assert!(
+            files.contains_key(&format!("diag/{f}")),
+            "{f} in {:?}",
+            files.keys()
+        );
+    }
+    for i in ["logs-1", "logs-2"] {
+        let log = &files[&format!("diag/logs/{i}.jsonl")];
+        // The last 20 lines (one may still be half written, and left out).
+        let n = log.lines().count();
+        assert!((19..=20).contains(&n), "{i}: {n} lines");
+    }
+    let secrets = [c.admin_password(), c.app_password()];
+    for (path, text) in &files {
+        for s in &secrets {
+            assert!(!text.contains(s.trim()), "a password in {path}");
+        }
+    }
+}
+
+/// The servers' own figures reach /metrics: the primary's insert, its
+/// rows and binary logs, the replicas' applier threads.
+async fn servers_figures_reach_metrics(c: &LocalCluster) {
+    let sample = |page: &str, series: &str| -> Option<f64> {
+        page.lines()
+            .find(|l| l.starts_with(series))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    };
+    let page = wait_for(
+        "the primary's insert on /metrics",
+        Duration::from_secs(10),
+        || async {
+            let page = c.metrics().await;
+            let inserts = sample(
+                &page,
+                "cnmysql_instance_server_commands_total{instance=\"trio-1\",command=\"insert\"}",
+            )?;
+            (inserts >= 1.0).then_some(page)
+        },
+    )
+    .await;
+    for (series, at_least) in [
+        (
+            "cnmysql_instance_server_row_operations_total{instance=\"trio-1\",operation=\"write\"}",
+            1.0,
+        ),
+        (
+            "cnmysql_instance_server_threads_connected{instance=\"trio-1\"}",
+            1.0,
+        ),
+        (
+            "cnmysql_instance_server_binlog_bytes{instance=\"trio-1\"}",
+            1.0,
+        ),
+        (
+            "cnmysql_instance_server_innodb_buffer_pool_pages{instance=\"trio-1\",state=\"total\"}",
+            1.0,
+        ),
+        (
+            "cnmysql_instance_server_questions_total{instance=\"trio-2\"}",
+            1.0,
+        ),
+        (
+            "cnmysql_instance_replication_sql_running{instance=\"trio-2\"}",
+            1.0,
+        ),
+        (
+            "cnmysql_instance_replication_io_running{instance=\"trio-3\"}",
+            1.0,
+        ),
+    ] {
+        let v = sample(&page, series).unwrap_or_else(|| panic!("no {series} in\n{page}"));
+        assert!(v >= at_least, "{series} = {v}");
+    }
+    assert_eq!(
+        sample(
+            &page,
+            "cnmysql_instance_replication_last_error_number{instance=\"trio-2\",thread=\"sql\"}"
+        ),
+        Some(0.0)
+    );
+    // The primary's last committed write, as its manager saw the history
+    // grow: the test's own inserts, moments ago.
+    let at = wait_for(
+        "the primary's last write on /metrics",
+        Duration::from_secs(10),
+        || async {
+            sample(
+                &c.metrics().await,
+                "cnmysql_instance_last_transaction_timestamp_seconds{instance=\"trio-1\"}",
+            )
+        },
+    )
+    .await;
+    let age = jiff::Timestamp::now().as_millisecond() as f64 / 1000.0 - at;
+    assert!((-1.0..120.0).contains(&age), "last write {age} s ago");
 }

@@ -135,6 +135,9 @@ async fn the_plugin_records_events_and_prints_clean_json_on_a_real_api_server() 
     assert_eq!(st.fenced_instances, ["db-3"]);
     assert_eq!(st.target_primary.as_deref(), Some("db-2"));
 
+    backup_and_report(&cp, &bin, &client, dir.path()).await;
+    annotations(&cp, &bin, &clusters).await;
+
     let events: Api<Event> = Api::namespaced(client.clone(), "prod");
     let reasons = wait_for("the plugin's events", Duration::from_secs(10), || async {
         let mut r: Vec<String> = events
@@ -153,4 +156,83 @@ async fn the_plugin_records_events_and_prints_clean_json_on_a_real_api_server() 
         reasons,
         ["Fenced", "SwitchoverRefused", "SwitchoverRequested"]
     );
+}
+
+/// `maintenance` and `hibernate` set and remove their annotations.
+async fn annotations(
+    cp: &cnmysql_envtest::ControlPlane,
+    bin: &std::path::Path,
+    clusters: &Api<Cluster>,
+) {
+    let annotation = |c: &Cluster, k: &str| c.metadata.annotations.as_ref()?.get(k).cloned();
+    for (verb, key, on) in [
+        ("maintenance", "cnmysql.io/reconcile", "paused"),
+        ("hibernate", "cnmysql.io/hibernation", "on"),
+    ] {
+        let (ok, _, stderr) = plugin(cp, bin, &["cnmsql", "-n", "prod", verb, "on", "db"]);
+        assert!(ok, "{verb} on: {stderr}");
+        let c = clusters.get("db").await.unwrap();
+        assert_eq!(annotation(&c, key).as_deref(), Some(on), "{verb}");
+        let (ok, _, stderr) = plugin(cp, bin, &["cnmsql", "-n", "prod", verb, "off", "db"]);
+        assert!(ok, "{verb} off: {stderr}");
+        let c = clusters.get("db").await.unwrap();
+        assert_eq!(annotation(&c, key), None, "{verb}");
+    }
+}
+
+/// `backup` of a Cluster without a store is refused, creating nothing;
+/// `report` bundles the Cluster and its objects.
+async fn backup_and_report(
+    cp: &cnmysql_envtest::ControlPlane,
+    bin: &std::path::Path,
+    client: &kube::Client,
+    dir: &std::path::Path,
+) {
+    // A backup of a Cluster without a store is refused, naming the field;
+    // nothing is created.
+    let (ok, _, stderr) = plugin(cp, bin, &["cnmsql", "-n", "prod", "backup", "db"]);
+    assert!(!ok);
+    assert!(stderr.contains("spec.backup"), "{stderr}");
+    let made: Api<cnmysql_api::backup_resources::Backup> = Api::namespaced(client.clone(), "prod");
+    assert!(
+        made.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+
+    // A report: the Cluster and its objects in one bundle.
+    let out = dir.join("r.tar.gz");
+    let (ok, stdout, stderr) = plugin(
+        cp,
+        bin,
+        &[
+            "cnmsql",
+            "-n",
+            "prod",
+            "report",
+            "db",
+            "-f",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert!(ok, "{stderr}");
+    assert_eq!(stdout.trim(), out.to_str().unwrap());
+    let files = common::untar_gz(&out);
+    for f in [
+        "cluster.yaml",
+        "status.txt",
+        "pods.yaml",
+        "events.yaml",
+        "backups.yaml",
+    ] {
+        assert!(
+            files.contains_key(&format!("r/{f}")),
+            "{f} in {:?}",
+            files.keys()
+        );
+    }
+    assert!(files["r/cluster.yaml"].contains("name: db"));
+    assert!(!files["r/cluster.yaml"].contains("managedFields"));
 }

@@ -229,8 +229,17 @@ async fn downgrade_is_refused(c: &LocalCluster, name: &str, to_image: &str, runn
             .contains("which has run on the data"),
         "{r:#}"
     );
-    let status = c.status();
-    assert_eq!(status["phase"], "Degraded", "{status:#}");
+    // The record and the phase are two status writes of one pass: wait
+    // for the second rather than read between them.
+    let status = wait_for(
+        "the cluster to report Degraded",
+        Duration::from_secs(10),
+        || async {
+            let st = c.status();
+            (st["phase"] == "Degraded").then_some(st)
+        },
+    )
+    .await;
     let degraded = status["conditions"]
         .as_array()
         .unwrap()

@@ -1071,3 +1071,332 @@ async fn reinit_of_a_healthy_replica_replaces_its_data_and_it_serves_again() {
     assert_eq!(c.writable_instances().await, vec![c.current_primary()]);
     c.destroy();
 }
+
+/// A replica re-cloned after a switchover holds the older primaries' writes
+/// too, and says so: promoted later, it does not make the instance that
+/// wrote them look as if it held something it lacks. (A MariaDB copy's
+/// binary log starts empty; its binlog state once named only the copy's
+/// position, the newest primary's entry, and the first primary was taken
+/// for a diverged instance.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_recloned_after_a_switchover_can_be_promoted_without_false_divergence() {
+    let c = LocalCluster::start("rc", &durable("rc", 3));
+    let first = c.current_primary();
+    let others: Vec<String> = ["rc-1", "rc-2", "rc-3"]
+        .into_iter()
+        .filter(|i| *i != first)
+        .map(String::from)
+        .collect();
+    let (second, recloned) = (&others[0], &others[1]);
+    let mut rw = c.app(c.service_port("rw")).await.unwrap();
+    rw.query_drop("CREATE DATABASE rc").await.unwrap();
+    rw.query_drop("CREATE TABLE rc.t (id INT PRIMARY KEY)")
+        .await
+        .unwrap();
+    rw.query_drop("INSERT INTO rc.t VALUES (1)").await.unwrap();
+    drop(rw);
+    ok(&c.local(&["promote", "rc", second]), "promote the second");
+    let mut rw = c.app(c.service_port("rw")).await.unwrap();
+    rw.query_drop("INSERT INTO rc.t VALUES (2)").await.unwrap();
+    drop(rw);
+    ok(&c.local(&["reinit", "rc", recloned]), "reinit");
+    if flavor() == Flavor::Mariadb {
+        // The copy's history names the first primary's entry.
+        let mut admin = c.admin(recloned).await;
+        let state: String = admin
+            .query_first("SELECT @@gtid_binlog_state")
+            .await
+            .unwrap()
+            .unwrap();
+        let first_id: String = c
+            .admin(&first)
+            .await
+            .query_first("SELECT CAST(@@server_id AS CHAR)")
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            state
+                .split(',')
+                .any(|g| g.split('-').nth(1) == Some(&first_id)),
+            "{recloned}'s binlog state {state} lacks server {first_id}"
+        );
+    }
+    ok(
+        &c.local(&["promote", "rc", recloned]),
+        "promote the re-cloned",
+    );
+    let mut rw = c.app(c.service_port("rw")).await.unwrap();
+    rw.query_drop("INSERT INTO rc.t VALUES (3)").await.unwrap();
+    drop(rw);
+    // Every instance serves the three rows; none was found diverged.
+    for i in ["rc-1", "rc-2", "rc-3"] {
+        assert_eq!(ids_once_it_holds(&c, i, "rc.t", 3).await, [1, 2, 3], "{i}");
+    }
+    wait_ready(&c, 3, Duration::from_secs(30)).await;
+    assert!(c.has_event("Diverged").is_none(), "{:?}", c.status());
+    assert!(c.status()["divergedInstances"].is_null());
+    assert!(c.has_event("DivergedTransactionsSaved").is_none());
+    assert_eq!(c.writable_instances().await, vec![recloned.clone()]);
+    c.destroy();
+}
+
+/// A replica more than `maxReplicaLagSeconds` behind leaves ro and the
+/// ready count, and comes back once it has caught up; it is never out of
+/// the cluster (its replication runs all along).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_too_far_behind_serves_no_reads_until_it_catches_up() {
+    let c = LocalCluster::start(
+        "lag",
+        &manifest_with("lag", 3, "  maxReplicaLagSeconds: 2\n"),
+    );
+    let mut rw = c.app(c.service_port("rw")).await.unwrap();
+    rw.query_drop("CREATE DATABASE lagdb").await.unwrap();
+    rw.query_drop("CREATE TABLE lagdb.t (id INT PRIMARY KEY)")
+        .await
+        .unwrap();
+    rw.query_drop("INSERT INTO lagdb.t VALUES (0)")
+        .await
+        .unwrap();
+    let behind = if c.current_primary() == "lag-2" {
+        "lag-3"
+    } else {
+        "lag-2"
+    };
+    ids_once_it_holds(&c, behind, "lagdb.t", 0).await;
+    // Its applier waits for the table while the primary goes on writing.
+    let mut lock = c.admin(behind).await;
+    lock.query_drop("LOCK TABLES lagdb.t READ").await.unwrap();
+    drop(rw);
+    let written = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let writer = {
+        let mut rw = c.app(c.service_port("rw")).await.unwrap();
+        let written = written.clone();
+        tokio::spawn(async move {
+            for id in 1.. {
+                rw.query_drop(format!("INSERT INTO lagdb.t VALUES ({id})"))
+                    .await
+                    .unwrap();
+                written.store(id, std::sync::atomic::Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+    let out = wait_for(
+        &format!("{behind} out of ro and the ready count"),
+        Duration::from_secs(30),
+        || async {
+            let st = c.status();
+            let ro = c.routes().get("ro").cloned().unwrap_or_default();
+            (st["laggingInstances"] == serde_json::json!([behind])
+                && st["readyInstances"] == 2
+                && !ro.contains(&behind.to_string()))
+            .then_some(st)
+        },
+    )
+    .await;
+    let reason = out["phaseReason"].as_str().unwrap_or_default().to_string();
+    assert!(
+        reason.contains(behind) && reason.contains("maxReplicaLagSeconds"),
+        "{reason}"
+    );
+    lock.query_drop("UNLOCK TABLES").await.unwrap();
+    drop(lock);
+    wait_for(
+        &format!("{behind} back in ro once caught up"),
+        Duration::from_secs(30),
+        || async {
+            let st = c.status();
+            let ro = c.routes().get("ro").cloned().unwrap_or_default();
+            (st["laggingInstances"].is_null()
+                && st["readyInstances"] == 3
+                && ro.contains(&behind.to_string()))
+            .then_some(())
+        },
+    )
+    .await;
+    writer.abort();
+    let n = written.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(
+        ids_once_it_holds(&c, behind, "lagdb.t", n).await.len() as i64,
+        n + 1
+    );
+    c.destroy();
+}
+
+/// A replica that was away while the primary purged the binary logs with
+/// the transactions it lacks cannot catch up by replication: it holds
+/// nothing the primary lacks, so it asks for its own re-initialisation and
+/// is back with every row, without a person.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_missing_binary_logs_were_purged_reclones_itself() {
+    let c = LocalCluster::start("str", &durable("str", 3));
+    let mut rw = c.app(c.service_port("rw")).await.unwrap();
+    rw.query_drop("CREATE DATABASE str").await.unwrap();
+    rw.query_drop("CREATE TABLE str.t (id INT PRIMARY KEY)")
+        .await
+        .unwrap();
+    rw.query_drop("INSERT INTO str.t VALUES (1)").await.unwrap();
+    let primary = c.current_primary();
+    let away = if primary == "str-3" { "str-2" } else { "str-3" };
+    assert_eq!(ids_once_it_holds(&c, away, "str.t", 1).await, [1]);
+    // Away: its manager frozen (nothing restarts replication) and its
+    // receiver stopped. The other replica acknowledges the writes.
+    let (manager, _) = c.instance_pids(away);
+    let pid = nix::unistd::Pid::from_raw(manager);
+    nix::sys::signal::kill(pid, Signal::SIGSTOP).unwrap();
+    c.admin(away)
+        .await
+        .query_drop(stop_io_thread())
+        .await
+        .unwrap();
+    rw.query_drop("INSERT INTO str.t VALUES (2), (3)")
+        .await
+        .unwrap();
+    // The primary keeps only a binary log started after those writes.
+    wait_for(
+        "the older binary logs purged",
+        Duration::from_secs(20),
+        || async {
+            let mut p = c.admin(&primary).await;
+            p.query_drop("FLUSH BINARY LOGS").await.ok()?;
+            p.query_drop("PURGE BINARY LOGS BEFORE NOW() + INTERVAL 1 DAY")
+                .await
+                .ok()?;
+            let logs: Vec<mysql_async::Row> = p.query("SHOW BINARY LOGS").await.ok()?;
+            (logs.len() == 1).then_some(())
+        },
+    )
+    .await;
+    nix::sys::signal::kill(pid, Signal::SIGCONT).unwrap();
+    let e = wait_for("its own request", Duration::from_secs(30), || async {
+        c.events()
+            .into_iter()
+            .find(|e| e["reason"] == "ReinitRequested" && e["instance"] == away)
+    })
+    .await;
+    assert!(
+        e["message"].as_str().unwrap().contains("cannot catch up"),
+        "{e}"
+    );
+    wait_for("re-cloned", Duration::from_secs(60), || async {
+        c.has_event("Reinitialized")
+    })
+    .await;
+    rw.query_drop("INSERT INTO str.t VALUES (4)").await.unwrap();
+    assert_eq!(ids_once_it_holds(&c, away, "str.t", 4).await, [1, 2, 3, 4]);
+    wait_ready(&c, 3, Duration::from_secs(30)).await;
+    // It held nothing the primary lacks: nothing saved, no one diverged.
+    let st = c.status();
+    assert!(st["savedTransactions"].is_null(), "{st:#}");
+    assert!(st["divergedInstances"].is_null(), "{st:#}");
+    assert_eq!(c.writable_instances().await, vec![primary]);
+    c.destroy();
+}
+
+/// Bytes of relay log an instance holds.
+fn relay_log_bytes(c: &LocalCluster, instance: &str) -> u64 {
+    let mut total = 0;
+    let mut dirs = vec![c.instance_dir(instance)];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            match e.metadata() {
+                Ok(m) if m.is_dir() => dirs.push(e.path()),
+                Ok(m) if name.starts_with("relay-bin.0") => total += m.len(),
+                _ => {}
+            }
+        }
+    }
+    total
+}
+
+/// A primary frozen while it sends a large transaction leaves its replicas
+/// holding part of it. MySQL's multi-threaded applier, stopped then, waits
+/// 60 s for the rest before giving up: the promoted replica would open
+/// writes, and the other would follow it and acknowledge, only after that.
+/// Neither waits: the part is rolled back at once, and is nowhere after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_does_not_wait_for_the_rest_of_a_transaction_the_frozen_primary_sent_in_part() {
+    let c = LocalCluster::start("part", &durable("part", 3));
+    wait_ready(&c, 3, Duration::from_secs(90)).await;
+    let mut p = c.admin("part-1").await;
+    p.query_drop(
+        "CREATE DATABASE big; \
+         CREATE TABLE big.t (id INT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(200))",
+    )
+    .await
+    .unwrap();
+    let before = relay_log_bytes(&c, "part-2") + relay_log_bytes(&c, "part-3");
+    // One statement of 400 000 rows: some 70 MB of binary log, sent to
+    // the replicas only once it is written at commit.
+    p.query_drop(sql(
+        "SET SESSION max_recursive_iterations = 1000000",
+        "SET SESSION cte_max_recursion_depth = 1000000",
+    ))
+    .await
+    .unwrap();
+    let big = tokio::spawn(async move {
+        p.query_drop(
+            "INSERT INTO big.t (v) WITH RECURSIVE s(n) AS \
+             (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < 400000) \
+             SELECT REPEAT('x', 150) FROM s",
+        )
+        .await
+    });
+    wait_for(
+        "the replicas to receive part of the transaction",
+        Duration::from_secs(120),
+        || async {
+            assert!(
+                !big.is_finished(),
+                "the transaction ended: {:?}",
+                "see below"
+            );
+            let now = relay_log_bytes(&c, "part-2") + relay_log_bytes(&c, "part-3");
+            (now > before + 2_000_000).then_some(())
+        },
+    )
+    .await;
+    c.signal_instance("part-1", Signal::SIGSTOP);
+    let frozen = Instant::now();
+    wait_for("a new primary", Duration::from_secs(60), || async {
+        let p = c.current_primary();
+        (p != "part-1" && !p.is_empty()).then_some(())
+    })
+    .await;
+    let new = c.current_primary();
+    // A commit on the new primary needs the other replica's
+    // acknowledgement (required durability): it follows the new primary.
+    let committed = cnmysql_envtest::until(
+        "a commit on the new primary",
+        Duration::from_secs(120),
+        || async {
+            let mut a = c.admin(&new).await;
+            a.query_drop("CREATE TABLE IF NOT EXISTS big.after (id INT PRIMARY KEY)")
+                .await
+                .ok()
+        },
+    )
+    .await;
+    let took = frozen.elapsed();
+    eprintln!("freeze → first commit acknowledged by the new primary's replica: {took:?}");
+    committed.unwrap();
+    assert!(
+        took < Duration::from_secs(45),
+        "the failover waited {took:?}: an applier waited for the rest of a transaction"
+    );
+    let mut a = c.admin(&new).await;
+    let rows: Option<u64> = a.query_first("SELECT COUNT(*) FROM big.t").await.unwrap();
+    assert_eq!(rows, Some(0), "part of a transaction was applied");
+    c.signal_instance("part-1", Signal::SIGCONT);
+    let _ = big.await;
+    wait_ready(&c, 3, Duration::from_secs(120)).await;
+    let n: Option<u64> = a.query_first("SELECT COUNT(*) FROM big.t").await.unwrap();
+    assert_eq!(
+        n,
+        Some(0),
+        "the frozen primary's transaction was never acknowledged"
+    );
+    c.destroy();
+}

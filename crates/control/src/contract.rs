@@ -30,6 +30,10 @@ pub const SIZE_HEADER: &str = "x-cnmysql-datadir-bytes";
 /// The GTID position (MariaDB) or set (MySQL) a `/backup` stream is
 /// consistent with, when the server says so before the stream.
 pub const GTID_HEADER: &str = "x-cnmysql-gtid";
+/// MariaDB: the donor's executed history (its binlog state with what it
+/// applied) when a `/backup` stream begins. The copy's binary log starts
+/// empty; with this it knows the older servers' entries it holds.
+pub const HISTORY_HEADER: &str = "x-cnmysql-history";
 
 /// The body of [`SEMISYNC`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -19,4 +19,7 @@ pub struct Declared {
     /// What the `cnmysql.io/upgrade-*` annotations ask, as the platform
     /// read them.
     pub asked: Asked,
+    /// When the operator's own certificate for this cluster (its client
+    /// certificate to the control APIs) expires, Unix seconds.
+    pub operator_certificate_expires_at: Option<i64>,
 }

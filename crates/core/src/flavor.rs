@@ -121,6 +121,18 @@ pub fn recovery_options(
     }
 }
 
+/// Load the server's TLS certificate, key and CA again from the files it
+/// was started with; new connections use them, open ones keep theirs.
+/// Never binary-logged: MariaDB writes a plain `FLUSH` to the binary log,
+/// which on a replica would be a transaction of its own (diverged);
+/// MySQL never logs `ALTER INSTANCE`.
+pub fn reload_tls(flavor: Flavor) -> Sql {
+    Sql::new(match flavor {
+        Flavor::Mariadb => "FLUSH LOCAL SSL",
+        Flavor::Mysql => "ALTER INSTANCE RELOAD TLS",
+    })
+}
+
 pub fn stop_replica(flavor: Flavor) -> Sql {
     Sql::new(match flavor {
         Flavor::Mariadb => "STOP SLAVE",
@@ -157,6 +169,14 @@ pub fn reconnect_io_thread(flavor: Flavor) -> [Sql; 2] {
         ],
     }
 }
+
+/// MySQL: the multi-threaded applier's coordinator, as the process list
+/// shows it (no performance_schema needed): the first replication thread
+/// started, busy with or waiting on the relay log. Its workers come after
+/// it, and the receiver must already be stopped.
+pub const MYSQL_APPLIER_COORDINATOR: &str = "SELECT ID FROM information_schema.PROCESSLIST \
+     WHERE USER = 'system user' AND (STATE LIKE '%relay log%' OR STATE LIKE 'Waiting for %orkers%') \
+     ORDER BY ID LIMIT 1";
 
 /// Forget the source entirely (a promoted instance).
 pub fn reset_replica(flavor: Flavor) -> Sql {
@@ -306,6 +326,53 @@ pub fn ack_waiters(_flavor: Flavor) -> Sql {
         "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
          WHERE STATE LIKE 'Waiting for semi-sync ACK%'",
     )
+}
+
+/// A server id no instance has: a replay's applier runs under it, since
+/// an applier skips the events of its own server id and the archive holds
+/// the source cluster's (the same ordinals as this one's).
+pub const REPLAY_SERVER_ID: u32 = u32::MAX;
+
+/// How many applier threads a replay runs.
+pub const REPLAY_WORKERS: u32 = 4;
+
+/// Apply relay log files already on disk: a source that is never reached
+/// (only the applier starts), positioned at the start of `first_file`.
+pub fn apply_relay_logs(flavor: Flavor, first_file: &str) -> Vec<Sql> {
+    let file = quote(first_file);
+    let (workers, change, start) = match flavor {
+        Flavor::Mariadb => (
+            "slave_parallel_threads",
+            format!(
+                "CHANGE MASTER TO MASTER_HOST='replay.invalid', MASTER_USE_GTID=no, \
+                 RELAY_LOG_FILE={file}, RELAY_LOG_POS=4"
+            ),
+            "START SLAVE SQL_THREAD",
+        ),
+        Flavor::Mysql => (
+            "replica_parallel_workers",
+            format!(
+                "CHANGE REPLICATION SOURCE TO SOURCE_HOST='replay.invalid', \
+                 SOURCE_AUTO_POSITION=0, RELAY_LOG_FILE={file}, RELAY_LOG_POS=4"
+            ),
+            "START REPLICA SQL_THREAD",
+        ),
+    };
+    vec![
+        Sql::new(format!("SET GLOBAL server_id = {REPLAY_SERVER_ID}")),
+        Sql::new(format!("SET GLOBAL {workers} = {REPLAY_WORKERS}")),
+        Sql::new(change),
+        Sql::new(start),
+    ]
+}
+
+/// After a replay: the applier and its relay logs gone, the server id back.
+pub fn end_replay(flavor: Flavor, server_id: u32) -> Vec<Sql> {
+    vec![
+        stop_replica(flavor),
+        reset_replica(flavor),
+        Sql::new(format!("SET GLOBAL server_id = {server_id}")),
+    ]
 }
 
 /// Wait until the applied history includes `position` (seconds; -1 = timeout).

@@ -136,6 +136,9 @@ pub fn prestop(me: &str, status: &ClusterStatus, waited_ms: i64) -> PreStop {
     if status.primary_failing_since.is_some() {
         return PreStop::Go("failing over: no handover to wait for");
     }
+    if status.hibernated {
+        return PreStop::Go("hibernating: every instance stops, nothing to hand over to");
+    }
     if waited_ms >= FINISH_WAIT_MS {
         return PreStop::Go("the handover did not finish in time");
     }

@@ -41,7 +41,8 @@ pub fn keep_down(
     instance: &str,
     memory: &Memory,
 ) -> bool {
-    if memory.released.contains(instance) {
+    // Waking from hibernation is a start, not a failure.
+    if memory.released.contains(instance) || status.hibernated {
         return false;
     }
     let steady_primary = status.current_primary.as_deref() == Some(instance)
@@ -109,5 +110,13 @@ mod tests {
         let mut m = Memory::default();
         m.released.insert("db-1".into());
         assert!(!keep_down(&spec(3, 0), &status("db-1", "db-1"), "db-1", &m));
+    }
+
+    #[test]
+    fn a_primary_waking_from_hibernation_is_started_not_held_down() {
+        let mut st = status("db-1", "db-1");
+        assert!(keep_down(&spec(3, 0), &st, "db-1", &Memory::default()));
+        st.hibernated = true;
+        assert!(!keep_down(&spec(3, 0), &st, "db-1", &Memory::default()));
     }
 }

@@ -151,6 +151,13 @@ fn instance_samples(f: &Families, c: &Labelled) {
         {
             f.cert_expiry.get_or_create(&l).set(ms as f64 / 1000.0);
         }
+        if let Some(ms) = st
+            .last_transaction_at
+            .as_deref()
+            .and_then(crate::time::parse_ms)
+        {
+            f.last_transaction.get_or_create(&l).set(ms as f64 / 1000.0);
+        }
         if let Some(a) = &st.archive {
             if let Some(secs) = a.lag_seconds {
                 f.archive_lag.get_or_create(&l).set(secs);
@@ -164,6 +171,7 @@ fn instance_samples(f: &Families, c: &Labelled) {
             .get_or_create(&l)
             .set(flag(st.role == Role::Primary));
         f.read_only.get_or_create(&l).set(flag(st.read_only));
+        f.server.samples(&l, st);
         if let Some(secs) = st.lag_seconds {
             f.lag.get_or_create(&l).set(secs as f64);
         }
@@ -202,6 +210,9 @@ fn cluster_samples(f: &Families, c: &Labelled, cluster: &Labels) {
             .filter(|o| !crate::upgrade::rollout::is_stale(s, &o.name))
             .count() as f64,
     );
+    if let Some(t) = s.declared.operator_certificate_expires_at {
+        f.operator_cert_expiry.get_or_create(cluster).set(t as f64);
+    }
     if let Some(t) = s
         .status
         .last_rollout_step_time
@@ -317,6 +328,8 @@ struct Families {
     semi_clients: Values,
     uptime: Values,
     cert_expiry: Values,
+    operator_cert_expiry: Values,
+    last_transaction: Values,
     current: Values,
     stale_n: Values,
     instances: Values,
@@ -340,6 +353,7 @@ struct Families {
     backup_duration: Values,
     backup_bytes: Values,
     counted: Family<Labels, Counter>,
+    server: crate::server_metrics::ServerFamilies,
 }
 
 impl Families {
@@ -350,8 +364,9 @@ impl Families {
 
     /// [`Families::register`], and the names of the series registered
     /// (without the `cnmysql_` prefix; the events counter as sampled).
-    fn register_named(r: &mut Registry) -> (Families, Vec<&'static str>) {
-        let mut names = Vec::new();
+    fn register_named(r: &mut Registry) -> (Families, Vec<String>) {
+        let mut names: Vec<&'static str> = Vec::new();
+        let mut server_names = Vec::new();
         let mut g = |name: &'static str, help: &str| {
             names.push(name);
             gauge(r, name, help)
@@ -385,6 +400,14 @@ impl Families {
             cert_expiry: g(
                 "instance_certificate_expiry_timestamp_seconds",
                 "When the first of the instance manager's certificate and the cluster CA expires",
+            ),
+            last_transaction: g(
+                "instance_last_transaction_timestamp_seconds",
+                "When the manager last saw the server's GTID history grow: the primary's last committed write, a replica's last applied transaction",
+            ),
+            operator_cert_expiry: g(
+                "cluster_operator_certificate_expiry_timestamp_seconds",
+                "When the operator's client certificate for the cluster expires",
             ),
             current: g(
                 "instance_manager_current",
@@ -469,13 +492,16 @@ impl Families {
                 "Bytes the last successful base backup took in the store",
             ),
             counted: Family::<Labels, Counter>::default(),
+            server: crate::server_metrics::ServerFamilies::register(r, &mut server_names),
         };
         r.register(
             "events",
             "Events recorded since the cluster was created, by reason",
             f.counted.clone(),
         );
-        names.push("events_total");
+        let mut names: Vec<String> = names.into_iter().map(String::from).collect();
+        names.extend(server_names);
+        names.push("events_total".into());
         (f, names)
     }
 }
@@ -609,6 +635,7 @@ mod tests {
             st.uptime_seconds = Some(up);
         }
         p.status.as_mut().unwrap().certificate_expires_at = Some("2028-01-01T00:00:00Z".into());
+        p.status.as_mut().unwrap().last_transaction_at = Some("2026-11-26T10:00:00Z".into());
         let gone = crate::status::Observed {
             name: "db-3".into(),
             ordinal: 3,
@@ -616,6 +643,14 @@ mod tests {
             outdated: None,
         };
         let mut s = snapshot(vec![p, r, gone]);
+        s.declared.operator_certificate_expires_at = Some(1_900_000_000);
+        assert!(
+            line(
+                &encode_cluster(&s, &EventCounts::new()),
+                "cnmysql_cluster_operator_certificate_expiry_timestamp_seconds{"
+            )
+            .ends_with(" 1900000000.0")
+        );
         // No operator hash yet: nobody is called stale.
         let page = encode_cluster(&s, &EventCounts::new());
         assert!(!page.contains("cnmysql_instance_manager_current{"));
@@ -655,6 +690,14 @@ mod tests {
                 "cnmysql_instance_certificate_expiry_timestamp_seconds{instance=\"db-1\"}"
             )
             .ends_with(" 1830297600.0")
+        );
+        // The primary's last committed write, as its manager saw it.
+        assert!(
+            line(
+                &page,
+                "cnmysql_instance_last_transaction_timestamp_seconds{instance=\"db-1\"}"
+            )
+            .ends_with(" 1795687200.0")
         );
         // The rollout's progress, for the stuck-rollout alert.
         assert!(line(&page, "cnmysql_cluster_updated_instances{cluster=\"db\"}").ends_with(" 1.0"));

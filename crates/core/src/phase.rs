@@ -26,10 +26,11 @@ pub fn summarize(s: &Snapshot) -> Summary {
         .map(String::as_str)
         .collect();
     let want = declared.saturating_sub(fenced.len());
+    let lagging = crate::lagging::instances(s);
     let ready = s
         .instances
         .iter()
-        .filter(|i| i.ready() && !s.is_fenced(&i.name))
+        .filter(|i| i.ready() && !s.is_fenced(&i.name) && !lagging.contains(&i.name))
         .count();
     let cloning: Vec<&str> = s
         .instances
@@ -54,7 +55,15 @@ pub fn summarize(s: &Snapshot) -> Summary {
         .map(|i| i.name.as_str())
         .collect();
 
-    let (phase, reason) = if let Some(p) = crate::failover::changing_phase(s) {
+    let (phase, reason) = if let Some(why) = crate::hibernation::reason(s) {
+        let asked = crate::hibernation::asked(&s.declared.asked.cluster);
+        let phase = if asked {
+            Phase::Hibernated
+        } else {
+            Phase::Degraded
+        };
+        (phase, why)
+    } else if let Some(p) = crate::failover::changing_phase(s) {
         (
             p,
             format!(
@@ -115,7 +124,7 @@ pub fn summarize(s: &Snapshot) -> Summary {
         };
         (Phase::Degraded, why)
     } else if ready < want {
-        not_all_ready(s, ready, want)
+        not_all_ready(s, ready, want, &lagging)
     } else {
         let fenced_note = if fenced.is_empty() {
             String::new()
@@ -154,7 +163,7 @@ pub fn summarize(s: &Snapshot) -> Summary {
 
 /// Why fewer instances than wanted are ready: replicas being created, or
 /// instances starting, catching up or away.
-fn not_all_ready(s: &Snapshot, ready: usize, want: usize) -> (Phase, String) {
+fn not_all_ready(s: &Snapshot, ready: usize, want: usize, lagging: &[String]) -> (Phase, String) {
     let not_ready: Vec<(&str, Option<InstancePhase>)> = s
         .instances
         .iter()
@@ -200,6 +209,7 @@ fn not_all_ready(s: &Snapshot, ready: usize, want: usize) -> (Phase, String) {
         if !away.is_empty() {
             parts.push(format!("{} not ready", away.join(", ")));
         }
+        parts.extend(crate::lagging::describe(s, lagging));
         (
             Phase::Degraded,
             format!("{ready} of {want} instances ready: {}", parts.join("; ")),
@@ -276,6 +286,7 @@ fn phase_reason_word(p: Phase) -> &'static str {
         Phase::WaitingForUser => "WaitingForUser",
         Phase::Degraded => "Degraded",
         Phase::Stopped => "Stopped",
+        Phase::Hibernated => "Hibernated",
     }
 }
 

@@ -120,10 +120,36 @@ pub fn warming_up(s: &Snapshot, memory: &mut Memory) -> bool {
             .any(|o| !memory.answered.contains(&o.name) && !memory.held_down.contains(&o.name))
 }
 
+/// While hibernated or waking, the only thing the step does is record
+/// the hibernation or forget it once every instance is back.
+fn hibernation_step(h: crate::hibernation::Next) -> Vec<Action> {
+    use crate::hibernation::{ANNOTATION, Next};
+    let (on, reason, message) = match h {
+        Next::Hold => return Vec::new(),
+        Next::Record => (
+            true,
+            "Hibernating",
+            format!("{ANNOTATION}=on: stopping every instance, keeping its data"),
+        ),
+        Next::Woke => (
+            false,
+            "WokeFromHibernation",
+            "every instance is back and ready".to_string(),
+        ),
+    };
+    vec![Action::Status {
+        change: StatusChange::Hibernated(on),
+        then: vec![Event::new(false, reason, None, message)],
+    }]
+}
+
 /// One step: everything the controller does about the topology now.
 /// Nothing before the cluster has a target primary, or while warming up.
 pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
     let s = o.snapshot;
+    if let Some(h) = crate::hibernation::next(s) {
+        return hibernation_step(h);
+    }
     if warming_up(s, memory) || s.status.target_primary.is_none() {
         return Vec::new();
     }

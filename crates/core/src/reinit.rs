@@ -178,6 +178,29 @@ pub fn request(status: &mut ClusterStatus, instance: &str) -> Result<bool, Refus
     Ok(true)
 }
 
+/// Whether a replica's receiver stopped because its source no longer has
+/// the binary logs with the transactions it lacks: it cannot catch up by
+/// replication any more (MySQL error 13114 carrying the source's 1236,
+/// MariaDB's 1236). A replica holding nothing the primary lacks then asks
+/// for its own re-initialisation: a clone loses nothing it holds.
+pub fn stranded(r: &crate::status::ReplicationStatus) -> bool {
+    let e = &r.last_io_error;
+    matches!(r.last_io_errno, 1236 | 13114)
+        && (e.contains("purged") || e.contains("Could not find GTID state"))
+}
+
+/// The event of a stranded replica's own request.
+pub fn stranded_event(instance: &str, primary: &str) -> crate::event::Event {
+    crate::event::Event::new(
+        true,
+        "ReinitRequested",
+        Some(instance),
+        format!(
+            "{instance} cannot catch up: {primary} no longer has the binary logs with the transactions it lacks; it holds nothing {primary} lacks, so it re-clones itself"
+        ),
+    )
+}
+
 /// The event of an accepted request.
 pub fn requested_event(instance: &str) -> crate::event::Event {
     crate::event::Event::new(
@@ -281,6 +304,32 @@ mod tests {
         s.mysql.semi_sync.enabled = semi;
         s.mysql.semi_sync.data_durability = durability;
         s
+    }
+
+    #[test]
+    fn a_replica_whose_source_purged_what_it_lacks_is_stranded() {
+        use crate::status::ReplicationStatus;
+        let io = |errno, e: &str| ReplicationStatus {
+            last_io_errno: errno,
+            last_io_error: e.into(),
+            ..Default::default()
+        };
+        // What MySQL 9.7 and MariaDB 10.11 say.
+        assert!(stranded(&io(
+            13114,
+            "Got fatal error 1236 from source when reading data from binary log: 'Cannot replicate because the source purged required binary logs. Replicate the missing transactions from elsewhere, or provision a new replica from backup.'"
+        )));
+        assert!(stranded(&io(
+            1236,
+            "Got fatal error 1236 from master when reading data from binary log: 'Could not find GTID state requested by slave in any binlog files. Probably the slave state is too old and required binlog files have been purged.'"
+        )));
+        // Other receiver errors are not.
+        assert!(!stranded(&io(2003, "error connecting to master")));
+        assert!(!stranded(&io(
+            13114,
+            "Got fatal error 1236 from source when reading data from binary log: 'log event entry exceeded max_allowed_packet'"
+        )));
+        assert!(!stranded(&io(0, "")));
     }
 
     fn healthy(primary: &str) -> ClusterStatus {

@@ -2,7 +2,8 @@
 //!
 //! Routing follows the observed topology: an instance serves rw only once it
 //! reports itself a writable primary and is the accepted current primary;
-//! fenced and diverged instances serve nothing.
+//! fenced and diverged instances serve nothing, nor do replicas too far
+//! behind (`lagging.rs`).
 
 use cnmysql_api::ServiceRole;
 
@@ -46,11 +47,25 @@ pub fn primary_may_serve(status: &cnmysql_api::ClusterStatus, instance: &str) ->
         }
 }
 
+/// Whether the status keeps `instance` out of every route: fenced,
+/// diverged or too far behind (`lagging.rs`).
+pub fn out_of_service(status: &cnmysql_api::ClusterStatus, instance: &str) -> bool {
+    let named = |list: &[String]| list.iter().any(|n| n == instance);
+    named(&status.fenced_instances)
+        || named(&status.diverged_instances)
+        || named(&status.lagging_instances)
+}
+
 pub fn desired_routes(s: &Snapshot) -> Routes {
     let mut routes = Routes::default();
+    let lagging = crate::lagging::instances(s);
     for inst in &s.instances {
         let Some(st) = &inst.status else { continue };
-        if !st.ready || s.is_fenced(&inst.name) || s.is_diverged(&inst.name) {
+        if !st.ready
+            || s.is_fenced(&inst.name)
+            || s.is_diverged(&inst.name)
+            || lagging.contains(&inst.name)
+        {
             continue;
         }
         match st.role {

@@ -198,6 +198,10 @@ pub struct InstanceStatus {
     pub manager_started_at: String,
     pub mysqld_pid: Option<u32>,
     pub clone: Option<CloneProgress>,
+    /// The server's figures for `/metrics`, by status variable
+    /// (`server_metrics::status_variables`, and `binlog_bytes`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub server: std::collections::BTreeMap<String, u64>,
     /// The version of the server program this manager runs (digits, like
     /// `10.11.19`), once known.
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -219,6 +223,19 @@ pub struct InstanceStatus {
     /// trusts expires (RFC 3339), as the manager loaded them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificate_expires_at: Option<String>,
+    /// When the manager last saw the server's GTID history grow (RFC
+    /// 3339): on the primary its last committed write, on a replica the
+    /// last transaction it applied. Seen by the manager's polls, so within
+    /// a second or two; none until it has seen one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transaction_at: Option<String>,
+    /// The CAs the manager trusts, and the one that signed the certificate
+    /// it presents (fingerprints, `cnmysql_tls::rotation`): a CA change
+    /// moves on once every instance has loaded its step.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tls_trust: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_issuer: Option<String>,
 }
 
 impl InstanceStatus {

@@ -18,6 +18,8 @@ use crate::upgrade::rollout::{self, Next};
 pub enum StatusChange {
     /// Set (`Some`, RFC 3339) or clear `primaryFailingSince`.
     PrimaryFailingSince(Option<String>),
+    /// Record (true) or forget (false) a hibernation (`hibernation.rs`).
+    Hibernated(bool),
     /// Start a planned switchover from `from` to `to` (the rollout's), if
     /// `from` is still both the current and the target primary.
     Switchover {
@@ -83,6 +85,8 @@ pub struct Report {
     pub hashes: BTreeMap<String, String>,
     /// Every declared instance as this poll saw it.
     pub states: BTreeMap<String, cnmysql_api::InstanceState>,
+    /// Replicas too far behind to serve (`lagging.rs`).
+    pub lagging: Vec<String>,
     pub now_ms: i64,
     /// The primary fields of the status it was computed from: a report is
     /// stale, and not applied, once a primary change or a failing primary
@@ -104,6 +108,11 @@ impl StatusChange {
     pub fn apply(&self, st: &mut ClusterStatus) -> bool {
         match self {
             StatusChange::PrimaryFailingSince(v) => primary_failing_since(st, v),
+            StatusChange::Hibernated(on) => {
+                let changed = st.hibernated != *on;
+                st.hibernated = *on;
+                changed
+            }
             StatusChange::AbandonFailover { old } => abandon_failover(st, old),
             StatusChange::BeginFailover { old } => begin_failover(st, old),
             StatusChange::Switchover { from, to, at } => {
@@ -210,6 +219,7 @@ impl StatusChange {
                 st.source_id_by_instance.extend(r.sources.clone());
                 st.executable_hash_by_instance.extend(r.hashes.clone());
                 st.instance_states = r.states.clone();
+                st.lagging_instances = r.lagging.clone();
                 // An instance scaled away gives its re-initialisation slot
                 // and requests up.
                 if r.forgets(st) {
@@ -255,6 +265,7 @@ impl Report {
                 .iter()
                 .any(|(k, v)| st.executable_hash_by_instance.get(k) != Some(v))
             || st.instance_states != self.states
+            || st.lagging_instances != self.lagging
             || s.conditions.iter().any(|(t, on, reason, msg)| {
                 !st.conditions.iter().any(|c| {
                     c.type_ == *t
@@ -372,6 +383,8 @@ pub fn report(s: &Snapshot, memory: &Memory) -> Report {
                     read_only: st.read_only,
                     lag_seconds: st.lag_seconds,
                     semi_sync: crate::status_view::semi_sync_cell(st),
+                    tls_trust: st.tls_trust.clone(),
+                    tls_issuer: st.tls_issuer.clone(),
                 },
                 None => cnmysql_api::InstanceState {
                     role: "unreachable".into(),
@@ -389,6 +402,7 @@ pub fn report(s: &Snapshot, memory: &Memory) -> Report {
         sources: s.source_ids(),
         hashes,
         states,
+        lagging: crate::lagging::instances(s),
         now_ms: s.now_ms,
         basis: basis(&s.status),
     }

@@ -514,6 +514,7 @@ mod tests {
                 read_only: true,
                 lag_seconds: Some(3),
                 semi_sync: "acks".into(),
+                ..Default::default()
             },
         );
         st.gtid_executed_by_instance

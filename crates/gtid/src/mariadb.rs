@@ -182,6 +182,46 @@ impl BinlogState {
         out
     }
 
+    /// What a physical copy taken at `pos` holds of the history `self`
+    /// describes (the donor's history, read before the copy's consistent
+    /// point): each entry of a domain the copy reaches, up to the copy's
+    /// sequence number there, together with the position itself. With
+    /// `gtid_strict_mode` a domain's sequence numbers grow along its one
+    /// history, so an entry at or below the copy's is in the copy; entries
+    /// past it (written after the donor's history was read) are left out,
+    /// which can only make the copy look as if it held less.
+    pub fn held_by_copy_at(&self, pos: &GtidPos) -> BinlogState {
+        let last = self
+            .last
+            .iter()
+            .filter(|&(&(domain, _), &seq)| pos.domain(domain).is_some_and(|p| seq <= p.seq))
+            .map(|(&k, &v)| (k, v))
+            .collect();
+        BinlogState { last }.with_applied(pos)
+    }
+
+    /// Each (domain, server)'s last GTID, in (domain, server) order.
+    fn entries(&self) -> impl Iterator<Item = Gtid> + '_ {
+        self.last.iter().map(|(&(domain, server), &seq)| Gtid {
+            domain,
+            server,
+            seq,
+        })
+    }
+
+    /// The text `SET GLOBAL gtid_binlog_state` loads: each domain's entries
+    /// in the order of their sequence numbers, so that the last one, which
+    /// the server takes for the domain's current position, is the newest.
+    pub fn load_text(&self) -> String {
+        let mut gtids: Vec<Gtid> = self.entries().collect();
+        gtids.sort_by_key(|g| (g.domain, g.seq, g.server));
+        gtids
+            .iter()
+            .map(|g| g.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     /// The position this state ends at: per domain, the GTID with the highest
     /// sequence number.
     pub fn pos(&self) -> GtidPos {
@@ -310,15 +350,7 @@ impl FromStr for BinlogState {
 
 impl fmt::Display for BinlogState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let gtids: Vec<Gtid> = self
-            .last
-            .iter()
-            .map(|(&(domain, server), &seq)| Gtid {
-                domain,
-                server,
-                seq,
-            })
-            .collect();
+        let gtids: Vec<Gtid> = self.entries().collect();
         join(f, gtids.iter())
     }
 }
@@ -396,6 +428,26 @@ mod tests {
         );
         // An older applied position changes nothing.
         assert_eq!(st("0-1-300").with_applied(&pos("0-1-200")), st("0-1-300"));
+    }
+
+    #[test]
+    fn a_copy_holds_the_donors_older_servers_up_to_its_position() {
+        // Server 1 wrote up to 1971, server 2 took over; the donor (server 3)
+        // read its history at 0-2-4000, the copy is consistent at 0-2-4100.
+        let donor = st("0-1-1971,0-2-4000,0-3-20");
+        let copy = donor.held_by_copy_at(&pos("0-2-4100"));
+        // 0-3-20 is older than 0-2-4000 in the one line of domain 0.
+        assert_eq!(copy, st("0-1-1971,0-2-4100,0-3-20"));
+        // The former primary (server 1) is then no longer taken for one
+        // that holds what the copy lacks.
+        assert!(copy.contains_state(&st("0-1-1971,0-2-3000")));
+        // An entry past the copy's position is not claimed, nor is a domain
+        // the copy does not reach.
+        let later = st("0-1-1971,0-2-4000,0-4-5000,1-1-7").held_by_copy_at(&pos("0-2-4100"));
+        assert_eq!(later, st("0-1-1971,0-2-4100"));
+        // Loaded newest last in each domain, whatever the server ids.
+        assert_eq!(st("0-9-10,0-1-30,1-5-2").load_text(), "0-9-10,0-1-30,1-5-2");
+        assert_eq!(st("0-1-30,0-9-10").load_text(), "0-9-10,0-1-30");
     }
 
     #[test]

@@ -446,6 +446,7 @@ async fn backup<B: Backend>(State(b): State<Arc<B>>, Extension(peer): Extension<
             .status(StatusCode::OK)
             .header(header::CONTENT_TYPE, "application/octet-stream")
             .header(crate::clone::SIZE_HEADER, size.to_string())
+            .header(crate::clone::HISTORY_HEADER, st.gtid_executed.trim())
             .body(Body::from_stream(stream))
             .expect("valid response"),
         Err(e) => (
@@ -528,12 +529,11 @@ impl Drop for Open {
 /// Accept mTLS connections until `shutdown` turns true.
 pub async fn serve(
     listener: TcpListener,
-    tls: Arc<ServerConfig>,
+    tls: watch::Receiver<Arc<ServerConfig>>,
     app: Router,
     mut shutdown: watch::Receiver<bool>,
     gate: Arc<Gate>,
 ) {
-    let acceptor = TlsAcceptor::from(tls);
     let mut hold = gate.hold.subscribe();
     loop {
         if *hold.borrow_and_update() {
@@ -554,7 +554,8 @@ pub async fn serve(
             },
             _ = crate::stopped(&mut shutdown) => break,
         };
-        let acceptor = acceptor.clone();
+        // The newest certificate for each new connection.
+        let acceptor = TlsAcceptor::from(tls.borrow().clone());
         let app = app.clone();
         gate.open.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let open = Open(gate.clone());

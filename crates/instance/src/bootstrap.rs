@@ -197,3 +197,26 @@ pub fn mark_initialized(cfg: &InstanceConfig, how: &str) -> anyhow::Result<()> {
 pub fn is_initialized(cfg: &InstanceConfig) -> bool {
     cfg.initialized_marker().is_file()
 }
+
+/// Put `new` (a clone, a restored or recovered backup) in place of the data
+/// directory, never over an initialised one (`what` names the copy in the
+/// refusal). Binary logs on a volume of their own belong to the data they
+/// sit beside: they go with it, or the server would start on the old
+/// history's logs.
+pub fn replace_data_dir(cfg: &InstanceConfig, new: &Path, what: &str) -> anyhow::Result<()> {
+    if cfg.data_dir.exists() {
+        anyhow::ensure!(
+            !is_initialized(cfg),
+            "refusing to replace an initialised data directory with {what}"
+        );
+        std::fs::remove_dir_all(&cfg.data_dir)?;
+    }
+    if let Some(dir) = &cfg.binlog_dir {
+        if dir.exists() {
+            std::fs::remove_dir_all(dir)?;
+        }
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::rename(new, &cfg.data_dir)?;
+    Ok(())
+}

@@ -24,7 +24,7 @@ use crate::clone_progress::{
 use crate::config::{InstanceConfig, PeerAddr, render_backup_cnf};
 
 /// Header carrying the source's data directory size, for progress and ETA.
-pub use cnmysql_control::contract::SIZE_HEADER;
+pub use cnmysql_control::contract::{HISTORY_HEADER, SIZE_HEADER};
 
 /// Total size of the regular files below `dir`.
 pub fn dir_size(dir: &Path) -> u64 {
@@ -182,16 +182,40 @@ pub fn backup_gtid(dir: &Path) -> anyhow::Result<String> {
 
 /// Clone `source` into this instance's data directory (which must not hold
 /// an initialised server). Returns the GTID position of the copy.
+/// What a finished MariaDB copy holds: the position it is consistent with
+/// and the binlog state to give its empty binary log (the donor's older
+/// servers' entries up to that position, and the position). Empty for MySQL,
+/// whose copy knows its own history.
+#[derive(Debug, Default)]
+pub struct Cloned {
+    pub position: String,
+    pub binlog_state: String,
+}
+
+/// The binlog state a copy consistent at `position` holds, from the donor's
+/// history sent before the stream; the position alone when that history is
+/// missing (an older donor) or unreadable.
+fn copy_state(position: &str, donor_history: Option<&str>) -> String {
+    use cnmysql_gtid::mariadb::{BinlogState, GtidPos};
+    let Ok(pos) = position.parse::<GtidPos>() else {
+        return position.to_string();
+    };
+    let history = donor_history
+        .and_then(|h| h.parse::<BinlogState>().ok())
+        .unwrap_or_default();
+    history.held_by_copy_at(&pos).load_text()
+}
+
 pub async fn clone_from(
     cfg: &InstanceConfig,
     source: &str,
     peer: &PeerAddr,
     client: &ControlClient,
     progress: &ProgressCell,
-) -> anyhow::Result<String> {
+) -> anyhow::Result<Cloned> {
     if cfg.flavor() == Flavor::Mysql {
         crate::clone_plugin::clone_from(cfg, source, peer, progress).await?;
-        return Ok(String::new());
+        return Ok(Cloned::default());
     }
     let tmp = cfg.data_dir.with_extension("clone");
     if tmp.exists() {
@@ -227,6 +251,11 @@ pub async fn clone_from(
         .get(SIZE_HEADER)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
+    let donor_history = resp
+        .headers()
+        .get(HISTORY_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
     let (mut extract, mut stdin, extract_tail) = spawn_extract(cfg, &tmp)?;
     let mut body = resp.into_body();
     let mut bytes = 0u64;
@@ -262,7 +291,11 @@ pub async fn clone_from(
         seconds = started.elapsed().as_secs_f64(),
         "clone complete"
     );
-    Ok(gtid)
+    let binlog_state = copy_state(&gtid, donor_history.as_deref());
+    Ok(Cloned {
+        position: gtid,
+        binlog_state,
+    })
 }
 
 /// Start `mbstream -x` into `tmp`: the process, its input, its error tail.
@@ -326,12 +359,22 @@ pub(crate) async fn prepare_and_install(
         );
     }
     let gtid = backup_gtid(tmp)?;
-    if cfg.data_dir.exists() {
-        if crate::bootstrap::is_initialized(cfg) {
-            anyhow::bail!("refusing to replace an initialised data directory with a backup");
-        }
-        std::fs::remove_dir_all(&cfg.data_dir)?;
-    }
-    std::fs::rename(tmp, &cfg.data_dir)?;
+    crate::bootstrap::replace_data_dir(cfg, tmp, "a backup")?;
     Ok(gtid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::copy_state;
+
+    #[test]
+    fn a_copy_is_given_the_older_servers_it_holds() {
+        assert_eq!(
+            copy_state("0-2-4100", Some("0-1-1971,0-2-4000,0-4-5000")),
+            "0-1-1971,0-2-4100"
+        );
+        // A donor that sends no history (an older manager): the position.
+        assert_eq!(copy_state("0-2-4100", None), "0-2-4100");
+        assert_eq!(copy_state("0-2-4100", Some("not a state")), "0-2-4100");
+    }
 }

@@ -28,6 +28,29 @@ pub struct SourceBusy {
     pub source_name: String,
 }
 
+/// How long each of the clone's stages took (file copy, page copy, redo
+/// copy, file sync, ...), for whoever wonders where a slow clone went.
+async fn log_stages(watcher: &mut mysql_async::Conn, source: &str) {
+    let rows: Vec<(String, Option<i64>)> = watcher
+        .query(
+            "SELECT STAGE, TIMESTAMPDIFF(MICROSECOND, BEGIN_TIME, END_TIME) \
+             FROM performance_schema.clone_progress ORDER BY ID",
+        )
+        .await
+        .unwrap_or_default();
+    let stages: Vec<String> = rows
+        .iter()
+        .filter_map(|(stage, us)| {
+            Some(format!(
+                "{} {:.1}s",
+                stage.to_lowercase(),
+                (*us)? as f64 / 1e6
+            ))
+        })
+        .collect();
+    tracing::info!(source, stages = stages.join(", "), "clone stages");
+}
+
 /// MySQL's error for a donor already serving a clone.
 const ER_CLONE_TOO_MANY_CONCURRENT_CLONES: &str = "3634";
 
@@ -181,6 +204,7 @@ pub async fn clone_from(
             .flatten();
         let bytes = bytes.unwrap_or(0);
         crate::clone_progress::log_throughput(source, bytes, copy_started, "clone copied");
+        log_stages(&mut watcher, source).await;
         set("finishing", bytes, Some(bytes));
         if bytes > logged_bytes {
             log_progress();
@@ -208,13 +232,7 @@ pub async fn clone_from(
             return Err(e);
         }
     };
-    if cfg.data_dir.exists() {
-        if crate::bootstrap::is_initialized(cfg) {
-            anyhow::bail!("refusing to replace an initialised data directory with a clone");
-        }
-        std::fs::remove_dir_all(&cfg.data_dir)?;
-    }
-    std::fs::rename(&target, &cfg.data_dir)?;
+    crate::bootstrap::replace_data_dir(cfg, &target, "a clone")?;
     set("done", bytes, Some(bytes));
     crate::clone_progress::log_throughput(source, bytes, started, "clone complete");
     Ok(())

@@ -276,6 +276,10 @@ pub struct InstanceConfig {
     pub ordinal: u32,
     pub spec: ClusterSpec,
     pub data_dir: PathBuf,
+    /// Where the binary logs go when they have a volume of their own
+    /// (`spec.storage.binlogs`); in the data directory otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binlog_dir: Option<PathBuf>,
     pub run_dir: PathBuf,
     /// An initialised, never started data directory to copy instead of
     /// running the install program (fast start).
@@ -321,6 +325,13 @@ impl InstanceConfig {
     pub fn flavor(&self) -> Flavor {
         self.spec.mysql.flavor
     }
+    /// The directory of the binary logs and their index.
+    pub fn binlog_dir(&self) -> PathBuf {
+        self.binlog_dir
+            .clone()
+            .unwrap_or_else(|| self.data_dir.clone())
+    }
+
     pub fn socket(&self) -> PathBuf {
         self.run_dir.join("mysqld.sock")
     }
@@ -388,6 +399,15 @@ pub const MYSQL_PLUGINS: &str = "mysql_clone.so;semisync_source.so;semisync_repl
 
 /// Render the server configuration: our defaults, the user's parameters, then
 /// the settings the operator owns (which validation keeps users from setting).
+/// A binary log file name as the server is told it: relative to the data
+/// directory, or absolute in a directory of their own.
+fn binlog_path(c: &InstanceConfig, name: &str) -> String {
+    match &c.binlog_dir {
+        Some(d) => d.join(name).display().to_string(),
+        None => name.to_string(),
+    }
+}
+
 pub fn render_mycnf(c: &InstanceConfig) -> String {
     let mut settings: BTreeMap<String, String> = TUNABLE_DEFAULTS
         .iter()
@@ -406,8 +426,8 @@ pub fn render_mycnf(c: &InstanceConfig) -> String {
         ("bind_address", c.mysql_bind.clone()),
         ("port", c.mysql_port.to_string()),
         ("server_id", c.server_id().to_string()),
-        ("log_bin", "mysql-bin".into()),
-        ("log_bin_index", "mysql-bin.index".into()),
+        ("log_bin", binlog_path(c, "mysql-bin")),
+        ("log_bin_index", binlog_path(c, "mysql-bin.index")),
         ("relay_log", "relay-bin".into()),
         ("read_only", "ON".into()),
         ("ssl_ca", c.tls.ca.display().to_string()),
@@ -476,10 +496,19 @@ pub fn render_mycnf(c: &InstanceConfig) -> String {
 /// credentials (so no password appears on a command line).
 pub fn render_backup_cnf(c: &InstanceConfig, admin_password: &str) -> String {
     format!(
-        "!include {}\n[client]\nuser = root\npassword = \"{}\"\nsocket = {}\n",
+        "!include {}\n{}",
         c.mycnf().display(),
+        render_client_cnf(&c.socket(), admin_password)
+    )
+}
+
+/// The `[client]` options of the administrator over the server's socket
+/// (a file only its owner reads: the password is never on a command line).
+pub fn render_client_cnf(socket: &Path, admin_password: &str) -> String {
+    format!(
+        "[client]\nuser = root\npassword = \"{}\"\nsocket = {}\n",
         admin_password.replace('\\', "\\\\").replace('"', "\\\""),
-        c.socket().display()
+        socket.display()
     )
 }
 
@@ -499,6 +528,7 @@ pub(crate) mod tests {
             }))
             .unwrap(),
             data_dir: dir.join("data"),
+            binlog_dir: None,
             run_dir: dir.join("run"),
             template_dir: None,
             tls: TlsPaths::in_dir(&dir.join("tls"), "db-2"),
@@ -544,6 +574,21 @@ pub(crate) mod tests {
         assert!(cnf.contains("port = 3307\n"));
         let tmp = format!("tmpdir = {}\n", c.run_dir.join("tmp").display());
         assert!(cnf.contains(&tmp), "each server has its own tmpdir: {cnf}");
+    }
+
+    #[test]
+    fn binary_logs_go_where_their_directory_is() {
+        let mut c = sample(Path::new("/x"));
+        let cnf = render_mycnf(&c);
+        assert!(cnf.contains("log_bin = mysql-bin\n"), "{cnf}");
+        assert_eq!(c.binlog_dir(), c.data_dir);
+        c.binlog_dir = Some("/logs/binlog".into());
+        let cnf = render_mycnf(&c);
+        assert!(cnf.contains("log_bin = /logs/binlog/mysql-bin\n"), "{cnf}");
+        assert!(
+            cnf.contains("log_bin_index = /logs/binlog/mysql-bin.index\n"),
+            "{cnf}"
+        );
     }
 
     #[test]

@@ -22,9 +22,10 @@ pub fn dir(cfg: &InstanceConfig) -> PathBuf {
         .join("cnmysql-saved")
 }
 
-/// The binary log files of the data directory, oldest first.
-fn binlog_files(data_dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let index = data_dir.join("mysql-bin.index");
+/// The binary log files, oldest first, from the index in `binlog_dir`
+/// (names in it relative to the data directory, or absolute).
+fn binlog_files(binlog_dir: &Path, data_dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let index = binlog_dir.join("mysql-bin.index");
     let text = std::fs::read_to_string(&index)
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", index.display()))?;
     Ok(text
@@ -76,7 +77,7 @@ pub async fn save(cfg: &InstanceConfig, beyond: &Beyond) -> anyhow::Result<PathB
     // INTO ...`), for the person who reads the file before replaying it.
     cmd.arg("--verbose")
         .args(selection(cfg.flavor(), beyond))
-        .args(binlog_files(&cfg.data_dir)?)
+        .args(binlog_files(&cfg.binlog_dir(), &cfg.data_dir)?)
         .stdout(file.try_clone()?)
         .stderr(std::process::Stdio::piped());
     // Not `output()`: it would capture stdout instead of the file.
@@ -149,7 +150,7 @@ mod tests {
             "./mysql-bin.000001\n./mysql-bin.000002\n",
         )
         .unwrap();
-        let files = binlog_files(d.path()).unwrap();
+        let files = binlog_files(d.path(), d.path()).unwrap();
         assert_eq!(
             files,
             [

@@ -1,5 +1,6 @@
 //! The manager's administrative connection to its own server (local socket).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -46,6 +47,60 @@ pub async fn exec_all(conn: &mut Conn, stmts: &[Sql]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Stop replication now, even in the middle of a transaction whose end
+/// will never arrive. MySQL's multi-threaded applier, told to stop while
+/// it holds part of a transaction (its source died or was cut off while
+/// sending it), waits 60 s for the rest: a failover's replicas would
+/// follow nobody, and under `required` every commit would wait, that
+/// long. When nothing is being received, ending the coordinator first
+/// rolls that part back at once; the whole transaction comes again from
+/// the next source if it has it. A receiver that is running (a switchover,
+/// whose old primary finished sending) is stopped the ordinary way.
+pub async fn stop_replication(conn: &mut Conn, f: Flavor, receiving: bool) -> anyhow::Result<()> {
+    if f == Flavor::Mysql && !receiving {
+        exec_all(conn, &[flavor::stop_receiving(f)]).await?;
+        let coordinator: Option<u64> = conn.query_first(flavor::MYSQL_APPLIER_COORDINATOR).await?;
+        if let Some(id) = coordinator {
+            tracing::info!(
+                thread = id,
+                "ending the applier's coordinator: nothing more is received, so a transaction it holds only part of is rolled back now (mysqld reports this stop as an error; the transaction comes again whole from the next source)"
+            );
+            // It may have ended by itself in between.
+            if let Err(e) = conn.query_drop(format!("KILL {id}")).await {
+                tracing::debug!(error = %e, "the coordinator was already gone");
+            }
+            // A kill is only noticed later; a STOP REPLICA before the
+            // coordinator has gone would start the 60 s wait after all.
+            coordinator_gone(conn, id).await?;
+        }
+    }
+    exec_all(conn, &[flavor::stop_replica(f)]).await
+}
+
+/// Wait (up to 10 s) until thread `id` has left the process list.
+async fn coordinator_gone(conn: &mut Conn, id: u64) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let still: Option<u64> = conn
+            .exec_first(
+                "SELECT ID FROM information_schema.PROCESSLIST WHERE ID = ?",
+                (id,),
+            )
+            .await?;
+        if still.is_none() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            tracing::warn!(
+                thread = id,
+                "the applier's coordinator has not ended after 10 s"
+            );
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Wait until the server accepts connections with these options.
 pub async fn wait_connectable(opts: &Opts, timeout: Duration) -> anyhow::Result<Conn> {
     let deadline = Instant::now() + timeout;
@@ -60,7 +115,7 @@ pub async fn wait_connectable(opts: &Opts, timeout: Duration) -> anyhow::Result<
     }
 }
 
-fn col_str(row: &Row, name: &str) -> String {
+pub fn col_str(row: &Row, name: &str) -> String {
     match row.get_opt::<Value, _>(name) {
         Some(Ok(Value::Bytes(b))) => String::from_utf8_lossy(&b).into_owned(),
         Some(Ok(Value::Int(i))) => i.to_string(),
@@ -79,6 +134,7 @@ pub struct ServerView {
     pub semi_sync: SemiSyncStatus,
     pub uptime_seconds: u64,
     pub source_id: String,
+    pub server: BTreeMap<String, u64>,
 }
 
 pub async fn observe(conn: &mut Conn, f: Flavor) -> anyhow::Result<ServerView> {
@@ -132,13 +188,7 @@ pub async fn observe(conn: &mut Conn, f: Flavor) -> anyhow::Result<ServerView> {
             received_gtid: col_str(r, received),
         }
     });
-    let vars: Vec<(String, String)> = conn
-        .query(
-            "SHOW GLOBAL STATUS WHERE Variable_name IN ('Uptime', 'Rpl_semi_sync_master_status', \
-             'Rpl_semi_sync_slave_status', 'Rpl_semi_sync_master_clients', 'Rpl_semi_sync_source_status', \
-             'Rpl_semi_sync_replica_status', 'Rpl_semi_sync_source_clients')",
-        )
-        .await?;
+    let vars: Vec<(String, String)> = conn.query(global_status_query()).await?;
     let settings: Vec<(String, String)> = conn
         .query(
             "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('rpl_semi_sync_master_enabled', \
@@ -213,7 +263,50 @@ pub async fn observe(conn: &mut Conn, f: Flavor) -> anyhow::Result<ServerView> {
         replication,
         semi_sync,
         uptime_seconds: get(&vars, &["Uptime"]).parse().unwrap_or(0),
+        server: server_figures(conn, &vars).await,
     })
+}
+
+/// The status variables the manager reads: its own (uptime, semi-sync)
+/// and the server's figures for `/metrics`, in one statement.
+fn global_status_query() -> String {
+    let own = [
+        "Uptime",
+        "Rpl_semi_sync_master_status",
+        "Rpl_semi_sync_slave_status",
+        "Rpl_semi_sync_master_clients",
+        "Rpl_semi_sync_source_status",
+        "Rpl_semi_sync_replica_status",
+        "Rpl_semi_sync_source_clients",
+    ];
+    let names: Vec<String> = own
+        .into_iter()
+        .chain(cnmysql_core::server_metrics::status_variables())
+        .map(|n| format!("'{n}'"))
+        .collect();
+    format!(
+        "SHOW GLOBAL STATUS WHERE Variable_name IN ({})",
+        names.join(", ")
+    )
+}
+
+/// The server's figures: the numeric status variables read, and the size
+/// of its binary logs (left out when they cannot be listed).
+async fn server_figures(conn: &mut Conn, vars: &[(String, String)]) -> BTreeMap<String, u64> {
+    let mut out: BTreeMap<String, u64> = cnmysql_core::server_metrics::status_variables()
+        .filter_map(|name| {
+            let (_, v) = vars.iter().find(|(k, _)| k.eq_ignore_ascii_case(name))?;
+            Some((name.to_string(), v.parse().ok()?))
+        })
+        .collect();
+    if let Ok(rows) = conn.query::<Row, _>("SHOW BINARY LOGS").await {
+        let bytes = rows
+            .iter()
+            .filter_map(|r| r.get_opt::<u64, _>(1).and_then(Result::ok))
+            .sum();
+        out.insert(cnmysql_core::server_metrics::BINLOG_BYTES.into(), bytes);
+    }
+    out
 }
 
 /// Close every client connection that could write (MariaDB's read_only lets

@@ -76,6 +76,21 @@ impl ClusterHandle {
         }
     }
 
+    /// Set (Some) or remove (None) an annotation of the Cluster.
+    pub async fn annotate(&self, key: &str, value: Option<&str>) -> anyhow::Result<()> {
+        self.get().await?;
+        let patch = serde_json::json!({"metadata": {"annotations": {key: value}}});
+        self.api
+            .patch(
+                &self.name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await
+            .with_context(|| format!("annotating cluster {}", self.name))?;
+        Ok(())
+    }
+
     /// Change the status with `change`, applied to the latest Cluster's
     /// status; written (only what changed) at the resourceVersion it was
     /// computed from, and computed again on conflict. `change` may leave the

@@ -183,6 +183,32 @@ async fn a_cluster_comes_up_routes_rw_and_ro_and_is_deleted_with_everything_it_o
     let status = e.plugin(&["cnmsql", "-n", NS, "status", "db"]);
     assert!(status.contains("primary"), "{status}");
     assert_eq!(status.matches("replica").count(), 2, "{status}");
+    // The servers' figures reach the operator's /metrics (through the API
+    // server's proxy to its Pod): the primary's insert, the replicas'
+    // appliers.
+    let page = until(
+        "the servers' figures on the operator's /metrics",
+        Duration::from_secs(30),
+        || async {
+            let page = operator_metrics(&e).await?;
+            page.lines()
+                .any(|l| {
+                    l.starts_with("cnmysql_instance_server_commands_total{")
+                        && l.contains("command=\"insert\"")
+                        && !l.ends_with(" 0.0")
+                })
+                .then_some(page)
+        },
+    )
+    .await
+    .unwrap();
+    let running = page
+        .lines()
+        .filter(|l| {
+            l.starts_with("cnmysql_instance_replication_sql_running{") && l.ends_with(" 1.0")
+        })
+        .count();
+    assert_eq!(running, 2, "{page}");
     // The managers' logs, through the kubelet: the last two lines of each
     // instance, as JSON lines naming it (piped).
     let logs = e.plugin(&["cnmsql", "-n", NS, "logs", "db", "--tail", "2"]);
@@ -199,6 +225,46 @@ async fn a_cluster_comes_up_routes_rw_and_ro_and_is_deleted_with_everything_it_o
         ["db-1", "db-1", "db-2", "db-2", "db-3", "db-3"],
         "{logs}"
     );
+    // A SQL session as the administrator, in the instance's container: the
+    // primary, then a replica.
+    for (how, read_only) in [(None, "0"), (Some("--replica"), "1")] {
+        let mut args = vec!["cnmsql", "-n", NS, "mysql", "db"];
+        args.extend(how);
+        args.extend(["--", "-N", "-e", "SELECT @@read_only"]);
+        assert_eq!(e.plugin(&args).trim(), read_only, "{how:?}");
+    }
+    // A report with the logs, as a user hands it on.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("diag.tar.gz");
+    let said = e.plugin(&[
+        "cnmsql",
+        "-n",
+        NS,
+        "report",
+        "db",
+        "--logs",
+        "--tail",
+        "5",
+        "-f",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(said.trim(), out.to_str().unwrap());
+    let listing = std::process::Command::new("tar")
+        .arg("tzf")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let listing = String::from_utf8_lossy(&listing.stdout).to_string();
+    for f in [
+        "diag/cluster.yaml",
+        "diag/pods.yaml",
+        "diag/endpointslices.yaml",
+        "diag/events.yaml",
+        "diag/logs/db-1.jsonl",
+        "diag/logs/db-3.jsonl",
+    ] {
+        assert!(listing.lines().any(|l| l == f), "{f} in\n{listing}");
+    }
 
     // Deleting the Cluster removes its Pods and everything it owns.
     e.clusters
@@ -221,6 +287,20 @@ async fn a_cluster_comes_up_routes_rw_and_ro_and_is_deleted_with_everything_it_o
     )
     .await
     .unwrap();
+}
+
+/// The operator's metrics page, through the API server's proxy to its Pod.
+async fn operator_metrics(e: &Env) -> Option<String> {
+    let pods: Api<Pod> = Api::namespaced(e.k.client.clone(), "cnmysql-system");
+    let lp = ListParams::default().labels("app.kubernetes.io/name=cnmysql-operator");
+    let pod = pods.list(&lp).await.ok()?.items.into_iter().next()?;
+    let name = pod.metadata.name?;
+    let req = http::Request::get(format!(
+        "/api/v1/namespaces/cnmysql-system/pods/{name}:8080/proxy/metrics"
+    ))
+    .body(Vec::new())
+    .ok()?;
+    e.k.client.request_text(req).await.ok()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1300,15 +1380,24 @@ async fn backup_objects_archive_and_a_recovered_cluster_hold_every_acknowledged_
     let w = e.writer().await;
     w.wait_for_more(200, Duration::from_secs(30)).await;
 
-    // A Backup object, taken once.
+    // A Backup object, taken once, as a user asks for one: the plugin
+    // creates it and follows it to the end.
     let backups: Api<Backup> = Api::namespaced(e.k.client.clone(), NS);
-    let b: Backup = serde_json::from_value(serde_json::json!({
-        "apiVersion": "mysql.cnmysql.io/v1", "kind": "Backup",
-        "metadata": {"name": "first"},
-        "spec": {"cluster": {"name": "db"}, "target": "primary"}
-    }))
-    .unwrap();
-    backups.create(&PostParams::default(), &b).await.unwrap();
+    let said = e.plugin(&[
+        "cnmsql",
+        "-n",
+        NS,
+        "backup",
+        "db",
+        "--backup-target",
+        "primary",
+        "--backup-name",
+        "first",
+    ]);
+    assert!(
+        said.starts_with("backup ") && said.contains("consistent with"),
+        "{said}"
+    );
     let done = until(
         "the Backup to complete",
         Duration::from_secs(120),
@@ -1468,5 +1557,380 @@ async fn backup_objects_archive_and_a_recovered_cluster_hold_every_acknowledged_
         rec.gtid,
         rec.replayed,
         o.acked.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
+async fn hibernation_stops_every_pod_keeps_the_claims_and_brings_back_the_same_primary() {
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    let e = env("required").await;
+    let rw = e.k.wait_service(NS, "db-rw").await.unwrap();
+    let mut c = e.admin(rw).await;
+    c.query_drop("CREATE DATABASE h").await.unwrap();
+    c.query_drop("CREATE TABLE h.t (i INT PRIMARY KEY)")
+        .await
+        .unwrap();
+    c.query_drop("INSERT INTO h.t VALUES (1), (2), (3)")
+        .await
+        .unwrap();
+    drop(c);
+    let primary = e.status().await.current_primary.unwrap();
+    e.plugin(&["cnmsql", "-n", NS, "hibernate", "on", "db"]);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(e.k.client.clone(), NS);
+    until(
+        "every Pod gone, the claims kept",
+        Duration::from_secs(180),
+        || async {
+            let pods = e.pods.list(&ListParams::default()).await.ok()?.items;
+            let kept = claims.list(&ListParams::default()).await.ok()?.items.len();
+            let st = e.status().await;
+            (pods.is_empty() && kept == 3 && st.phase == Some(cnmysql_api::Phase::Hibernated))
+                .then_some(())
+        },
+    )
+    .await
+    .unwrap();
+    let st = e.status().await;
+    assert!(st.hibernated);
+    assert!(
+        st.phase_reason
+            .unwrap_or_default()
+            .contains("cnmysql.io/hibernation"),
+        "the status says why"
+    );
+    assert_eq!(st.current_primary.as_deref(), Some(primary.as_str()));
+
+    e.plugin(&["cnmsql", "-n", NS, "hibernate", "off", "db"]);
+    until(
+        "the cluster back, whole",
+        Duration::from_secs(240),
+        || async {
+            let st = e.status().await;
+            (!st.hibernated && st.ready_instances == 3).then_some(())
+        },
+    )
+    .await
+    .unwrap();
+    let st = e.status().await;
+    assert_eq!(
+        st.current_primary.as_deref(),
+        Some(primary.as_str()),
+        "the same primary comes back"
+    );
+    assert!(st.diverged_instances.is_empty());
+    let rows = until("the rows through rw", Duration::from_secs(60), || async {
+        let mut c = e.admin(rw).await;
+        c.query_first::<i64, _>("SELECT COUNT(*) FROM h.t")
+            .await
+            .ok()?
+    })
+    .await
+    .unwrap();
+    assert_eq!(rows, 3);
+}
+
+/// The loaded certificate's expiry of every instance, from the operator's
+/// metrics (what each manager reports).
+async fn certificate_expiry(e: &Env) -> std::collections::BTreeMap<String, f64> {
+    let text = operator_metrics(e).await.unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with("cnmysql_instance_certificate_expiry_timestamp_seconds{"))
+        .filter_map(|l| {
+            let name = l
+                .split("instance=\"")
+                .nth(1)?
+                .split('"')
+                .next()?
+                .to_string();
+            let v: f64 = l.rsplit(' ').next()?.parse().ok()?;
+            Some((name, v))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
+async fn certificates_are_renewed_through_their_secrets_and_loaded_without_a_restart_or_a_failed_write()
+ {
+    // Six minutes: renewed after four, leaving the kubelet's Secret sync
+    // (a minute or more) time to deliver before expiry.
+    let yaml = cluster_yaml("required").replace(
+        "  failoverDelay: 0\n",
+        "  failoverDelay: 0\n  secrets:\n    certificateLifetimeSeconds: 360\n",
+    );
+    let e = env_with_manifest(&yaml, &[]).await;
+    let names = ["db-1", "db-2", "db-3"];
+    let first = until(
+        "every instance's certificate expiry",
+        Duration::from_secs(60),
+        || async {
+            let m = certificate_expiry(&e).await;
+            names.iter().all(|n| m.contains_key(*n)).then_some(m)
+        },
+    )
+    .await
+    .unwrap();
+    let mut restarts = Vec::new();
+    for n in names {
+        restarts.push(e.restarts(n).await);
+    }
+    let w = e.writer().await;
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+    let renewed = until(
+        "every instance on a renewed certificate",
+        Duration::from_secs(360),
+        || async {
+            let m = certificate_expiry(&e).await;
+            names
+                .iter()
+                .all(|n| {
+                    m.get(*n)
+                        .zip(first.get(*n))
+                        .is_some_and(|(now, was)| now > was)
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    if let Err(err) = renewed {
+        let m = certificate_expiry(&e).await;
+        panic!(
+            "{err}: expiry then {first:?}, now {m:?}\n{}",
+            e.k.diagnose(NS, "db")
+        );
+    }
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+    let o = w.stop().await;
+    assert_eq!(o.errors, 0, "writes failed across the renewals");
+    for (i, n) in names.iter().enumerate() {
+        assert_eq!(e.restarts(n).await, restarts[i], "{n} was restarted");
+    }
+    e.healthy(3, Duration::from_secs(30)).await;
+    e.verify(&o.acked).await;
+    assert!(e.events_named("CertificateRenewed").await >= 3);
+    eprintln!(
+        "certificate renewal: {} acknowledged, 0 failed, longest gap {:?}",
+        o.acked.len(),
+        o.longest_gap
+    );
+}
+
+/// Each claim's requested size and capacity (`status.capacity`).
+async fn claim_sizes(e: &Env) -> std::collections::BTreeMap<String, (String, String)> {
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(e.k.client.clone(), NS);
+    let list = claims.list(&ListParams::default()).await.unwrap();
+    list.items
+        .into_iter()
+        .map(|c| {
+            let name = c.metadata.name.clone().unwrap_or_default();
+            let asked = c
+                .spec
+                .and_then(|s| s.resources?.requests?.get("storage").map(|q| q.0.clone()))
+                .unwrap_or_default();
+            let has = c
+                .status
+                .and_then(|s| s.capacity?.get("storage").map(|q| q.0.clone()))
+                .unwrap_or_default();
+            (name, (asked, has))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
+async fn raising_the_storage_size_grows_the_claims_one_at_a_time_and_shrinking_is_refused() {
+    let e = env("required").await;
+    let primary = e.status().await.current_primary.unwrap();
+    let w = e.writer().await;
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+    e.patch_cluster(r#"{"spec":{"storage":{"size":"2Gi"}}}"#);
+    // Watch the claims: never two growing at once, the primary's last.
+    let seen = std::sync::Mutex::new(Vec::<String>::new());
+    let grown = until("every claim at 2Gi", Duration::from_secs(180), || async {
+        let sizes = claim_sizes(&e).await;
+        let growing = sizes.values().filter(|(asked, has)| asked != has).count();
+        assert!(growing <= 1, "two claims growing at once: {sizes:?}");
+        let mut order = seen.lock().unwrap();
+        for (n, (asked, _)) in &sizes {
+            if asked == "2Gi" && !order.contains(n) {
+                order.push(n.clone());
+            }
+        }
+        sizes
+            .values()
+            .all(|(a, h)| a == "2Gi" && h == "2Gi")
+            .then_some(())
+    })
+    .await;
+    let order = seen.into_inner().unwrap();
+    grown.unwrap_or_else(|err| panic!("{err}: {order:?}\n{}", e.k.diagnose(NS, "db")));
+    assert_eq!(
+        order.last(),
+        Some(&primary),
+        "the primary's claim last: {order:?}"
+    );
+    let condition = |st: &cnmysql_api::ClusterStatus| {
+        st.conditions
+            .iter()
+            .find(|c| c.type_ == "StorageExpanding")
+            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+    };
+    until(
+        "the condition to say done",
+        Duration::from_secs(30),
+        || async {
+            let c = condition(&e.status().await)?;
+            (c.0 == "False" && c.1 == "AsRequested").then_some(())
+        },
+    )
+    .await
+    .unwrap();
+    // Smaller than the claims: refused, naming the field; nothing touched.
+    e.patch_cluster(r#"{"spec":{"storage":{"size":"1Gi"}}}"#);
+    let refused = until("the shrink refused", Duration::from_secs(30), || async {
+        let c = condition(&e.status().await)?;
+        (c.1 == "Refused").then_some(c.2)
+    })
+    .await
+    .unwrap();
+    assert!(
+        refused.contains("spec.storage.size is 1Gi") && refused.contains("cannot shrink"),
+        "{refused}"
+    );
+    assert!(e.events_named("StorageExpansionRefused").await >= 1);
+    assert!(claim_sizes(&e).await.values().all(|(a, _)| a == "2Gi"));
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+    let o = w.stop().await;
+    assert_eq!(o.errors, 0, "writes failed while the claims grew");
+    for n in ["db-1", "db-2", "db-3"] {
+        assert_eq!(e.restarts(n).await, 0, "{n} was restarted");
+    }
+    e.verify(&o.acked).await;
+    eprintln!(
+        "storage growth order: {order:?}; {} rows acknowledged",
+        o.acked.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
+async fn binary_logs_on_claims_of_their_own_are_written_there_and_grow_apart_from_the_data() {
+    let yaml = cluster_yaml("required").replace(
+        "  failoverDelay: 0\n",
+        "  failoverDelay: 0\n  storage:\n    binlogs:\n      size: 1Gi\n",
+    );
+    let e = env_with_manifest(&yaml, &[]).await;
+    let sizes = claim_sizes(&e).await;
+    for n in ["db-1", "db-2", "db-3"] {
+        assert!(sizes.contains_key(&format!("{n}-binlog")), "{sizes:?}");
+    }
+    let rw = e.k.wait_service(NS, "db-rw").await.unwrap();
+    let mut conn = e.admin(rw).await;
+    let base: Option<String> = conn.query_first("SELECT @@log_bin_basename").await.unwrap();
+    assert_eq!(
+        base.as_deref(),
+        Some("/var/lib/cnmysql-binlog/binlog/mysql-bin")
+    );
+    drop(conn);
+    let w = e.writer().await;
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+    e.patch_cluster(r#"{"spec":{"storage":{"binlogs":{"size":"2Gi"}}}}"#);
+    let grown = until(
+        "the binlog claims at 2Gi",
+        Duration::from_secs(180),
+        || async {
+            let sizes = claim_sizes(&e).await;
+            sizes
+                .iter()
+                .all(|(n, (a, h))| {
+                    let want = if n.ends_with("-binlog") { "2Gi" } else { "1Gi" };
+                    a == want && h == want
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    if let Err(err) = grown {
+        panic!(
+            "{err}: {:?}\n{}",
+            claim_sizes(&e).await,
+            e.k.diagnose(NS, "db")
+        );
+    }
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+    let o = w.stop().await;
+    assert_eq!(o.errors, 0, "writes failed while the binlog claims grew");
+    e.healthy(3, Duration::from_secs(30)).await;
+    e.verify(&o.acked).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
+async fn a_new_ca_is_trusted_then_used_then_the_old_one_dropped_without_a_failed_write() {
+    let e = env("required").await;
+    let secrets: Api<Secret> = Api::namespaced(e.k.client.clone(), NS);
+    let ca_of = |s: &Secret, k: &str| {
+        s.data
+            .as_ref()
+            .and_then(|d| d.get(k))
+            .map(|b| String::from_utf8_lossy(&b.0).to_string())
+            .unwrap_or_default()
+    };
+    let old = ca_of(&secrets.get("db-ca").await.unwrap(), "ca.crt");
+    let mut restarts = Vec::new();
+    for n in ["db-1", "db-2", "db-3"] {
+        restarts.push(e.restarts(n).await);
+    }
+    let w = e.writer().await;
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+    // Rotating the generated CA: delete it; the operator makes a new one.
+    secrets.delete("db-ca", &Default::default()).await.unwrap();
+    let fp = cnmysql_tls::rotation::bundle_fingerprints;
+    let done = until(
+        "every Secret on the new CA alone",
+        Duration::from_secs(600),
+        || async {
+            let new = ca_of(&secrets.get_opt("db-ca").await.ok()??, "ca.crt");
+            if fp(&new) == fp(&old) {
+                return None;
+            }
+            for s in ["db-1-tls", "db-2-tls", "db-3-tls", "db-operator-tls"] {
+                let held = secrets.get(s).await.ok()?;
+                let leaf = ca_of(&held, "tls.crt");
+                if fp(&ca_of(&held, "ca.crt")) != fp(&new) || !cnmysql_tls::signed_by(&leaf, &new) {
+                    return None;
+                }
+            }
+            // And every manager has loaded it.
+            let st = e.status().await;
+            let want = fp(&new);
+            st.instance_states
+                .values()
+                .all(|i| i.tls_trust == want && i.tls_issuer.as_ref() == want.first())
+                .then_some(())
+        },
+    )
+    .await;
+    if let Err(err) = done {
+        panic!("{err}\n{}", e.k.diagnose(NS, "db"));
+    }
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+    let o = w.stop().await;
+    assert_eq!(o.errors, 0, "writes failed across the CA change");
+    for (i, n) in ["db-1", "db-2", "db-3"].iter().enumerate() {
+        assert_eq!(e.restarts(n).await, restarts[i], "{n} was restarted");
+    }
+    e.healthy(3, Duration::from_secs(30)).await;
+    e.verify(&o.acked).await;
+    assert!(
+        e.events_named("CertificateRenewed").await >= 12,
+        "trust, issue, narrow for 4 Secrets"
+    );
+    eprintln!(
+        "CA rotation: {} acknowledged, 0 failed, longest gap {:?}",
+        o.acked.len(),
+        o.longest_gap
     );
 }

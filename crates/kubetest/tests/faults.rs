@@ -299,7 +299,7 @@ async fn suite(durability: &str, default_faults: usize) {
         // replaced or its container restarted (or, for a primary, another
         // took over).
         if let Some(v) = &victim {
-            until(
+            let back = until(
                 &format!("{what}: {v} replaced or restarted, and running"),
                 faults::RECOVERY_BOUND,
                 || async {
@@ -314,8 +314,11 @@ async fn suite(durability: &str, default_faults: usize) {
                     ((now.is_some() && now != before || moved) && running).then_some(())
                 },
             )
-            .await
-            .unwrap();
+            .await;
+            if let Err(e) = back {
+                dump(&k, &pods).await;
+                panic!("{e:#}");
+            }
         }
         let healthy = if durability == "required" {
             // A former primary that comes back diverged saves what only it

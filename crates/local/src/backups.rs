@@ -11,7 +11,8 @@ use cnmysql_control::client::ControlClient;
 use cnmysql_core::event::Event;
 use cnmysql_core::status::CloneProgress;
 use cnmysql_core::status_change::StatusChange;
-use cnmysql_engine::backup::{BackupPlatform, Outcome, Request};
+pub use cnmysql_engine::backup::Outcome;
+use cnmysql_engine::backup::{BackupPlatform, Request};
 
 use crate::state::{Ports, StateDir};
 

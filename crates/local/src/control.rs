@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use cnmysql_api::names::instance_name;
+use cnmysql_api::names::{OPERATOR_IDENTITY, instance_name};
 use cnmysql_api::{Cluster, ServiceRole};
 use cnmysql_control::client::ControlClient;
 use cnmysql_control::executable_hash;
@@ -55,6 +55,8 @@ pub struct ControlPlane {
     /// SHA-256 of this executable: the target of the rollout.
     hash: String,
     client: ControlClient,
+    /// When the operator's certificate expires (Unix s), for the metrics.
+    operator_cert_expiry: Option<i64>,
 }
 
 impl ControlPlane {
@@ -78,11 +80,73 @@ impl ControlPlane {
             reporter,
             hash: executable_hash(),
             client,
+            operator_cert_expiry: None,
         })
     }
 
     fn name(&self) -> String {
         self.cluster.metadata.name.clone().unwrap_or_default()
+    }
+
+    /// Issue again the certificates that are due; a new one of the
+    /// operator's own is taken into use at once. Every few seconds.
+    fn renew_certificates(
+        &mut self,
+        last: &mut Option<Instant>,
+        status: &cnmysql_api::ClusterStatus,
+    ) {
+        if last.is_some_and(|t| t.elapsed() < Duration::from_secs(5)) {
+            return;
+        }
+        *last = Some(Instant::now());
+        let lifetime = self.cluster.spec.secrets.certificate_lifetime();
+        let renewed = match crate::pki::ensure(
+            &self.dir.pki(),
+            &self.name(),
+            &self.instance_names(),
+            lifetime,
+            &crate::pki::loaded(status),
+        ) {
+            Ok((r, waits)) => {
+                for w in waits {
+                    tracing::debug!(wait = w, "a certificate step waits");
+                }
+                r
+            }
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "certificates cannot be issued");
+                return;
+            }
+        };
+        self.operator_cert_expiry = std::fs::read_to_string(self.dir.operator_tls().cert)
+            .ok()
+            .and_then(|pem| cnmysql_tls::validity_of(&pem))
+            .map(|(_, until)| until);
+        for (who, why) in &renewed {
+            tracing::info!(holder = who, reason = why, "new certificate files");
+            let instance = (who != OPERATOR_IDENTITY).then_some(who.as_str());
+            self.dir.event(
+                false,
+                "CertificateRenewed",
+                instance,
+                &format!("new certificate files for {who}: {why}"),
+            );
+        }
+        if renewed.iter().any(|(w, _)| w == OPERATOR_IDENTITY) {
+            match self
+                .dir
+                .operator_material()
+                .and_then(|m| Ok(m.client_config()?))
+            {
+                Ok(tls) => {
+                    self.client =
+                        ControlClient::new(tls).with_connect_timeout(Duration::from_millis(500))
+                }
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), "the operator's new certificate cannot be used")
+                }
+            }
+        }
     }
 
     fn instance_names(&self) -> Vec<String> {
@@ -212,6 +276,7 @@ impl ControlPlane {
         let status_seen = crate::cluster_state::FileClusterState::new(self.dir.clone());
         let mut period = Duration::from_millis(Cadence::LOCAL.steady_ms);
         let mut status_unreadable = false;
+        let mut certificates_checked = None;
         loop {
             tokio::select! {
                 _ = sigterm.recv() => break,
@@ -241,9 +306,8 @@ impl ControlPlane {
             status_unreadable = current.is_err();
             let status = current.unwrap_or_default();
             self.reload_manifest();
-            // Keep one manager per instance running, like a kubelet.
-            supervisor.reap(&memory, &self.cluster.spec, &status).await;
-            supervisor.start_due(&memory, &self.cluster.spec, &status);
+            self.renew_certificates(&mut certificates_checked, &status);
+            self.keep_managers(&mut supervisor, &memory, &status).await;
             let observed = self.poll(&status).await;
             supervisor.check_liveness(&observed).await;
             let mut snapshot = Snapshot {
@@ -254,6 +318,7 @@ impl ControlPlane {
                 now_ms: jiff::Timestamp::now().as_millisecond(),
                 declared: self.defs.declared(),
             };
+            snapshot.declared.operator_certificate_expires_at = self.operator_cert_expiry;
             match self.defs.asked() {
                 Ok(a) => snapshot.declared.asked = a,
                 // Unknown: every instance's record is left as it is.
@@ -312,6 +377,31 @@ impl ControlPlane {
         }
         self.stop_cluster(&mut supervisor, &name).await;
         Ok(())
+    }
+
+    /// One manager per instance running, like a kubelet; none while the
+    /// cluster is hibernated (recorded by the topology step first).
+    async fn keep_managers(
+        &mut self,
+        supervisor: &mut Supervisor,
+        memory: &Memory,
+        status: &cnmysql_api::ClusterStatus,
+    ) {
+        let hibernate = status.hibernated
+            && self
+                .defs
+                .asked()
+                .is_ok_and(|a| cnmysql_core::hibernation::asked(&a.cluster));
+        if !hibernate {
+            supervisor.reap(memory, &self.cluster.spec, status).await;
+            supervisor.start_due(memory, &self.cluster.spec, status);
+        } else if supervisor.absent().len() < self.instance_names().len() {
+            self.reporter.say(
+                None,
+                "Hibernating: stopping every instance, replicas first; data kept",
+            );
+            supervisor.stop_all(status.current_primary.as_deref()).await;
+        }
     }
 
     /// The status records this control plane, and the user is told.

@@ -20,7 +20,7 @@ use cnmysql_api::names::{OPERATOR_IDENTITY, instance_name};
 use cnmysql_api::{Cluster, ClusterStatus, ServiceRole};
 use cnmysql_core::lease::Lease;
 use cnmysql_instance::config::{InstanceConfig, PeerAddr, Programs, SecretFiles};
-use cnmysql_tls::{Ca, Material, TlsPaths};
+use cnmysql_tls::{Material, TlsPaths};
 use nix::fcntl::{Flock, FlockArg};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
@@ -276,6 +276,12 @@ impl StateDir {
                     name
                 );
             }
+            if old.spec.storage.binlogs.is_some() != cluster.spec.storage.binlogs.is_some() {
+                anyhow::bail!(
+                    "spec.storage.binlogs is set when the cluster is made and cannot be added or removed later \
+                     (the server's history lives in those logs): put it back as it was"
+                );
+            }
             if old.spec.instances > cluster.spec.instances {
                 anyhow::bail!(
                     "spec.instances went down from {} to {}: scaling down a local cluster is not supported; \
@@ -301,7 +307,13 @@ impl StateDir {
         let instances: Vec<String> = (1..=cluster.spec.instances as u32)
             .map(|i| instance_name(&name, i))
             .collect();
-        self.prepare_pki(&name, &instances)?;
+        crate::pki::ensure(
+            &self.pki(),
+            &name,
+            &instances,
+            cluster.spec.secrets.certificate_lifetime(),
+            &Default::default(),
+        )?;
         let ports = self.prepare_ports(cluster, &instances, port_base)?;
         if !self.status_file().exists() {
             let status = ClusterStatus {
@@ -313,49 +325,6 @@ impl StateDir {
             self.write_status(&status)?;
         }
         Ok(ports)
-    }
-
-    fn prepare_pki(&self, cluster: &str, instances: &[String]) -> anyhow::Result<()> {
-        let pki = self.pki();
-        std::fs::create_dir_all(&pki)?;
-        let ca_cert = pki.join("ca.crt");
-        let ca_key = pki.join("ca.key");
-        let ca = if ca_cert.exists() && ca_key.exists() {
-            Ca {
-                identity: cnmysql_tls::Identity {
-                    cert_pem: std::fs::read_to_string(&ca_cert)?,
-                    key_pem: std::fs::read_to_string(&ca_key)?,
-                },
-            }
-        } else {
-            let ca = Ca::generate(cluster)?;
-            cnmysql_tls::write_private(&ca_key, &ca.identity.key_pem, true)?;
-            cnmysql_tls::write_private(&ca_cert, &ca.identity.cert_pem, false)?;
-            ca
-        };
-        let mut parties: Vec<(String, Vec<String>)> = instances
-            .iter()
-            .map(|n| {
-                (
-                    n.clone(),
-                    vec![
-                        n.clone(),
-                        "localhost".into(),
-                        "127.0.0.1".into(),
-                        "::1".into(),
-                    ],
-                )
-            })
-            .collect();
-        parties.push((OPERATOR_IDENTITY.into(), vec![OPERATOR_IDENTITY.into()]));
-        for (who, names) in parties {
-            let paths = TlsPaths::in_dir(&pki, &who);
-            if !paths.cert.exists() || !paths.key.exists() {
-                let id = ca.issue(&who, &names)?;
-                paths.write(&ca, &id)?;
-            }
-        }
-        Ok(())
     }
 
     fn prepare_ports(
@@ -472,6 +441,12 @@ impl StateDir {
             ordinal,
             spec: cluster.spec.clone(),
             data_dir: dir.join("data"),
+            binlog_dir: cluster
+                .spec
+                .storage
+                .binlogs
+                .is_some()
+                .then(|| dir.join("binlog")),
             run_dir: dir.join("run"),
             template_dir: template,
             tls: TlsPaths::in_dir(&self.pki(), &me),

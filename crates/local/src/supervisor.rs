@@ -310,6 +310,9 @@ impl Supervisor {
                 self.kill(&name).await;
             }
             let _ = std::fs::remove_file(self.dir.manager_pid(&name));
+            if let Some(p) = self.get_mut(&name) {
+                p.child = None;
+            }
         }
     }
 }

@@ -103,34 +103,43 @@ pub async fn remove_stale_services(
     Ok(())
 }
 
-/// Generate the Secrets that do not exist yet: the CA first, since the
-/// certificates are issued from it.
-pub async fn ensure_secrets(cluster: &Cluster, ctx: &Context, ns: &str) -> anyhow::Result<()> {
+/// Generate the Secrets that do not exist yet (the CA first, since the
+/// certificates are issued from it), then keep the certificates as
+/// [`crate::certificates`] says. Returns in how many seconds a certificate
+/// is next due.
+pub async fn ensure_secrets(cluster: &Cluster, ctx: &Context, ns: &str) -> anyhow::Result<i64> {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-    let have: Vec<String> = api
+    let have: Vec<Secret> = api
         .list(&ListParams::default().labels(&format!("{CLUSTER}={}", cluster.name_any())))
         .await?
-        .items
+        .items;
+    let needed = secrets::needed(cluster);
+    let missing = |name: &String| !have.iter().any(|s| &s.name_any() == name);
+    let is_certificate = |w: &secrets::Needed| matches!(w, secrets::Needed::Certificate { .. });
+    for (name, what) in needed
         .iter()
-        .map(|s| s.name_any())
-        .collect();
-    let missing: Vec<_> = secrets::needed(cluster)
-        .into_iter()
-        .filter(|(n, _)| !have.contains(n))
-        .collect();
-    let mut ca = None;
-    let ca_name = secrets::ca_secret_name(cluster);
-    for (name, what) in &missing {
-        if matches!(what, secrets::Needed::Certificate { .. }) && ca.is_none() {
-            let s = api.get_opt(&ca_name).await?.ok_or_else(|| {
-                anyhow::anyhow!(
-                    "the CA Secret {ca_name} does not exist (spec.secrets.caSecret names it): create it with ca.crt and ca.key"
-                )
-            })?;
-            ca = Some(secrets::ca_from(&s).map_err(anyhow::Error::msg)?);
-        }
-        let secret = secrets::generate(cluster, name, what, ca.as_ref())?;
+        .filter(|(n, w)| missing(n) && !is_certificate(w))
+    {
+        let secret = secrets::generate(cluster, name, what, None)?;
         create_missing(ctx, ns, &secret).await?;
     }
-    Ok(())
+    let ca = load_ca(&api, cluster).await?;
+    for (name, what) in needed
+        .iter()
+        .filter(|(n, w)| missing(n) && is_certificate(w))
+    {
+        let secret = secrets::generate(cluster, name, what, Some(&ca))?;
+        create_missing(ctx, ns, &secret).await?;
+    }
+    crate::certificates::ensure(cluster, ctx, &api, &have, &ca).await
+}
+
+async fn load_ca(api: &Api<Secret>, cluster: &Cluster) -> anyhow::Result<cnmysql_tls::Ca> {
+    let ca_name = secrets::ca_secret_name(cluster);
+    let s = api.get_opt(&ca_name).await?.ok_or_else(|| {
+        anyhow::anyhow!(
+            "the CA Secret {ca_name} does not exist (spec.secrets.caSecret names it): create it with ca.crt and ca.key, or tls.crt and tls.key"
+        )
+    })?;
+    secrets::ca_from(&s).map_err(anyhow::Error::msg)
 }

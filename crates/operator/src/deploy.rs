@@ -98,6 +98,8 @@ pub fn cluster_role() -> ClusterRole {
             ),
             // A primary on a cordoned node hands over before the drain.
             rule(&[""], &["nodes"], &watch),
+            // Whether a claim's class can grow (allowVolumeExpansion).
+            rule(&["storage.k8s.io"], &["storageclasses"], &watch),
             rule(
                 &[""],
                 &["secrets", "serviceaccounts"],

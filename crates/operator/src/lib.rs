@@ -14,6 +14,7 @@ pub mod apply;
 pub mod backup_store;
 pub mod backups;
 pub mod catalog;
+pub mod certificates;
 pub mod context;
 pub mod deploy;
 pub mod error;
@@ -29,6 +30,7 @@ pub mod pods;
 pub mod reconcile;
 pub mod restart;
 pub mod scheduled_backups;
+pub mod storage_growth;
 pub mod topology;
 
 use std::net::SocketAddr;

@@ -23,6 +23,8 @@ struct ClusterMemory {
     task: Option<String>,
     /// Why the Cluster's server image cannot be resolved, if it cannot.
     image_error: Option<String>,
+    /// When the operator's certificate in the client expires (Unix s).
+    client_expiry: Option<i64>,
     /// Wakes the polling task before its next period: one of the
     /// Cluster's Pods changed (deleted on notice, its container died).
     wake: std::sync::Arc<tokio::sync::Notify>,
@@ -85,13 +87,22 @@ impl Memories {
         (v == version).then(|| c.clone())
     }
 
-    pub fn set_client(&self, cluster: &Cluster, version: String, client: ControlClient) {
-        self.all
-            .lock()
-            .unwrap()
-            .entry(key(cluster))
-            .or_default()
-            .client = Some((version, client));
+    pub fn set_client(
+        &self,
+        cluster: &Cluster,
+        version: String,
+        client: ControlClient,
+        expires_at: Option<i64>,
+    ) {
+        let mut all = self.all.lock().unwrap();
+        let m = all.entry(key(cluster)).or_default();
+        m.client = Some((version, client));
+        m.client_expiry = expires_at;
+    }
+
+    /// When the operator's certificate for the Cluster expires (Unix s).
+    pub fn client_expiry(&self, cluster: &Cluster) -> Option<i64> {
+        self.all.lock().unwrap().get(&key(cluster))?.client_expiry
     }
 
     /// What wakes the polling task of Cluster `namespace/name`.

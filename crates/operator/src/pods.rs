@@ -90,6 +90,34 @@ pub async fn ensure_pods(cluster: &Cluster, ctx: &Context, want: &[Pod]) -> Resu
     Ok(())
 }
 
+/// Delete every instance Pod of `cluster` not already going (hibernation);
+/// their claims stay.
+pub async fn stop_all(cluster: &Cluster, ctx: &Context) -> Result<(), Error> {
+    let name = cluster.name_any();
+    let ns = cluster.namespace().unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let live = pods
+        .list(&ListParams::default().labels(&format!("{CLUSTER}={name}")))
+        .await
+        .at(Error::Pods)?;
+    for p in live.items {
+        if p.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let pod = p.name_any();
+        tracing::info!(
+            pod,
+            "hibernating: deleting the instance Pod, keeping its claim"
+        );
+        match pods.delete(&pod, &Default::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e).at(Error::Pods),
+        }
+    }
+    Ok(())
+}
+
 /// Whether the Pods' role labels differ between two statuses of `cluster`.
 pub fn roles_changed(
     cluster: &Cluster,
@@ -109,7 +137,10 @@ pub async fn scale_down(cluster: &Cluster, ctx: &Context) -> Result<(), Error> {
     let name = cluster.name_any();
     let ns = cluster.namespace().unwrap_or_default();
     let declared = cluster.spec.instances.max(0) as u32;
-    let extra = |n: &str| cnmysql_api::names::ordinal_of(&name, n).is_some_and(|o| o > declared);
+    let extra = |n: &str| {
+        let n = crate::objects::storage::claim_instance(n);
+        cnmysql_api::names::ordinal_of(&name, n).is_some_and(|o| o > declared)
+    };
     let selector = ListParams::default().labels(&format!("{CLUSTER}={name}"));
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);

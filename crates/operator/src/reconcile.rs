@@ -93,6 +93,16 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Action, Err
         return Ok(Action::requeue(RESYNC));
     }
 
+    // Hibernation: once the topology step has recorded it (so nothing
+    // fails over), every instance Pod goes; the claims stay. Removing the
+    // annotation lets the Pods be made again below, the primary included.
+    if cnmysql_core::hibernation::asked(cluster.annotations()) {
+        if cluster.status.as_ref().is_some_and(|s| s.hibernated) {
+            crate::pods::stop_all(cluster, ctx).await?;
+        }
+        return Ok(Action::requeue(Duration::from_secs(2)));
+    }
+
     // The server image it asks for, recorded before any Pod is made from
     // it (Pods follow the status: see objects::image::server_image).
     let declared = crate::catalog::resolve(ctx, cluster).await;
@@ -155,7 +165,7 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Action, Err
     let desired = objects::desired(cluster, &ctx.env);
 
     // 4. apply
-    ensure_secrets(cluster, ctx, &ns)
+    let certificate_due = ensure_secrets(cluster, ctx, &ns)
         .await
         .map_err(Error::Secrets)?;
     let pp = PatchParams::apply(FIELD_MANAGER).force();
@@ -179,30 +189,32 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Action, Err
         .map_err(Error::Apply)?;
 
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
-    let have: Vec<String> = claims
+    let held = claims
         .list(&ListParams::default().labels(&format!("{CLUSTER}={name}")))
         .await
         .at(Error::Apply)?
-        .items
-        .iter()
-        .map(|c| c.name_any())
-        .collect();
+        .items;
     for claim in desired
         .claims
         .iter()
-        .filter(|c| !have.contains(&c.name_any()))
+        .filter(|c| !held.iter().any(|h| h.name_any() == c.name_any()))
     {
         create_missing(ctx, &ns, claim)
             .await
             .map_err(Error::Apply)?;
     }
+    let growth = crate::storage_growth::carry_out(cluster, ctx, &ns, &held)
+        .await
+        .map_err(Error::Apply)?;
     ensure_pods(cluster, ctx, &desired.pods).await?;
     scale_down(cluster, ctx).await?;
 
     // 5. report the operator's part of the status; the topology task
     // (`topology.rs`) polls the instances and reports the rest.
-    report_status(cluster, ctx).await?;
-    Ok(Action::requeue(RESYNC))
+    report_status(cluster, ctx, &growth).await?;
+    // Back before a certificate is due, within a resync at most.
+    let due = Duration::from_secs(certificate_due.max(1) as u64);
+    Ok(Action::requeue(RESYNC.min(due)))
 }
 
 /// Status for an invalid Cluster: Degraded, with the fields named; one
@@ -296,10 +308,39 @@ async fn write_status(
 /// primary: a concurrent writer is never overwritten), and the operator's
 /// executable hash and the declared instances are published. Phase and
 /// conditions come from the topology pass.
-async fn report_status(cluster: &Cluster, ctx: &Context) -> Result<(), Error> {
+async fn report_status(
+    cluster: &Cluster,
+    ctx: &Context,
+    growth: &crate::storage_growth::Growth,
+) -> Result<(), Error> {
+    use crate::storage_growth::Growth;
     let first = instance_name(&cluster.name_any(), 1);
     let now = jiff::Timestamp::now().to_string();
+    let now_ms = jiff::Timestamp::now().as_millisecond();
+    let (growing, reason, message) = match growth {
+        Growth::Nothing => (
+            false,
+            "AsRequested",
+            "every claim holds the size asked for".to_string(),
+        ),
+        Growth::Refused(why) => (false, "Refused", why.clone()),
+        Growth::Waiting(why) => (true, "Expanding", why.clone()),
+        Growth::Expand { claim, to } => (
+            true,
+            "Expanding",
+            format!("claim {claim} asked to grow to {to}"),
+        ),
+    };
     write_status(cluster, ctx, |st| {
+        cnmysql_core::phase::set_condition(
+            &mut st.conditions,
+            crate::storage_growth::CONDITION,
+            growing,
+            reason,
+            &message,
+            now_ms,
+            None,
+        );
         if st.target_primary.is_none() && st.current_primary.is_none() {
             st.target_primary = Some(first.clone());
             st.target_primary_timestamp = Some(now.clone());

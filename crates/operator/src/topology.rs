@@ -88,7 +88,9 @@ pub(crate) async fn control_client(
     };
     let client = ControlClient::new(material.client_config()?)
         .with_connect_timeout(Duration::from_millis(500));
-    ctx.memory.set_client(cluster, version, client.clone());
+    let expires_at = cnmysql_tls::validity_of(&material.identity.cert_pem).map(|(_, until)| until);
+    ctx.memory
+        .set_client(cluster, version, client.clone(), expires_at);
     Ok(client)
 }
 
@@ -375,6 +377,7 @@ pub async fn step(
             error: ctx.memory.image_error(cluster),
             force_rollout: crate::catalog::forced(cluster),
             asked: crate::instance_upgrade::asked(ctx, cluster, pods).await,
+            operator_certificate_expires_at: ctx.memory.client_expiry(cluster),
         },
     };
     let ns = cluster.namespace().unwrap_or_default();

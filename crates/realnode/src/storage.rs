@@ -2,7 +2,10 @@
 //! claims this program provisions as local PersistentVolumes (a directory
 //! under the node's directory, pinned to the node), the way a node-local
 //! provisioner does on a real cluster. Released volumes are deleted with
-//! their data.
+//! their data. The class allows expansion, and this program plays the
+//! resizer a CSI driver brings: a bound claim asking for more than its
+//! volume holds gets it (a directory has no size to grow; the volume's and
+//! the claim's capacity say the new size, as after an online expansion).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -36,6 +39,7 @@ pub async fn install_class(client: &kube::Client) -> anyhow::Result<()> {
             ..Default::default()
         },
         provisioner: PROVISIONER.into(),
+        allow_volume_expansion: Some(true),
         volume_binding_mode: Some("WaitForFirstConsumer".into()),
         reclaim_policy: Some("Delete".into()),
         ..Default::default()
@@ -87,6 +91,9 @@ async fn pass(client: &kube::Client, dir: &Path, node: &str) -> anyhow::Result<(
             }
         }
     }
+    for pvc in claims.list(&ListParams::default()).await? {
+        resize(&claims, &volumes, &pvc).await?;
+    }
     for pv in volumes.list(&ListParams::default()).await? {
         let ours = pv
             .metadata
@@ -111,6 +118,61 @@ async fn pass(client: &kube::Client, dir: &Path, node: &str) -> anyhow::Result<(
             let _ = volumes.delete(&name, &DeleteParams::default()).await;
         }
     }
+    Ok(())
+}
+
+/// A bound claim of the class asking for more than its capacity: the
+/// volume and then the claim's status take the new size.
+async fn resize(
+    claims: &Api<PersistentVolumeClaim>,
+    volumes: &Api<PersistentVolume>,
+    pvc: &PersistentVolumeClaim,
+) -> anyhow::Result<()> {
+    use kube::api::{Patch, PatchParams};
+    let Some(spec) = pvc
+        .spec
+        .as_ref()
+        .filter(|s| s.storage_class_name.as_deref() == Some(CLASS))
+    else {
+        return Ok(());
+    };
+    let (Some(volume), Some(asked)) = (
+        spec.volume_name.as_ref(),
+        spec.resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref()?.get("storage")),
+    ) else {
+        return Ok(());
+    };
+    let has = pvc
+        .status
+        .as_ref()
+        .and_then(|s| s.capacity.as_ref()?.get("storage"));
+    let bytes = |q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity| {
+        cnmysql_api::validation::quantity_bytes(&q.0)
+    };
+    if has.and_then(bytes) >= bytes(asked) {
+        return Ok(());
+    }
+    let capacity = serde_json::json!({"storage": asked});
+    volumes
+        .patch(
+            volume,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"capacity": capacity}})),
+        )
+        .await?;
+    let ns = pvc.metadata.namespace.clone().unwrap_or_default();
+    let name = pvc.metadata.name.clone().unwrap_or_default();
+    let in_ns: Api<PersistentVolumeClaim> = Api::namespaced(claims.clone().into_client(), &ns);
+    in_ns
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"status": {"capacity": capacity}})),
+        )
+        .await?;
+    tracing::info!(claim = name, size = asked.0, "volume expanded");
     Ok(())
 }
 

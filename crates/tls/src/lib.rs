@@ -10,6 +10,8 @@
 //!
 //! Keys are ECDSA P-256; everything uses rustls with the ring provider.
 
+pub mod rotation;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -109,9 +111,20 @@ impl Ca {
         })
     }
 
-    /// Issue a certificate usable for both server and client authentication.
-    /// `names` become DNS or IP subject alternative names.
+    /// Issue a certificate usable for both server and client authentication,
+    /// valid for [`LEAF_LIFETIME_SECONDS`]. `names` become DNS or IP subject
+    /// alternative names.
     pub fn issue(&self, common_name: &str, names: &[String]) -> Result<Identity, TlsError> {
+        self.issue_for(common_name, names, LEAF_LIFETIME_SECONDS)
+    }
+
+    /// As [`Ca::issue`], valid for `lifetime_secs` from now.
+    pub fn issue_for(
+        &self,
+        common_name: &str,
+        names: &[String],
+        lifetime_secs: i64,
+    ) -> Result<Identity, TlsError> {
         let ca_key = KeyPair::from_pem(&self.identity.key_pem)?;
         let issuer = Issuer::from_ca_cert_pem(&self.identity.cert_pem, ca_key)?;
         let key = KeyPair::generate()?;
@@ -136,13 +149,77 @@ impl Ca {
             ExtendedKeyUsagePurpose::ClientAuth,
         ];
         params.use_authority_key_identifier_extension = true;
-        validity(&mut params, 825);
+        let now = time::OffsetDateTime::now_utc();
+        params.not_before = now - time::Duration::seconds(BACKDATE_SECONDS);
+        params.not_after = now + time::Duration::seconds(lifetime_secs);
         let cert = params.signed_by(&key, &issuer)?;
         Ok(Identity {
             cert_pem: cert.pem(),
             key_pem: key.serialize_pem(),
         })
     }
+}
+
+/// How long a certificate from [`Ca::issue`] is valid: 90 days, as the
+/// Cluster's default (`spec.secrets.certificateLifetimeSeconds`).
+pub const LEAF_LIFETIME_SECONDS: i64 = 90 * 86_400;
+
+/// When a certificate is valid from and until (Unix seconds).
+pub fn validity_of(cert_pem: &str) -> Option<(i64, i64)> {
+    let der = certs(cert_pem, "certificate").ok()?.into_iter().next()?;
+    let (_, c) = x509_parser::parse_x509_certificate(der.as_ref()).ok()?;
+    let v = c.validity();
+    Some((v.not_before.timestamp(), v.not_after.timestamp()))
+}
+
+/// Why a leaf certificate must be issued again at `now` (Unix seconds):
+/// it cannot be read, another CA signed it (the CA was replaced), a
+/// third of its life or less is left, or its lifetime is not the one
+/// asked for (`lifetime_secs`, so a changed setting takes effect). None
+/// while it is good.
+pub fn renewal_due(
+    cert_pem: &str,
+    ca_pem: &str,
+    lifetime_secs: i64,
+    now: i64,
+) -> Option<&'static str> {
+    let Some((from, until)) = validity_of(cert_pem) else {
+        return Some("the certificate cannot be read");
+    };
+    if !signed_by(cert_pem, ca_pem) {
+        return Some("another certificate authority signed it");
+    }
+    if (until - from - BACKDATE_SECONDS - lifetime_secs).abs() > 60 {
+        return Some("its lifetime differs from the one asked for");
+    }
+    if now >= renew_at(cert_pem)? {
+        return Some("a third of its lifetime or less is left");
+    }
+    None
+}
+
+/// When a certificate is due to be issued again: a third of its lifetime
+/// (not counting the minute it is back-dated) before it expires.
+pub fn renew_at(cert_pem: &str) -> Option<i64> {
+    let (from, until) = validity_of(cert_pem)?;
+    Some(until - (until - from - BACKDATE_SECONDS).max(3) / 3)
+}
+
+/// How far back a certificate's validity starts, for clocks a little behind.
+const BACKDATE_SECONDS: i64 = 60;
+
+/// Whether the first certificate of `ca_pem` signed `cert_pem`.
+pub fn signed_by(cert_pem: &str, ca_pem: &str) -> bool {
+    let (Ok(leaf), Ok(ca)) = (certs(cert_pem, "certificate"), certs(ca_pem, "CA")) else {
+        return false;
+    };
+    let (Ok((_, leaf)), Ok((_, ca))) = (
+        x509_parser::parse_x509_certificate(leaf[0].as_ref()),
+        x509_parser::parse_x509_certificate(ca[0].as_ref()),
+    ) else {
+        return false;
+    };
+    leaf.verify_signature(Some(ca.public_key())).is_ok()
 }
 
 /// Paths of a CA certificate, a certificate and its key on disk.
@@ -189,10 +266,11 @@ pub fn write_private(path: &Path, text: &str, private: bool) -> Result<(), TlsEr
 }
 
 impl TlsPaths {
-    /// `<dir>/ca.crt`, `<dir>/<name>.crt`, `<dir>/<name>.key`.
+    /// `<dir>/<name>-ca.crt` (the CAs `name` trusts), `<dir>/<name>.crt`,
+    /// `<dir>/<name>.key`.
     pub fn in_dir(dir: &Path, name: &str) -> TlsPaths {
         TlsPaths {
-            ca: dir.join("ca.crt"),
+            ca: dir.join(format!("{name}-ca.crt")),
             cert: dir.join(format!("{name}.crt")),
             key: dir.join(format!("{name}.key")),
         }
@@ -318,13 +396,40 @@ mod tests {
             .unwrap()
             .as_secs() as i64;
         let left_days = (m.expires_at().unwrap() - now) / 86_400;
-        // The leaf's 825 days, the CA's 3650: the sooner counts.
-        assert!((823..=826).contains(&left_days), "{left_days}");
+        // The leaf's 90 days, the CA's 3650: the sooner counts.
+        assert!((89..=90).contains(&left_days), "{left_days}");
         let broken = Material {
             ca_pem: "junk".into(),
             ..m
         };
         assert_eq!(broken.expires_at(), None);
+    }
+
+    #[test]
+    fn a_leaf_is_renewed_with_a_third_of_its_life_left_or_when_another_ca_signed_it() {
+        let ca = Ca::generate("db").unwrap();
+        let life = 3_000;
+        let id = ca.issue_for("db-1", &["db-1".into()], life).unwrap();
+        let (from, until) = validity_of(&id.cert_pem).unwrap();
+        let ca_pem = &ca.identity.cert_pem;
+        assert_eq!(renewal_due(&id.cert_pem, ca_pem, life, from + 60), None);
+        let two_thirds = from + 60 + life * 2 / 3;
+        assert_eq!(
+            renewal_due(&id.cert_pem, ca_pem, life, two_thirds - 5),
+            None
+        );
+        assert!(renewal_due(&id.cert_pem, ca_pem, life, two_thirds + 5).is_some());
+        assert!(renewal_due(&id.cert_pem, ca_pem, life, until + 1).is_some());
+        // A changed lifetime, another CA, junk.
+        assert!(renewal_due(&id.cert_pem, ca_pem, 90 * 86_400, from + 60).is_some());
+        let other = Ca::generate("db").unwrap();
+        assert!(signed_by(&id.cert_pem, ca_pem));
+        assert!(!signed_by(&id.cert_pem, &other.identity.cert_pem));
+        assert_eq!(
+            renewal_due(&id.cert_pem, &other.identity.cert_pem, life, from + 60),
+            Some("another certificate authority signed it")
+        );
+        assert!(renewal_due("junk", ca_pem, life, from).is_some());
     }
 
     #[test]

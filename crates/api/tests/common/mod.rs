@@ -101,6 +101,12 @@ pub fn cases() -> Vec<(&'static str, Value, &'static str, bool)> {
             true,
         ),
         (
+            "certificates living under a minute",
+            json!({"spec": {"secrets": {"certificateLifetimeSeconds": 30}}}),
+            "spec.secrets.certificateLifetimeSeconds",
+            true,
+        ),
+        (
             "zero semi-sync timeout",
             json!({"spec": {"mysql": {"semiSync": {"timeoutMillis": 0}}}}),
             "spec.mysql.semiSync.timeoutMillis",

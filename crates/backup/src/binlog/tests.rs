@@ -61,7 +61,7 @@ fn rotate(next: &str) -> Vec<u8> {
     event(ROTATE, 1, 0, &body)
 }
 
-fn mariadb_file() -> Vec<u8> {
+pub(crate) fn mariadb_file() -> Vec<u8> {
     let mut f = MAGIC.to_vec();
     f.extend(fde());
     // A DDL statement, then a two-row transaction ended by an XID, then

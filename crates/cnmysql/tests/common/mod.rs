@@ -654,3 +654,36 @@ pub fn instances_by_name(status: &Value) -> BTreeMap<String, Value> {
         .map(|i| (i["name"].as_str().unwrap().to_string(), i.clone()))
         .collect()
 }
+
+/// The files of a `report` bundle, by path, as text.
+#[allow(dead_code)]
+pub fn untar_gz(path: &Path) -> BTreeMap<String, String> {
+    use std::io::Read as _;
+    let gz = flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap());
+    let mut out = BTreeMap::new();
+    for e in tar::Archive::new(gz).entries().unwrap() {
+        let mut e = e.unwrap();
+        let name = e.path().unwrap().display().to_string();
+        let mut text = String::new();
+        e.read_to_string(&mut text).unwrap();
+        out.insert(name, text);
+    }
+    out
+}
+
+/// A TLS client that trusts the CAs in `ca_pem` and presents no
+/// certificate of its own.
+#[allow(dead_code)]
+pub fn client_without_certificate(ca_pem: &str) -> rustls::ClientConfig {
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    rustls::ClientConfig::builder_with_provider(cnmysql_tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth()
+}

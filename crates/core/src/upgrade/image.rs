@@ -126,6 +126,7 @@ pub fn resolve(
         error: None,
         force_rollout,
         asked: Default::default(),
+        operator_certificate_expires_at: None,
     }
 }
 

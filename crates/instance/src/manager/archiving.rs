@@ -113,7 +113,7 @@ impl<C: ClusterState> Manager<C> {
                                 dest,
                                 flavor: self.cfg.flavor(),
                                 instance: self.cfg.instance.clone(),
-                                dir: self.cfg.data_dir.clone(),
+                                dir: self.cfg.binlog_dir(),
                                 source: Server {
                                     pool: self.pool().expect("checked by should_archive"),
                                     flavor: self.cfg.flavor(),

@@ -275,7 +275,8 @@ impl<C: ClusterState> Manager<C> {
             }
             Action::SetReadOnly(false) => self.open_writes(conn).await?,
             Action::ResetReplication => {
-                sql::exec_all(conn, &[flavor::stop_replica(f), flavor::reset_replica(f)]).await?;
+                sql::stop_replication(conn, f, receiving(view)).await?;
+                sql::exec_all(conn, &[flavor::reset_replica(f)]).await?;
             }
             Action::StartReplication => {
                 sql::exec_all(conn, &[flavor::start_replica(f)]).await?;
@@ -341,13 +342,10 @@ impl<C: ClusterState> Manager<C> {
             use_current_pos: true,
             verify_host: peer.tls_name.is_none(),
         };
+        sql::stop_replication(conn, f, receiving(view)).await?;
         sql::exec_all(
             conn,
-            &[
-                flavor::stop_replica(f),
-                flavor::change_source(f, &spec),
-                flavor::start_replica(f),
-            ],
+            &[flavor::change_source(f, &spec), flavor::start_replica(f)],
         )
         .await?;
         self.clear_acked_alone();
@@ -418,7 +416,8 @@ impl<C: ClusterState> Manager<C> {
             return Ok(());
         }
         if view.replication.is_some() {
-            sql::exec_all(conn, &[flavor::stop_replica(f), flavor::reset_replica(f)]).await?;
+            sql::stop_replication(conn, f, receiving(view)).await?;
+            sql::exec_all(conn, &[flavor::reset_replica(f)]).await?;
         }
         if self.cfg.spec.enable_primary_lease {
             let attempt = Instant::now();
@@ -559,4 +558,11 @@ impl<C: ClusterState> Manager<C> {
         )
         .await
     }
+}
+
+/// Whether the receiver is running (connected, or connecting, to a source).
+fn receiving(view: &sql::ServerView) -> bool {
+    view.replication
+        .as_ref()
+        .is_some_and(|r| r.io_state == "Yes")
 }

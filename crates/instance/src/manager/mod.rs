@@ -6,6 +6,7 @@
 
 mod archiving;
 mod backend;
+mod certificates;
 mod converge;
 mod fence;
 mod observe;
@@ -13,6 +14,7 @@ mod obtain;
 mod primary_lease;
 pub mod recovery;
 mod reinit;
+mod replay;
 
 use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
@@ -33,7 +35,6 @@ use tracing::Instrument;
 
 use crate::api::{self, Backend};
 use crate::bootstrap::{self, read_secret};
-use crate::client::ControlClient;
 use crate::clone;
 use crate::clone_progress::ProgressCell;
 use crate::cluster_state::ClusterState;
@@ -98,7 +99,11 @@ pub struct Manager<C: ClusterState> {
     listen_fds: Mutex<Vec<(&'static str, std::os::fd::RawFd)>>,
     /// Holds the control API still just before a re-exec.
     gate: Arc<api::Gate>,
-    peers: ControlClient,
+    /// The GTID history last observed, and when it was first seen so
+    /// (none for the first observation: its age is unknown).
+    history_seen: Mutex<Option<(String, Option<String>)>>,
+    /// Its certificates, loaded again when renewed.
+    certs: certificates::Certificates,
     shutdown: watch::Sender<bool>,
     /// mysqld was killed because this instance was deposed while writable:
     /// its next start recovers as a replica (rolls back what waited for an
@@ -108,14 +113,12 @@ pub struct Manager<C: ClusterState> {
     server_version: Mutex<Option<String>>,
     /// Continuous binlog archiving, while this instance is the primary.
     archive: Arc<Mutex<cnmysql_api::backup::ArchiveStatus>>,
-    /// When the certificates it loaded expire (RFC 3339).
-    certificate_expires_at: Option<String>,
 }
 
 impl<C: ClusterState> Manager<C> {
     pub fn new(cfg: InstanceConfig, cluster: C) -> anyhow::Result<Arc<Self>> {
         let cfg = Arc::new(cfg);
-        let material = cfg.tls.load()?;
+        let certs = certificates::Certificates::load(cfg.tls.clone())?;
         Ok(Arc::new(Manager {
             supervisor: Supervisor::new(cfg.clone()),
             cluster,
@@ -133,14 +136,12 @@ impl<C: ClusterState> Manager<C> {
             reexec_pending: Default::default(),
             listen_fds: Mutex::new(Vec::new()),
             gate: Default::default(),
-            peers: ControlClient::new(material.client_config()?),
+            certs,
+            history_seen: Mutex::new(None),
             shutdown: watch::channel(false).0,
             deposed: Default::default(),
             server_version: Mutex::new(None),
             archive: Default::default(),
-            certificate_expires_at: material
-                .expires_at()
-                .map(|t| cnmysql_core::time::timestamp(t.saturating_mul(1000))),
             cfg,
         }))
     }
@@ -183,6 +184,10 @@ impl<C: ClusterState> Manager<C> {
         crate::run_dir::prepare(&cfg.run_dir)?;
         crate::run_dir::make_private_dir(&cfg.tmp_dir())?;
         std::fs::write(cfg.mycnf(), render_mycnf(&cfg))?;
+        if let Some(dir) = &cfg.binlog_dir {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| anyhow::anyhow!("the binary log directory {}: {e}", dir.display()))?;
+        }
         // After an in-place upgrade or restart: the running mysqld and the
         // log FIFO the previous image handed on.
         let adopted = crate::upgrade::adopt(&cfg);
@@ -219,11 +224,10 @@ impl<C: ClusterState> Manager<C> {
             .lock()
             .unwrap()
             .push(("control", listener.as_raw_fd()));
-        let tls = cfg.tls.load()?.server_config()?;
         let api_task = tokio::spawn(
             api::serve(
                 listener,
-                tls,
+                self.certs.server(),
                 api::router(self.clone()),
                 self.shutdown.subscribe(),
                 self.gate.clone(),
@@ -258,6 +262,7 @@ impl<C: ClusterState> Manager<C> {
             "instance manager started"
         );
 
+        let renewals = tokio::spawn(self.clone().certificate_loop().in_current_span());
         let mut stop = self.shutdown.subscribe();
         let work = {
             let me = self.clone();
@@ -290,6 +295,7 @@ impl<C: ClusterState> Manager<C> {
             let _ = tokio::time::timeout(Duration::from_secs(1), p.disconnect()).await;
         }
         self.shutdown.send_replace(true);
+        renewals.abort();
         let _ = api_task.await;
         tracing::info!("instance manager stopped");
         result

@@ -17,7 +17,8 @@ impl<C: ClusterState> Manager<C> {
         let peer = self.peer(name)?;
         tokio::time::timeout(
             Duration::from_millis(1500),
-            self.peers
+            self.certs
+                .peers()
                 .with_server_name(peer.tls_name.clone())
                 .get_json::<InstanceStatus>(&peer.host, peer.control_port, "/status"),
         )
@@ -59,6 +60,21 @@ impl<C: ClusterState> Manager<C> {
         isolation::isolated(unreachable_for, any_peer)
     }
 
+    /// When the history was last seen to grow: a new history is stamped
+    /// now, the one first seen is not (its age is unknown).
+    fn note_history(&self, gtid: &str) -> Option<String> {
+        let mut seen = self.history_seen.lock().unwrap();
+        match seen.as_mut() {
+            Some((g, at)) if g.as_str() != gtid => {
+                *g = gtid.to_string();
+                *at = Some(jiff::Timestamp::now().to_string());
+            }
+            Some(_) => {}
+            None => *seen = Some((gtid.to_string(), None)),
+        }
+        seen.as_ref().and_then(|(_, at)| at.clone())
+    }
+
     /// A fresh look at the server for `/status`.
     pub async fn observe(&self) -> InstanceStatus {
         let (phase, message) = self.phase.lock().unwrap().clone();
@@ -71,7 +87,9 @@ impl<C: ClusterState> Manager<C> {
             manager_version: VERSION.into(),
             manager_pid: std::process::id(),
             manager_started_at: self.started_at.clone(),
-            certificate_expires_at: self.certificate_expires_at.clone(),
+            certificate_expires_at: self.certs.expires_at(),
+            tls_trust: self.certs.trust().0,
+            tls_issuer: self.certs.trust().1,
             clone: self
                 .progress
                 .lock()
@@ -122,10 +140,12 @@ impl<C: ClusterState> Manager<C> {
             .lock()
             .unwrap()
             .is_some_and(|t| (t.elapsed().as_millis() as i64) < lease::TTL_MS);
+        st.last_transaction_at = self.note_history(&view.gtid_executed);
         st.gtid_executed = view.gtid_executed;
         st.gtid_position = view.gtid_position;
         st.uptime_seconds = Some(view.uptime_seconds);
         st.semi_sync = Some(view.semi_sync);
+        st.server = view.server;
         st.lag_seconds = view.replication.as_ref().and_then(|r| r.seconds_behind);
         let desired = self.desired.lock().unwrap().clone();
         st.role = match (&view.replication, &desired) {

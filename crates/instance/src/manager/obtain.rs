@@ -214,8 +214,15 @@ impl<C: ClusterState> Manager<C> {
             .peer(source)
             .ok_or_else(|| anyhow::anyhow!("no address known for {source}"))?;
         self.set_phase(InstancePhase::Cloning, format!("cloning from {source}"));
-        let mut gtid =
-            clone::clone_from(&self.cfg, source, &peer, &self.peers, &self.progress).await?;
+        let copied = clone::clone_from(
+            &self.cfg,
+            source,
+            &peer,
+            &self.certs.peers(),
+            &self.progress,
+        )
+        .await?;
+        let mut gtid = copied.position;
         self.set_phase(
             InstancePhase::Starting,
             format!("starting the clone of {source}"),
@@ -233,11 +240,12 @@ impl<C: ClusterState> Manager<C> {
                 .unwrap_or_default();
         } else if !gtid.is_empty() {
             // The copy's own binlog starts empty: give it the history it
-            // holds, so comparisons of GTID state see what it contains.
+            // holds (older servers' entries included), so comparisons of
+            // GTID state see what it contains.
             stmts.push(flavor::Sql::new("RESET MASTER"));
             stmts.push(flavor::Sql::new(format!(
                 "SET GLOBAL gtid_binlog_state = {}",
-                flavor::quote(&gtid)
+                flavor::quote(&copied.binlog_state)
             )));
             stmts.extend(flavor::seed_gtid_position(self.cfg.flavor(), &gtid));
         }

@@ -4,9 +4,9 @@
 //! checked, the replay planned (`cnmysql_backup::recovery_plan`) — so a gap
 //! or a damaged piece refuses the recovery with nothing half-made. Then the
 //! base backup is unpacked and prepared, a private server (no network, no
-//! grant checks) replays the planned binary log ranges with the flavour's
-//! binlog tool, the accounts get this Cluster's passwords, and the server
-//! stops; the manager starts it as usual, and replicas clone from it.
+//! grant checks) replays the planned binary log ranges through its own
+//! applier (relay logs made of them, see `replay`), the accounts get this
+//! Cluster's passwords, and the server stops; the manager starts it as usual, and replicas clone from it.
 
 use super::*;
 use cnmysql_api::backup::{Recovered, RecoverySpec};
@@ -86,7 +86,7 @@ impl<C: ClusterState> Manager<C> {
         );
         let gtid = restore_base(cfg, &dest, &base).await?;
 
-        // Replay, on a private server.
+        // Replay, on a private server, through its own applier.
         self.set_phase(
             InstancePhase::Initializing,
             format!(
@@ -94,30 +94,7 @@ impl<C: ClusterState> Manager<C> {
                 plan.applied
             ),
         );
-        let args = vec![
-            format!("--defaults-file={}", cfg.mycnf().display()),
-            "--skip-grant-tables".to_string(),
-            "--skip-networking".to_string(),
-            "--max-allowed-packet=1G".to_string(),
-            // Nothing waits on the replay's commits one by one: a recovery
-            // that stops half-way starts again from the base backup (the
-            // data directory is only marked made at the end), and the
-            // server's clean shutdown writes everything out.
-            "--sync-binlog=0".to_string(),
-            "--innodb-flush-log-at-trx-commit=2".to_string(),
-            match f {
-                Flavor::Mariadb => "--skip-slave-start",
-                Flavor::Mysql => "--skip-replica-start",
-            }
-            .to_string(),
-        ];
-        let mut server =
-            crate::private_server::PrivateServer::start(cfg, args, &cfg.socket()).await?;
-        if let Err(e) = self.replay(&mut server.conn, &gtid, &binlogs, &plan).await {
-            let words = server.kill().await;
-            anyhow::bail!("recovery failed while replaying: {e:#}; server: {words}");
-        }
-        server.stop().await?;
+        let replay_seconds = self.replay(&gtid, &binlogs, &work, &plan).await?;
 
         let record = Recovered {
             backup_id: base.record.id.clone(),
@@ -133,6 +110,7 @@ impl<C: ClusterState> Manager<C> {
                 .unwrap_or_default(),
             replayed: plan.applied,
             orphaned: plan.orphaned,
+            replay_millis: Some((replay_seconds * 1000.0).round() as u64),
             completed_at: jiff::Timestamp::now().to_string(),
         };
         std::fs::write(
@@ -155,123 +133,6 @@ impl<C: ClusterState> Manager<C> {
                 record.backup_id, record.gtid
             ),
         )?;
-        Ok(())
-    }
-
-    /// On the private server: the base backup's GTID state, the planned
-    /// binary log ranges, this Cluster's accounts.
-    async fn replay(
-        &self,
-        conn: &mut mysql_async::Conn,
-        base_gtid: &str,
-        binlogs: &std::path::Path,
-        plan: &recovery_plan::Plan,
-    ) -> anyhow::Result<()> {
-        let cfg = &self.cfg;
-        let f = cfg.flavor();
-        sql::exec_all(conn, &flavor::read_only(f, false)).await?;
-        if f == Flavor::Mariadb {
-            // The data holds the history up to the backup; its binary log
-            // is empty. Give it that history, so the replayed transactions
-            // follow.
-            let mut stmts = vec![
-                flavor::Sql::new("RESET MASTER"),
-                flavor::Sql::new(format!(
-                    "SET GLOBAL gtid_binlog_state = {}",
-                    flavor::quote(base_gtid)
-                )),
-            ];
-            stmts.extend(flavor::seed_gtid_position(f, base_gtid));
-            sql::exec_all(conn, &stmts).await?;
-        } else {
-            // The copy carries its GTID set; it must be the manifest's.
-            let held: String = conn
-                .query_first("SELECT @@gtid_executed")
-                .await?
-                .unwrap_or_default();
-            anyhow::ensure!(
-                recovery_plan::position_within(f, base_gtid, &held.replace('\n', "")),
-                "the restored backup holds {held:?}, its manifest says {base_gtid:?}"
-            );
-        }
-        let tool = cfg.programs.binlog.clone().ok_or_else(|| {
-            anyhow::anyhow!(
-                "no binary log tool (mariadb-binlog, mysqlbinlog) was found beside the server"
-            )
-        })?;
-        let client = cfg.programs.client.clone().ok_or_else(|| {
-            anyhow::anyhow!("no command-line client (mariadb, mysql) was found beside the server")
-        })?;
-        for r in &plan.replays {
-            let file = binlogs.join(&r.run).join(&r.file);
-            for (a, b) in &r.ranges {
-                let mut reader = cfg.programs.tokio_command(&tool);
-                reader
-                    .arg(format!("--start-position={a}"))
-                    .arg(format!("--stop-position={b}"))
-                    .arg(&file)
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped())
-                    .kill_on_drop(true);
-                let mut reader = reader
-                    .spawn()
-                    .map_err(|e| cfg.programs.start_error(&tool, &e))?;
-                let out: Stdio = reader.stdout.take().expect("piped").try_into()?;
-                let mut apply = cfg.programs.tokio_command(&client);
-                apply
-                    .arg(format!("--socket={}", cfg.socket().display()))
-                    .args([
-                        "--user=root",
-                        "--binary-mode",
-                        "--batch",
-                        // A large transaction is one statement.
-                        "--max-allowed-packet=1G",
-                    ])
-                    .stdin(out)
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::piped())
-                    .kill_on_drop(true);
-                let apply = apply
-                    .spawn()
-                    .map_err(|e| cfg.programs.start_error(&client, &e))?;
-                let read_done = reader.wait_with_output().await?;
-                let applied = apply.wait_with_output().await?;
-                anyhow::ensure!(
-                    read_done.status.success(),
-                    "{} {}-{} of run {} could not be read: {}",
-                    r.file,
-                    a,
-                    b,
-                    r.run,
-                    String::from_utf8_lossy(&read_done.stderr).trim()
-                );
-                anyhow::ensure!(
-                    applied.status.success(),
-                    "{} {}-{} of run {} could not be applied: {}",
-                    r.file,
-                    a,
-                    b,
-                    r.run,
-                    String::from_utf8_lossy(&applied.stderr).trim()
-                );
-            }
-        }
-        let reached: String = conn
-            .query_first(match f {
-                Flavor::Mariadb => "SELECT @@gtid_binlog_pos",
-                Flavor::Mysql => "SELECT @@gtid_executed",
-            })
-            .await?
-            .unwrap_or_default();
-        let reached = reached.replace('\n', "");
-        anyhow::ensure!(
-            recovery_plan::position_within(cfg.flavor(), &plan.position, &reached),
-            "after the replay the server is at {reached:?}, the plan reaches {:?}",
-            plan.position
-        );
-        conn.query_drop("FLUSH PRIVILEGES").await?;
-        bootstrap::set_accounts(conn, cfg).await?;
         Ok(())
     }
 }
@@ -325,14 +186,7 @@ async fn restore_base(
                 "unpacking the backup failed ({st}): {}",
                 crate::clone_progress::tail_text(&tail)
             );
-            if cfg.data_dir.exists() {
-                anyhow::ensure!(
-                    !bootstrap::is_initialized(cfg),
-                    "refusing to replace an initialised data directory with a backup"
-                );
-                std::fs::remove_dir_all(&cfg.data_dir)?;
-            }
-            std::fs::rename(&tmp, &cfg.data_dir)?;
+            bootstrap::replace_data_dir(cfg, &tmp, "a backup")?;
             base.record.gtid.clone()
         }
     })

@@ -68,6 +68,9 @@ impl<C: ClusterState> Manager<C> {
         } else {
             false
         };
+        if !diverged && self.request_if_stranded(status, view).await? {
+            return Ok(false);
+        }
         let local = reinit::Local {
             acked_alone: acked_alone.as_deref(),
             holds_others_writes,
@@ -94,6 +97,51 @@ impl<C: ClusterState> Manager<C> {
                 Ok(true)
             }
         }
+    }
+
+    /// A replica that cannot catch up because the primary no longer has
+    /// the binary logs it needs, and holds nothing the primary lacks, asks
+    /// for its own re-initialisation (the request's refusals apply). True
+    /// when it asked in this pass.
+    async fn request_if_stranded(
+        &self,
+        status: &cnmysql_api::ClusterStatus,
+        view: &sql::ServerView,
+    ) -> anyhow::Result<bool> {
+        let me = self.cfg.instance.as_str();
+        let asked = status.reinit_requests.iter().any(|n| n == me)
+            || status.reinitializing.as_deref() == Some(me);
+        if asked || !view.replication.as_ref().is_some_and(reinit::stranded) {
+            return Ok(false);
+        }
+        let f = self.cfg.flavor();
+        let Some(primary) = status.current_primary.clone() else {
+            return Ok(false);
+        };
+        let Some(theirs) = self
+            .peer_status(&primary)
+            .await
+            .filter(|s| s.mysqld_running)
+        else {
+            return Ok(false);
+        };
+        let (Ok(mine), Ok(theirs)) = (
+            parse_history(f, &view.gtid_executed),
+            parse_history(f, &theirs.gtid_executed),
+        ) else {
+            return Ok(false);
+        };
+        if !theirs.contains(&mine) {
+            return Ok(false);
+        }
+        let asked = self
+            .cluster
+            .change(|st| match reinit::request(st, me) {
+                Ok(true) => (true, Some(reinit::stranded_event(me, &primary))),
+                _ => (false, None),
+            })
+            .await?;
+        Ok(asked)
     }
 
     /// Whether what this instance holds beyond the primary includes

@@ -48,7 +48,12 @@ pub fn desired(cluster: &Cluster, env: &Environment) -> Desired {
         service_account,
         role,
         role_binding,
-        claims: names.iter().map(|n| storage::claim(cluster, n)).collect(),
+        claims: names
+            .iter()
+            .flat_map(|n| {
+                std::iter::once(storage::claim(cluster, n)).chain(storage::binlog_claim(cluster, n))
+            })
+            .collect(),
         pods: names.iter().map(|n| pod::pod(cluster, n, env)).collect(),
         services: services::services(cluster),
         budgets: pdb::budgets(cluster),

@@ -32,13 +32,15 @@ use super::image::instance_image;
 use super::Environment;
 use crate::labels::{self, CLUSTER, instance_labels};
 
-/// Where the bootstrap-controller puts the manager.
-pub const MANAGER_PATH: &str = "/controller/manager";
+pub use cnmysql_api::names::MANAGER_PATH;
 /// The operator binary inside the operator image.
 pub const OPERATOR_BINARY: &str = "/usr/local/bin/cnmysql";
 /// The claim's mount point; the server's data directory is below it.
 pub const DATA_MOUNT: &str = "/var/lib/cnmysql";
 pub const RUN_MOUNT: &str = "/run/cnmysql";
+/// The binary logs' claim's mount point (`spec.storage.binlogs`); the logs
+/// are in `binlog/` below it.
+pub const BINLOG_MOUNT: &str = "/var/lib/cnmysql-binlog";
 pub const TLS_MOUNT: &str = "/etc/cnmysql/tls";
 pub const SECRETS_MOUNT: &str = "/etc/cnmysql/secrets";
 /// Where the Secret keys the object store names are mounted.
@@ -210,7 +212,7 @@ fn volumes(cluster: &Cluster, instance: &str) -> (Vec<Volume>, Option<VolumeMoun
         .root_secret
         .clone()
         .unwrap_or_else(|| labels::root_secret(&name));
-    let volumes = vec![
+    let mut volumes = vec![
         Volume {
             name: "controller".into(),
             empty_dir: Some(EmptyDirVolumeSource::default()),
@@ -255,6 +257,17 @@ fn volumes(cluster: &Cluster, instance: &str) -> (Vec<Volume>, Option<VolumeMoun
             ..Default::default()
         },
     ];
+    let binlogs = cluster.spec.storage.binlogs.is_some();
+    if binlogs {
+        volumes.push(Volume {
+            name: "binlog".into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: format!("{instance}{}", super::storage::BINLOG_SUFFIX),
+                read_only: Some(false),
+            }),
+            ..Default::default()
+        });
+    }
     // The Secrets the object store names (archiving, recovery): each key
     // at `<mount>/<Secret>/<key>`.
     let mut refs: Vec<cnmysql_api::backup::SecretKeyRef> = Vec::new();
@@ -268,7 +281,6 @@ fn volumes(cluster: &Cluster, instance: &str) -> (Vec<Volume>, Option<VolumeMoun
     }
     refs.sort();
     refs.dedup();
-    let mut volumes = volumes;
     let mut backup_mount = None;
     if !refs.is_empty() {
         volumes.push(Volume {
@@ -295,6 +307,7 @@ pub fn pod(cluster: &Cluster, instance: &str, env_: &Environment) -> Pod {
     let name = cluster.name_any();
     let image = instance_image(cluster, instance);
     let (volumes, backup_mount) = volumes(cluster, instance);
+    let binlogs = cluster.spec.storage.binlogs.is_some();
     let bootstrap = Container {
         name: "bootstrap-controller".into(),
         image: Some(env_.operator_image.clone()),
@@ -336,6 +349,7 @@ pub fn pod(cluster: &Cluster, instance: &str, env_: &Environment) -> Pod {
                     .is_some()
                     .then(|| env("CNMYSQL_BACKUP_SECRETS", BACKUP_SECRETS_MOUNT)),
             )
+            .chain(binlogs.then(|| env("CNMYSQL_BINLOGS", BINLOG_MOUNT)))
             .collect(),
         ),
         ports: Some(vec![
@@ -367,6 +381,7 @@ pub fn pod(cluster: &Cluster, instance: &str, env_: &Environment) -> Pod {
             ]
             .into_iter()
             .chain(backup_mount)
+            .chain(binlogs.then(|| mount("binlog", BINLOG_MOUNT, false)))
             .collect(),
         ),
         security_context: Some(container_security()),
@@ -426,14 +441,13 @@ fn container_security() -> SecurityContext {
 /// The role and routing labels of an instance's Pod, from the Cluster
 /// status: `primary` only for the settled current primary (so rw never
 /// routes to an instance before its promotion is recorded), and routable
-/// unless fenced or diverged.
+/// unless fenced, diverged or lagging (a replica too far behind).
 pub fn role_labels(
     status: &cnmysql_api::ClusterStatus,
     instance: &str,
 ) -> BTreeMap<String, String> {
     let primary = cnmysql_core::services::primary_may_serve(status, instance);
-    let out_of_service = status.fenced_instances.iter().any(|n| n == instance)
-        || status.diverged_instances.iter().any(|n| n == instance);
+    let out_of_service = cnmysql_core::services::out_of_service(status, instance);
     BTreeMap::from([
         (
             labels::ROLE.to_string(),
@@ -512,5 +526,8 @@ mod tests {
         st.fenced_instances = vec!["db-2".into()];
         assert_eq!(role_labels(&st, "db-2")[labels::ROUTABLE], "false");
         assert_eq!(role_labels(&st, "db-1")[labels::ROUTABLE], "true");
+        // A replica too far behind is out of the Services too.
+        st.lagging_instances = vec!["db-3".into()];
+        assert_eq!(role_labels(&st, "db-3")[labels::ROUTABLE], "false");
     }
 }

@@ -1,7 +1,8 @@
-//! The Secrets of a Cluster, generated once and never rewritten: the
-//! cluster's certificate authority, a certificate per instance (server and
-//! client: replication and the control API use them), the operator's client
-//! certificate, and the replication, `app` and administrative passwords.
+//! The Secrets of a Cluster: the cluster's certificate authority, a
+//! certificate per instance (server and client: replication and the
+//! control API use them), the operator's client certificate, and the
+//! replication, `app` and administrative passwords. They are generated
+//! once; only the certificates change afterwards (`crate::certificates`).
 //! A user may bring the CA and the two passwords instead
 //! (`spec.secrets`); the operator never changes a Secret it did not create.
 //! Values never leave these objects: not in logs, events or status.
@@ -111,21 +112,29 @@ fn data(pairs: &[(&str, &str)]) -> BTreeMap<String, ByteString> {
         .collect()
 }
 
-/// Read the CA out of its Secret.
+fn text(secret: &Secret, k: &str) -> Option<String> {
+    secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(k))
+        .and_then(|b| String::from_utf8(b.0.clone()).ok())
+}
+
+/// Read the CA out of its Secret: `ca.crt` and `ca.key`, or `tls.crt` and
+/// `tls.key` (a cert-manager CA's Secret, whose `ca.crt` may be a root
+/// above it).
 pub fn ca_from(secret: &Secret) -> Result<Ca, String> {
-    let get = |k: &str| {
-        secret
-            .data
-            .as_ref()
-            .and_then(|d| d.get(k))
-            .and_then(|b| String::from_utf8(b.0.clone()).ok())
-            .ok_or_else(|| format!("Secret {} has no {k}", secret.name_any()))
-    };
+    let pair = |c: &str, k: &str| Some((text(secret, c)?, text(secret, k)?));
+    let (cert_pem, key_pem) = pair("ca.crt", "ca.key")
+        .or_else(|| pair("tls.crt", "tls.key"))
+        .ok_or_else(|| {
+            format!(
+                "Secret {} holds neither ca.crt and ca.key nor tls.crt and tls.key",
+                secret.name_any()
+            )
+        })?;
     Ok(Ca {
-        identity: Identity {
-            cert_pem: get("ca.crt")?,
-            key_pem: get("ca.key")?,
-        },
+        identity: Identity { cert_pem, key_pem },
     })
 }
 
@@ -150,7 +159,8 @@ pub fn generate(
         }
         Needed::Certificate { who, names } => {
             let ca = ca.expect("certificates are issued after the CA is loaded");
-            let id = ca.issue(who, names)?;
+            let lifetime = cluster.spec.secrets.certificate_lifetime();
+            let id = ca.issue_for(who, names, lifetime)?;
             let labels = if who == OPERATOR_IDENTITY {
                 cluster_labels(&c)
             } else {
@@ -210,6 +220,24 @@ mod tests {
             ["db-1-tls", "db-operator-tls", "db-replication", "db-root"]
         );
         assert_eq!(ca_secret_name(&c), "corp-ca");
+    }
+
+    #[test]
+    fn a_cert_manager_ca_secret_is_read_as_the_ca() {
+        let ca = Ca::generate("corp").unwrap();
+        let mut s = Secret::default();
+        s.metadata.name = Some("corp-ca".into());
+        s.data = Some(data(&[
+            ("tls.crt", &ca.identity.cert_pem),
+            ("tls.key", &ca.identity.key_pem),
+        ]));
+        assert_eq!(ca_from(&s).unwrap().identity.cert_pem, ca.identity.cert_pem);
+        s.data = Some(data(&[("tls.crt", &ca.identity.cert_pem)]));
+        let e = ca_from(&s).unwrap_err();
+        assert!(
+            e.contains("corp-ca holds neither ca.crt and ca.key nor tls.crt and tls.key"),
+            "{e}"
+        );
     }
 
     #[test]

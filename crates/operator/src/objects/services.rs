@@ -82,6 +82,18 @@ fn service(
     // The operator's own fields last: a template cannot take them over.
     labels.extend(cluster_labels(&name));
     spec.selector = Some(service_selector(&name, role));
+    // rw follows the role the operator gives (the `primary` and routable
+    // labels), not the Pod's readiness: a primary whose container restarts
+    // in place keeps its address in the Service, so a client's connection
+    // is refused by the Pod until its server listens again and then goes
+    // straight through. With readiness, the Service was left without an
+    // endpoint until the kubelet and kube-proxy caught up (a second or two
+    // after the server was back), and kube-proxy rejects such connections
+    // with ICMP, which the kernel rate-limits: a client retrying quickly
+    // saw its connection attempts time out instead of being refused.
+    if role == ServiceRole::Rw {
+        spec.publish_not_ready_addresses = Some(true);
+    }
     spec.ports = Some(vec![ServicePort {
         name: Some("mysql".into()),
         port: i32::from(MYSQL_PORT),
@@ -166,6 +178,13 @@ managed:
         let sel = spec.selector.as_ref().unwrap();
         assert_eq!(sel[ROLE], "primary");
         assert_eq!(sel[ROUTABLE], "true");
+        // rw follows the role, not readiness (an additional rw one too);
+        // ro follows readiness.
+        assert_eq!(spec.publish_not_ready_addresses, Some(true));
+        let lb = by_name(&s, "db-lb").spec.as_ref().unwrap();
+        assert_eq!(lb.publish_not_ready_addresses, Some(true));
+        let ro = by_name(&s, "db-ro").spec.as_ref().unwrap();
+        assert_eq!(ro.publish_not_ready_addresses, None);
         let labels = rw.metadata.labels.as_ref().unwrap();
         assert_eq!(labels["app.kubernetes.io/part-of"], "shop");
         // The template cannot take over the ownership label.

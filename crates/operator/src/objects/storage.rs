@@ -17,6 +17,41 @@ use crate::labels::instance_labels;
 /// Size of a claim when the Cluster names none.
 pub const DEFAULT_SIZE: &str = "1Gi";
 
+/// The binary logs' claim of an instance is `<instance>-binlog`.
+pub const BINLOG_SUFFIX: &str = "-binlog";
+
+/// The instance a claim belongs to (its data claim or its binlog claim).
+pub fn claim_instance(claim: &str) -> &str {
+    claim.strip_suffix(BINLOG_SUFFIX).unwrap_or(claim)
+}
+
+/// The claim of an instance's binary logs, when the Cluster gives them a
+/// volume of their own (`spec.storage.binlogs`): its size and class, the
+/// data claims' class by default.
+pub fn binlog_claim(cluster: &Cluster, instance: &str) -> Option<PersistentVolumeClaim> {
+    let b = cluster.spec.storage.binlogs.as_ref()?;
+    let data = claim(cluster, instance).spec.unwrap_or_default();
+    let size = b.size.clone().unwrap_or_else(|| DEFAULT_SIZE.to_string());
+    let spec = k8s_openapi::api::core::v1::PersistentVolumeClaimSpec {
+        access_modes: data.access_modes,
+        storage_class_name: b.storage_class.clone().or(data.storage_class_name),
+        resources: Some(VolumeResourceRequirements {
+            requests: Some(BTreeMap::from([("storage".to_string(), Quantity(size))])),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    Some(PersistentVolumeClaim {
+        metadata: super::meta(
+            cluster,
+            format!("{instance}{BINLOG_SUFFIX}"),
+            instance_labels(&cluster.name_any(), instance),
+        ),
+        spec: Some(spec),
+        status: None,
+    })
+}
+
 pub fn claim(cluster: &Cluster, instance: &str) -> PersistentVolumeClaim {
     let storage = &cluster.spec.storage;
     let mut spec = storage.pvc_template.clone().unwrap_or_default();
@@ -76,6 +111,57 @@ mod tests {
         assert_eq!(
             spec.resources.unwrap().requests.unwrap()["storage"],
             Quantity("8Gi".into())
+        );
+    }
+
+    #[test]
+    fn binary_logs_get_a_claim_and_a_mount_of_their_own_when_asked() {
+        let c = cluster("instances: 2\nstorage:\n  storageClass: fast\n");
+        assert!(binlog_claim(&c, "db-1").is_none());
+        let c =
+            cluster("instances: 2\nstorage:\n  storageClass: fast\n  binlogs:\n    size: 3Gi\n");
+        let pvc = binlog_claim(&c, "db-1").unwrap();
+        assert_eq!(pvc.metadata.name.as_deref(), Some("db-1-binlog"));
+        assert_eq!(claim_instance("db-1-binlog"), "db-1");
+        let spec = pvc.spec.unwrap();
+        assert_eq!(
+            spec.storage_class_name.as_deref(),
+            Some("fast"),
+            "the data claims' class"
+        );
+        assert_eq!(
+            spec.resources.unwrap().requests.unwrap()["storage"],
+            Quantity("3Gi".into())
+        );
+        let env = crate::objects::Environment {
+            operator_image: "ghcr.io/cnmysql/cnmysql:test".into(),
+        };
+        let pod = crate::objects::pod::pod(&c, "db-1", &env);
+        let ps = pod.spec.unwrap();
+        let vol = ps
+            .volumes
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == "binlog")
+            .unwrap();
+        assert_eq!(
+            vol.persistent_volume_claim.unwrap().claim_name,
+            "db-1-binlog"
+        );
+        let main = &ps.containers[0];
+        assert!(
+            main.volume_mounts
+                .as_ref()
+                .unwrap()
+                .iter()
+                .any(|m| m.name == "binlog")
+        );
+        assert!(
+            main.env
+                .as_ref()
+                .unwrap()
+                .iter()
+                .any(|e| e.name == "CNMYSQL_BINLOGS")
         );
     }
 }
