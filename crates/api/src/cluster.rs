@@ -181,6 +181,10 @@ pub struct ClusterSpec {
     /// How a new Cluster's data comes to be [default: an empty server].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bootstrap: Option<crate::backup::BootstrapSpec>,
+
+    /// Follow another server as a replica cluster (`replica.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<crate::replica::ReplicaSpec>,
 }
 
 /// Storage for each instance's data directory.
@@ -364,6 +368,15 @@ pub struct MysqlSpec {
     #[x_kube(validation = Rule::new("self.all(k, k.matches('^[A-Za-z0-9_.-]+$') && !self[k].contains('\\n'))").message("spec.mysql.parameters: names are letters, digits, _ . - and values are single lines"))]
     #[x_kube(validation = Rule::new("self.all(k, !(k.lowerAscii().replace('-', '_') in ['server_id','port','socket','datadir','bind_address','pid_file','tmpdir','log_bin','log_bin_index','log_slave_updates','log_replica_updates','binlog_format','gtid_strict_mode','gtid_domain_id','gtid_mode','enforce_gtid_consistency','read_only','super_read_only','relay_log','ssl_ca','ssl_cert','ssl_key','skip_slave_start','skip_replica_start','rpl_semi_sync_master_enabled','rpl_semi_sync_slave_enabled','rpl_semi_sync_master_timeout','rpl_semi_sync_master_wait_point','rpl_semi_sync_source_enabled','rpl_semi_sync_replica_enabled','rpl_semi_sync_source_timeout','rpl_semi_sync_source_wait_for_replica_count','rpl_semi_sync_source_wait_point','plugin_load_add','user']))").message("spec.mysql.parameters sets a setting the operator owns (server_id, binlog, GTID, TLS, read-only, semi-sync, paths): remove it; use spec.mysql.semiSync for semi-sync"))]
     pub parameters: BTreeMap<String, String>,
+
+    /// Instance `<cluster>-N` runs with server id `serverIdBase + N`. Clusters
+    /// that replicate from one another (replica clusters) need ranges
+    /// that do not overlap: a server skips the events that carry its own
+    /// id. Set when the Cluster is made; it cannot change.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 4_000_000_000u32))]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("spec.mysql.serverIdBase cannot change once the Cluster exists"))]
+    pub server_id_base: u32,
 
     /// Semi-synchronous replication.
     #[serde(default)]

@@ -8,6 +8,7 @@ pub mod flavor;
 pub mod instance_upgrade;
 pub mod names;
 pub mod reinit;
+pub mod replica;
 mod schema_check;
 pub mod status;
 pub mod upgrade;

@@ -170,6 +170,9 @@ pub struct ClusterStatus {
     /// Ready, Progressing, Degraded, ContinuousArchiving.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// A replica cluster's source and how far it has come (`replica.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<crate::replica::ReplicaStatus>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]

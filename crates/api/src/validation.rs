@@ -458,6 +458,17 @@ pub fn validate(c: &Cluster) -> Vec<FieldError> {
     }
     check_backup_fields(s, &mut errors);
     check_instance_counts(s, &mut errors);
+    if let Some(r) = &s.replica {
+        crate::replica::check(r, s.mysql.flavor, &mut errors);
+    }
+    if u64::from(s.mysql.server_id_base) + u64::from(s.instances.max(0) as u32)
+        > u64::from(u32::MAX) - 1
+    {
+        errors.push(err(
+            "spec.mysql.serverIdBase",
+            "leaves no room for the instances' server ids; lower it",
+        ));
+    }
     if let Some(size) = &s.storage.size
         && !is_storage_quantity(size)
     {

@@ -91,6 +91,20 @@ impl Outcome {
         out.join("\n")
     }
 
+    /// Every recorded failure, times relative to the first write's
+    /// answer: what a test prints when it expected none.
+    pub fn failures_report(&self) -> String {
+        let from = self.ack_times.first().copied().unwrap_or_else(Instant::now);
+        let start = self.failures.first().map_or(from, |f| f.0.min(from));
+        let wall = jiff::Timestamp::now()
+            - jiff::SignedDuration::try_from(start.elapsed()).unwrap_or_default();
+        format!(
+            "{} failed writes, times from {wall} (UTC):\n{}",
+            self.errors,
+            self.failures_after(start)
+        )
+    }
+
     /// First acknowledgement of a write sent after `t`.
     pub fn first_ack_after(&self, t: Instant) -> Option<Instant> {
         // A write sent after `t`: an answer to an earlier write that was

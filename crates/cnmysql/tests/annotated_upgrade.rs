@@ -134,7 +134,12 @@ async fn a_canary_from_a_file_fails_on_a_wrong_hash_is_retried_once_fixed_and_mo
 
     w.wait_for_more(50, Duration::from_secs(20)).await;
     let out = w.stop().await;
-    assert_eq!(out.errors, 0, "no write failed during the manager swap");
+    assert_eq!(
+        out.errors,
+        0,
+        "no write failed during the manager swap: {}",
+        out.failures_report()
+    );
     for n in ["can-1", "can-2", "can-3"] {
         verify_on(&c, n, &out.acked).await;
     }
@@ -201,7 +206,7 @@ async fn the_cluster_annotation_walks_every_instance_the_primary_last_and_loses_
     );
     w.wait_for_more(50, Duration::from_secs(20)).await;
     let out = w.stop().await;
-    assert_eq!(out.errors, 0, "no write failed");
+    assert_eq!(out.errors, 0, "no write failed: {}", out.failures_report());
     for n in ["orc-1", "orc-2", "orc-3"] {
         verify_on(&c, n, &out.acked).await;
     }

@@ -105,7 +105,12 @@ async fn short_lived_certificates_are_renewed_and_loaded_without_a_restart_or_a_
     }
     w.wait_for_more(50, Duration::from_secs(30)).await;
     let out = w.stop().await;
-    assert_eq!(out.errors, 0, "writes failed across the renewals");
+    assert_eq!(
+        out.errors,
+        0,
+        "writes failed across the renewals: {}",
+        out.failures_report()
+    );
     // New replication connections present and check the new certificates:
     // a switchover re-points every replica.
     let primary = c.current_primary();
@@ -214,6 +219,11 @@ async fn a_replaced_ca_reissues_every_certificate_and_the_cluster_carries_on() {
         out.errors,
         out.longest_gap.as_secs_f64()
     );
-    assert_eq!(out.errors, 0, "writes failed across the CA change");
+    assert_eq!(
+        out.errors,
+        0,
+        "writes failed across the CA change: {}",
+        out.failures_report()
+    );
     c.destroy();
 }

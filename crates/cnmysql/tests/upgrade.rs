@@ -213,7 +213,12 @@ async fn in_place_upgrade_keeps_every_mysqld_running_and_loses_no_write() {
     .await;
 
     let out = w.stop().await;
-    assert_eq!(out.errors, 0, "no write failed during the in-place upgrade");
+    assert_eq!(
+        out.errors,
+        0,
+        "no write failed during the in-place upgrade: {}",
+        out.failures_report()
+    );
     for n in ["inp-1", "inp-2", "inp-3"] {
         verify_on(&c, n, &out.acked).await;
     }

@@ -214,17 +214,26 @@ pub fn change_source(flavor: Flavor, s: &SourceSpec) -> Sql {
             "SOURCE_AUTO_POSITION=1".to_string(),
         ),
     };
+    // A client certificate only for accounts that require one (a replica
+    // cluster's source account may take a password alone).
+    let client = if s.ssl_cert.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "{k}_SSL_CERT={}, {k}_SSL_KEY={}, ",
+            quote(&s.ssl_cert),
+            quote(&s.ssl_key)
+        )
+    };
     let render = |pw: &str| {
         format!(
             "{statement} {k}_HOST={}, {k}_PORT={}, {k}_USER={}, {k}_PASSWORD={pw}, \
-             {k}_SSL=1, {k}_SSL_CA={}, {k}_SSL_CERT={}, {k}_SSL_KEY={}, \
+             {k}_SSL=1, {k}_SSL_CA={}, {client}\
              {k}_SSL_VERIFY_SERVER_CERT={}, {k}_CONNECT_RETRY=1, {k}_HEARTBEAT_PERIOD=1, {gtid}",
             quote(&s.host),
             s.port,
             quote(&s.user),
             quote(&s.ssl_ca),
-            quote(&s.ssl_cert),
-            quote(&s.ssl_key),
             u8::from(s.verify_host),
         )
     };

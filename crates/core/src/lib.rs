@@ -24,6 +24,7 @@ pub mod pause;
 pub mod phase;
 pub mod reconcile;
 pub mod reinit;
+pub mod replica_cluster;
 pub mod role;
 pub mod self_fence;
 pub mod semisync;

@@ -91,6 +91,10 @@ pub enum Desired {
     /// Read-only, no new replication source, with the reason (fenced,
     /// diverged, waiting for a primary).
     HoldReadOnly(String),
+    /// The primary's place in a replica cluster: read-only, following the
+    /// cluster's external `source` (`host:port`); the other instances
+    /// follow it.
+    DesignatedPrimary { source: String },
     /// The primary in a switchover to `to`: it stays writable, holding its
     /// lease, until `to` has caught up
     /// ([`crate::switchover::ready_to_hand_over`]), then turns read-only so
@@ -103,6 +107,16 @@ impl Desired {
     pub fn releases_lease(&self) -> bool {
         !matches!(self, Desired::Primary | Desired::Promote)
     }
+}
+
+/// The external source a replica cluster follows now (`status.replica`
+/// enabled), as `host:port`.
+pub fn replica_source(status: &ClusterStatus) -> Option<&str> {
+    status
+        .replica
+        .as_ref()
+        .filter(|r| r.enabled)
+        .map(|r| r.source.as_str())
 }
 
 pub fn desired(me: &str, status: &ClusterStatus) -> Desired {
@@ -132,7 +146,12 @@ pub fn desired(me: &str, status: &ClusterStatus) -> Desired {
         }
     }
     match (target, current) {
-        (Some(t), Some(c)) if t == me && c == me => Desired::Primary,
+        (Some(t), Some(c)) if t == me && c == me => match replica_source(status) {
+            Some(source) => Desired::DesignatedPrimary {
+                source: source.to_string(),
+            },
+            None => Desired::Primary,
+        },
         (Some(t), _) if t == me => Desired::Promote,
         (Some(t), Some(c)) if c == me => Desired::HandOver { to: t.to_string() },
         (_, Some(c)) => Desired::Replica {
@@ -225,7 +244,7 @@ pub fn reconcile(desired: &Desired, local: &Local) -> Vec<Action> {
                 out.push(Action::SetReadOnly(false));
             }
         }
-        Desired::Replica { source } => {
+        Desired::Replica { source } | Desired::DesignatedPrimary { source } => {
             if !local.read_only {
                 out.push(Action::SetReadOnly(true));
             }

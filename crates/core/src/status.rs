@@ -397,7 +397,7 @@ impl Snapshot {
         }
         match self.spec.mysql.flavor {
             Flavor::Mariadb => cnmysql_api::names::ordinal_of(&self.cluster, name)
-                .map(|o| o.to_string())
+                .map(|o| (u64::from(self.spec.mysql.server_id_base) + u64::from(o)).to_string())
                 .unwrap_or_default(),
             Flavor::Mysql => String::new(),
         }

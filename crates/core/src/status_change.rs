@@ -87,6 +87,8 @@ pub struct Report {
     pub states: BTreeMap<String, cnmysql_api::InstanceState>,
     /// Replicas too far behind to serve (`lagging.rs`).
     pub lagging: Vec<String>,
+    /// A replica cluster's `status.replica` (`replica_cluster.rs`).
+    pub replica: Option<cnmysql_api::replica::ReplicaStatus>,
     pub now_ms: i64,
     /// The primary fields of the status it was computed from: a report is
     /// stale, and not applied, once a primary change or a failing primary
@@ -220,6 +222,7 @@ impl StatusChange {
                 st.executable_hash_by_instance.extend(r.hashes.clone());
                 st.instance_states = r.states.clone();
                 st.lagging_instances = r.lagging.clone();
+                st.replica = r.replica.clone();
                 // An instance scaled away gives its re-initialisation slot
                 // and requests up.
                 if r.forgets(st) {
@@ -266,6 +269,7 @@ impl Report {
                 .any(|(k, v)| st.executable_hash_by_instance.get(k) != Some(v))
             || st.instance_states != self.states
             || st.lagging_instances != self.lagging
+            || st.replica != self.replica
             || s.conditions.iter().any(|(t, on, reason, msg)| {
                 !st.conditions.iter().any(|c| {
                     c.type_ == *t
@@ -403,6 +407,7 @@ pub fn report(s: &Snapshot, memory: &Memory) -> Report {
         hashes,
         states,
         lagging: crate::lagging::instances(s),
+        replica: crate::replica_cluster::status(s),
         now_ms: s.now_ms,
         basis: basis(&s.status),
     }

@@ -356,10 +356,11 @@ impl InstanceConfig {
     pub fn initialized_marker(&self) -> PathBuf {
         self.data_dir.join("cnmysql-initialized")
     }
-    /// Server id: the ordinal (MariaDB GTIDs carry it, so it must be unique
-    /// and stable per instance).
+    /// Server id: `spec.mysql.serverIdBase` plus the ordinal (MariaDB
+    /// GTIDs carry it, so it must be unique and stable per instance, and
+    /// apart from those of any cluster this one replicates with).
     pub fn server_id(&self) -> u32 {
-        self.ordinal
+        self.spec.mysql.server_id_base.saturating_add(self.ordinal)
     }
 }
 

@@ -277,6 +277,7 @@ impl ControlPlane {
         let mut period = Duration::from_millis(Cadence::LOCAL.steady_ms);
         let mut status_unreadable = false;
         let mut certificates_checked = None;
+        let mut grace = crate::route_grace::RouteGrace::default();
         loop {
             tokio::select! {
                 _ = sigterm.recv() => break,
@@ -357,7 +358,7 @@ impl ControlPlane {
             snapshot.now_ms = jiff::Timestamp::now().as_millisecond();
             let status = snapshot.status.clone();
             period = Duration::from_millis(Cadence::LOCAL.next_poll_ms(&status));
-            let routes = desired_routes(&snapshot);
+            let routes = desired_routes(&grace.fill(&snapshot));
             let table = proxy::table(&routes, &svc);
             if *routes_tx.borrow() != table {
                 tracing::info!(routes = ?table, "routing changed");

@@ -290,6 +290,7 @@ pub fn check_change(old: &Cluster, new: &Cluster) -> Result<Vec<String>, String>
         &["inPlaceInstanceManagerUpdates"],
         &["failoverDelay"],
         &["maxSwitchoverDelay"],
+        &["replica"],
     ];
     let mut changed = Vec::new();
     for path in live {

@@ -23,6 +23,7 @@ pub mod proxy;
 pub mod reexec;
 pub mod reinit;
 pub mod report;
+pub mod route_grace;
 pub mod scheduled_backups;
 pub mod state;
 pub mod status_report;

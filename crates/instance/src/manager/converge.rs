@@ -42,7 +42,8 @@ impl<C: ClusterState> Manager<C> {
     }
 
     pub(super) async fn reconcile_once(&self) -> anyhow::Result<()> {
-        let status = self.cluster.get().await?;
+        let status =
+            cnmysql_core::replica_cluster::with_declared(self.cluster.get().await?, &self.cfg.spec);
         *self.last_cluster_ok.lock().unwrap() = Instant::now();
         self.set_recovery(&status);
         let desired = role::desired(&self.cfg.instance, &status);
@@ -141,6 +142,15 @@ impl<C: ClusterState> Manager<C> {
                     );
                     return Ok(());
                 }
+                // A replica cluster promoted: its source left behind only
+                // once the token and all it received are applied.
+                if self.follows_external(&view)
+                    && !self
+                        .ready_to_leave_source(&mut conn, &status, &view)
+                        .await?
+                {
+                    return Ok(());
+                }
             }
             Desired::HoldReadOnly(_) | Desired::HandOver { .. } => {
                 let why = match &desired {
@@ -163,6 +173,17 @@ impl<C: ClusterState> Manager<C> {
                 }
                 self.set_phase(InstancePhase::Running, why);
                 return Ok(());
+            }
+            Desired::DesignatedPrimary { source } => {
+                if !view.read_only {
+                    drop(conn);
+                    self.make_read_only(
+                        self_fence::Cause::Demotion,
+                        &format!("demoted: the cluster now follows {source}"),
+                    )
+                    .await?;
+                    return Ok(());
+                }
             }
             Desired::Replica { .. } | Desired::Detached { .. } => {}
         }
@@ -290,6 +311,9 @@ impl<C: ClusterState> Manager<C> {
                     InstancePhase::Running,
                     "a failover is under way: receiving nothing more from the failed primary",
                 );
+            }
+            Action::Follow(source) if self.peer(&source).is_none() => {
+                return self.follow_external(conn, &source, view).await;
             }
             Action::Follow(source) => return self.follow(conn, &source, view).await,
         }
@@ -431,6 +455,11 @@ impl<C: ClusterState> Manager<C> {
         }
         // The accepted primary again: a crash now keeps what it wrote.
         self.deposed.store(false, Ordering::SeqCst);
+        if let Some(source) = role::replica_source(status) {
+            // A replica cluster's: it follows the source, never writable.
+            tracing::info!(source, "promoted: the replica cluster's designated primary");
+            return Ok(());
+        }
         self.open_writes(conn).await?;
         tracing::info!("promoted: writable primary");
         Ok(())

@@ -15,6 +15,7 @@ mod primary_lease;
 pub mod recovery;
 mod reinit;
 mod replay;
+mod replica_cluster;
 
 use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;

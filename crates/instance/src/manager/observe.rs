@@ -164,7 +164,7 @@ impl<C: ClusterState> Manager<C> {
                 // Replicating, healthy, from the source it should: a replica
                 // still on a former primary (a switchover just happened) is
                 // not ready until it has moved to the new one.
-                Some(Desired::Replica { source }) => {
+                Some(Desired::Replica { source }) | Some(Desired::DesignatedPrimary { source }) => {
                     view.read_only
                         && view.replication.as_ref().is_some_and(|r| {
                             r.healthy()

@@ -138,6 +138,34 @@ fn secret_items(secret: String, key: &str, path: &str) -> VolumeProjection {
     }
 }
 
+/// A replica cluster's source credentials (`replica.rs`), each key at
+/// `<Secret>/<key>` beside the object store's; optional, so that the
+/// client certificate may be left out and the Secret made after the Pod
+/// (the kubelet fills it in when it appears).
+fn replica_source_items(cluster: &str) -> VolumeProjection {
+    use cnmysql_api::replica::{
+        CA_KEY, CERT_KEY, KEY_KEY, PASSWORD_KEY, USERNAME_KEY, source_secret,
+    };
+    let secret = source_secret(cluster);
+    VolumeProjection {
+        secret: Some(SecretProjection {
+            name: secret.clone(),
+            items: Some(
+                [USERNAME_KEY, PASSWORD_KEY, CA_KEY, CERT_KEY, KEY_KEY]
+                    .iter()
+                    .map(|k| KeyToPath {
+                        key: k.to_string(),
+                        path: format!("{secret}/{k}"),
+                        mode: None,
+                    })
+                    .collect(),
+            ),
+            optional: Some(true),
+        }),
+        ..Default::default()
+    }
+}
+
 fn affinity(cluster: &Cluster) -> Option<Affinity> {
     let a = &cluster.spec.affinity;
     if !a.enable_pod_anti_affinity {
@@ -281,19 +309,20 @@ fn volumes(cluster: &Cluster, instance: &str) -> (Vec<Volume>, Option<VolumeMoun
     }
     refs.sort();
     refs.dedup();
+    let mut sources: Vec<VolumeProjection> = refs
+        .iter()
+        .map(|r| secret_items(r.name.clone(), &r.key, &format!("{}/{}", r.name, r.key)))
+        .collect();
+    if cluster.spec.replica.is_some() {
+        sources.push(replica_source_items(&cluster.name_any()));
+    }
     let mut backup_mount = None;
-    if !refs.is_empty() {
+    if !sources.is_empty() {
         volumes.push(Volume {
             name: "backup-secrets".into(),
             projected: Some(ProjectedVolumeSource {
                 default_mode: Some(0o440),
-                sources: Some(
-                    refs.iter()
-                        .map(|r| {
-                            secret_items(r.name.clone(), &r.key, &format!("{}/{}", r.name, r.key))
-                        })
-                        .collect(),
-                ),
+                sources: Some(sources),
             }),
             ..Default::default()
         });

@@ -1,0 +1,227 @@
+//! Replica clusters (`spec.replica`): a whole Cluster that follows another
+//! MySQL or MariaDB server, typically the primary of a cnmysql Cluster in
+//! another region, and can be promoted to stand on its own.
+//!
+//! Its designated primary (the instance in the primary's place) stays
+//! read-only and replicates from the source over TLS with GTID
+//! auto-positioning; its own replicas follow it as usual. The credentials
+//! live in the Secret `<cluster>-replica-source` (keys `username`,
+//! `password`, `ca.crt`, and `tls.crt` with `tls.key` for an account that
+//! requires a client certificate); locally, in files of the same names
+//! under `<secrets dir>/<cluster>-replica-source/`.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::field_error::{FieldError, err};
+
+/// `spec.replica`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReplicaSpec {
+    /// Follow the source (true), or stand on its own (false: writes open
+    /// on the primary once the promotion token, if any, is applied).
+    pub enabled: bool,
+    /// The server to follow.
+    pub source: ReplicaSource,
+    /// A GTID set the designated primary must hold before a promotion
+    /// (`enabled: false`) opens writes: the `status.replica.gtidPosition`
+    /// the demoted source cluster reports, for a switchover between
+    /// clusters that loses nothing. Without it, a promotion opens writes
+    /// once what was received is applied (a disaster promotion).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 65536))]
+    pub promotion_token: Option<String>,
+}
+
+/// `spec.replica.source`: the source's endpoint (typically the rw Service
+/// of the source Cluster, or its load balancer).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReplicaSource {
+    /// Host name or IP address.
+    #[schemars(length(min = 1, max = 253))]
+    pub host: String,
+    /// MySQL protocol port [default: 3306].
+    #[serde(default = "default_port")]
+    pub port: u16,
+    /// The name the source's certificate must carry [default: `host`].
+    /// Set `verifyServerName: false` to check only the CA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub tls_server_name: Option<String>,
+    /// Check the source certificate's name, not only its CA [default: true].
+    #[serde(default = "default_true")]
+    pub verify_server_name: bool,
+}
+
+fn default_port() -> u16 {
+    3306
+}
+
+fn default_true() -> bool {
+    true
+}
+
+impl ReplicaSource {
+    /// `host:port`, as the status and the replication threads show it.
+    pub fn address(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+}
+
+/// The Secret (locally: the folder under the secrets directory) with the
+/// source's credentials.
+pub fn source_secret(cluster: &str) -> String {
+    format!("{cluster}-replica-source")
+}
+
+/// Keys of that Secret.
+pub const USERNAME_KEY: &str = "username";
+pub const PASSWORD_KEY: &str = "password";
+pub const CA_KEY: &str = "ca.crt";
+pub const CERT_KEY: &str = "tls.crt";
+pub const KEY_KEY: &str = "tls.key";
+
+/// `status.replica`: where a replica cluster stands, as the control plane
+/// last saw its spec and its designated primary.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaStatus {
+    /// The cluster follows its source (`spec.replica.enabled`).
+    pub enabled: bool,
+    /// The source, `host:port`.
+    pub source: String,
+    /// `spec.replica.source.verifyServerName`, for the instances to read.
+    #[serde(default = "default_true")]
+    pub verify_server_name: bool,
+    /// `spec.replica.promotionToken`, for the instances to read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promotion_token: Option<String>,
+    /// The designated primary's executed GTID set: after a demotion, the
+    /// token the new primary cluster waits for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gtid_position: Option<String>,
+    /// How far the designated primary's applier is behind the source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag_seconds: Option<u64>,
+    /// The designated primary receives from the source now.
+    #[serde(default)]
+    pub receiving: bool,
+    /// Why it does not, or why its applier stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+impl Default for ReplicaStatus {
+    fn default() -> Self {
+        ReplicaStatus {
+            enabled: false,
+            source: String::new(),
+            verify_server_name: true,
+            promotion_token: None,
+            gtid_position: None,
+            lag_seconds: None,
+            receiving: false,
+            last_error: None,
+        }
+    }
+}
+
+/// `host` and `port` of a `host:port` source.
+pub fn split_address(source: &str) -> Option<(&str, u16)> {
+    let (host, port) = source.rsplit_once(':')?;
+    Some((host, port.parse().ok()?))
+}
+
+/// What is wrong with `spec.replica` (`flavor` parses the token).
+pub fn check(r: &ReplicaSpec, flavor: crate::Flavor, errors: &mut Vec<FieldError>) {
+    let s = &r.source;
+    if s.host.is_empty() || s.host.contains(char::is_whitespace) || s.host.contains('/') {
+        errors.push(err(
+            "spec.replica.source.host",
+            format!(
+                "{:?} is not a host name or address; name the source's rw endpoint, e.g. db-rw.other-namespace",
+                s.host
+            ),
+        ));
+    }
+    if s.port == 0 {
+        errors.push(err("spec.replica.source.port", "must be 1 to 65535"));
+    }
+    if let Some(t) = &r.promotion_token {
+        let ok = match flavor {
+            crate::Flavor::Mysql => t.split(',').all(|p| {
+                let p = p.trim();
+                p.is_empty()
+                    || p.split_once(':')
+                        .is_some_and(|(uuid, ranges)| uuid.len() == 36 && !ranges.is_empty())
+            }),
+            crate::Flavor::Mariadb => t.split(',').all(|p| {
+                let p = p.trim();
+                p.is_empty()
+                    || p.split('-').count() == 3
+                        && p.split('-')
+                            .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            }),
+        };
+        if !ok {
+            errors.push(err(
+                "spec.replica.promotionToken",
+                format!(
+                    "{t:?} is not a {} GTID set; copy status.replica.gtidPosition of the demoted source cluster",
+                    flavor.as_str()
+                ),
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(host: &str, token: Option<&str>) -> ReplicaSpec {
+        ReplicaSpec {
+            enabled: true,
+            source: ReplicaSource {
+                host: host.into(),
+                port: 3306,
+                tls_server_name: None,
+                verify_server_name: true,
+            },
+            promotion_token: token.map(str::to_string),
+        }
+    }
+
+    fn fields(r: &ReplicaSpec, f: crate::Flavor) -> Vec<String> {
+        let mut e = Vec::new();
+        check(r, f, &mut e);
+        e.into_iter().map(|e| e.field).collect::<Vec<_>>()
+    }
+
+    #[test]
+    fn bad_hosts_and_tokens_name_their_field() {
+        assert!(fields(&spec("db-rw.east", None), crate::Flavor::Mysql).is_empty());
+        assert_eq!(
+            fields(&spec("db rw", None), crate::Flavor::Mysql),
+            ["spec.replica.source.host"]
+        );
+        assert!(fields(&spec("h", Some("0-1-10,1-2-3")), crate::Flavor::Mariadb).is_empty());
+        assert_eq!(
+            fields(&spec("h", Some("0-1")), crate::Flavor::Mariadb),
+            ["spec.replica.promotionToken"]
+        );
+        assert!(
+            fields(
+                &spec("h", Some("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5")),
+                crate::Flavor::Mysql
+            )
+            .is_empty()
+        );
+        assert_eq!(
+            fields(&spec("h", Some("0-1-10")), crate::Flavor::Mysql),
+            ["spec.replica.promotionToken"]
+        );
+    }
+}

@@ -1,0 +1,210 @@
+//! Replica clusters on the local platform, against real servers (the
+//! flavour under test): a second Cluster follows the first through its rw
+//! endpoint over TLS; a controlled switchover between the two (the first
+//! demoted, the second promoted at the first's exact GTID position) loses
+//! no acknowledged write, and the first then follows the second; last, the
+//! new source is destroyed and the follower promoted without a token, its
+//! RPO counted in acknowledged rows.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::writer::verify_on;
+use common::*;
+use mysql_async::prelude::*;
+use serde_json::Value;
+
+const PASSWORD: &str = "downstream-Secret-1";
+
+/// The account the followers use on a source, made there by its admin
+/// (binary-logged: it reaches the follower too, which needs it once it is
+/// the source).
+async fn create_source_account(c: &LocalCluster) {
+    let mut a = c.admin(&c.current_primary()).await;
+    for q in [
+        format!(
+            "CREATE USER IF NOT EXISTS 'downstream'@'%' IDENTIFIED BY '{PASSWORD}' REQUIRE SSL"
+        ),
+        "GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'downstream'@'%'".to_string(),
+    ] {
+        a.query_drop(q).await.unwrap();
+    }
+}
+
+/// The Secret `<follower>-replica-source` in the secrets directory: the
+/// account and the CA of `source`.
+fn source_secret(secrets: &Path, follower: &str, source: &LocalCluster) {
+    let d = secrets.join(format!("{follower}-replica-source"));
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("username"), "downstream").unwrap();
+    std::fs::write(d.join("password"), PASSWORD).unwrap();
+    let ca = Path::new(&source.state_arg()).join("pki/ca.crt");
+    std::fs::copy(&ca, d.join("ca.crt")).unwrap_or_else(|e| panic!("{}: {e}", ca.display()));
+}
+
+fn cluster(name: &str, base: u32, replica: &str) -> String {
+    format!(
+        "{}    serverIdBase: {base}\n  failoverDelay: 0\n{replica}",
+        manifest(name, 2)
+    )
+}
+
+fn follows(source: &LocalCluster, enabled: bool, token: Option<&str>) -> String {
+    let mut out = format!(
+        "  replica:\n    enabled: {enabled}\n    source:\n      host: 127.0.0.1\n      port: {}\n",
+        source.service_port("rw")
+    );
+    if let Some(t) = token {
+        out.push_str(&format!("    promotionToken: \"{t}\"\n"));
+    }
+    out
+}
+
+fn apply(c: &LocalCluster, manifest_text: &str) {
+    let m = c.state().join("cluster.yaml");
+    std::fs::write(&m, manifest_text).unwrap();
+    let out = c.local(&["apply", "-f", &m.display().to_string()]);
+    assert!(
+        out.status.success(),
+        "apply: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn replica_status(c: &LocalCluster) -> Value {
+    c.status()["replica"].clone()
+}
+
+/// The primary answers a write through rw.
+async fn writable(c: &LocalCluster) -> bool {
+    match c.app(c.service_port("rw")).await {
+        Ok(mut conn) => conn
+            .query_drop("CREATE DATABASE IF NOT EXISTS probe")
+            .await
+            .is_ok(),
+        Err(_) => false,
+    }
+}
+
+async fn executed(c: &LocalCluster, instance: &str) -> String {
+    let q = match flavor() {
+        Flavor::Mysql => "SELECT @@gtid_executed",
+        Flavor::Mariadb => "SELECT @@gtid_binlog_pos",
+    };
+    let v: Option<String> = c.admin(instance).await.query_first(q).await.unwrap();
+    v.unwrap_or_default().replace('\n', "")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_cluster_follows_switches_over_without_loss_and_is_promoted_after_its_source_is_lost()
+ {
+    let secrets = tempfile::tempdir().unwrap();
+    // The only test of this binary: the local platform reads it when it
+    // writes the instances' configuration.
+    unsafe { std::env::set_var("CNMYSQL_SECRETS_DIR", secrets.path()) };
+
+    let east = LocalCluster::start("east", &cluster("east", 0, ""));
+    create_source_account(&east).await;
+    source_secret(secrets.path(), "west", &east);
+    let w1 = writer::start(&east).await;
+    w1.wait_for_more(100, Duration::from_secs(30)).await;
+
+    // West follows east from an empty start.
+    let west_manifest = |enabled, token| cluster("west", 100, &follows(&east, enabled, token));
+    let west = LocalCluster::start("west", &west_manifest(true, None));
+    wait_for(
+        "west's designated primary to receive from east",
+        Duration::from_secs(60),
+        || async { (replica_status(&west)["receiving"] == true).then_some(()) },
+    )
+    .await;
+    let st = replica_status(&west);
+    assert_eq!(st["enabled"], true, "{st}");
+    assert_eq!(
+        st["source"],
+        format!("127.0.0.1:{}", east.service_port("rw")),
+        "{st}"
+    );
+    w1.wait_for_more(100, Duration::from_secs(30)).await;
+    assert!(!writable(&west).await, "a replica cluster takes no writes");
+
+    // Controlled switchover: east demoted, to follow west ...
+    source_secret(secrets.path(), "east", &west);
+    let east_manifest = |enabled, token| cluster("east", 0, &follows(&west, enabled, token));
+    let demoted_at = Instant::now();
+    apply(&east, &east_manifest(true, None));
+    let east_primary = east.current_primary();
+    let token = wait_for(
+        "east's status to show its final GTID position",
+        Duration::from_secs(60),
+        || async {
+            let ro = east.status()["instanceStates"][&east_primary]["readOnly"] == true;
+            let pos = replica_status(&east)["gtidPosition"].as_str()?.to_string();
+            (ro && pos == executed(&east, &east_primary).await).then_some(pos)
+        },
+    )
+    .await;
+    let out1 = w1.stop().await;
+    // ... west promoted at exactly that position.
+    apply(&west, &west_manifest(false, Some(&token)));
+    wait_for("west to take writes", Duration::from_secs(60), || async {
+        writable(&west).await.then_some(())
+    })
+    .await;
+    let downtime = demoted_at.elapsed();
+    let w2 = writer::start(&west).await;
+    w2.wait_for_more(100, Duration::from_secs(30)).await;
+    for n in ["west-1", "west-2"] {
+        verify_on(&west, n, &out1.acked).await;
+    }
+    // East now follows west and holds what west acknowledges.
+    wait_for("east to follow west", Duration::from_secs(60), || async {
+        let r = replica_status(&east);
+        (r["receiving"] == true && r["source"] == format!("127.0.0.1:{}", west.service_port("rw")))
+            .then_some(())
+    })
+    .await;
+    w2.wait_for_more(100, Duration::from_secs(30)).await;
+    let out2 = w2.stop().await;
+    for n in ["east-1", "east-2"] {
+        verify_on(&east, n, &out1.acked).await;
+        verify_on(&east, n, &out2.acked).await;
+    }
+    eprintln!(
+        "switchover between clusters: {} + {} acknowledged rows, 0 lost; writes stopped for {:.1}s (demotion to promotion)",
+        out1.acked.len(),
+        out2.acked.len(),
+        downtime.as_secs_f64()
+    );
+
+    // West is lost with writes running; east is promoted without a token.
+    let w3 = writer::start(&west).await;
+    w3.wait_for_more(200, Duration::from_secs(30)).await;
+    let promote_east = east_manifest(false, None);
+    west.destroy();
+    let lost_at = Instant::now();
+    let out3 = w3.stop().await;
+    apply(&east, &promote_east);
+    wait_for("east to take writes", Duration::from_secs(60), || async {
+        writable(&east).await.then_some(())
+    })
+    .await;
+    let promoted_in = lost_at.elapsed();
+    let primary = east.current_primary();
+    let mut a = east.admin(&primary).await;
+    let ids: Vec<u64> = a.query("SELECT id FROM chk.w").await.unwrap();
+    let have: std::collections::BTreeSet<u64> = ids.into_iter().collect();
+    let missing = out3.acked.iter().filter(|i| !have.contains(i)).count();
+    eprintln!(
+        "promotion after the source was lost: writable {:.1}s after; RPO {missing} of {} acknowledged rows",
+        promoted_in.as_secs_f64(),
+        out3.acked.len()
+    );
+    for i in out1.acked.iter().chain(&out2.acked) {
+        assert!(have.contains(i), "row {i}, acknowledged before, is on east");
+    }
+    assert_eq!(replica_status(&east)["enabled"], false);
+    east.destroy();
+}

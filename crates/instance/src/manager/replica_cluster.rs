@@ -1,0 +1,268 @@
+//! A replica cluster's designated primary (`spec.replica`): it follows a
+//! server outside the cluster, with the credentials of the Secret
+//! `<cluster>-replica-source`, and leaves it only when promoted, once
+//! the promotion token and everything received are applied
+//! (`cnmysql_core::replica_cluster`).
+
+use std::path::PathBuf;
+
+use cnmysql_api::replica::{
+    CA_KEY, CERT_KEY, KEY_KEY, PASSWORD_KEY, USERNAME_KEY, source_secret, split_address,
+};
+use cnmysql_core::replica_cluster::{self, Promotion};
+
+use super::*;
+
+/// The source account, with the certificate files copied where the
+/// server can read them.
+struct Credentials {
+    user: String,
+    password: String,
+    ca: PathBuf,
+    /// Client certificate and key, for an account that requires one.
+    client: Option<(PathBuf, PathBuf)>,
+}
+
+impl<C: ClusterState> Manager<C> {
+    /// Where the Secret's keys are: `<secrets dir>/<cluster>-replica-source`.
+    fn source_secret_dir(&self) -> anyhow::Result<PathBuf> {
+        let dir = self.cfg.secrets.backup_dir.as_ref().ok_or_else(|| {
+            anyhow::anyhow!("spec.replica: no secrets directory is known to this instance")
+        })?;
+        Ok(dir.join(source_secret(&self.cfg.cluster)))
+    }
+
+    fn source_credentials(&self) -> anyhow::Result<Credentials> {
+        let from = self.source_secret_dir()?;
+        let secret = source_secret(&self.cfg.cluster);
+        let need = |key: &str| {
+            let p = from.join(key);
+            if p.is_file() {
+                Ok(p)
+            } else {
+                Err(anyhow::anyhow!(
+                    "spec.replica: the Secret {secret} has no key {key} ({} is missing): create it with {USERNAME_KEY}, {PASSWORD_KEY} and {CA_KEY}",
+                    p.display()
+                ))
+            }
+        };
+        let user = read_secret(&need(USERNAME_KEY)?)?;
+        let password = read_secret(&need(PASSWORD_KEY)?)?;
+        // The server reads the files itself: copies in its run directory.
+        let to = self.cfg.run_dir.join("replica-source");
+        std::fs::create_dir_all(&to)?;
+        let copy = |key: &str| -> anyhow::Result<PathBuf> {
+            let dest = to.join(key);
+            cnmysql_tls::write_private(&dest, &std::fs::read_to_string(from.join(key))?, false)?;
+            Ok(dest)
+        };
+        need(CA_KEY)?;
+        let ca = copy(CA_KEY)?;
+        let client = if from.join(CERT_KEY).is_file() && from.join(KEY_KEY).is_file() {
+            Some((copy(CERT_KEY)?, copy(KEY_KEY)?))
+        } else {
+            None
+        };
+        Ok(Credentials {
+            user,
+            password,
+            ca,
+            client,
+        })
+    }
+
+    /// Follow the replica cluster's source `source` (`host:port`), once its
+    /// history holds this server's and none of its server ids are ours;
+    /// false (and the phase says why) while it cannot.
+    pub(super) async fn follow_external(
+        &self,
+        conn: &mut mysql_async::Conn,
+        source: &str,
+        view: &sql::ServerView,
+    ) -> anyhow::Result<bool> {
+        let f = self.cfg.flavor();
+        let status = self.cluster.get().await?;
+        let verify = status.replica.as_ref().is_none_or(|r| r.verify_server_name);
+        let (host, port) = split_address(source)
+            .ok_or_else(|| anyhow::anyhow!("spec.replica.source: {source} is not host:port"))?;
+        let cred = self.source_credentials()?;
+        let (server_id, theirs) = match source_history(&cred, host, port, verify, f).await {
+            Ok(seen) => seen,
+            Err(e) => {
+                self.set_phase(
+                    InstancePhase::Running,
+                    format!("cannot reach the replica cluster's source {source}: {e:#}"),
+                );
+                return Ok(false);
+            }
+        };
+        if let Some(why) = self.clashing_server_id(server_id, &theirs, &view.gtid_executed) {
+            self.set_phase(InstancePhase::Running, why);
+            return Ok(false);
+        }
+        let mine = parse_history(f, &view.gtid_executed)?;
+        let source_history = parse_history(f, &theirs)?;
+        if let Err(why) = role::may_follow(&mine, &source_history) {
+            // Never marked diverged: in a switchover between clusters the
+            // new source is still catching up with this one.
+            self.set_phase(
+                InstancePhase::Running,
+                format!("not following {source} yet: {why}"),
+            );
+            return Ok(false);
+        }
+        let (ssl_cert, ssl_key) = cred
+            .client
+            .as_ref()
+            .map(|(c, k)| (c.display().to_string(), k.display().to_string()))
+            .unwrap_or_default();
+        let change = SourceSpec {
+            host: host.to_string(),
+            port,
+            user: cred.user,
+            password: cred.password,
+            ssl_ca: cred.ca.display().to_string(),
+            ssl_cert,
+            ssl_key,
+            use_current_pos: true,
+            verify_host: verify,
+        };
+        sql::stop_replication(
+            conn,
+            f,
+            view.replication
+                .as_ref()
+                .is_some_and(|r| r.io_state == "Yes"),
+        )
+        .await?;
+        sql::exec_all(
+            conn,
+            &[flavor::change_source(f, &change), flavor::start_replica(f)],
+        )
+        .await?;
+        tracing::info!(source, "following the replica cluster's source");
+        Ok(true)
+    }
+
+    /// A server id of this cluster that the source's server, or a
+    /// transaction of its history this server did not write, uses too: the
+    /// applier would skip those events as its own. (MariaDB GTIDs name
+    /// their server; this cluster's own writes coming back are fine.)
+    fn clashing_server_id(&self, source_id: u32, history: &str, mine: &str) -> Option<String> {
+        let base = self.cfg.spec.mysql.server_id_base;
+        let last = base.saturating_add(self.cfg.spec.instances.max(0) as u32);
+        let ours = |id: u32| id > base && id <= last;
+        let mut clash: Vec<u32> = Vec::new();
+        if ours(source_id) {
+            clash.push(source_id);
+        }
+        if self.cfg.flavor() == Flavor::Mariadb {
+            clash.extend(
+                history
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|g| !history_reaches(Flavor::Mariadb, mine, g))
+                    .filter_map(|g| g.split('-').nth(1)?.parse::<u32>().ok())
+                    .filter(|id| ours(*id)),
+            );
+        }
+        clash.sort();
+        clash.dedup();
+        (!clash.is_empty()).then(|| {
+            format!(
+                "not following the source: server id(s) {clash:?} are used by the source and by this cluster \
+                 (ids {}..={last}); set spec.mysql.serverIdBase so the two clusters' ranges do not overlap",
+                base + 1
+            )
+        })
+    }
+
+    /// Replication is configured from a server that is not one of the
+    /// cluster's instances: a replica cluster's source.
+    pub(super) fn follows_external(&self, view: &sql::ServerView) -> bool {
+        view.replication
+            .as_ref()
+            .filter(|r| !r.source_host.is_empty())
+            .and_then(|r| self.local_source_name(&r.source_host, r.source_port))
+            .is_some_and(|n| self.peer(&n).is_none())
+    }
+
+    /// A promoted replica cluster's primary, still following its source:
+    /// true once it may forget the source and open writes.
+    pub(super) async fn ready_to_leave_source(
+        &self,
+        conn: &mut mysql_async::Conn,
+        status: &cnmysql_api::ClusterStatus,
+        view: &sql::ServerView,
+    ) -> anyhow::Result<bool> {
+        let f = self.cfg.flavor();
+        let Some(repl) = &view.replication else {
+            return Ok(true);
+        };
+        let token = status
+            .replica
+            .as_ref()
+            .and_then(|r| r.promotion_token.as_deref());
+        let receiving = repl.io_state == "Yes" || repl.io_state == "Connecting";
+        match replica_cluster::promotion(
+            f,
+            &view.gtid_executed,
+            token,
+            receiving,
+            &repl.received_gtid,
+        ) {
+            Promotion::Ready => Ok(true),
+            Promotion::StopReceiving => {
+                sql::exec_all(conn, &[flavor::stop_receiving(f)]).await?;
+                tracing::info!(
+                    "promotion: receiving nothing more from the replica cluster's source"
+                );
+                Ok(false)
+            }
+            Promotion::AwaitToken(why) | Promotion::Applying(why) => {
+                self.set_phase(InstancePhase::Running, why);
+                Ok(false)
+            }
+        }
+    }
+}
+
+/// The source's server id and executed history, read over TLS with the
+/// source account.
+async fn source_history(
+    cred: &Credentials,
+    host: &str,
+    port: u16,
+    verify_name: bool,
+    f: Flavor,
+) -> anyhow::Result<(u32, String)> {
+    let mut ssl = mysql_async::SslOpts::default()
+        .with_root_certs(vec![cred.ca.clone().into()])
+        .with_danger_skip_domain_validation(!verify_name);
+    if let Some((cert, key)) = &cred.client {
+        ssl = ssl.with_client_identity(Some(mysql_async::ClientIdentity::new(
+            cert.clone().into(),
+            key.clone().into(),
+        )));
+    }
+    let opts = mysql_async::OptsBuilder::default()
+        .ip_or_hostname(host)
+        .tcp_port(port)
+        .user(Some(cred.user.clone()))
+        .pass(Some(cred.password.clone()))
+        .prefer_socket(false)
+        .ssl_opts(Some(ssl));
+    let mut conn = tokio::time::timeout(Duration::from_secs(5), mysql_async::Conn::new(opts))
+        .await
+        .map_err(|_| anyhow::anyhow!("no answer within 5 s"))??;
+    let (binlog, _position, _ro, applied): (String, String, i64, String) = conn
+        .query_first(flavor::gtid_and_read_only(f).text)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("no row for the GTID query"))?;
+    let server_id: Option<u32> = conn.query_first("SELECT @@server_id").await?;
+    let _ = conn.disconnect().await;
+    Ok((
+        server_id.unwrap_or_default(),
+        flavor::executed_history(f, &binlog, &applied),
+    ))
+}
