@@ -241,6 +241,11 @@ impl WriteChecker {
         self.log.lock().unwrap().acked.len()
     }
 
+    /// The numbers of the writes acknowledged so far.
+    pub fn acked_ids(&self) -> Vec<u64> {
+        self.log.lock().unwrap().acked.clone()
+    }
+
     /// When each write so far was acknowledged.
     pub fn ack_times(&self) -> Vec<Instant> {
         self.log.lock().unwrap().ack_times.clone()

@@ -1,6 +1,7 @@
 //! Replica clusters on the local platform, against real servers (the
-//! flavour under test): a second Cluster follows the first through its rw
-//! endpoint over TLS; a controlled switchover between the two (the first
+//! flavour under test): a second Cluster, recovered from the first's
+//! backup, follows the first through its rw endpoint over TLS (and a third
+//! from the start of the first's history); a controlled switchover between the two (the first
 //! demoted, the second promoted at the first's exact GTID position) loses
 //! no acknowledged write, and the first then follows the second; last, the
 //! new source is destroyed and the follower promoted without a token, its
@@ -45,10 +46,21 @@ fn source_secret(secrets: &Path, follower: &str, source: &LocalCluster) {
 }
 
 fn cluster(name: &str, base: u32, replica: &str) -> String {
+    sized(name, 2, base, replica)
+}
+
+fn sized(name: &str, instances: u32, base: u32, rest: &str) -> String {
     format!(
-        "{}    serverIdBase: {base}\n  failoverDelay: 0\n{replica}",
-        manifest(name, 2)
+        "{}    serverIdBase: {base}\n  failoverDelay: 0\n{rest}",
+        manifest(name, instances)
     )
+}
+
+/// Rows of the write checker's table on `instance`.
+async fn ids(c: &LocalCluster, instance: &str) -> std::collections::BTreeSet<u64> {
+    let mut a = c.admin(instance).await;
+    let ids: Vec<u64> = a.query("SELECT id FROM chk.w").await.unwrap_or_default();
+    ids.into_iter().collect()
 }
 
 fn follows(source: &LocalCluster, enabled: bool, token: Option<&str>) -> String {
@@ -105,15 +117,57 @@ async fn a_replica_cluster_follows_switches_over_without_loss_and_is_promoted_af
     // writes the instances' configuration.
     unsafe { std::env::set_var("CNMYSQL_SECRETS_DIR", secrets.path()) };
 
-    let east = LocalCluster::start("east", &cluster("east", 0, ""));
+    let store_dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", store_dir.path().display());
+    let backup = format!("  backup:\n    objectStore:\n      destinationPath: {store}\n");
+    let east = LocalCluster::start("east", &cluster("east", 0, &backup));
     create_source_account(&east).await;
     source_secret(secrets.path(), "west", &east);
+    source_secret(secrets.path(), "north", &east);
     let w1 = writer::start(&east).await;
     w1.wait_for_more(100, Duration::from_secs(30)).await;
+    let out = east.local(&["backup"]);
+    assert!(
+        out.status.success(),
+        "backup: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    w1.wait_for_more(100, Duration::from_secs(30)).await;
 
-    // West follows east from an empty start.
-    let west_manifest = |enabled, token| cluster("west", 100, &follows(&east, enabled, token));
+    // North follows east from an empty start (east has all its binary logs).
+    let north = LocalCluster::start(
+        "north",
+        &sized("north", 1, 200, &follows(&east, true, None)),
+    );
+    let seen = w1.acked_ids();
+    wait_for(
+        "north to hold east's rows",
+        Duration::from_secs(60),
+        || async {
+            let have = ids(&north, "north-1").await;
+            seen.iter().all(|i| have.contains(i)).then_some(())
+        },
+    )
+    .await;
+    north.destroy();
+
+    // West is recovered from east's backup and archive, then follows east.
+    let recovery = format!(
+        "  bootstrap:\n    recovery:\n      source:\n        objectStore:\n          destinationPath: {store}\n          serverName: east\n"
+    );
+    let west_manifest = |enabled, token| {
+        cluster(
+            "west",
+            100,
+            &format!("{recovery}{}", follows(&east, enabled, token)),
+        )
+    };
     let west = LocalCluster::start("west", &west_manifest(true, None));
+    assert!(
+        west.status()["backup"]["recovered"]["backupId"].is_string(),
+        "west was recovered: {}",
+        west.status()
+    );
     wait_for(
         "west's designated primary to receive from east",
         Duration::from_secs(60),
@@ -132,7 +186,13 @@ async fn a_replica_cluster_follows_switches_over_without_loss_and_is_promoted_af
 
     // Controlled switchover: east demoted, to follow west ...
     source_secret(secrets.path(), "east", &west);
-    let east_manifest = |enabled, token| cluster("east", 0, &follows(&west, enabled, token));
+    let east_manifest = |enabled, token| {
+        cluster(
+            "east",
+            0,
+            &format!("{backup}{}", follows(&west, enabled, token)),
+        )
+    };
     let demoted_at = Instant::now();
     apply(&east, &east_manifest(true, None));
     let east_primary = east.current_primary();

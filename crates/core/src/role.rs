@@ -375,6 +375,56 @@ mod tests {
     }
 
     #[test]
+    fn a_replica_clusters_primary_follows_its_source_read_only_until_promoted() {
+        let mut st = status(Some("db-1"), Some("db-1"), true);
+        st.replica = Some(cnmysql_api::replica::ReplicaStatus {
+            enabled: true,
+            source: "east-rw:3306".into(),
+            ..Default::default()
+        });
+        let d = desired("db-1", &st);
+        assert_eq!(
+            d,
+            Desired::DesignatedPrimary {
+                source: "east-rw:3306".into()
+            }
+        );
+        assert!(d.releases_lease(), "read-only: no lease");
+        let writable = Local {
+            read_only: false,
+            ..Default::default()
+        };
+        assert_eq!(
+            reconcile(&d, &writable),
+            vec![
+                Action::SetReadOnly(true),
+                Action::Follow("east-rw:3306".into())
+            ],
+            "a demoted primary turns read-only before it follows"
+        );
+        // Its replicas follow it as in any cluster.
+        assert_eq!(
+            desired("db-2", &st),
+            Desired::Replica {
+                source: "db-1".into()
+            }
+        );
+        // Promoted: the source is forgotten, then writes open.
+        st.replica.as_mut().unwrap().enabled = false;
+        let following = Local {
+            read_only: true,
+            source: Some("east-rw:3306".into()),
+            io_running: true,
+            sql_running: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            reconcile(&desired("db-1", &st), &following),
+            vec![Action::ResetReplication, Action::SetReadOnly(false)]
+        );
+    }
+
+    #[test]
     fn following_needs_containment() {
         let h = |t: &str| cnmysql_gtid::History::Mariadb(t.parse().unwrap());
         assert!(may_follow(&h("0-1-90"), &h("0-1-100,0-2-120")).is_ok());

@@ -103,3 +103,16 @@ fn affinity_storage_resources_and_own_secrets() {
         ),
     );
 }
+
+/// A replica cluster: the source's Secret projected beside the object
+/// store's, its keys optional; server ids from 100.
+#[test]
+fn replica_cluster() {
+    check(
+        "replica.yaml",
+        &cluster(
+            "west",
+            "instances: 2\nmysql:\n  serverIdBase: 100\nreplica:\n  enabled: true\n  source:\n    host: east-rw.east.svc\n",
+        ),
+    );
+}

@@ -166,7 +166,9 @@ impl<C: ClusterState> Manager<C> {
             plan.position
         );
         sql::exec_all(conn, &flavor::read_only(f, false)).await?;
-        conn.query_drop("FLUSH PRIVILEGES").await?;
+        // Not binary-logged: a recovered cluster that then follows its
+        // source (a replica cluster) must hold no transaction of its own.
+        conn.query_drop("FLUSH LOCAL PRIVILEGES").await?;
         bootstrap::set_accounts(conn, &self.cfg).await?;
         Ok(secs)
     }
