@@ -63,6 +63,22 @@ async fn the_crd_installs_and_the_api_server_enforces_every_rule() {
     try_apply(&client, BASE)
         .await
         .expect("the base Cluster is accepted");
+    // spec.mysql.serverIdBase is fixed once the Cluster exists.
+    let mut made: serde_json::Value = serde_saphyr::from_str(BASE).unwrap();
+    made["metadata"]["name"] = "ids".into();
+    cluster_api(&client)
+        .patch(
+            "ids",
+            &PatchParams::apply("cnmysql-test"),
+            &Patch::Apply(&made),
+        )
+        .await
+        .expect("a Cluster to change");
+    made["spec"]["mysql"]["serverIdBase"] = 100.into();
+    let err = dry_apply(&cluster_api(&client), &made)
+        .await
+        .expect_err("a change of serverIdBase is refused");
+    assert!(err.contains("serverIdBase"), "{err}");
     let example = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../examples/cluster.yaml"

@@ -259,6 +259,12 @@ pub fn cases() -> Vec<(&'static str, Value, &'static str, bool)> {
             false,
         ),
         ("wrong kind", json!({"kind": "Database"}), "kind", false),
+        (
+            "replica source without a host",
+            json!({"spec": {"replica": {"enabled": true, "source": {"host": ""}}}}),
+            "spec.replica.source.host",
+            false,
+        ),
     ]
 }
 
