@@ -45,22 +45,19 @@ pub struct ReplicaSource {
     /// MySQL protocol port [default: 3306].
     #[serde(default = "default_port")]
     pub port: u16,
-    /// The name the source's certificate must carry [default: `host`].
-    /// Set `verifyServerName: false` to check only the CA.
+    /// The name the source's certificate must carry [default: `host`]:
+    /// set it when `host` is an address or a name the certificate lacks
+    /// (a ClusterIP, say; the source Cluster's certificates name its
+    /// Services, e.g. `east-rw.east.svc`). The instance manager checks it
+    /// before following; the server's own replication connection then
+    /// checks the CA only (it can verify no name but `host`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
     pub tls_server_name: Option<String>,
-    /// Check the source certificate's name, not only its CA [default: true].
-    #[serde(default = "default_true")]
-    pub verify_server_name: bool,
 }
 
 fn default_port() -> u16 {
     3306
-}
-
-fn default_true() -> bool {
-    true
 }
 
 impl ReplicaSource {
@@ -85,16 +82,16 @@ pub const KEY_KEY: &str = "tls.key";
 
 /// `status.replica`: where a replica cluster stands, as the control plane
 /// last saw its spec and its designated primary.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplicaStatus {
     /// The cluster follows its source (`spec.replica.enabled`).
     pub enabled: bool,
     /// The source, `host:port`.
     pub source: String,
-    /// `spec.replica.source.verifyServerName`, for the instances to read.
-    #[serde(default = "default_true")]
-    pub verify_server_name: bool,
+    /// `spec.replica.source.tlsServerName`, for the instances to read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_server_name: Option<String>,
     /// `spec.replica.promotionToken`, for the instances to read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub promotion_token: Option<String>,
@@ -111,21 +108,6 @@ pub struct ReplicaStatus {
     /// Why it does not, or why its applier stopped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
-}
-
-impl Default for ReplicaStatus {
-    fn default() -> Self {
-        ReplicaStatus {
-            enabled: false,
-            source: String::new(),
-            verify_server_name: true,
-            promotion_token: None,
-            gtid_position: None,
-            lag_seconds: None,
-            receiving: false,
-            last_error: None,
-        }
-    }
 }
 
 /// `host` and `port` of a `host:port` source.
@@ -188,7 +170,6 @@ mod tests {
                 host: host.into(),
                 port: 3306,
                 tls_server_name: None,
-                verify_server_name: true,
             },
             promotion_token: token.map(str::to_string),
         }

@@ -61,7 +61,7 @@ pub fn declared(r: &ReplicaSpec) -> ReplicaStatus {
     ReplicaStatus {
         enabled: r.enabled,
         source: r.source.address(),
-        verify_server_name: r.source.verify_server_name,
+        tls_server_name: r.source.tls_server_name.clone(),
         promotion_token: r.promotion_token.clone(),
         ..Default::default()
     }

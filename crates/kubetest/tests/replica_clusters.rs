@@ -38,9 +38,11 @@ spec:
     )
 }
 
-fn follows(source: &str, enabled: bool) -> String {
+/// Following `<ns>-rw` at `address` (there is no cluster DNS on the
+/// node): the certificate is checked for the Service's name.
+fn follows(ns: &str, address: &str, enabled: bool) -> String {
     format!(
-        "  replica:\n    enabled: {enabled}\n    source:\n      host: {source}\n      port: 3306\n      verifyServerName: false\n"
+        "  replica:\n    enabled: {enabled}\n    source:\n      host: {address}\n      port: 3306\n      tlsServerName: {ns}-rw.{ns}.svc\n"
     )
 }
 
@@ -145,7 +147,12 @@ async fn two_clusters_in_two_namespaces_switch_over_without_loss_and_promote_aft
     // (the Secret's keys are mounted only into Pods made with one).
     k.apply_in_new_namespace(
         "east",
-        &manifest("east", "east", 0, &follows("placeholder.invalid", false)),
+        &manifest(
+            "east",
+            "east",
+            0,
+            &follows("west", "placeholder.invalid", false),
+        ),
     )
     .await
     .unwrap();
@@ -169,7 +176,7 @@ async fn two_clusters_in_two_namespaces_switch_over_without_loss_and_promote_aft
             "west",
             "west",
             100,
-            &follows(&east_rw.ip().to_string(), true),
+            &follows("east", &east_rw.ip().to_string(), true),
         )),
     )
     .unwrap();
@@ -200,7 +207,7 @@ async fn two_clusters_in_two_namespaces_switch_over_without_loss_and_promote_aft
     patch_replica(
         &k,
         "east",
-        serde_json::json!({"enabled": true, "source": {"host": west_rw.ip().to_string()}}),
+        serde_json::json!({"enabled": true, "source": {"host": west_rw.ip().to_string(), "tlsServerName": "west-rw.west.svc"}}),
     )
     .await;
     let token = until(

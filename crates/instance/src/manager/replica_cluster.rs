@@ -82,11 +82,15 @@ impl<C: ClusterState> Manager<C> {
     ) -> anyhow::Result<bool> {
         let f = self.cfg.flavor();
         let status = self.cluster.get().await?;
-        let verify = status.replica.as_ref().is_none_or(|r| r.verify_server_name);
         let (host, port) = split_address(source)
             .ok_or_else(|| anyhow::anyhow!("spec.replica.source: {source} is not host:port"))?;
+        let name = status
+            .replica
+            .as_ref()
+            .and_then(|r| r.tls_server_name.clone())
+            .unwrap_or_else(|| host.to_string());
         let cred = self.source_credentials()?;
-        let (server_id, theirs) = match source_history(&cred, host, port, verify, f).await {
+        let (server_id, theirs) = match source_history(&cred, host, port, &name, f).await {
             Ok(seen) => seen,
             Err(e) => {
                 self.set_phase(
@@ -125,7 +129,9 @@ impl<C: ClusterState> Manager<C> {
             ssl_cert,
             ssl_key,
             use_current_pos: true,
-            verify_host: verify,
+            // The server checks no name but the host it connects to: the
+            // name was checked above; it checks the CA.
+            verify_host: name == host,
         };
         sql::stop_replication(
             conn,
@@ -233,12 +239,13 @@ async fn source_history(
     cred: &Credentials,
     host: &str,
     port: u16,
-    verify_name: bool,
+    name: &str,
     f: Flavor,
 ) -> anyhow::Result<(u32, String)> {
-    let mut ssl = mysql_async::SslOpts::default()
-        .with_root_certs(vec![cred.ca.clone().into()])
-        .with_danger_skip_domain_validation(!verify_name);
+    let mut ssl = mysql_async::SslOpts::default().with_root_certs(vec![cred.ca.clone().into()]);
+    if name != host {
+        ssl = ssl.with_danger_tls_hostname_override(Some(name.to_string()));
+    }
     if let Some((cert, key)) = &cred.client {
         ssl = ssl.with_client_identity(Some(mysql_async::ClientIdentity::new(
             cert.clone().into(),

@@ -42,13 +42,25 @@ pub fn needed(cluster: &Cluster) -> Vec<(String, Needed)> {
         out.push((labels::ca_secret(&name), Needed::Ca));
     }
     for i in super::instances(cluster) {
-        let names = vec![
+        let mut names = vec![
             i.clone(),
             format!("{i}.{ns}"),
             format!("{i}.{ns}.pod"),
             "localhost".into(),
             "127.0.0.1".into(),
         ];
+        // Whichever instance a Service routes to, a client that checks
+        // the name it connected by finds it: `<cluster>-rw`, `.ns`,
+        // `.ns.svc` and `.ns.svc.cluster.local` (and `ro`, `r`).
+        for svc in ["rw", "ro", "r"] {
+            let s = format!("{name}-{svc}");
+            names.extend([
+                format!("{s}.{ns}"),
+                format!("{s}.{ns}.svc"),
+                format!("{s}.{ns}.svc.cluster.local"),
+                s,
+            ]);
+        }
         out.push((
             labels::instance_tls_secret(&i),
             Needed::Certificate { who: i, names },
