@@ -116,6 +116,20 @@ pub fn split_address(source: &str) -> Option<(&str, u16)> {
     Some((host, port.parse().ok()?))
 }
 
+/// What is wrong with `spec.replica` and `spec.mysql.serverIdBase`.
+pub fn check_spec(s: &crate::ClusterSpec, errors: &mut Vec<FieldError>) {
+    if let Some(r) = &s.replica {
+        check(r, s.mysql.flavor, errors);
+    }
+    let last = u64::from(s.mysql.server_id_base) + u64::from(s.instances.max(0) as u32);
+    if last >= u64::from(u32::MAX) {
+        errors.push(err(
+            "spec.mysql.serverIdBase",
+            "leaves no room for the instances' server ids; lower it",
+        ));
+    }
+}
+
 /// What is wrong with `spec.replica` (`flavor` parses the token).
 pub fn check(r: &ReplicaSpec, flavor: crate::Flavor, errors: &mut Vec<FieldError>) {
     let s = &r.source;

@@ -445,30 +445,7 @@ fn check_instance_counts(s: &crate::cluster::ClusterSpec, errors: &mut Vec<Field
 }
 
 /// The cross-field rules (mirrors of the CRD's CEL rules).
-pub fn validate(c: &Cluster) -> Vec<FieldError> {
-    let mut errors = Vec::new();
-    let s = &c.spec;
-    match c.metadata.name.as_deref() {
-        None | Some("") => errors.push(err("metadata.name", "is missing; name the cluster")),
-        Some(n) if !is_dns_label(n) || n.len() > MAX_CLUSTER_NAME => errors.push(err(
-            "metadata.name",
-            format!("{n:?} must be a lower-case DNS label (a-z, 0-9, -) of at most {MAX_CLUSTER_NAME} characters"),
-        )),
-        _ => {}
-    }
-    check_backup_fields(s, &mut errors);
-    check_instance_counts(s, &mut errors);
-    if let Some(r) = &s.replica {
-        crate::replica::check(r, s.mysql.flavor, &mut errors);
-    }
-    if u64::from(s.mysql.server_id_base) + u64::from(s.instances.max(0) as u32)
-        > u64::from(u32::MAX) - 1
-    {
-        errors.push(err(
-            "spec.mysql.serverIdBase",
-            "leaves no room for the instances' server ids; lower it",
-        ));
-    }
+fn check_storage(s: &crate::cluster::ClusterSpec, errors: &mut Vec<FieldError>) {
     if let Some(size) = &s.storage.size
         && !is_storage_quantity(size)
     {
@@ -485,6 +462,23 @@ pub fn validate(c: &Cluster) -> Vec<FieldError> {
             format!("{size:?} is not a storage size; write it like 10Gi, 500Mi or 1Ti"),
         ));
     }
+}
+
+pub fn validate(c: &Cluster) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    let s = &c.spec;
+    match c.metadata.name.as_deref() {
+        None | Some("") => errors.push(err("metadata.name", "is missing; name the cluster")),
+        Some(n) if !is_dns_label(n) || n.len() > MAX_CLUSTER_NAME => errors.push(err(
+            "metadata.name",
+            format!("{n:?} must be a lower-case DNS label (a-z, 0-9, -) of at most {MAX_CLUSTER_NAME} characters"),
+        )),
+        _ => {}
+    }
+    check_backup_fields(s, &mut errors);
+    check_instance_counts(s, &mut errors);
+    crate::replica::check_spec(s, &mut errors);
+    check_storage(s, &mut errors);
     let semi = &s.mysql.semi_sync;
     if semi.enabled && s.max_sync_replicas < 1 {
         errors.push(err(

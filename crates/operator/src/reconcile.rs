@@ -126,39 +126,8 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Action, Err
         return Ok(Action::requeue(Duration::from_secs(30)));
     }
 
-    // A recovery from a Backup object: its store and id recorded once,
-    // before the first Pod (which reads them) is made.
-    if let Some(b) = cluster
-        .spec
-        .recovery()
-        .and_then(|r| r.source.backup.as_ref())
-        && st
-            .backup
-            .as_ref()
-            .is_none_or(|s| s.recovery_source.is_none())
-    {
-        match crate::backup_store::resolve(ctx, &ns, &b.name).await {
-            Ok(src) => {
-                write_status(cluster, ctx, |st| {
-                    st.backup
-                        .get_or_insert_with(Default::default)
-                        .recovery_source = Some(src.clone());
-                })
-                .await?;
-                return Ok(Action::requeue(Duration::from_millis(100)));
-            }
-            Err((waiting, why)) => {
-                // Not an invalid spec: the Backup may still complete, or
-                // be made. Still running: the primary is being set up.
-                let phase = if waiting {
-                    Phase::SettingUpPrimary
-                } else {
-                    Phase::Degraded
-                };
-                report_blocked(cluster, ctx, "RecoverySourceNotReady", &why, phase).await?;
-                return Ok(Action::requeue(Duration::from_secs(10)));
-            }
-        }
+    if let Some(action) = record_recovery_source(cluster, ctx, &ns, &st).await? {
+        return Ok(action);
     }
 
     // 3. build
@@ -215,6 +184,51 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Action, Err
     // Back before a certificate is due, within a resync at most.
     let due = Duration::from_secs(certificate_due.max(1) as u64);
     Ok(Action::requeue(RESYNC.min(due)))
+}
+
+/// A recovery from a Backup object: its store and id recorded once,
+/// before the first Pod (which reads them) is made. Some: what to do
+/// instead of going on.
+async fn record_recovery_source(
+    cluster: &Cluster,
+    ctx: &Context,
+    ns: &str,
+    st: &cnmysql_api::ClusterStatus,
+) -> Result<Option<Action>, Error> {
+    if let Some(b) = cluster
+        .spec
+        .recovery()
+        .and_then(|r| r.source.backup.as_ref())
+        && st
+            .backup
+            .as_ref()
+            .is_none_or(|s| s.recovery_source.is_none())
+    {
+        match crate::backup_store::resolve(ctx, ns, &b.name).await {
+            Ok(src) => {
+                write_status(cluster, ctx, |st| {
+                    st.backup
+                        .get_or_insert_with(Default::default)
+                        .recovery_source = Some(src.clone());
+                })
+                .await?;
+                return Ok(Some(Action::requeue(Duration::from_millis(100))));
+            }
+            Err((waiting, why)) => {
+                // Not an invalid spec: the Backup may still complete, or
+                // be made. Still running: the primary is being set up.
+                let phase = if waiting {
+                    Phase::SettingUpPrimary
+                } else {
+                    Phase::Degraded
+                };
+                report_blocked(cluster, ctx, "RecoverySourceNotReady", &why, phase).await?;
+                return Ok(Some(Action::requeue(Duration::from_secs(10))));
+            }
+        }
+    }
+
+    Ok(None)
 }
 
 /// Status for an invalid Cluster: Degraded, with the fields named; one

@@ -142,15 +142,6 @@ impl<C: ClusterState> Manager<C> {
                     );
                     return Ok(());
                 }
-                // A replica cluster promoted: its source left behind only
-                // once the token and all it received are applied.
-                if self.follows_external(&view)
-                    && !self
-                        .ready_to_leave_source(&mut conn, &status, &view)
-                        .await?
-                {
-                    return Ok(());
-                }
             }
             Desired::HoldReadOnly(_) | Desired::HandOver { .. } => {
                 let why = match &desired {
@@ -174,18 +165,15 @@ impl<C: ClusterState> Manager<C> {
                 self.set_phase(InstancePhase::Running, why);
                 return Ok(());
             }
-            Desired::DesignatedPrimary { source } => {
-                if !view.read_only {
-                    drop(conn);
-                    self.make_read_only(
-                        self_fence::Cause::Demotion,
-                        &format!("demoted: the cluster now follows {source}"),
-                    )
-                    .await?;
-                    return Ok(());
-                }
-            }
-            Desired::Replica { .. } | Desired::Detached { .. } => {}
+            Desired::Replica { .. }
+            | Desired::Detached { .. }
+            | Desired::DesignatedPrimary { .. } => {}
+        }
+        if !self
+            .replica_cluster_may_go_on(&desired, &mut conn, &status, &view)
+            .await?
+        {
+            return Ok(());
         }
         let local = self.local_state(&desired, &view).await;
         for action in role::reconcile(&desired, &local) {

@@ -183,6 +183,32 @@ impl<C: ClusterState> Manager<C> {
         })
     }
 
+    /// A replica cluster's steps before the role's: a demoted primary made
+    /// read-only; a promoted one leaving its source only once the token
+    /// and all it received are applied. False when the pass ends here.
+    pub(super) async fn replica_cluster_may_go_on(
+        &self,
+        desired: &Desired,
+        conn: &mut mysql_async::Conn,
+        status: &cnmysql_api::ClusterStatus,
+        view: &sql::ServerView,
+    ) -> anyhow::Result<bool> {
+        match desired {
+            Desired::DesignatedPrimary { source } if !view.read_only => {
+                self.make_read_only(
+                    self_fence::Cause::Demotion,
+                    &format!("demoted: the cluster now follows {source}"),
+                )
+                .await?;
+                Ok(false)
+            }
+            Desired::Primary if self.follows_external(view) => {
+                self.ready_to_leave_source(conn, status, view).await
+            }
+            _ => Ok(true),
+        }
+    }
+
     /// Replication is configured from a server that is not one of the
     /// cluster's instances: a replica cluster's source.
     pub(super) fn follows_external(&self, view: &sql::ServerView) -> bool {
