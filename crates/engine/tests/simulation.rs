@@ -340,7 +340,10 @@ impl World {
                 self.nodes[i].read_only = false;
                 self.trace.push(format!("{me} promoted at {}", self.now));
             }
-            Desired::HoldReadOnly(_) | Desired::HandOver { .. } => self.nodes[i].read_only = true,
+            // (No replica clusters here: a designated primary only holds.)
+            Desired::HoldReadOnly(_)
+            | Desired::HandOver { .. }
+            | Desired::DesignatedPrimary { .. } => self.nodes[i].read_only = true,
             Desired::Detached { .. } => {
                 self.nodes[i].read_only = true;
                 self.nodes[i].detached = true;
