@@ -578,7 +578,7 @@ impl<C: ClusterState> Manager<C> {
 }
 
 /// Whether the receiver is running (connected, or connecting, to a source).
-fn receiving(view: &sql::ServerView) -> bool {
+pub(super) fn receiving(view: &sql::ServerView) -> bool {
     view.replication
         .as_ref()
         .is_some_and(|r| r.io_state == "Yes")

@@ -133,14 +133,7 @@ impl<C: ClusterState> Manager<C> {
             // name was checked above; it checks the CA.
             verify_host: name == host,
         };
-        sql::stop_replication(
-            conn,
-            f,
-            view.replication
-                .as_ref()
-                .is_some_and(|r| r.io_state == "Yes"),
-        )
-        .await?;
+        sql::stop_replication(conn, f, super::converge::receiving(view)).await?;
         sql::exec_all(
             conn,
             &[flavor::change_source(f, &change), flavor::start_replica(f)],
