@@ -1,7 +1,8 @@
 //! Replica clusters on the local platform, against real servers (the
 //! flavour under test): a second Cluster, recovered from the first's
 //! backup, follows the first through its rw endpoint over TLS (and a third
-//! from the start of the first's history); a controlled switchover between the two (the first
+//! from the start of the first's history), fails over inside itself and
+//! follows on; a controlled switchover between the two (the first
 //! demoted, the second promoted at the first's exact GTID position) loses
 //! no acknowledged write, and the first then follows the second; last, the
 //! new source is destroyed and the follower promoted without a token, its
@@ -183,6 +184,35 @@ async fn a_replica_cluster_follows_switches_over_without_loss_and_is_promoted_af
     );
     w1.wait_for_more(100, Duration::from_secs(30)).await;
     assert!(!writable(&west).await, "a replica cluster takes no writes");
+
+    // Its designated primary killed: a failover inside west, and the new
+    // designated primary follows east in turn; the old one rejoins.
+    let designated = west.current_primary();
+    west.signal_instance(&designated, nix::sys::signal::Signal::SIGKILL);
+    let successor = wait_for(
+        "a new designated primary in west",
+        Duration::from_secs(60),
+        || async {
+            let p = west.current_primary();
+            (p != designated && !p.is_empty()).then_some(p)
+        },
+    )
+    .await;
+    wait_for(
+        "the new designated primary to receive from east, and west whole again",
+        Duration::from_secs(120),
+        || async {
+            let st = west.status();
+            (st["replica"]["receiving"] == true && st["readyInstances"] == 2).then_some(())
+        },
+    )
+    .await;
+    w1.wait_for_more(100, Duration::from_secs(30)).await;
+    let so_far = w1.acked_ids();
+    for n in [&successor, &designated] {
+        verify_on(&west, n, &so_far).await;
+    }
+    assert!(!writable(&west).await, "still no writes after its failover");
 
     // Controlled switchover: east demoted, to follow west ...
     source_secret(secrets.path(), "east", &west);

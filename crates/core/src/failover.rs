@@ -135,10 +135,19 @@ pub fn choose_candidate(
         }
     }
     if let Some(known) = old_known {
+        // A replica cluster receives its source's transactions: only those
+        // of its own instances (read-only but the primary) can be errant.
+        let upstream = crate::role::replica_source(&s.status).is_some();
+        let own: Vec<String> = s
+            .instances
+            .iter()
+            .map(|o| s.status_source_id(&o.name))
+            .collect();
         let errant: Vec<String> = history
             .sources_missing_from(known)
             .into_iter()
             .filter(|src| src != old_source)
+            .filter(|src| !upstream || own.contains(src))
             .collect();
         if !errant.is_empty() {
             return Err(format!(
@@ -458,6 +467,43 @@ mod tests {
             0,
         );
         assert!(matches!(decide(&s, None, true), Decision::Promote { .. }));
+    }
+
+    #[test]
+    fn in_a_replica_cluster_the_sources_transactions_are_not_errant() {
+        let upstream = |s: &mut Snapshot| {
+            s.status.replica = Some(cnmysql_api::replica::ReplicaStatus {
+                enabled: true,
+                source: "east:3306".into(),
+                ..Default::default()
+            })
+        };
+        // Newer transactions of the source (server 7, no instance of this
+        // cluster) that the dead designated primary had not shown yet.
+        let mut s = snap(
+            vec![dead_primary(), replica("db-2", "0-1-100,0-7-140")],
+            Some(T0),
+            t0_ms(),
+            0,
+        );
+        assert!(
+            matches!(decide(&s, None, true), Decision::Blocked { .. }),
+            "a normal cluster blocks"
+        );
+        upstream(&mut s);
+        assert!(matches!(decide(&s, None, true), Decision::Promote { .. }));
+        // One of its own read-only instances writing is still errant.
+        let mut s = snap(
+            vec![dead_primary(), replica("db-2", "0-1-100,0-2-101")],
+            Some(T0),
+            t0_ms(),
+            0,
+        );
+        upstream(&mut s);
+        match decide(&s, None, true) {
+            Decision::Blocked { reason } => assert!(reason.contains("errant"), "{reason}"),
+            d => panic!("{d:?}"),
+        }
     }
 
     /// MySQL: once the old primary is gone, its server_uuid comes from the

@@ -215,16 +215,15 @@ pub fn change_source(flavor: Flavor, s: &SourceSpec) -> Sql {
         ),
     };
     // A client certificate only for accounts that require one (a replica
-    // cluster's source account may take a password alone).
-    let client = if s.ssl_cert.is_empty() {
-        String::new()
-    } else {
-        format!(
-            "{k}_SSL_CERT={}, {k}_SSL_KEY={}, ",
-            quote(&s.ssl_cert),
-            quote(&s.ssl_key)
-        )
-    };
+    // cluster's source account may take a password alone). Always named,
+    // empty when there is none: a CHANGE keeps what it does not name, and
+    // a certificate of another CA left from following a peer fails the
+    // source's TLS handshake.
+    let client = format!(
+        "{k}_SSL_CERT={}, {k}_SSL_KEY={}, ",
+        quote(&s.ssl_cert),
+        quote(&s.ssl_key)
+    );
     let render = |pw: &str| {
         format!(
             "{statement} {k}_HOST={}, {k}_PORT={}, {k}_USER={}, {k}_PASSWORD={pw}, \

@@ -25,6 +25,7 @@ pub mod phase;
 pub mod reconcile;
 pub mod reinit;
 pub mod replica_cluster;
+mod replica_metrics;
 pub mod role;
 pub mod self_fence;
 pub mod semisync;

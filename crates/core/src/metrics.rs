@@ -38,6 +38,8 @@
 //!   `cnmysql_instance_archive_lag_seconds` (how far behind the clock the
 //!   archive is known complete), `_archive_failing` (1 while it cannot
 //!   store), `_archived_bytes` (binary log bytes stored by the current run);
+//! - replica clusters (`replica_metrics.rs`): `cnmysql_cluster_replica_following`,
+//!   `_replica_receiving`, `_replica_lag_seconds`;
 //! - `cnmysql_events_total` by `reason` and `type`: switchovers,
 //!   failovers, blocked operations, fencing, restarts since the cluster was
 //!   created.
@@ -110,6 +112,7 @@ pub fn encode_clusters(clusters: &[Labelled]) -> String {
         cluster_samples(&f, c, &cluster);
         upgrade_samples(&f, c, &cluster);
         backup_samples(&f, s, &cluster);
+        f.replica.samples(s, &cluster);
     }
     let mut out = String::new();
     encode(&mut out, &r).expect("writing to a String cannot fail");
@@ -354,6 +357,7 @@ struct Families {
     backup_bytes: Values,
     counted: Family<Labels, Counter>,
     server: crate::server_metrics::ServerFamilies,
+    replica: crate::replica_metrics::ReplicaFamilies,
 }
 
 impl Families {
@@ -493,6 +497,7 @@ impl Families {
             ),
             counted: Family::<Labels, Counter>::default(),
             server: crate::server_metrics::ServerFamilies::register(r, &mut server_names),
+            replica: crate::replica_metrics::ReplicaFamilies::register(r, &mut server_names),
         };
         r.register(
             "events",

@@ -241,6 +241,10 @@ impl View {
                 ));
             }
         }
+        if let Some(line) = replica_line(st, color) {
+            out.push_str(&line);
+            out.push('\n');
+        }
         if let Some(since) = &st.primary_failing_since {
             out.push_str(&paint(
                 color,
@@ -446,6 +450,28 @@ impl View {
     }
 }
 
+/// A replica cluster's line: what it follows and how far it has come, or
+/// that it was promoted.
+fn replica_line(st: &ClusterStatus, color: bool) -> Option<String> {
+    let r = st.replica.as_ref()?;
+    if !r.enabled {
+        return Some(format!("Replica:   promoted (it followed {})", r.source));
+    }
+    let state = match (&r.last_error, r.receiving) {
+        (Some(e), _) => paint(color, "31", &format!("not receiving: {e}")),
+        (None, true) => format!(
+            "receiving, {} behind",
+            r.lag_seconds.map_or("-".to_string(), |l| format!("{l}s"))
+        ),
+        (None, false) => "not receiving".to_string(),
+    };
+    Some(format!(
+        "Replica:   follows {}, {state}; at {}",
+        r.source,
+        r.gtid_position.as_deref().unwrap_or("-")
+    ))
+}
+
 fn short(s: &str, n: usize) -> String {
     if s.chars().count() <= n {
         s.to_string()
@@ -524,6 +550,27 @@ mod tests {
 
     /// Kubernetes' plugin cannot ask the instances: what the status holds
     /// is all it shows, lag and semi-sync included.
+    #[test]
+    fn a_replica_cluster_shows_its_source_lag_and_position() {
+        let mut st = status();
+        st.replica = Some(cnmysql_api::replica::ReplicaStatus {
+            enabled: true,
+            source: "east-rw.east:3306".into(),
+            gtid_position: Some("0-1-42".into()),
+            lag_seconds: Some(3),
+            receiving: true,
+            ..Default::default()
+        });
+        let text = View::from_status("db", 3, &st).render(false);
+        assert!(
+            text.contains("Replica:   follows east-rw.east:3306, receiving, 3s behind; at 0-1-42"),
+            "{text}"
+        );
+        st.replica.as_mut().unwrap().enabled = false;
+        let text = View::from_status("db", 3, &st).render(false);
+        assert!(text.contains("Replica:   promoted"), "{text}");
+    }
+
     #[test]
     fn the_status_alone_shows_lag_and_semi_sync() {
         let t = View::from_status("db", 3, &status()).render(false);

@@ -358,7 +358,7 @@ impl ControlPlane {
             snapshot.now_ms = jiff::Timestamp::now().as_millisecond();
             let status = snapshot.status.clone();
             period = Duration::from_millis(Cadence::LOCAL.next_poll_ms(&status));
-            let routes = desired_routes(&grace.fill(&snapshot));
+            let routes = desired_routes(&grace.fill(&snapshot, &supervisor.absent()));
             let table = proxy::table(&routes, &svc);
             if *routes_tx.borrow() != table {
                 tracing::info!(routes = ?table, "routing changed");

@@ -2,7 +2,9 @@
 //! readiness probe tolerates failures before it takes a Pod out of its
 //! Services: a manager replaced in place (its server running on) does not
 //! answer for a moment, and dropping its routes then would close every
-//! client connection through it. Only what was observed is carried over,
+//! client connection through it. An instance whose processes are gone
+//! gets no grace (a container that died is not ready at once). Only what
+//! was observed is carried over,
 //! and only for routing: what the status decides (a failover, a fence, a
 //! divergence) still takes an instance out at once, and the topology step
 //! always sees the poll as it was.
@@ -21,13 +23,17 @@ pub struct RouteGrace {
 }
 
 impl RouteGrace {
-    /// `s` with each silent instance's last answer, if recent enough.
-    pub fn fill(&mut self, s: &Snapshot) -> Snapshot {
+    /// `s` with each silent instance's last answer, if recent enough and
+    /// its processes are not `gone`.
+    pub fn fill(&mut self, s: &Snapshot, gone: &[String]) -> Snapshot {
         let mut out = s.clone();
         for o in &mut out.instances {
             match &o.status {
                 Some(st) => {
                     self.last.insert(o.name.clone(), (st.clone(), s.now_ms));
+                }
+                None if gone.contains(&o.name) => {
+                    self.last.remove(&o.name);
                 }
                 None => {
                     o.status = self
@@ -78,17 +84,26 @@ mod tests {
     #[test]
     fn a_missed_poll_keeps_the_routes_a_long_silence_does_not() {
         let mut g = RouteGrace::default();
-        assert!(g.fill(&snap(0, true)).instances[0].status.is_some());
+        let seen = |g: &mut RouteGrace, at: i64, answered: bool, gone: &[String]| {
+            g.fill(&snap(at, answered), gone).instances[0]
+                .status
+                .is_some()
+        };
+        assert!(seen(&mut g, 0, true, &[]));
         assert!(
-            g.fill(&snap(400, false)).instances[0].status.is_some(),
+            seen(&mut g, 400, false, &[]),
             "a manager replaced in place keeps its routes"
         );
-        assert!(g.fill(&snap(GRACE_MS, false)).instances[0].status.is_some());
+        assert!(seen(&mut g, GRACE_MS, false, &[]));
         assert!(
-            g.fill(&snap(GRACE_MS + 1, false)).instances[0]
-                .status
-                .is_none(),
+            !seen(&mut g, GRACE_MS + 1, false, &[]),
             "silent for longer: out"
+        );
+        let gone = ["db-1".to_string()];
+        assert!(seen(&mut g, 2_000, true, &[]));
+        assert!(
+            !seen(&mut g, 2_100, false, &gone),
+            "its processes gone: out at once"
         );
     }
 }

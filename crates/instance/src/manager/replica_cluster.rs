@@ -195,7 +195,9 @@ impl<C: ClusterState> Manager<C> {
                 .await?;
                 Ok(false)
             }
-            Desired::Primary if self.follows_external(view) => {
+            // Only a cluster that was a replica cluster: any other primary
+            // forgets a stray source as it always did.
+            Desired::Primary if status.replica.is_some() && self.follows_external(view) => {
                 self.ready_to_leave_source(conn, status, view).await
             }
             _ => Ok(true),
