@@ -297,6 +297,19 @@ pub struct SecretsSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
     pub ca_secret: Option<String>,
+    /// The certificate mysqld presents to its clients, instead of the one
+    /// issued from the cluster's CA: `tls.crt` (with its chain), `tls.key`
+    /// and `ca.crt` (the CA that issued it), as cert-manager writes a
+    /// Certificate's Secret. It should name the `rw`, `ro` and `r`
+    /// Services the clients connect to. The instances trust its CA for
+    /// replication and clones (checking the CA, not the name). A renewed
+    /// Secret is taken into use without a restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub server_tls_secret: Option<String>,
     /// How long the certificates issued to the instances and the operator
     /// are valid, in seconds (default 7776000, 90 days). Each is issued
     /// again when a third of its life is left, and the servers load it

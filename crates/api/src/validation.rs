@@ -189,6 +189,30 @@ fn is_dns_label(s: &str) -> bool {
         && !s.ends_with('-')
 }
 
+/// A Kubernetes object name (a DNS subdomain): it is also a directory
+/// name under the local secrets directory, so never a path.
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns_label)
+}
+
+/// Names of Secrets the user brings.
+fn check_secret_names(s: &crate::cluster::ClusterSpec, errors: &mut Vec<FieldError>) {
+    let x = &s.secrets;
+    for (field, name) in [
+        ("spec.secrets.appSecret", &x.app_secret),
+        ("spec.secrets.rootSecret", &x.root_secret),
+        ("spec.secrets.caSecret", &x.ca_secret),
+        ("spec.secrets.serverTlsSecret", &x.server_tls_secret),
+    ] {
+        if let Some(n) = name.as_deref().filter(|n| !is_dns_subdomain(n)) {
+            errors.push(err(
+                field,
+                format!("{n:?} is not a Secret name: use lower-case letters, digits, '-' and '.'"),
+            ));
+        }
+    }
+}
+
 /// A positive Kubernetes quantity with an optional binary or decimal suffix
 /// (`10Gi`, `500M`, `1.5Ti`).
 fn is_storage_quantity(s: &str) -> bool {
@@ -479,6 +503,7 @@ pub fn validate(c: &Cluster) -> Vec<FieldError> {
     check_instance_counts(s, &mut errors);
     crate::replica::check_spec(s, &mut errors);
     check_storage(s, &mut errors);
+    check_secret_names(s, &mut errors);
     let semi = &s.mysql.semi_sync;
     if semi.enabled && s.max_sync_replicas < 1 {
         errors.push(err(
@@ -657,6 +682,15 @@ mod certificate_tests {
         assert_eq!(c.spec.secrets.certificate_lifetime(), 86_400);
         let c = super::parse_cluster(&m("null")).unwrap();
         assert_eq!(c.spec.secrets.certificate_lifetime(), 90 * 86_400);
+    }
+
+    #[test]
+    fn a_secret_name_that_is_a_path_is_refused_naming_the_field() {
+        let m = "apiVersion: mysql.cnmysql.io/v1\nkind: Cluster\nmetadata:\n  name: db\nspec:\n  secrets:\n    serverTlsSecret: ../../etc\n";
+        let e = super::parse_cluster(m).unwrap_err().to_string();
+        assert!(e.contains("spec.secrets.serverTlsSecret"), "{e}");
+        let ok = m.replace("../../etc", "db-server.tls");
+        super::parse_cluster(&ok).unwrap();
     }
 
     #[test]

@@ -219,8 +219,9 @@ pub struct InstanceStatus {
     /// What this instance's data was recovered to, when a recovery made it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovered: Option<cnmysql_api::backup::Recovered>,
-    /// When the first of the manager's certificate and the cluster CA it
-    /// trusts expires (RFC 3339), as the manager loaded them.
+    /// When the first of the manager's certificate, the cluster CA it
+    /// trusts and the user's server certificate mysqld presents
+    /// (`spec.secrets.serverTlsSecret`) expires (RFC 3339), as loaded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificate_expires_at: Option<String>,
     /// When the manager last saw the server's GTID history grow (RFC

@@ -68,7 +68,7 @@ fn recipient_cnf(cfg: &InstanceConfig, datadir: &std::path::Path, donor: &str) -
         run.join("recipient.sock").display(),
         run.join("recipient.pid").display(),
         cfg.server_id(),
-        cfg.tls.ca.display(),
+        cfg.server_tls_paths().peers_ca.display(),
         cfg.tls.cert.display(),
         cfg.tls.key.display(),
     )

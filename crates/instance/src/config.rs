@@ -261,10 +261,24 @@ pub struct SecretFiles {
     pub admin_password: PathBuf,
     pub replication_password: PathBuf,
     pub app_password: PathBuf,
-    /// Where the Secrets `spec.backup` and `spec.bootstrap.recovery` name
-    /// are, as `<dir>/<name>/<key>` (mounted Secrets on Kubernetes).
+    /// Where the Secrets `spec.backup`, `spec.bootstrap.recovery`,
+    /// `spec.replica` and `spec.secrets.serverTlsSecret` name are, as
+    /// `<dir>/<name>/<key>` (mounted Secrets on Kubernetes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup_dir: Option<PathBuf>,
+}
+
+/// Where mysqld's TLS files are ([`InstanceConfig::server_tls_paths`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerTlsPaths {
+    /// What mysqld presents to clients and peers.
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// The CAs a peer (a replica, a clone) trusts when it connects.
+    pub peers_ca: PathBuf,
+    /// The user's certificate (`spec.secrets.serverTlsSecret`): peers check
+    /// its CA, not the name in it.
+    pub users: bool,
 }
 
 /// Everything an instance manager needs to know, written by the platform.
@@ -330,6 +344,28 @@ impl InstanceConfig {
         self.binlog_dir
             .clone()
             .unwrap_or_else(|| self.data_dir.clone())
+    }
+
+    /// The certificate, key and CA bundle of mysqld's TLS: the instance's
+    /// own, or with `spec.secrets.serverTlsSecret` copies of the user's in
+    /// the run directory (`crate::server_tls` puts them there), whose
+    /// bundle trusts the user's CA beside the cluster's.
+    pub fn server_tls_paths(&self) -> ServerTlsPaths {
+        if self.spec.secrets.server_tls_secret.is_none() {
+            return ServerTlsPaths {
+                cert: self.tls.cert.clone(),
+                key: self.tls.key.clone(),
+                peers_ca: self.tls.ca.clone(),
+                users: false,
+            };
+        }
+        let dir = self.run_dir.join("server-tls");
+        ServerTlsPaths {
+            cert: dir.join("tls.crt"),
+            key: dir.join("tls.key"),
+            peers_ca: dir.join("peers-ca.crt"),
+            users: true,
+        }
     }
 
     pub fn socket(&self) -> PathBuf {
@@ -431,9 +467,16 @@ pub fn render_mycnf(c: &InstanceConfig) -> String {
         ("log_bin_index", binlog_path(c, "mysql-bin.index")),
         ("relay_log", "relay-bin".into()),
         ("read_only", "ON".into()),
-        ("ssl_ca", c.tls.ca.display().to_string()),
-        ("ssl_cert", c.tls.cert.display().to_string()),
-        ("ssl_key", c.tls.key.display().to_string()),
+        // The cluster CA (client certificates: the replication account's),
+        // with the user's CA beside it when mysqld presents the user's
+        // certificate: MySQL refuses to load a certificate its CA list
+        // cannot verify.
+        (
+            "ssl_ca",
+            c.server_tls_paths().peers_ca.display().to_string(),
+        ),
+        ("ssl_cert", c.server_tls_paths().cert.display().to_string()),
+        ("ssl_key", c.server_tls_paths().key.display().to_string()),
     ];
     match c.flavor() {
         Flavor::Mariadb => {

@@ -16,6 +16,7 @@ pub mod private_server;
 pub mod run_dir;
 pub mod saved_transactions;
 pub mod server_image;
+pub mod server_tls;
 pub mod server_version;
 pub mod sql;
 pub mod upgrade;

@@ -1934,3 +1934,140 @@ async fn a_new_ca_is_trusted_then_used_then_the_old_one_dropped_without_a_failed
         o.longest_gap
     );
 }
+
+/// The Secret `db-server-tls` as cert-manager writes one: a certificate
+/// of `ca` naming the Services clients connect by, its key, the CA.
+fn server_tls_secret(ca: &cnmysql_tls::Ca, lifetime_secs: i64) -> serde_json::Value {
+    let names: Vec<String> = ["rw", "ro", "r"]
+        .iter()
+        .flat_map(|s| {
+            let svc = format!("db-{s}");
+            [
+                svc.clone(),
+                format!("{svc}.{NS}"),
+                format!("{svc}.{NS}.svc"),
+                format!("{svc}.{NS}.svc.cluster.local"),
+            ]
+        })
+        .collect();
+    let id = ca.issue_for("db-rw", &names, lifetime_secs).unwrap();
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+        "metadata": {"name": "db-server-tls", "namespace": NS},
+        "stringData": {"tls.crt": id.cert_pem, "tls.key": id.key_pem, "ca.crt": ca.identity.cert_pem},
+    })
+}
+
+/// `Ssl_server_not_after` of a new connection to the Service `svc` that
+/// trusts `ca_file` alone and checks the Service's DNS name.
+async fn users_certificate_through(
+    e: &Env,
+    svc: &str,
+    ca_file: &std::path::Path,
+) -> Result<String, String> {
+    let at = e.k.wait_service(NS, svc).await.map_err(|x| x.to_string())?;
+    let ssl = mysql_async::SslOpts::default()
+        .with_root_certs(vec![ca_file.to_path_buf().into()])
+        .with_danger_tls_hostname_override(Some(format!("{svc}.{NS}.svc")));
+    let opts = mysql_async::OptsBuilder::default()
+        .ip_or_hostname(at.ip().to_string())
+        .tcp_port(at.port())
+        .user(Some("app"))
+        .pass(Some(e.app_password().await))
+        .prefer_socket(false)
+        .ssl_opts(Some(ssl));
+    let connect = mysql_async::Conn::new(opts);
+    let mut c = tokio::time::timeout(Duration::from_secs(5), connect)
+        .await
+        .map_err(|_| "no answer within 5 s".to_string())?
+        .map_err(|x| x.to_string())?;
+    let row: Option<(String, String)> = c
+        .query_first("SHOW SESSION STATUS LIKE 'Ssl_server_not_after'")
+        .await
+        .map_err(|x| x.to_string())?;
+    c.disconnect().await.ok();
+    Ok(row.map(|r| r.1).unwrap_or_default())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
+async fn a_users_server_certificate_is_presented_through_the_services_and_renewed_without_a_failed_write()
+ {
+    let corp = cnmysql_tls::Ca::generate("corp").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let corp_ca = dir.path().join("corp-ca.crt");
+    std::fs::write(&corp_ca, &corp.identity.cert_pem).unwrap();
+    let yaml = format!(
+        "{}---\n{}\n",
+        cluster_yaml("required").replace(
+            "  failoverDelay: 0\n",
+            "  failoverDelay: 0\n  secrets:\n    serverTlsSecret: db-server-tls\n",
+        ),
+        server_tls_secret(&corp, 86_400)
+    );
+    let e = env_with_manifest(&yaml, &[]).await;
+    let mut first = Vec::new();
+    for svc in ["db-rw", "db-ro"] {
+        let got = until(
+            &format!("{svc} presenting the user's certificate"),
+            Duration::from_secs(30),
+            || async { users_certificate_through(&e, svc, &corp_ca).await.ok() },
+        )
+        .await
+        .unwrap();
+        first.push(got);
+    }
+    let mut restarts = Vec::new();
+    for n in ["db-1", "db-2", "db-3"] {
+        restarts.push(e.restarts(n).await);
+    }
+    let w = e.writer().await;
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+    // cert-manager renews it: the Secret's data replaced in place.
+    let secrets: Api<Secret> = Api::namespaced(e.k.client.clone(), NS);
+    let renewed = server_tls_secret(&corp, 2 * 86_400);
+    secrets
+        .patch(
+            "db-server-tls",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"stringData": renewed["stringData"]})),
+        )
+        .await
+        .unwrap();
+    let started = Instant::now();
+    for (i, svc) in ["db-rw", "db-ro"].iter().enumerate() {
+        let r = until(
+            &format!("{svc} presenting the renewed certificate"),
+            Duration::from_secs(240),
+            || async {
+                let now = users_certificate_through(&e, svc, &corp_ca).await.ok()?;
+                (now != first[i]).then_some(())
+            },
+        )
+        .await;
+        if let Err(err) = r {
+            panic!("{err}\n{}", e.k.diagnose(NS, "db"));
+        }
+    }
+    let took = started.elapsed();
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+    let o = w.stop().await;
+    assert_eq!(o.errors, 0, "writes failed across the renewal");
+    for (i, n) in ["db-1", "db-2", "db-3"].iter().enumerate() {
+        assert_eq!(e.restarts(n).await, restarts[i], "{n} was restarted");
+    }
+    // Replication trusts the user's CA: a switchover re-points it.
+    let primary = e.healthy(3, Duration::from_secs(30)).await;
+    let target = ["db-1", "db-2", "db-3"]
+        .into_iter()
+        .find(|n| *n != primary)
+        .unwrap();
+    e.plugin(&["cnmsql", "-n", NS, "promote", "db", target]);
+    assert_eq!(e.healthy(3, Duration::from_secs(60)).await, target);
+    e.verify(&o.acked).await;
+    eprintln!(
+        "user's server certificate renewed through its Secret: in use through rw and ro {took:?} after the patch, {} acknowledged, 0 failed, longest gap {:?}",
+        o.acked.len(),
+        o.longest_gap
+    );
+}

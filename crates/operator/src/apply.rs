@@ -124,6 +124,7 @@ pub async fn ensure_secrets(cluster: &Cluster, ctx: &Context, ns: &str) -> anyho
         create_missing(ctx, ns, &secret).await?;
     }
     let ca = load_ca(&api, cluster).await?;
+    check_server_tls(&api, cluster).await?;
     for (name, what) in needed
         .iter()
         .filter(|(n, w)| missing(n) && is_certificate(w))
@@ -132,6 +133,23 @@ pub async fn ensure_secrets(cluster: &Cluster, ctx: &Context, ns: &str) -> anyho
         create_missing(ctx, ns, &secret).await?;
     }
     crate::certificates::ensure(cluster, ctx, &api, &have, &ca).await
+}
+
+/// The user's server certificate, when the Cluster names one, must exist
+/// and be usable before Pods wait on it.
+async fn check_server_tls(api: &Api<Secret>, cluster: &Cluster) -> anyhow::Result<()> {
+    let Some(name) = &cluster.spec.secrets.server_tls_secret else {
+        return Ok(());
+    };
+    let s = api.get_opt(name).await?.ok_or_else(|| {
+        anyhow::anyhow!(
+            "the Secret {name} does not exist (spec.secrets.serverTlsSecret names it): create it with tls.crt, tls.key and ca.crt"
+        )
+    })?;
+    match secrets::server_tls_problem(&s) {
+        Some(why) => Err(anyhow::anyhow!(why)),
+        None => Ok(()),
+    }
 }
 
 async fn load_ca(api: &Api<Secret>, cluster: &Cluster) -> anyhow::Result<cnmysql_tls::Ca> {

@@ -116,3 +116,15 @@ fn replica_cluster() {
         ),
     );
 }
+
+/// The user's server certificate: its three keys projected, required.
+#[test]
+fn users_server_certificate() {
+    check(
+        "server-tls.yaml",
+        &cluster(
+            "db",
+            "instances: 1\nsecrets:\n  serverTlsSecret: db-server-tls\n",
+        ),
+    );
+}

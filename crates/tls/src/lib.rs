@@ -208,6 +208,20 @@ pub fn renew_at(cert_pem: &str) -> Option<i64> {
 /// How far back a certificate's validity starts, for clocks a little behind.
 const BACKDATE_SECONDS: i64 = 60;
 
+/// Why a certificate brought by the user cannot be presented: it, its key
+/// or the CA does not read as PEM, or the key is another certificate's.
+/// None when it can.
+pub fn unusable_pair(cert_pem: &str, key_pem: &str, ca_pem: &str) -> Option<String> {
+    let m = Material {
+        ca_pem: ca_pem.to_string(),
+        identity: Identity {
+            cert_pem: cert_pem.to_string(),
+            key_pem: key_pem.to_string(),
+        },
+    };
+    m.server_config().err().map(|e| e.to_string())
+}
+
 /// Whether the first certificate of `ca_pem` signed `cert_pem`.
 pub fn signed_by(cert_pem: &str, ca_pem: &str) -> bool {
     let (Ok(leaf), Ok(ca)) = (certs(cert_pem, "certificate"), certs(ca_pem, "CA")) else {

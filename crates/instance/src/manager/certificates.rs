@@ -31,6 +31,9 @@ pub struct Certificates {
     paths: TlsPaths,
     loaded: Mutex<Loaded>,
     server: watch::Sender<Arc<ServerConfig>>,
+    /// When the user's certificate mysqld presents expires
+    /// (`spec.secrets.serverTlsSecret`), Unix seconds.
+    server_expiry: Mutex<Option<i64>>,
 }
 
 fn text_of(m: &Material) -> String {
@@ -58,6 +61,7 @@ impl Certificates {
             paths,
             loaded: Mutex::new(loaded),
             server: watch::channel(server).0,
+            server_expiry: Mutex::new(None),
         })
     }
 
@@ -77,9 +81,21 @@ impl Certificates {
         (l.trust.clone(), l.issuer.clone())
     }
 
-    /// When the loaded certificate or CA expires first (RFC 3339).
+    /// When the loaded certificate or CA, or the user's certificate mysqld
+    /// presents, expires first (RFC 3339).
     pub fn expires_at(&self) -> Option<String> {
-        self.loaded.lock().unwrap().expires_at.clone()
+        let own = self.loaded.lock().unwrap().expires_at.clone();
+        let user = (*self.server_expiry.lock().unwrap())
+            .map(|t| cnmysql_core::time::timestamp(t.saturating_mul(1000)));
+        match (own, user) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Record when the user's server certificate expires.
+    pub fn set_server_expiry(&self, at: Option<i64>) {
+        *self.server_expiry.lock().unwrap() = at;
     }
 
     /// Read the files again; when they changed and hold a usable set (a
@@ -129,8 +145,30 @@ impl<C: super::ClusterState> super::Manager<C> {
                     tracing::debug!(error = %format!("{e:#}"), "certificate files not usable yet");
                 }
             }
+            server_behind |= self.refresh_users_certificate();
             if server_behind {
                 server_behind = !self.reload_server_tls().await;
+            }
+        }
+    }
+
+    /// Take a renewed `spec.secrets.serverTlsSecret` (or a new cluster CA
+    /// for the peers' bundle) into the files mysqld reads: true when they
+    /// changed. An unusable Secret keeps the installed files and says why.
+    fn refresh_users_certificate(&self) -> bool {
+        match crate::server_tls::install(&self.cfg) {
+            Ok(done) => {
+                self.certs.set_server_expiry(done.expires_at);
+                if done.changed {
+                    tracing::info!(
+                        "the server certificate of spec.secrets.serverTlsSecret taken into use"
+                    );
+                }
+                done.changed
+            }
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "the server certificate is not renewed");
+                false
             }
         }
     }

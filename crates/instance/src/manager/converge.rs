@@ -348,11 +348,13 @@ impl<C: ClusterState> Manager<C> {
             port: peer.mysql_port,
             user: REPLICATION_USER.into(),
             password: read_secret(&self.cfg.secrets.replication_password)?,
-            ssl_ca: self.cfg.tls.ca.display().to_string(),
+            ssl_ca: self.cfg.server_tls_paths().peers_ca.display().to_string(),
             ssl_cert: self.cfg.tls.cert.display().to_string(),
             ssl_key: self.cfg.tls.key.display().to_string(),
             use_current_pos: true,
-            verify_host: peer.tls_name.is_none(),
+            // The user's server certificate names the Services, not each
+            // instance: its CA is checked.
+            verify_host: peer.tls_name.is_none() && !self.cfg.server_tls_paths().users,
         };
         sql::stop_replication(conn, f, receiving(view)).await?;
         sql::exec_all(

@@ -138,21 +138,12 @@ fn secret_items(secret: String, key: &str, path: &str) -> VolumeProjection {
     }
 }
 
-/// A replica cluster's source credentials (`replica.rs`), each key at
-/// `<Secret>/<key>` beside the object store's; optional, so that the
-/// client certificate may be left out and the Secret made after the Pod
-/// (the kubelet fills it in when it appears).
-fn replica_source_items(cluster: &str) -> VolumeProjection {
-    use cnmysql_api::replica::{
-        CA_KEY, CERT_KEY, KEY_KEY, PASSWORD_KEY, USERNAME_KEY, source_secret,
-    };
-    let secret = source_secret(cluster);
+/// Keys of one Secret, each at `<Secret>/<key>` beside the object store's.
+fn secret_keys(secret: String, keys: &[&str], optional: bool) -> VolumeProjection {
     VolumeProjection {
         secret: Some(SecretProjection {
-            name: secret.clone(),
             items: Some(
-                [USERNAME_KEY, PASSWORD_KEY, CA_KEY, CERT_KEY, KEY_KEY]
-                    .iter()
+                keys.iter()
                     .map(|k| KeyToPath {
                         key: k.to_string(),
                         path: format!("{secret}/{k}"),
@@ -160,10 +151,32 @@ fn replica_source_items(cluster: &str) -> VolumeProjection {
                     })
                     .collect(),
             ),
-            optional: Some(true),
+            name: secret,
+            optional: Some(optional),
         }),
         ..Default::default()
     }
+}
+
+/// A replica cluster's source credentials (`replica.rs`); optional, so
+/// that the client certificate may be left out and the Secret made after
+/// the Pod (the kubelet fills it in when it appears).
+fn replica_source_items(cluster: &str) -> VolumeProjection {
+    use cnmysql_api::replica::{
+        CA_KEY, CERT_KEY, KEY_KEY, PASSWORD_KEY, USERNAME_KEY, source_secret,
+    };
+    secret_keys(
+        source_secret(cluster),
+        &[USERNAME_KEY, PASSWORD_KEY, CA_KEY, CERT_KEY, KEY_KEY],
+        true,
+    )
+}
+
+/// The certificate mysqld presents (`spec.secrets.serverTlsSecret`): every
+/// key required, so a Pod waits for the Secret rather than start without.
+fn server_tls_items(secret: &str) -> VolumeProjection {
+    use cnmysql_api::replica::{CA_KEY, CERT_KEY, KEY_KEY};
+    secret_keys(secret.to_string(), &[CERT_KEY, KEY_KEY, CA_KEY], false)
 }
 
 fn affinity(cluster: &Cluster) -> Option<Affinity> {
@@ -315,6 +328,9 @@ fn volumes(cluster: &Cluster, instance: &str) -> (Vec<Volume>, Option<VolumeMoun
         .collect();
     if cluster.spec.replica.is_some() {
         sources.push(replica_source_items(&cluster.name_any()));
+    }
+    if let Some(secret) = &cluster.spec.secrets.server_tls_secret {
+        sources.push(server_tls_items(secret));
     }
     let mut backup_mount = None;
     if !sources.is_empty() {

@@ -150,6 +150,29 @@ pub fn ca_from(secret: &Secret) -> Result<Ca, String> {
     })
 }
 
+/// Why the user's `spec.secrets.serverTlsSecret` cannot serve: a key
+/// missing, or no certificate its key belongs to. None when it can.
+pub fn server_tls_problem(secret: &Secret) -> Option<String> {
+    use cnmysql_api::replica::{CA_KEY, CERT_KEY, KEY_KEY};
+    let name = secret.name_any();
+    let mut texts = Vec::new();
+    for key in [CERT_KEY, KEY_KEY, CA_KEY] {
+        match text(secret, key) {
+            Some(t) => texts.push(t),
+            None => {
+                return Some(format!(
+                    "spec.secrets.serverTlsSecret: the Secret {name} has no key {key}: give it {CERT_KEY}, {KEY_KEY} and {CA_KEY}"
+                ));
+            }
+        }
+    }
+    cnmysql_tls::unusable_pair(&texts[0], &texts[1], &texts[2]).map(|why| {
+        format!(
+            "spec.secrets.serverTlsSecret: the Secret {name} holds no usable certificate: {why}"
+        )
+    })
+}
+
 /// Generate the Secret `name`. `ca` is needed for certificates.
 pub fn generate(
     cluster: &Cluster,
@@ -250,6 +273,34 @@ mod tests {
             e.contains("corp-ca holds neither ca.crt and ca.key nor tls.crt and tls.key"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_users_server_certificate_is_checked_naming_the_field_and_the_key() {
+        let ca = Ca::generate("corp").unwrap();
+        let id = ca.issue("db-rw", &["db-rw".into()]).unwrap();
+        let other = ca.issue("x", &["x".into()]).unwrap();
+        let mut s = Secret::default();
+        s.metadata.name = Some("db-server".into());
+        s.data = Some(data(&[
+            ("tls.crt", &id.cert_pem),
+            ("tls.key", &id.key_pem),
+            ("ca.crt", &ca.identity.cert_pem),
+        ]));
+        assert_eq!(server_tls_problem(&s), None);
+        s.data = Some(data(&[("tls.crt", &id.cert_pem), ("tls.key", &id.key_pem)]));
+        let e = server_tls_problem(&s).unwrap();
+        assert!(
+            e.contains("spec.secrets.serverTlsSecret") && e.contains("db-server has no key ca.crt"),
+            "{e}"
+        );
+        s.data = Some(data(&[
+            ("tls.crt", &id.cert_pem),
+            ("tls.key", &other.key_pem),
+            ("ca.crt", &ca.identity.cert_pem),
+        ]));
+        let e = server_tls_problem(&s).unwrap();
+        assert!(e.contains("holds no usable certificate"), "{e}");
     }
 
     #[test]
