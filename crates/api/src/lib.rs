@@ -10,6 +10,7 @@ pub mod names;
 pub mod reinit;
 pub mod replica;
 mod schema_check;
+pub mod sql_objects;
 pub mod status;
 pub mod upgrade;
 pub mod validation;
@@ -27,7 +28,7 @@ pub use validation::{
 use kube::CustomResourceExt;
 
 /// Every CustomResourceDefinition: Cluster, ImageCatalog,
-/// ClusterImageCatalog, Backup, ScheduledBackup.
+/// ClusterImageCatalog, Backup, ScheduledBackup, Database, User, Grant.
 pub fn crds()
 -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
 {
@@ -37,13 +38,16 @@ pub fn crds()
         ClusterImageCatalog::crd(),
         backup_resources::Backup::crd(),
         backup_resources::ScheduledBackup::crd(),
+        sql_objects::Database::crd(),
+        sql_objects::User::crd(),
+        sql_objects::Grant::crd(),
     ]
 }
 
 /// The CustomResourceDefinitions, as YAML, exactly as committed under `deploy/`.
 pub fn crd_yaml() -> String {
     let mut out = String::from(
-        "# Generated from crates/api/src/cluster.rs, status.rs, upgrade.rs and backup_resources.rs by `cnmysql crd`; do not edit.\n",
+        "# Generated from crates/api/src/cluster.rs, status.rs, upgrade.rs, backup_resources.rs and sql_objects.rs by `cnmysql crd`; do not edit.\n",
     );
     for (i, crd) in crds().iter().enumerate() {
         if i > 0 {

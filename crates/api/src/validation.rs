@@ -27,6 +27,8 @@ pub struct Manifest {
     pub catalogs: Vec<crate::upgrade::CatalogDocument>,
     /// Base backups on a schedule (the local platform runs them).
     pub scheduled_backups: Vec<crate::backup_resources::ScheduledBackup>,
+    /// Databases, users and grants declared on the Cluster.
+    pub sql_objects: Vec<crate::sql_objects::SqlObjectDoc>,
 }
 
 /// Parse a manifest: exactly one Cluster (checked as [`parse_cluster`]
@@ -49,6 +51,7 @@ pub fn parse_manifest(text: &str) -> Result<Manifest, InvalidCluster> {
     let mut cluster = None;
     let mut catalogs = Vec::new();
     let mut scheduled: Vec<(usize, crate::backup_resources::ScheduledBackup)> = Vec::new();
+    let mut sql_objects = Vec::new();
     for (i, doc) in docs.iter().enumerate() {
         let kind = serde_saphyr::from_str::<Value>(doc)
             .ok()
@@ -90,6 +93,11 @@ pub fn parse_manifest(text: &str) -> Result<Manifest, InvalidCluster> {
                 }
                 catalogs.push(parsed);
             }
+            Some(k) if let Some(parsed) = crate::sql_objects::SqlObjectDoc::parse(k, doc) => {
+                let named = |e: FieldError| err(at(&e.field), e.message);
+                let d = parsed.map_err(|e| InvalidCluster(e.into_iter().map(named).collect()))?;
+                sql_objects.push((i, d));
+            }
             Some("ScheduledBackup") => {
                 let parsed = serde_saphyr::from_str(doc).map_err(|e| {
                     InvalidCluster(vec![err(
@@ -102,7 +110,7 @@ pub fn parse_manifest(text: &str) -> Result<Manifest, InvalidCluster> {
             _ if cluster.is_some() => {
                 return Err(InvalidCluster(vec![err(
                     at("kind"),
-                    "a second Cluster: a manifest holds one Cluster (and its image catalogs and scheduled backups)",
+                    "a second Cluster: a manifest holds one Cluster (and its image catalogs, scheduled backups, databases, users and grants)",
                 )]));
             }
             _ => cluster = Some(parse_cluster(doc)?),
@@ -113,14 +121,15 @@ pub fn parse_manifest(text: &str) -> Result<Manifest, InvalidCluster> {
         None => parse_cluster("")?,
     };
     let name = cluster.metadata.name.clone().unwrap_or_default();
-    for (i, sb) in &scheduled {
-        if sb.spec.cluster.name != name {
+    let clusters = scheduled
+        .iter()
+        .map(|(i, s)| (*i, s.spec.cluster.name.as_str()));
+    let named = sql_objects.iter().map(|(i, d)| (*i, d.cluster()));
+    for (i, of) in clusters.chain(named) {
+        if of != name {
             return Err(InvalidCluster(vec![err(
                 format!("(document {}) spec.cluster.name", i + 1),
-                format!(
-                    "{:?} is not this manifest's Cluster; name {name:?}",
-                    sb.spec.cluster.name
-                ),
+                format!("{of:?} is not this manifest's Cluster; name {name:?}"),
             )]));
         }
     }
@@ -128,6 +137,7 @@ pub fn parse_manifest(text: &str) -> Result<Manifest, InvalidCluster> {
         cluster,
         catalogs,
         scheduled_backups: scheduled.into_iter().map(|(_, s)| s).collect(),
+        sql_objects: sql_objects.into_iter().map(|(_, d)| d).collect(),
     })
 }
 

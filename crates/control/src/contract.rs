@@ -35,6 +35,29 @@ pub const GTID_HEADER: &str = "x-cnmysql-gtid";
 /// empty; with this it knows the older servers' entries it holds.
 pub const HISTORY_HEADER: &str = "x-cnmysql-history";
 
+/// `POST`: the primary is made to hold the declared databases, users and
+/// grants (operator and local control plane only).
+pub const SQL_OBJECTS: &str = "/instance/sql-objects";
+
+/// One object of a [`SQL_OBJECTS`] request: the platform's key for it
+/// (e.g. `Database/shop`) and what is declared.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SqlObject {
+    pub key: String,
+    pub declared: cnmysql_core::sql_objects::Declared,
+}
+
+/// What was done for one object: the statements run (as logs may show
+/// them, never a password), or why it could not be.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SqlObjectResult {
+    pub key: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub applied: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
 /// The body of [`SEMISYNC`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

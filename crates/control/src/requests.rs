@@ -33,3 +33,20 @@ pub async fn upgrade_system_tables(
     anyhow::ensure!(code == 200, "refused ({code}): {text}");
     Ok(text)
 }
+
+/// `POST /instance/sql-objects`: have the primary hold `objects`; what
+/// was done for each.
+pub async fn reconcile_sql_objects(
+    client: &ControlClient,
+    host: &str,
+    port: u16,
+    objects: &[contract::SqlObject],
+) -> anyhow::Result<Vec<contract::SqlObjectResult>> {
+    let body = serde_json::to_string(objects)?;
+    let json = [("content-type", "application/json".to_string())];
+    let (code, text) = client
+        .post(host, port, contract::SQL_OBJECTS, &json, body.into())
+        .await?;
+    anyhow::ensure!(code == 200, "refused ({code}): {text}");
+    Ok(serde_json::from_str(&text)?)
+}

@@ -31,6 +31,7 @@ pub mod self_fence;
 pub mod semisync;
 pub mod server_metrics;
 pub mod services;
+pub mod sql_objects;
 pub mod status;
 pub mod status_change;
 pub mod status_view;

@@ -18,6 +18,7 @@ pub mod executor;
 pub mod pass;
 pub mod platform;
 pub mod poller;
+pub mod sql_objects;
 
 pub use executor::carry_out;
 pub use pass::{Facts, pass};

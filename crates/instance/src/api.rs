@@ -37,6 +37,11 @@ pub trait Backend: Send + Sync + 'static {
         &self,
         s: &cnmysql_core::semisync::Settings,
     ) -> impl Future<Output = anyhow::Result<()>> + Send;
+    /// Make the primary hold the declared databases, users and grants.
+    fn reconcile_sql_objects(
+        &self,
+        objects: Vec<cnmysql_control::contract::SqlObject>,
+    ) -> impl Future<Output = anyhow::Result<Vec<cnmysql_control::contract::SqlObjectResult>>> + Send;
     /// Bring the system tables to the running server's version (MariaDB:
     /// `mariadb-upgrade`); says what it did.
     fn upgrade_system_tables(&self) -> impl Future<Output = anyhow::Result<String>> + Send;
@@ -80,6 +85,7 @@ pub fn router<B: Backend>(backend: Arc<B>) -> Router {
             contract::UPGRADE_SYSTEM_TABLES,
             axum::routing::post(upgrade_system_tables::<B>),
         )
+        .route(contract::SQL_OBJECTS, axum::routing::post(sql_objects::<B>))
         .route(
             contract::RESTART_IN_PLACE,
             axum::routing::post(restart_inplace::<B>),
@@ -400,6 +406,22 @@ async fn semi_sync<B: Backend>(
             (StatusCode::OK, "applied").into_response()
         }
         Err(e) => (StatusCode::CONFLICT, e.to_string()).into_response(),
+    }
+}
+
+/// `POST /instance/sql-objects`: the primary is made to hold the declared
+/// databases, users and grants; the body says what was done for each.
+async fn sql_objects<B: Backend>(
+    State(b): State<Arc<B>>,
+    Extension(peer): Extension<Peer>,
+    Json(objects): Json<Vec<cnmysql_control::contract::SqlObject>>,
+) -> Response {
+    if let Some(refused) = operator_only(&peer, "declare databases, users and grants") {
+        return refused;
+    }
+    match b.reconcile_sql_objects(objects).await {
+        Ok(done) => Json(done).into_response(),
+        Err(e) => (StatusCode::CONFLICT, format!("{e:#}")).into_response(),
     }
 }
 

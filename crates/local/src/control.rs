@@ -253,6 +253,7 @@ impl ControlPlane {
             crate::metrics::serve(&self.ports.host, port, metrics_rx, self.dir.clone()).await?;
         }
         tokio::spawn(crate::scheduled_backups::run(self.dir.clone()).in_current_span());
+        tokio::spawn(crate::sql_objects::run(self.dir.clone()).in_current_span());
         self.record_start(&name)?;
 
         // After `cnmysql local upgrade` re-executed this control plane: the

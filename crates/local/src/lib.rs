@@ -25,6 +25,7 @@ pub mod reinit;
 pub mod report;
 pub mod route_grace;
 pub mod scheduled_backups;
+pub mod sql_objects;
 pub mod state;
 pub mod status_report;
 pub mod supervisor;

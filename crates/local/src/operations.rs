@@ -29,6 +29,11 @@ pub fn apply(
     if !crate::definition::same_catalogs(&old.catalogs, &m.catalogs) {
         changed.push("image catalogs".into());
     }
+    if crate::sql_objects::documents(&old.sql_objects)
+        != crate::sql_objects::documents(&m.sql_objects)
+    {
+        changed.push("databases, users and grants".into());
+    }
     if !changed.is_empty() {
         cnmysql_tls::write_private(&dir.manifest(), &text, true)?;
     }

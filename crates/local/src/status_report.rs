@@ -30,6 +30,18 @@ pub struct StatusReport {
     /// The cluster's annotations (`cnmysql local annotate CLUSTER`).
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub annotations: std::collections::BTreeMap<String, String>,
+    /// How each declared database, user and grant stands, by `Kind/name`.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub sql_objects: std::collections::BTreeMap<String, ObjectReport>,
+}
+
+/// A declared database, user or grant in `local status`.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectReport {
+    pub ready: bool,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub message: String,
 }
 
 #[derive(serde::Serialize)]
@@ -90,6 +102,16 @@ pub async fn status_report(dir: &StateDir) -> anyhow::Result<StatusReport> {
         status_error,
         instances,
         annotations: annotations.of(None),
+        sql_objects: crate::sql_objects::records(dir)
+            .into_iter()
+            .map(|(k, r)| {
+                let report = ObjectReport {
+                    ready: r.ready,
+                    message: r.message,
+                };
+                (k, report)
+            })
+            .collect(),
     })
 }
 
@@ -110,6 +132,14 @@ pub fn render_status(r: &StatusReport) -> String {
     view.extra.push(("Services".into(), eps.join("  ")));
     if let Some(m) = &r.metrics {
         view.extra.push(("Metrics".into(), m.clone()));
+    }
+    if !r.sql_objects.is_empty() {
+        let ready = r.sql_objects.values().filter(|o| o.ready).count();
+        let mut line = format!("{ready} of {} ready", r.sql_objects.len());
+        for (k, o) in r.sql_objects.iter().filter(|(_, o)| !o.ready) {
+            line.push_str(&format!("; {k}: {}", o.message));
+        }
+        view.extra.push(("Declared".into(), line));
     }
     for i in &r.instances {
         view.refine(&i.name, i.status.as_ref());

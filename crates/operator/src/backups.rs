@@ -31,6 +31,24 @@ use serde_json::json;
 use crate::context::Context;
 use crate::events::publish;
 
+/// Where `instance`'s control API answers: its Pod's IP, when it has one.
+pub(crate) async fn instance_address(
+    ctx: &Context,
+    cluster: &Cluster,
+    instance: &str,
+) -> Result<Option<(String, u16)>, String> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let pod = pods
+        .get_opt(instance)
+        .await
+        .map_err(|e| format!("Pod {instance}: {e}"))?;
+    let ip = pod
+        .and_then(|p| p.status?.pod_ip)
+        .filter(|ip| !ip.is_empty());
+    Ok(ip.map(|ip| (ip, CONTROL_PORT)))
+}
+
 async fn set_status(api: &Api<Backup>, name: &str, st: &BackupObjectStatus) -> kube::Result<()> {
     api.patch_status(
         name,
@@ -64,16 +82,7 @@ impl BackupPlatform for KubeBackups<'_> {
     }
 
     async fn address(&mut self, instance: &str) -> Result<Option<(String, u16)>, String> {
-        let ns = self.cluster.namespace().unwrap_or_default();
-        let pods: Api<Pod> = Api::namespaced(self.ctx.client.clone(), &ns);
-        let pod = pods
-            .get_opt(instance)
-            .await
-            .map_err(|e| format!("Pod {instance}: {e}"))?;
-        let ip = pod
-            .and_then(|p| p.status?.pod_ip)
-            .filter(|ip| !ip.is_empty());
-        Ok(ip.map(|ip| (ip, CONTROL_PORT)))
+        instance_address(self.ctx, self.cluster, instance).await
     }
 
     async fn change_status(&mut self, change: &StatusChange) -> anyhow::Result<bool> {

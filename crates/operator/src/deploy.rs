@@ -91,6 +91,17 @@ pub fn cluster_role() -> ClusterRole {
                 &["backups/status", "scheduledbackups/status"],
                 &["get", "patch", "update"],
             ),
+            // Databases, users and grants: carried out, finalized, reported.
+            rule(
+                &["mysql.cnmysql.io"],
+                &["databases", "users", "grants"],
+                &["get", "list", "watch", "patch"],
+            ),
+            rule(
+                &["mysql.cnmysql.io"],
+                &["databases/status", "users/status", "grants/status"],
+                &["get", "patch", "update"],
+            ),
             rule(
                 &[""],
                 &["pods", "persistentvolumeclaims", "services"],

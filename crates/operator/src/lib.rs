@@ -30,6 +30,7 @@ pub mod pods;
 pub mod reconcile;
 pub mod restart;
 pub mod scheduled_backups;
+pub mod sql_objects;
 pub mod storage_growth;
 pub mod topology;
 
@@ -350,6 +351,12 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
                 stop.clone(),
             )),
             tokio::spawn(backups::control(
+                client.clone(),
+                ns.clone(),
+                ctx.clone(),
+                stop.clone(),
+            )),
+            tokio::spawn(sql_objects::control(
                 client.clone(),
                 ns,
                 ctx.clone(),

@@ -23,6 +23,12 @@ impl<C: ClusterState> Backend for Manager<C> {
         }
         Manager::apply_semi_sync(self, s).await
     }
+    async fn reconcile_sql_objects(
+        &self,
+        objects: Vec<cnmysql_control::contract::SqlObject>,
+    ) -> anyhow::Result<Vec<cnmysql_control::contract::SqlObjectResult>> {
+        Manager::reconcile_sql_objects(self, objects).await
+    }
     async fn upgrade_system_tables(&self) -> anyhow::Result<String> {
         let phase = self.phase.lock().unwrap().0;
         anyhow::ensure!(

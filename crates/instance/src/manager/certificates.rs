@@ -219,5 +219,11 @@ mod tests {
         assert!(certs.refresh().unwrap());
         assert_ne!(certs.expires_at(), before);
         assert!(server.has_changed().unwrap(), "the control API sees it");
+        // The user's server certificate counts when it expires first.
+        let own = certs.expires_at().unwrap();
+        certs.set_server_expiry(Some(1_000_000_000));
+        assert_eq!(certs.expires_at().unwrap(), "2001-09-09T01:46:40Z");
+        certs.set_server_expiry(Some(4_000_000_000));
+        assert_eq!(certs.expires_at().unwrap(), own);
     }
 }

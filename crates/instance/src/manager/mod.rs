@@ -16,6 +16,7 @@ pub mod recovery;
 mod reinit;
 mod replay;
 mod replica_cluster;
+mod sql_objects;
 
 use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;

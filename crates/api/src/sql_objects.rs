@@ -1,0 +1,557 @@
+//! Databases, users and grants declared as resources (`Database`, `User`,
+//! `Grant`, as mariadb-operator's), each naming its Cluster. The Cluster's
+//! primary is made to hold what they declare: missing ones are created,
+//! changed ones altered, what was changed by hand put back (drift), and a
+//! deleted resource's object dropped or kept as its `deletionPolicy` says.
+//! Nothing that no resource declares is ever touched.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::backup::SecretKeyRef;
+use crate::backup_resources::ClusterRef;
+use crate::field_error::FieldError;
+
+/// What happens in the server when the resource is deleted.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum DeletionPolicy {
+    /// The database, user or privileges stay.
+    #[default]
+    Keep,
+    /// They are dropped (a database with its tables) or revoked.
+    Delete,
+}
+
+/// A database (schema) on a Cluster.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "mysql.cnmysql.io",
+    version = "v1",
+    kind = "Database",
+    namespaced,
+    status = "SqlObjectStatus",
+    printcolumn = r#"{"name":"Cluster","type":"string","jsonPath":".spec.cluster.name"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DatabaseSpec {
+    pub cluster: ClusterRef,
+    /// Its name in the server [default: the resource's name].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// [default: utf8mb4]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub character_set: Option<String>,
+    /// [default: the character set's default collation]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collation: Option<String>,
+    #[serde(default)]
+    pub deletion_policy: DeletionPolicy,
+}
+
+/// What a user's connections must present (`REQUIRE`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RequireSpec {
+    /// TLS.
+    #[serde(default)]
+    pub ssl: bool,
+    /// A client certificate a CA the server trusts issued.
+    #[serde(default)]
+    pub x509: bool,
+    /// A client certificate of this issuer (implies x509).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<String>,
+    /// A client certificate with this subject (implies x509).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+}
+
+/// Per-hour and concurrent limits of a user; absent means none.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UserLimits {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_user_connections: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_queries_per_hour: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_updates_per_hour: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections_per_hour: Option<u32>,
+}
+
+/// An account on a Cluster, its password from a Secret.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "mysql.cnmysql.io",
+    version = "v1",
+    kind = "User",
+    namespaced,
+    status = "SqlObjectStatus",
+    printcolumn = r#"{"name":"Cluster","type":"string","jsonPath":".spec.cluster.name"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UserSpec {
+    pub cluster: ClusterRef,
+    /// Its name in the server [default: the resource's name].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Where it may connect from [default: `%`, anywhere].
+    #[serde(default = "any_host")]
+    pub host: String,
+    /// The password: set again whenever the Secret's value changes.
+    pub password_secret_key_ref: SecretKeyRef,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub require: Option<RequireSpec>,
+    /// Resource limits; absent means none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<UserLimits>,
+    #[serde(default)]
+    pub deletion_policy: DeletionPolicy,
+}
+
+/// Privileges of a user on a database (or every database), or on one table.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "mysql.cnmysql.io",
+    version = "v1",
+    kind = "Grant",
+    namespaced,
+    status = "SqlObjectStatus",
+    printcolumn = r#"{"name":"Cluster","type":"string","jsonPath":".spec.cluster.name"}"#,
+    printcolumn = r#"{"name":"User","type":"string","jsonPath":".spec.username"}"#,
+    printcolumn = r#"{"name":"Database","type":"string","jsonPath":".spec.database"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GrantSpec {
+    pub cluster: ClusterRef,
+    /// E.g. `SELECT`, `INSERT`, `ALL PRIVILEGES`. The user holds exactly
+    /// these at this level: others granted by hand are revoked.
+    pub privileges: Vec<String>,
+    /// A database, or `*` for every one.
+    pub database: String,
+    /// A table of it [default: `*`, every one].
+    #[serde(default = "every_table")]
+    pub table: String,
+    /// The user's name in the server.
+    pub username: String,
+    #[serde(default = "any_host")]
+    pub host: String,
+    /// The user may grant these privileges on.
+    #[serde(default)]
+    pub grant_option: bool,
+    #[serde(default)]
+    pub deletion_policy: DeletionPolicy,
+}
+
+fn any_host() -> String {
+    "%".into()
+}
+fn every_table() -> String {
+    "*".into()
+}
+
+/// How a Database, User or Grant was last carried out.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SqlObjectStatus {
+    /// `Ready`: True once the primary holds what the spec says.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// A User's password as last set (a salted digest, never the password):
+    /// a different Secret value sets it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_digest: Option<String>,
+}
+
+/// Accounts the Cluster itself owns: never declared by a User.
+pub const RESERVED_USERS: &[&str] = &[
+    crate::names::ADMIN_USER,
+    crate::names::REPLICATION_USER,
+    crate::names::APP_USER,
+    "mariadb.sys",
+    "mysql.sys",
+    "mysql.session",
+    "mysql.infoschema",
+    "PUBLIC",
+];
+
+/// Databases the server owns.
+pub const SYSTEM_DATABASES: &[&str] = &["mysql", "sys", "information_schema", "performance_schema"];
+
+/// The privileges a Grant may name.
+pub const PRIVILEGES: &[&str] = &[
+    "ALL PRIVILEGES",
+    "ALTER",
+    "ALTER ROUTINE",
+    "CREATE",
+    "CREATE ROUTINE",
+    "CREATE TEMPORARY TABLES",
+    "CREATE VIEW",
+    "DELETE",
+    "DROP",
+    "EVENT",
+    "EXECUTE",
+    "INDEX",
+    "INSERT",
+    "LOCK TABLES",
+    "REFERENCES",
+    "SELECT",
+    "SHOW VIEW",
+    "TRIGGER",
+    "UPDATE",
+    "PROCESS",
+    "SHOW DATABASES",
+    "REPLICATION CLIENT",
+];
+
+fn is_identifier(s: &str, max: usize) -> bool {
+    !s.is_empty()
+        && s.len() <= max
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b == b'-')
+}
+
+fn is_host(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 255
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".%_:-/".contains(&b))
+}
+
+fn field(errors: &mut Vec<FieldError>, path: &str, message: String) {
+    errors.push(FieldError {
+        field: path.into(),
+        message,
+    });
+}
+
+impl DatabaseSpec {
+    /// Its name in the server, given the resource's.
+    pub fn name_in_server<'a>(&'a self, resource: &'a str) -> &'a str {
+        self.name.as_deref().unwrap_or(resource)
+    }
+
+    pub fn check(&self, resource: &str) -> Vec<FieldError> {
+        let mut e = Vec::new();
+        let n = self.name_in_server(resource);
+        if !is_identifier(n, 64) {
+            field(
+                &mut e,
+                "spec.name",
+                format!("{n:?} is not a database name: 1 to 64 letters, digits, '_', '$' or '-'"),
+            );
+        } else if SYSTEM_DATABASES.contains(&n.to_ascii_lowercase().as_str()) {
+            field(
+                &mut e,
+                "spec.name",
+                format!("{n} is the server's own database: declare another"),
+            );
+        }
+        for (path, v) in [
+            ("spec.characterSet", &self.character_set),
+            ("spec.collation", &self.collation),
+        ] {
+            if let Some(v) = v.as_deref().filter(|v| !is_identifier(v, 64)) {
+                field(
+                    &mut e,
+                    path,
+                    format!("{v:?} is not a character set or collation name"),
+                );
+            }
+        }
+        e
+    }
+}
+
+impl UserSpec {
+    pub fn name_in_server<'a>(&'a self, resource: &'a str) -> &'a str {
+        self.name.as_deref().unwrap_or(resource)
+    }
+
+    pub fn check(&self, resource: &str) -> Vec<FieldError> {
+        let mut e = Vec::new();
+        let n = self.name_in_server(resource);
+        if !is_identifier(n, 32) && !n.contains('.') {
+            field(
+                &mut e,
+                "spec.name",
+                format!("{n:?} is not a user name: 1 to 32 letters, digits, '_', '$' or '-'"),
+            );
+        } else if RESERVED_USERS.contains(&n) {
+            field(
+                &mut e,
+                "spec.name",
+                format!(
+                    "{n} is an account the Cluster owns: declare another (a Grant may still give it privileges)"
+                ),
+            );
+        }
+        if !is_host(&self.host) {
+            field(
+                &mut e,
+                "spec.host",
+                format!(
+                    "{:?} is not a host: a name, an address, or a pattern with % and _",
+                    self.host
+                ),
+            );
+        }
+        if self.password_secret_key_ref.name.is_empty()
+            || self.password_secret_key_ref.key.is_empty()
+        {
+            field(
+                &mut e,
+                "spec.passwordSecretKeyRef",
+                "needs the Secret's name and key".into(),
+            );
+        }
+        if let Some(r) = &self.require {
+            for (path, v) in [
+                ("spec.require.issuer", &r.issuer),
+                ("spec.require.subject", &r.subject),
+            ] {
+                if v.as_deref()
+                    .is_some_and(|v| v.contains('\'') || v.contains('\\'))
+                {
+                    field(&mut e, path, "may not hold a quote or a backslash".into());
+                }
+            }
+        }
+        e
+    }
+}
+
+impl GrantSpec {
+    pub fn check(&self) -> Vec<FieldError> {
+        let mut e = Vec::new();
+        if self.privileges.is_empty() {
+            field(
+                &mut e,
+                "spec.privileges",
+                "names no privilege: name at least one, e.g. SELECT".into(),
+            );
+        }
+        for (i, p) in self.privileges.iter().enumerate() {
+            if !PRIVILEGES.contains(&normalize_privilege(p).as_str()) {
+                field(
+                    &mut e,
+                    &format!("spec.privileges[{i}]"),
+                    format!(
+                        "{p:?} is not a privilege a Grant may give; one of {}",
+                        PRIVILEGES.join(", ")
+                    ),
+                );
+            }
+        }
+        if self.database != "*" && !is_identifier(&self.database, 64) {
+            field(
+                &mut e,
+                "spec.database",
+                format!("{:?} is not a database name or *", self.database),
+            );
+        }
+        if self.table != "*" && (!is_identifier(&self.table, 64) || self.database == "*") {
+            field(
+                &mut e,
+                "spec.table",
+                format!(
+                    "{:?}: a table needs a database, and is a name or *",
+                    self.table
+                ),
+            );
+        }
+        if !is_identifier(&self.username, 32) {
+            field(
+                &mut e,
+                "spec.username",
+                format!("{:?} is not a user name", self.username),
+            );
+        } else if RESERVED_USERS
+            .iter()
+            .any(|r| *r == self.username && *r != crate::names::APP_USER)
+        {
+            field(
+                &mut e,
+                "spec.username",
+                format!("{} is an account the Cluster owns", self.username),
+            );
+        }
+        if !is_host(&self.host) {
+            field(
+                &mut e,
+                "spec.host",
+                format!("{:?} is not a host", self.host),
+            );
+        }
+        e
+    }
+}
+
+/// A `Database`, `User` or `Grant`, as either platform holds one.
+#[derive(Clone, Debug)]
+pub enum SqlObjectDoc {
+    Database(Database),
+    User(User),
+    Grant(Grant),
+}
+
+impl SqlObjectDoc {
+    /// A document of a local manifest, when its kind is one of these:
+    /// parsed and checked, errors naming the field.
+    pub fn parse(kind: &str, doc: &str) -> Option<Result<SqlObjectDoc, Vec<FieldError>>> {
+        fn read<T: serde::de::DeserializeOwned>(
+            kind: &str,
+            doc: &str,
+        ) -> Result<T, Vec<FieldError>> {
+            serde_saphyr::from_str(doc).map_err(|e| {
+                vec![FieldError {
+                    field: "spec".into(),
+                    message: format!("is not a {kind}: {e}"),
+                }]
+            })
+        }
+        let parsed = match kind {
+            "Database" => read(kind, doc).map(SqlObjectDoc::Database),
+            "User" => read(kind, doc).map(SqlObjectDoc::User),
+            "Grant" => read(kind, doc).map(SqlObjectDoc::Grant),
+            _ => return None,
+        };
+        Some(parsed.and_then(|d| {
+            let e = d.check();
+            if e.is_empty() { Ok(d) } else { Err(e) }
+        }))
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SqlObjectDoc::Database(_) => "Database",
+            SqlObjectDoc::User(_) => "User",
+            SqlObjectDoc::Grant(_) => "Grant",
+        }
+    }
+
+    /// `metadata.name`.
+    pub fn name(&self) -> String {
+        let m = match self {
+            SqlObjectDoc::Database(d) => &d.metadata,
+            SqlObjectDoc::User(u) => &u.metadata,
+            SqlObjectDoc::Grant(g) => &g.metadata,
+        };
+        m.name.clone().unwrap_or_default()
+    }
+
+    /// `Kind/name`: how status, events and results name it.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.kind(), self.name())
+    }
+
+    /// The Cluster it is declared on.
+    pub fn cluster(&self) -> &str {
+        match self {
+            SqlObjectDoc::Database(d) => &d.spec.cluster.name,
+            SqlObjectDoc::User(u) => &u.spec.cluster.name,
+            SqlObjectDoc::Grant(g) => &g.spec.cluster.name,
+        }
+    }
+
+    pub fn deletion_policy(&self) -> DeletionPolicy {
+        match self {
+            SqlObjectDoc::Database(d) => d.spec.deletion_policy,
+            SqlObjectDoc::User(u) => u.spec.deletion_policy,
+            SqlObjectDoc::Grant(g) => g.spec.deletion_policy,
+        }
+    }
+
+    /// Its spec's problems, each naming the field.
+    pub fn check(&self) -> Vec<FieldError> {
+        let name = self.name();
+        match self {
+            SqlObjectDoc::Database(d) => d.spec.check(&name),
+            SqlObjectDoc::User(u) => u.spec.check(&name),
+            SqlObjectDoc::Grant(g) => g.spec.check(),
+        }
+    }
+}
+
+/// `select` and ` Select ` name `SELECT`; `ALL` is `ALL PRIVILEGES`.
+pub fn normalize_privilege(p: &str) -> String {
+    let p = p
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_ascii_uppercase();
+    if p == "ALL" {
+        "ALL PRIVILEGES".into()
+    } else {
+        p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(yaml: &str) -> GrantSpec {
+        serde_saphyr::from_str(yaml).unwrap()
+    }
+
+    #[test]
+    fn a_grant_names_known_privileges_on_a_database_or_a_table_of_one() {
+        let g = grant(
+            "cluster: {name: db}\nprivileges: [select, Insert]\ndatabase: shop\nusername: shopper\n",
+        );
+        assert!(g.check().is_empty(), "{:?}", g.check());
+        assert_eq!((g.table.as_str(), g.host.as_str()), ("*", "%"));
+        let g = grant(
+            "cluster: {name: db}\nprivileges: [SUPER]\ndatabase: '*'\ntable: orders\nusername: root\n",
+        );
+        let fields: Vec<String> = g.check().into_iter().map(|e| e.field).collect();
+        assert_eq!(
+            fields,
+            ["spec.privileges[0]", "spec.table", "spec.username"]
+        );
+    }
+
+    #[test]
+    fn a_manifest_document_is_parsed_by_kind_and_checked() {
+        let doc = "apiVersion: mysql.cnmysql.io/v1\nkind: Database\nmetadata:\n  name: shop\nspec:\n  cluster: {name: db}\n  deletionPolicy: Delete\n";
+        let d = SqlObjectDoc::parse("Database", doc).unwrap().unwrap();
+        assert_eq!((d.key().as_str(), d.cluster()), ("Database/shop", "db"));
+        assert_eq!(d.deletion_policy(), DeletionPolicy::Delete);
+        assert!(SqlObjectDoc::parse("Cluster", doc).is_none());
+        let bad = doc.replace("shop", "mysql");
+        let e = SqlObjectDoc::parse("Database", &bad).unwrap().unwrap_err();
+        assert_eq!(e[0].field, "spec.name");
+    }
+
+    #[test]
+    fn a_user_may_not_be_one_the_cluster_owns_and_a_database_not_the_servers() {
+        let u: UserSpec = serde_saphyr::from_str(
+            "cluster: {name: db}\nname: app\npasswordSecretKeyRef: {name: s, key: password}\nlimits: {maxUserConnections: 10}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            u.limits.clone().unwrap_or_default().max_user_connections,
+            Some(10)
+        );
+        let e = u.check("x");
+        assert_eq!(e.len(), 1);
+        assert!(e[0].message.contains("the Cluster owns"), "{e:?}");
+        let d: DatabaseSpec = serde_saphyr::from_str("cluster: {name: db}\nname: mysql\n").unwrap();
+        assert_eq!(d.check("x")[0].field, "spec.name");
+        let d: DatabaseSpec = serde_saphyr::from_str("cluster: {name: db}\n").unwrap();
+        assert!(d.check("shop").is_empty());
+        assert_eq!(d.deletion_policy, DeletionPolicy::Keep);
+    }
+}

@@ -1,0 +1,150 @@
+//! The primary's side of declared databases, users and grants: read what
+//! the server holds, plan each object (`cnmysql_core::sql_objects`) and
+//! run its statements. Databases and users first; then what the server
+//! holds is read again, so that a grant finds the user made just before.
+
+use std::collections::BTreeSet;
+
+use cnmysql_control::contract::{SqlObject, SqlObjectResult};
+use cnmysql_core::sql_objects::{Observed, ObservedUser, plan};
+
+use super::*;
+
+impl<C: ClusterState> Manager<C> {
+    /// Make this primary hold `objects`; what was done for each. Refused
+    /// unless this instance is the writable primary.
+    pub(super) async fn reconcile_sql_objects(
+        &self,
+        mut objects: Vec<SqlObject>,
+    ) -> anyhow::Result<Vec<SqlObjectResult>> {
+        if *self.desired.lock().unwrap() != Some(Desired::Primary) {
+            anyhow::bail!("{} is not the primary", self.cfg.instance);
+        }
+        let pool = self
+            .pool()
+            .ok_or_else(|| anyhow::anyhow!("the server is not running"))?;
+        let mut conn = pool.get_conn().await?;
+        let read_only: i64 = conn.query_first("SELECT @@read_only").await?.unwrap_or(1);
+        anyhow::ensure!(read_only == 0, "{} is not writable yet", self.cfg.instance);
+        objects.sort_by_key(|o| o.declared.order());
+        let mut observed = observe(&mut conn).await?;
+        let mut read_after_users = false;
+        let mut out = Vec::new();
+        for o in objects {
+            if o.declared.order() >= 2 && !read_after_users {
+                observed = observe(&mut conn).await?;
+                read_after_users = true;
+            }
+            let mut r = SqlObjectResult {
+                key: o.key.clone(),
+                ..Default::default()
+            };
+            let stmts = match plan(&o.declared, &observed) {
+                Ok(stmts) => stmts,
+                Err(waits) => {
+                    r.error = Some(waits);
+                    Vec::new()
+                }
+            };
+            for s in stmts {
+                if let Err(e) = conn.query_drop(&s.text).await {
+                    r.error = Some(format!("{}: {e}", s.shown()));
+                    break;
+                }
+                r.applied.push(s.shown().to_string());
+            }
+            if !r.applied.is_empty() || r.error.is_some() {
+                tracing::info!(
+                    object = %r.key,
+                    statements = ?r.applied,
+                    error = r.error.as_deref().unwrap_or(""),
+                    "declared object reconciled"
+                );
+            }
+            out.push(r);
+        }
+        Ok(out)
+    }
+}
+
+/// A row of `mysql.user`: user, host, ssl_type, issuer, subject and the
+/// four limits.
+type UserRow = (String, String, String, String, String, u64, u64, u64, u64);
+
+/// What the server holds of databases, users and privileges.
+async fn observe(conn: &mut mysql_async::Conn) -> anyhow::Result<Observed> {
+    let mut o = Observed::default();
+    let dbs: Vec<(String, String, String)> = conn
+        .query(
+            "SELECT SCHEMA_NAME, DEFAULT_CHARACTER_SET_NAME, DEFAULT_COLLATION_NAME \
+             FROM information_schema.SCHEMATA",
+        )
+        .await?;
+    for (name, cs, coll) in dbs {
+        o.databases.insert(name, (cs, coll));
+    }
+    let users: Vec<UserRow> = conn
+        .query(
+            "SELECT User, Host, CAST(ssl_type AS CHAR), CAST(x509_issuer AS CHAR), \
+             CAST(x509_subject AS CHAR), max_questions, max_updates, max_connections, \
+             max_user_connections FROM mysql.user",
+        )
+        .await?;
+    for (user, host, ssl_type, issuer, subject, q, u, c, uc) in users {
+        let clamp = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+        o.users.insert(
+            (user, host),
+            ObservedUser {
+                ssl_type,
+                issuer,
+                subject,
+                limits: [clamp(q), clamp(u), clamp(c), clamp(uc)],
+            },
+        );
+    }
+    let privileges: Vec<(String, String, String, String, String)> = conn
+        .query(
+            "SELECT GRANTEE, TABLE_SCHEMA, '*', PRIVILEGE_TYPE, IS_GRANTABLE \
+             FROM information_schema.SCHEMA_PRIVILEGES \
+             UNION ALL SELECT GRANTEE, TABLE_SCHEMA, TABLE_NAME, PRIVILEGE_TYPE, IS_GRANTABLE \
+             FROM information_schema.TABLE_PRIVILEGES \
+             UNION ALL SELECT GRANTEE, '*', '*', PRIVILEGE_TYPE, IS_GRANTABLE \
+             FROM information_schema.USER_PRIVILEGES",
+        )
+        .await?;
+    for (grantee, db, table, privilege, grantable) in privileges {
+        let Some((user, host)) = split_grantee(&grantee) else {
+            continue;
+        };
+        let e = o
+            .privileges
+            .entry((user, host, db, table))
+            .or_insert_with(|| (BTreeSet::new(), false));
+        e.0.insert(privilege);
+        e.1 |= grantable == "YES";
+    }
+    Ok(o)
+}
+
+/// `'user'@'host'` as information_schema writes a grantee.
+fn split_grantee(g: &str) -> Option<(String, String)> {
+    let (u, h) = g.rsplit_once('@')?;
+    let unquote = |s: &str| {
+        s.strip_prefix('\'')
+            .and_then(|s| s.strip_suffix('\''))
+            .map(|s| s.replace("''", "'"))
+    };
+    Some((unquote(u)?, unquote(h)?))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_grantee_is_split_into_user_and_host() {
+        assert_eq!(
+            super::split_grantee("'shop''s'@'10.0.%'"),
+            Some(("shop's".into(), "10.0.%".into()))
+        );
+        assert_eq!(super::split_grantee("nonsense"), None);
+    }
+}
