@@ -221,7 +221,8 @@ async fn send<P: SqlObjectsPlatform>(
         .address(&primary)
         .await?
         .ok_or_else(|| format!("waiting for the primary {primary} to have an address"))?;
-    let client = p.client().await?;
+    // Its certificate names the instance, whatever address it is reached at.
+    let client = p.client().await?.expecting(&primary);
     let results = cnmysql_control::requests::reconcile_sql_objects(&client, &host, port, objects)
         .await
         .map_err(|e| format!("the primary {primary}: {e:#}"))?;
