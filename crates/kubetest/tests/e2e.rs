@@ -592,14 +592,15 @@ impl Env {
                 .parse()
                 .ok()
         };
-        // The mariadbd whose ancestors include the container's PID 1.
+        // The server (mariadbd, or MySQL's mysqld) whose ancestors include
+        // the container's PID 1.
         let mysqld = std::fs::read_dir("/proc")
             .unwrap()
             .flatten()
             .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
             .filter(|p| {
                 std::fs::read_to_string(format!("/proc/{p}/comm"))
-                    .is_ok_and(|c| c.trim() == "mariadbd")
+                    .is_ok_and(|c| matches!(c.trim(), "mariadbd" | "mysqld"))
             })
             .find(|p| {
                 let mut at = *p;
