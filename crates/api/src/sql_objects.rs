@@ -189,9 +189,9 @@ pub const RESERVED_USERS: &[&str] = &[
 /// Databases the server owns.
 pub const SYSTEM_DATABASES: &[&str] = &["mysql", "sys", "information_schema", "performance_schema"];
 
-/// The privileges a Grant may name.
-pub const PRIVILEGES: &[&str] = &[
-    "ALL PRIVILEGES",
+/// The privileges of a database (or table) level; `ALL PRIVILEGES` there
+/// stands for these on both flavours (each may hold a few more).
+pub const DATABASE_PRIVILEGES: &[&str] = &[
     "ALTER",
     "ALTER ROUTINE",
     "CREATE",
@@ -210,10 +210,15 @@ pub const PRIVILEGES: &[&str] = &[
     "SHOW VIEW",
     "TRIGGER",
     "UPDATE",
-    "PROCESS",
-    "SHOW DATABASES",
-    "REPLICATION CLIENT",
 ];
+
+/// Global privileges a Grant on `*` may also give.
+pub const GLOBAL_PRIVILEGES: &[&str] = &["PROCESS", "SHOW DATABASES", "REPLICATION CLIENT"];
+
+/// Whether a Grant may name `p` (normalized).
+pub fn is_grantable(p: &str) -> bool {
+    p == "ALL PRIVILEGES" || DATABASE_PRIVILEGES.contains(&p) || GLOBAL_PRIVILEGES.contains(&p)
+}
 
 fn is_identifier(s: &str, max: usize) -> bool {
     !s.is_empty()
@@ -343,13 +348,14 @@ impl GrantSpec {
             );
         }
         for (i, p) in self.privileges.iter().enumerate() {
-            if !PRIVILEGES.contains(&normalize_privilege(p).as_str()) {
+            if !is_grantable(&normalize_privilege(p)) {
                 field(
                     &mut e,
                     &format!("spec.privileges[{i}]"),
                     format!(
-                        "{p:?} is not a privilege a Grant may give; one of {}",
-                        PRIVILEGES.join(", ")
+                        "{p:?} is not a privilege a Grant may give; one of ALL PRIVILEGES, {}, {}",
+                        DATABASE_PRIVILEGES.join(", "),
+                        GLOBAL_PRIVILEGES.join(", ")
                     ),
                 );
             }

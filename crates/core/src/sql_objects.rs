@@ -186,28 +186,8 @@ pub struct Observed {
     pub privileges: BTreeMap<Level, (BTreeSet<String>, bool)>,
 }
 
-/// The privileges `ALL PRIVILEGES` stands for at a database or table
-/// level on both flavours (each may hold a few more: those are left).
-const ALL_AT_DATABASE: &[&str] = &[
-    "ALTER",
-    "ALTER ROUTINE",
-    "CREATE",
-    "CREATE ROUTINE",
-    "CREATE TEMPORARY TABLES",
-    "CREATE VIEW",
-    "DELETE",
-    "DROP",
-    "EVENT",
-    "EXECUTE",
-    "INDEX",
-    "INSERT",
-    "LOCK TABLES",
-    "REFERENCES",
-    "SELECT",
-    "SHOW VIEW",
-    "TRIGGER",
-    "UPDATE",
-];
+/// What `ALL PRIVILEGES` stands for at a database or table level.
+const ALL_AT_DATABASE: &[&str] = cnmysql_api::sql_objects::DATABASE_PRIVILEGES;
 
 fn ident(s: &str) -> String {
     format!("`{}`", s.replace('`', "``"))

@@ -15,6 +15,7 @@ pub mod logs;
 pub mod lookup;
 pub mod metrics;
 pub mod operations;
+pub mod periodic;
 pub mod pki;
 pub mod platform;
 pub mod process;

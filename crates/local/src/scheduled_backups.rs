@@ -29,17 +29,11 @@ fn path(dir: &StateDir) -> std::path::PathBuf {
 
 /// Check the schedules every few seconds, until the process ends.
 pub async fn run(dir: StateDir) {
-    let mut last_error = String::new();
-    loop {
-        if let Err(e) = tick(&dir).await {
-            let msg = format!("{e:#}");
-            if msg != last_error {
-                tracing::warn!(error = msg, "scheduled backups");
-                last_error = msg;
-            }
-        }
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
+    let tick = move || {
+        let dir = dir.clone();
+        async move { tick(&dir).await }
+    };
+    crate::periodic::every(Duration::from_secs(2), "scheduled backups", tick).await
 }
 
 async fn tick(dir: &StateDir) -> anyhow::Result<()> {

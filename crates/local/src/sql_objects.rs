@@ -46,17 +46,16 @@ pub fn records(dir: &StateDir) -> BTreeMap<String, Record> {
 /// Carry the manifest's objects out every few seconds, until the process
 /// ends.
 pub async fn run(dir: StateDir) {
-    let mut last_error = String::new();
-    loop {
-        if let Err(e) = tick(&dir).await {
-            let msg = format!("{e:#}");
-            if msg != last_error {
-                tracing::warn!(error = msg, "declared databases, users and grants");
-                last_error = msg;
-            }
-        }
-        tokio::time::sleep(Duration::from_secs(3)).await;
-    }
+    let tick = move || {
+        let dir = dir.clone();
+        async move { tick(&dir).await }
+    };
+    crate::periodic::every(
+        Duration::from_secs(3),
+        "declared databases, users and grants",
+        tick,
+    )
+    .await
 }
 
 fn document_of(d: &SqlObjectDoc) -> serde_json::Value {
