@@ -244,6 +244,10 @@ impl<K: Declares> SqlObjectsPlatform for KubeSqlObjects<'_, K> {
             observed_generation: self.obj.meta().generation,
             password_digest: o.password_digest.clone().or(last.password_digest),
         };
+        if self.obj.object_status() == Some(&st) {
+            // Unchanged: no write every pass.
+            return;
+        }
         let patch = json!({ "status": st });
         let r = self
             .api
