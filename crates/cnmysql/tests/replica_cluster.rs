@@ -114,6 +114,12 @@ async fn writable(c: &LocalCluster) -> bool {
     }
 }
 
+/// The port and read_only of the server rw reaches, if it reaches one.
+async fn rw_server(c: &LocalCluster) -> Option<(u16, bool)> {
+    let mut conn = c.app(c.service_port("rw")).await.ok()?;
+    conn.query_first("SELECT @@port, @@read_only").await.ok()?
+}
+
 async fn executed(c: &LocalCluster, instance: &str) -> String {
     let q = match flavor() {
         Flavor::Mysql => "SELECT @@gtid_executed",
@@ -197,10 +203,17 @@ async fn a_replica_cluster_follows_switches_over_without_loss_and_is_promoted_af
     );
     w1.wait_for_more(100, Duration::from_secs(30)).await;
     assert!(!writable(&west).await, "a replica cluster takes no writes");
+    // Its rw reaches the designated primary, read-only: what follows west
+    // (east, once demoted) keeps its connection through a promotion.
+    let designated = west.current_primary();
+    assert_eq!(
+        rw_server(&west).await,
+        Some((west.instance_port(&designated), true)),
+        "west's rw routes to its designated primary {designated}"
+    );
 
     // Its designated primary killed: a failover inside west, and the new
     // designated primary follows east in turn; the old one rejoins.
-    let designated = west.current_primary();
     west.signal_instance(&designated, nix::sys::signal::Signal::SIGKILL);
     let successor = wait_for(
         "a new designated primary in west",

@@ -3,7 +3,10 @@
 //! Routing follows the observed topology: an instance serves rw only once it
 //! reports itself a writable primary and is the accepted current primary;
 //! fenced and diverged instances serve nothing, nor do replicas too far
-//! behind (`lagging.rs`).
+//! behind (`lagging.rs`). In a replica cluster rw routes to the designated
+//! primary, read-only: what follows the cluster (a cluster it was demoted
+//! to follow, a cascaded replica cluster) keeps its connection, so the last
+//! transactions before a demotion reach the cluster being promoted.
 
 use cnmysql_api::ServiceRole;
 
@@ -56,6 +59,12 @@ pub fn out_of_service(status: &cnmysql_api::ClusterStatus, instance: &str) -> bo
         || named(&status.lagging_instances)
 }
 
+/// Whether `instance` is the designated primary of a replica cluster
+/// (`spec.replica.enabled`) that may serve rw, read-only.
+fn designated_primary(s: &Snapshot, instance: &str) -> bool {
+    s.spec.replica.as_ref().is_some_and(|r| r.enabled) && primary_may_serve(&s.status, instance)
+}
+
 pub fn desired_routes(s: &Snapshot) -> Routes {
     let mut routes = Routes::default();
     let lagging = crate::lagging::instances(s);
@@ -70,6 +79,10 @@ pub fn desired_routes(s: &Snapshot) -> Routes {
         }
         match st.role {
             Role::Primary if !st.read_only && primary_may_serve(&s.status, &inst.name) => {
+                routes.rw = Some(inst.name.clone());
+                routes.r.insert(0, inst.name.clone());
+            }
+            _ if st.read_only && designated_primary(s, &inst.name) => {
                 routes.rw = Some(inst.name.clone());
                 routes.r.insert(0, inst.name.clone());
             }
@@ -174,6 +187,32 @@ mod tests {
             "db-1",
             "db-1",
         );
+        assert_eq!(desired_routes(&s).rw, None);
+    }
+
+    #[test]
+    fn a_replica_clusters_designated_primary_serves_rw_read_only() {
+        let mut s = snap(
+            vec![
+                inst("db-1", Role::Replica, true, true),
+                inst("db-2", Role::Replica, true, true),
+            ],
+            "db-1",
+            "db-1",
+        );
+        s.spec.replica = Some(
+            serde_json::from_value(serde_json::json!({
+                "enabled": true,
+                "source": {"host": "east-rw", "port": 3306}
+            }))
+            .unwrap(),
+        );
+        let r = desired_routes(&s);
+        assert_eq!(r.rw.as_deref(), Some("db-1"));
+        assert_eq!(r.ro, ["db-2"]);
+        assert_eq!(r.r, ["db-1", "db-2"]);
+        // Being promoted: no rw until it opens writes.
+        s.spec.replica.as_mut().unwrap().enabled = false;
         assert_eq!(desired_routes(&s).rw, None);
     }
 
