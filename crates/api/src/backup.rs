@@ -173,6 +173,9 @@ pub struct BootstrapSpec {
     /// Recover from a base backup and the binlog archive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery: Option<RecoverySpec>,
+    /// Copy a server outside the operator (`import.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub import: Option<crate::import::ImportSpec>,
 }
 
 /// Recovery of a new Cluster from another's backups.
@@ -224,6 +227,10 @@ impl crate::ClusterSpec {
     /// `spec.bootstrap.recovery`, when the Cluster is made by recovery.
     pub fn recovery(&self) -> Option<&RecoverySpec> {
         self.bootstrap.as_ref().and_then(|b| b.recovery.as_ref())
+    }
+
+    pub fn import(&self) -> Option<&crate::import::ImportSpec> {
+        self.bootstrap.as_ref().and_then(|b| b.import.as_ref())
     }
 }
 

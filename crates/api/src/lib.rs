@@ -5,6 +5,7 @@ pub mod backup_resources;
 pub mod cluster;
 pub mod field_error;
 pub mod flavor;
+pub mod import;
 pub mod instance_upgrade;
 pub mod names;
 pub mod reinit;

@@ -130,21 +130,25 @@ pub fn check_spec(s: &crate::ClusterSpec, errors: &mut Vec<FieldError>) {
     }
 }
 
-/// What is wrong with `spec.replica` (`flavor` parses the token).
-pub fn check(r: &ReplicaSpec, flavor: crate::Flavor, errors: &mut Vec<FieldError>) {
-    let s = &r.source;
+/// What is wrong with a source's address (`field` names it).
+pub fn check_source(s: &ReplicaSource, field: &str, errors: &mut Vec<FieldError>) {
     if s.host.is_empty() || s.host.contains(char::is_whitespace) || s.host.contains('/') {
         errors.push(err(
-            "spec.replica.source.host",
+            format!("{field}.host"),
             format!(
-                "{:?} is not a host name or address; name the source's rw endpoint, e.g. db-rw.other-namespace",
+                "{:?} is not a host name or address; name the source's endpoint, e.g. db-rw.other-namespace",
                 s.host
             ),
         ));
     }
     if s.port == 0 {
-        errors.push(err("spec.replica.source.port", "must be 1 to 65535"));
+        errors.push(err(format!("{field}.port"), "must be 1 to 65535"));
     }
+}
+
+/// What is wrong with `spec.replica` (`flavor` parses the token).
+pub fn check(r: &ReplicaSpec, flavor: crate::Flavor, errors: &mut Vec<FieldError>) {
+    check_source(&r.source, "spec.replica.source", errors);
     if let Some(t) = &r.promotion_token {
         let ok = match flavor {
             crate::Flavor::Mysql => t.split(',').all(|p| {

@@ -254,6 +254,22 @@ pub fn seed_gtid_position(flavor: Flavor, position: &str) -> Vec<Sql> {
     }
 }
 
+/// Give a copy whose binary log is empty (a MariaDB physical copy, a
+/// restored backup, an import) the history it holds: `state` as its
+/// binary log's GTID state, `position` as where its applier stands. MySQL
+/// copies carry their `gtid_executed`: nothing to do.
+pub fn adopt_history(flavor: Flavor, state: &str, position: &str) -> Vec<Sql> {
+    if flavor == Flavor::Mysql || position.is_empty() {
+        return Vec::new();
+    }
+    let mut out = vec![
+        Sql::new("RESET MASTER"),
+        Sql::new(format!("SET GLOBAL gtid_binlog_state = {}", quote(state))),
+    ];
+    out.extend(seed_gtid_position(flavor, position));
+    out
+}
+
 /// The account replicas connect with; it demands a certificate from our CA.
 pub fn create_replication_user(flavor: Flavor, user: &str, password: &str) -> Vec<Sql> {
     let grant = match flavor {

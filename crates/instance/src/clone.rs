@@ -214,7 +214,8 @@ pub async fn clone_from(
     progress: &ProgressCell,
 ) -> anyhow::Result<Cloned> {
     if cfg.flavor() == Flavor::Mysql {
-        crate::clone_plugin::clone_from(cfg, source, peer, progress).await?;
+        let donor = crate::clone_plugin::Donor::peer(cfg, source, peer)?;
+        crate::clone_plugin::clone_from(cfg, &donor, progress).await?;
         return Ok(Cloned::default());
     }
     let tmp = cfg.data_dir.with_extension("clone");

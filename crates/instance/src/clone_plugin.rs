@@ -8,6 +8,7 @@
 //! directory. The copy carries the donor's `gtid_executed`: the new server
 //! knows what it holds without any seeding.
 
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -54,23 +55,68 @@ async fn log_stages(watcher: &mut mysql_async::Conn, source: &str) {
 /// MySQL's error for a donor already serving a clone.
 const ER_CLONE_TOO_MANY_CONCURRENT_CLONES: &str = "3634";
 
+/// The server a clone copies, and how to reach it.
+pub struct Donor {
+    /// What logs and progress call it (an instance, or the import source).
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    pub password: String,
+    /// The CA its certificate must chain to.
+    pub ca: PathBuf,
+    /// The client certificate and key presented, for an account that
+    /// requires one.
+    pub client: Option<(PathBuf, PathBuf)>,
+}
+
+impl Donor {
+    /// An instance of this cluster: the replication account, with this
+    /// instance's certificate (the account requires X509).
+    pub fn peer(cfg: &InstanceConfig, name: &str, peer: &PeerAddr) -> anyhow::Result<Donor> {
+        Ok(Donor {
+            name: name.to_string(),
+            host: peer.host.clone(),
+            port: peer.mysql_port,
+            user: REPLICATION_USER.to_string(),
+            password: read_secret(&cfg.secrets.replication_password)?,
+            ca: cfg.server_tls_paths().peers_ca,
+            client: Some((cfg.tls.cert.clone(), cfg.tls.key.clone())),
+        })
+    }
+
+    fn address(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+}
+
 /// The recipient's configuration: just enough of a server to run a clone.
-fn recipient_cnf(cfg: &InstanceConfig, datadir: &std::path::Path, donor: &str) -> String {
+fn recipient_cnf(cfg: &InstanceConfig, datadir: &std::path::Path, donor: &Donor) -> String {
     let run = &cfg.run_dir;
+    let client = donor
+        .client
+        .as_ref()
+        .map(|(c, k)| {
+            format!(
+                "clone_ssl_cert = {}\nclone_ssl_key = {}\n",
+                c.display(),
+                k.display()
+            )
+        })
+        .unwrap_or_default();
     format!(
         "# A short-lived clone recipient of the cnmysql instance manager.\n[mysqld]\n\
          datadir = {}\nsocket = {}\npid_file = {}\nskip_networking = ON\nskip_log_bin = ON\n\
          server_id = {}\nplugin_load_add = mysql_clone.so\nperformance_schema = ON\n\
          innodb_buffer_pool_size = 32M\ninnodb_redo_log_capacity = 48M\nmysqlx = OFF\n\
-         secure_file_priv = NULL\nclone_ssl_ca = {}\nclone_ssl_cert = {}\nclone_ssl_key = {}\n\
-         clone_valid_donor_list = {donor}\n",
+         secure_file_priv = NULL\nclone_ssl_ca = {}\n{client}\
+         clone_valid_donor_list = {}\n",
         datadir.display(),
         run.join("recipient.sock").display(),
         run.join("recipient.pid").display(),
         cfg.server_id(),
-        cfg.server_tls_paths().peers_ca.display(),
-        cfg.tls.cert.display(),
-        cfg.tls.key.display(),
+        donor.ca.display(),
+        donor.address(),
     )
 }
 
@@ -79,7 +125,7 @@ fn recipient_cnf(cfg: &InstanceConfig, datadir: &std::path::Path, donor: &str) -
 /// will go (both left over from a failed attempt are removed first).
 async fn start_recipient(
     cfg: &InstanceConfig,
-    donor: &str,
+    donor: &Donor,
     recipient_dir: &std::path::Path,
     target: &std::path::Path,
 ) -> anyhow::Result<tokio::process::Child> {
@@ -109,14 +155,14 @@ async fn start_recipient(
         .map_err(|e| cfg.programs.start_error(mysqld, &e))
 }
 
-/// Clone `source` into this instance's data directory (which must not hold
+/// Clone `donor` into this instance's data directory (which must not hold
 /// an initialised server). The copy's GTID set is its own `gtid_executed`.
 pub async fn clone_from(
     cfg: &InstanceConfig,
-    source: &str,
-    peer: &PeerAddr,
+    donor: &Donor,
     progress: &ProgressCell,
 ) -> anyhow::Result<()> {
+    let source = donor.name.as_str();
     let started = Instant::now();
     let set = |stage: &str, bytes: u64, expected: Option<u64>| {
         report(progress, source, started, stage, bytes, expected)
@@ -125,8 +171,7 @@ pub async fn clone_from(
     let recipient_dir = cfg.data_dir.with_extension("recipient");
     let target = cfg.data_dir.with_extension("clone");
     let socket = cfg.run_dir.join("recipient.sock");
-    let donor = format!("{}:{}", peer.host, peer.mysql_port);
-    let mut server = start_recipient(cfg, &donor, &recipient_dir, &target).await?;
+    let mut server = start_recipient(cfg, donor, &recipient_dir, &target).await?;
     let server_tail = tail_lines(server.stderr.take().expect("piped"), "clone recipient");
     let result = async {
         let opts = sql::socket_opts(&socket, "root", None);
@@ -139,18 +184,21 @@ pub async fn clone_from(
             ),
         };
         let mut watcher = sql::wait_connectable(&opts, Duration::from_secs(10)).await?;
-        let password = read_secret(&cfg.secrets.replication_password)?;
         let clone = |pw: &str| {
             format!(
                 "CLONE INSTANCE FROM {}@{}:{} IDENTIFIED BY {pw} DATA DIRECTORY = {} REQUIRE SSL",
-                quote(REPLICATION_USER),
-                quote(&peer.host),
-                peer.mysql_port,
+                quote(&donor.user),
+                quote(&donor.host),
+                donor.port,
                 quote(&target.display().to_string()),
             )
         };
-        let stmt = Sql::secret(clone(&quote(&password)), clone("'<redacted>'"));
-        tracing::info!(source, donor, "cloning with the clone plugin");
+        let stmt = Sql::secret(clone(&quote(&donor.password)), clone("'<redacted>'"));
+        tracing::info!(
+            source,
+            donor = donor.address(),
+            "cloning with the clone plugin"
+        );
         set("copying", 0, None);
         let copy_started = Instant::now();
         let stmts = [stmt];

@@ -48,6 +48,10 @@ pub struct Programs {
     pub binlog: Option<PathBuf>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client: Option<PathBuf>,
+    /// The logical dump client (`mariadb-dump`, `mysqldump`), which a
+    /// logical import runs against the source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dump: Option<PathBuf>,
     /// The server image the programs come from (their paths are inside
     /// it); none: this machine's own programs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -150,12 +154,17 @@ impl Programs {
                 .find_map(|n| lookup(n)),
             Flavor::Mysql => None,
         };
-        let (binlog_names, client_names): (&[&str], &[&str]) = match flavor {
-            Flavor::Mariadb => (&["mariadb-binlog", "mysqlbinlog"], &["mariadb", "mysql"]),
-            Flavor::Mysql => (&["mysqlbinlog"], &["mysql"]),
+        let (binlog_names, client_names, dump_names): (&[&str], &[&str], &[&str]) = match flavor {
+            Flavor::Mariadb => (
+                &["mariadb-binlog", "mysqlbinlog"],
+                &["mariadb", "mysql"],
+                &["mariadb-dump", "mysqldump"],
+            ),
+            Flavor::Mysql => (&["mysqlbinlog"], &["mysql"], &["mysqldump"]),
         };
         let binlog = binlog_names.iter().find_map(|n| lookup(n));
         let client = client_names.iter().find_map(|n| lookup(n));
+        let dump = dump_names.iter().find_map(|n| lookup(n));
         let mut found = Vec::new();
         for alternatives in program_names(flavor) {
             if alternatives.is_empty() {
@@ -177,6 +186,7 @@ impl Programs {
             upgrade,
             binlog,
             client,
+            dump,
             image: None,
         })
     }
@@ -590,6 +600,7 @@ pub(crate) mod tests {
                 upgrade: None,
                 binlog: None,
                 client: None,
+                dump: None,
                 image: None,
             },
             mysql_bind: "127.0.0.1".into(),

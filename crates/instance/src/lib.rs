@@ -9,6 +9,7 @@ pub mod clone_progress;
 pub mod cluster_state;
 pub mod config;
 pub mod inherit;
+pub mod logical_import;
 pub mod manager;
 pub mod mysql_backup;
 pub mod mysqld;
@@ -18,6 +19,7 @@ pub mod saved_transactions;
 pub mod server_image;
 pub mod server_tls;
 pub mod server_version;
+pub mod source_account;
 pub mod sql;
 pub mod upgrade;
 

@@ -342,6 +342,50 @@ impl KubeCluster {
         Ok(String::from_utf8(pw.0.clone())?)
     }
 
+    /// Run `sql` as the server's root account in the `mysql` container of
+    /// `pod`, through its socket (root signs in nowhere else); what the
+    /// client printed.
+    pub async fn root_sql(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        pod: &str,
+        sql: &str,
+    ) -> anyhow::Result<String> {
+        let s: kube::Api<k8s_openapi::api::core::v1::Secret> =
+            kube::Api::namespaced(self.client.clone(), namespace);
+        let sec = s.get(&format!("{cluster}-root")).await?;
+        let data = sec.data.unwrap_or_default();
+        let pw = data
+            .get("password")
+            .context("the root Secret has no password")?;
+        let pw = String::from_utf8(pw.0.clone())?;
+        let client = match std::env::var("CNMYSQL_TEST_FLAVOR").as_deref() {
+            Ok("mysql") => "mysql",
+            _ => "mariadb",
+        };
+        self.cp.kubectl(
+            &[
+                "-n",
+                namespace,
+                "exec",
+                pod,
+                "-c",
+                "mysql",
+                "--",
+                client,
+                "--socket=/run/cnmysql/mysqld.sock",
+                "--user=root",
+                &format!("--password={pw}"),
+                "--batch",
+                "--skip-column-names",
+                "-e",
+                sql,
+            ],
+            None,
+        )
+    }
+
     /// Run `kubectl <args>` with the plugin (`kubectl cnmsql`) installed.
     pub fn plugin(&self, cnmysql: &Path, args: &[&str]) -> anyhow::Result<String> {
         let dir = self.state().join("bin");

@@ -6,6 +6,9 @@
 //! last, west is deleted under writes and east promoted without a token,
 //! its RPO counted in acknowledged rows.
 //!
+//! A second test imports a Cluster from another namespace's server, follows
+//! it, and cuts over at its final position.
+//!
 //! Run with `scripts/test-kube replica` (needs KUBEBUILDER_ASSETS and root).
 
 use std::collections::BTreeMap;
@@ -294,5 +297,164 @@ async fn two_clusters_in_two_namespaces_switch_over_without_loss_and_promote_aft
         "promotion after the source was lost: writable {:.1}s after the delete; RPO {rpo} of {} acknowledged rows",
         promoted_in.as_secs_f64(),
         out3.acked.len()
+    );
+}
+
+/// `<cluster>-<what>-source` in `ns`: the account `user`/`password` and
+/// the CA of the source cluster `source`.
+async fn account_secret(k: &KubeCluster, source: &str, ns: &str, name: &str, user: &str, pw: &str) {
+    let from: Api<Secret> = Api::namespaced(k.client.clone(), source);
+    let key = |s: &Secret, k: &str| s.data.as_ref().and_then(|d| d.get(k)).cloned();
+    let ca = from.get(&format!("{source}-ca")).await.unwrap();
+    let ca = key(&ca, "ca.crt").or_else(|| key(&ca, "tls.crt")).unwrap();
+    let data = BTreeMap::from([
+        ("username".to_string(), ByteString(user.as_bytes().to_vec())),
+        ("password".to_string(), ByteString(pw.as_bytes().to_vec())),
+        ("ca.crt".to_string(), ca),
+    ]);
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_string()),
+            ..Default::default()
+        },
+        data: Some(data),
+        ..Default::default()
+    };
+    let to: Api<Secret> = Api::namespaced(k.client.clone(), ns);
+    to.create(&PostParams::default(), &secret).await.unwrap();
+}
+
+/// `sql` as root on the primary of `ns`'s Cluster `ns`.
+async fn on_primary(k: &KubeCluster, ns: &str, sql: &str) -> String {
+    let p = status(k, ns).await.current_primary.unwrap();
+    k.root_sql(ns, ns, &p, sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e:#}"))
+        .trim()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
+async fn a_cluster_is_imported_from_a_server_in_another_namespace_and_cut_over_without_loss() {
+    const PW: &str = "importer-Secret-1";
+    let mysql = std::env::var("CNMYSQL_TEST_FLAVOR").as_deref() == Ok("mysql");
+    let k = KubeCluster::start(&cnmysql_kubetest::cnmysql_exe())
+        .await
+        .unwrap();
+    k.apply_in_new_namespace("legacy", &manifest("legacy", "legacy", 0, ""))
+        .await
+        .unwrap();
+    ready(&k, "legacy", 2, "legacy ready").await;
+    let extra = if mysql {
+        ", BACKUP_ADMIN, SHOW_ROUTINE"
+    } else {
+        ""
+    };
+    on_primary(
+        &k,
+        "legacy",
+        &format!(
+            "CREATE USER importer IDENTIFIED BY '{PW}' REQUIRE SSL; \
+             GRANT SELECT, RELOAD, LOCK TABLES, SHOW VIEW, TRIGGER, EVENT, EXECUTE, \
+             REPLICATION CLIENT, REPLICATION SLAVE{extra} ON *.* TO importer; \
+             CREATE DATABASE shop; CREATE TABLE shop.orders (id INT PRIMARY KEY); \
+             INSERT INTO shop.orders VALUES (1), (2), (3); \
+             CREATE FUNCTION shop.twice(x INT) RETURNS INT DETERMINISTIC RETURN 2 * x"
+        ),
+    )
+    .await;
+    let legacy_rw = service_ip(&k, "legacy").await;
+    let w1 = writer(&k, "legacy").await;
+    w1.wait_for_more(100, Duration::from_secs(60)).await;
+
+    // Fresh: imported from legacy's rw, then following it.
+    let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(k.client.clone());
+    ns.create(
+        &PostParams::default(),
+        &serde_json::from_value(serde_json::json!({"metadata": {"name": "fresh"}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    for s in ["fresh-import-source", "fresh-replica-source"] {
+        account_secret(&k, "legacy", "fresh", s, "importer", PW).await;
+    }
+    let ip = legacy_rw.ip().to_string();
+    let import = format!(
+        "  bootstrap:\n    import:\n      source:\n        host: {ip}\n        tlsServerName: legacy-rw.legacy.svc\n"
+    );
+    let began = Instant::now();
+    k.cp.kubectl(
+        &["-n", "fresh", "apply", "-f", "-"],
+        Some(&manifest(
+            "fresh",
+            "fresh",
+            100,
+            &format!("{import}{}", follows("legacy", &ip, true)),
+        )),
+    )
+    .unwrap();
+    ready(&k, "fresh", 2, "fresh imported and ready").await;
+    let imported_in = began.elapsed();
+    until(
+        "fresh receiving from legacy",
+        Duration::from_secs(120),
+        || async {
+            status(&k, "fresh")
+                .await
+                .replica
+                .filter(|r| r.receiving)
+                .map(|_| ())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", k.diagnose("fresh", "fresh")));
+    assert_eq!(
+        on_primary(
+            &k,
+            "fresh",
+            "SELECT COUNT(*), shop.twice(21) FROM shop.orders"
+        )
+        .await,
+        "3\t42"
+    );
+    w1.wait_for_more(100, Duration::from_secs(60)).await;
+
+    // Cut-over at legacy's final position.
+    let out = w1.stop().await;
+    let token = on_primary(
+        &k,
+        "legacy",
+        if mysql {
+            "SELECT @@gtid_executed"
+        } else {
+            "SELECT @@gtid_binlog_pos"
+        },
+    )
+    .await
+    .replace(['\n', ' '], "");
+    let cut = Instant::now();
+    patch_replica(
+        &k,
+        "fresh",
+        serde_json::json!({"enabled": false, "promotionToken": token}),
+    )
+    .await;
+    until("fresh takes writes", Duration::from_secs(120), || async {
+        writable(&k, "fresh").await.then_some(())
+    })
+    .await
+    .unwrap();
+    let cut_over = cut.elapsed();
+    let missing = k
+        .rows_missing("fresh", "fresh", &instances("fresh"), &out.acked)
+        .await
+        .unwrap();
+    assert_eq!(missing, 0, "rows legacy acknowledged are on fresh");
+    eprintln!(
+        "import on a real node: ready {:.1}s after apply; {} acknowledged rows on legacy, 0 missing on fresh; writable {:.1}s after the cut-over",
+        imported_in.as_secs_f64(),
+        out.acked.len(),
+        cut_over.as_secs_f64()
     );
 }

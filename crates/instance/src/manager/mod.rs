@@ -9,6 +9,7 @@ mod backend;
 mod certificates;
 mod converge;
 mod fence;
+pub mod import;
 mod observe;
 mod obtain;
 mod primary_lease;

@@ -124,6 +124,9 @@ impl<C: ClusterState> Manager<C> {
                     return Ok(true);
                 }
                 Bootstrap::InitPrimary => {
+                    if let Some(imp) = self.cfg.spec.import().cloned() {
+                        return self.bootstrap_by_import(&imp).await;
+                    }
                     if let Some(rec) = self.cfg.spec.recovery().cloned() {
                         if let Err(e) = self.recover_primary(&rec).await {
                             tracing::error!(error = %format!("{e:#}"), "recovery failed; retrying");
@@ -194,6 +197,31 @@ impl<C: ClusterState> Manager<C> {
         }
     }
 
+    /// The first primary from an import, retried until it succeeds (each
+    /// attempt starts from nothing). False when shutdown came first.
+    async fn bootstrap_by_import(
+        &self,
+        imp: &cnmysql_api::import::ImportSpec,
+    ) -> anyhow::Result<bool> {
+        loop {
+            match self.import_primary(imp).await {
+                Ok(()) => break,
+                Err(e) => {
+                    tracing::error!(error = %format!("{e:#}"), "import failed; retrying");
+                    self.set_phase(InstancePhase::Failed, format!("{e:#}"));
+                    *self.progress.lock().unwrap() = None;
+                    if self.sleep_or_stop(Duration::from_secs(10)).await {
+                        return Ok(false);
+                    }
+                }
+            }
+        }
+        self.set_phase(InstancePhase::Starting, "starting the imported server");
+        self.start_server();
+        self.connect_admin().await?;
+        Ok(true)
+    }
+
     /// Every instance's address: the platform's current view (Pod IPs on
     /// Kubernetes) over the static configuration.
     pub(super) fn all_peers(&self) -> BTreeMap<String, PeerAddr> {
@@ -231,25 +259,18 @@ impl<C: ClusterState> Manager<C> {
         self.connect_admin().await?;
         let pool = self.pool().expect("connected");
         let mut conn = pool.get_conn().await?;
-        let mut stmts = Vec::new();
         if self.cfg.flavor() == Flavor::Mysql {
             // The clone plugin's copy knows its own history.
             gtid = conn
                 .query_first::<String, _>("SELECT @@gtid_executed")
                 .await?
                 .unwrap_or_default();
-        } else if !gtid.is_empty() {
-            // The copy's own binlog starts empty: give it the history it
-            // holds (older servers' entries included), so comparisons of
-            // GTID state see what it contains.
-            stmts.push(flavor::Sql::new("RESET MASTER"));
-            stmts.push(flavor::Sql::new(format!(
-                "SET GLOBAL gtid_binlog_state = {}",
-                flavor::quote(&copied.binlog_state)
-            )));
-            stmts.extend(flavor::seed_gtid_position(self.cfg.flavor(), &gtid));
         }
-        sql::exec_all(&mut conn, &stmts).await?;
+        // A MariaDB copy's own binlog starts empty: give it the history it
+        // holds (older servers' entries included), so comparisons of GTID
+        // state see what it contains.
+        let adopt = flavor::adopt_history(self.cfg.flavor(), &copied.binlog_state, &gtid);
+        sql::exec_all(&mut conn, &adopt).await?;
         drop(conn);
         bootstrap::mark_initialized(&self.cfg, &format!("cloned from {source} at {gtid}"))?;
         self.finish_reinit().await

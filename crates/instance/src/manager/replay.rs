@@ -23,7 +23,7 @@ const POLL: Duration = Duration::from_millis(250);
 const RAN_OUT: Duration = Duration::from_secs(5);
 
 /// The private server's options.
-fn server_args(cfg: &InstanceConfig) -> Vec<String> {
+pub(super) fn server_args(cfg: &InstanceConfig) -> Vec<String> {
     vec![
         format!("--defaults-file={}", cfg.mycnf().display()),
         "--skip-grant-tables".to_string(),
@@ -128,15 +128,7 @@ impl<C: ClusterState> Manager<C> {
             // The data holds the history up to the backup; its binary log
             // is empty. Give it that history, so the replayed transactions
             // follow.
-            let mut stmts = vec![
-                flavor::Sql::new("RESET MASTER"),
-                flavor::Sql::new(format!(
-                    "SET GLOBAL gtid_binlog_state = {}",
-                    flavor::quote(base_gtid)
-                )),
-            ];
-            stmts.extend(flavor::seed_gtid_position(f, base_gtid));
-            sql::exec_all(conn, &stmts).await?;
+            sql::exec_all(conn, &flavor::adopt_history(f, base_gtid, base_gtid)).await?;
         } else {
             // The copy carries its GTID set; it must be the manifest's.
             let held = self.reached(conn).await?;

@@ -4,71 +4,15 @@
 //! the promotion token and everything received are applied
 //! (`cnmysql_core::replica_cluster`).
 
-use std::path::PathBuf;
-
-use cnmysql_api::replica::{
-    CA_KEY, CERT_KEY, KEY_KEY, PASSWORD_KEY, USERNAME_KEY, source_secret, split_address,
-};
+use cnmysql_api::replica::{source_secret, split_address};
 use cnmysql_core::replica_cluster::{self, Promotion};
 
 use super::*;
-
-/// The source account, with the certificate files copied where the
-/// server can read them.
-struct Credentials {
-    user: String,
-    password: String,
-    ca: PathBuf,
-    /// Client certificate and key, for an account that requires one.
-    client: Option<(PathBuf, PathBuf)>,
-}
+use crate::source_account::SourceAccount;
 
 impl<C: ClusterState> Manager<C> {
-    /// Where the Secret's keys are: `<secrets dir>/<cluster>-replica-source`.
-    fn source_secret_dir(&self) -> anyhow::Result<PathBuf> {
-        let dir = self.cfg.secrets.backup_dir.as_ref().ok_or_else(|| {
-            anyhow::anyhow!("spec.replica: no secrets directory is known to this instance")
-        })?;
-        Ok(dir.join(source_secret(&self.cfg.cluster)))
-    }
-
-    fn source_credentials(&self) -> anyhow::Result<Credentials> {
-        let from = self.source_secret_dir()?;
-        let secret = source_secret(&self.cfg.cluster);
-        let need = |key: &str| {
-            let p = from.join(key);
-            if p.is_file() {
-                Ok(p)
-            } else {
-                Err(anyhow::anyhow!(
-                    "spec.replica: the Secret {secret} has no key {key} ({} is missing): create it with {USERNAME_KEY}, {PASSWORD_KEY} and {CA_KEY}",
-                    p.display()
-                ))
-            }
-        };
-        let user = read_secret(&need(USERNAME_KEY)?)?;
-        let password = read_secret(&need(PASSWORD_KEY)?)?;
-        // The server reads the files itself: copies in its run directory.
-        let to = self.cfg.run_dir.join("replica-source");
-        std::fs::create_dir_all(&to)?;
-        let copy = |key: &str| -> anyhow::Result<PathBuf> {
-            let dest = to.join(key);
-            cnmysql_tls::write_private(&dest, &std::fs::read_to_string(from.join(key))?, false)?;
-            Ok(dest)
-        };
-        need(CA_KEY)?;
-        let ca = copy(CA_KEY)?;
-        let client = if from.join(CERT_KEY).is_file() && from.join(KEY_KEY).is_file() {
-            Some((copy(CERT_KEY)?, copy(KEY_KEY)?))
-        } else {
-            None
-        };
-        Ok(Credentials {
-            user,
-            password,
-            ca,
-            client,
-        })
+    fn source_credentials(&self) -> anyhow::Result<SourceAccount> {
+        SourceAccount::load(&self.cfg, &source_secret(&self.cfg.cluster), "spec.replica")
     }
 
     /// Follow the replica cluster's source `source` (`host:port`), once its
@@ -257,32 +201,13 @@ impl<C: ClusterState> Manager<C> {
 /// The source's server id and executed history, read over TLS with the
 /// source account.
 async fn source_history(
-    cred: &Credentials,
+    cred: &SourceAccount,
     host: &str,
     port: u16,
     name: &str,
     f: Flavor,
 ) -> anyhow::Result<(u32, String)> {
-    let mut ssl = mysql_async::SslOpts::default().with_root_certs(vec![cred.ca.clone().into()]);
-    if name != host {
-        ssl = ssl.with_danger_tls_hostname_override(Some(name.to_string()));
-    }
-    if let Some((cert, key)) = &cred.client {
-        ssl = ssl.with_client_identity(Some(mysql_async::ClientIdentity::new(
-            cert.clone().into(),
-            key.clone().into(),
-        )));
-    }
-    let opts = mysql_async::OptsBuilder::default()
-        .ip_or_hostname(host)
-        .tcp_port(port)
-        .user(Some(cred.user.clone()))
-        .pass(Some(cred.password.clone()))
-        .prefer_socket(false)
-        .ssl_opts(Some(ssl));
-    let mut conn = tokio::time::timeout(Duration::from_secs(5), mysql_async::Conn::new(opts))
-        .await
-        .map_err(|_| anyhow::anyhow!("no answer within 5 s"))??;
+    let mut conn = cred.connect(host, port, name).await?;
     let (binlog, _position, _ro, applied): (String, String, i64, String) = conn
         .query_first(flavor::gtid_and_read_only(f).text)
         .await?

@@ -162,11 +162,19 @@ fn secret_keys(secret: String, keys: &[&str], optional: bool) -> VolumeProjectio
 /// that the client certificate may be left out and the Secret made after
 /// the Pod (the kubelet fills it in when it appears).
 fn replica_source_items(cluster: &str) -> VolumeProjection {
-    use cnmysql_api::replica::{
-        CA_KEY, CERT_KEY, KEY_KEY, PASSWORD_KEY, USERNAME_KEY, source_secret,
-    };
+    account_items(cnmysql_api::replica::source_secret(cluster))
+}
+
+/// An import's source credentials (`import.rs`): optional in the same way.
+fn import_source_items(cluster: &str) -> VolumeProjection {
+    account_items(cnmysql_api::import::import_secret(cluster))
+}
+
+/// The keys of a Secret with an account on a server outside the cluster.
+fn account_items(secret: String) -> VolumeProjection {
+    use cnmysql_api::replica::{CA_KEY, CERT_KEY, KEY_KEY, PASSWORD_KEY, USERNAME_KEY};
     secret_keys(
-        source_secret(cluster),
+        secret,
         &[USERNAME_KEY, PASSWORD_KEY, CA_KEY, CERT_KEY, KEY_KEY],
         true,
     )
@@ -328,6 +336,9 @@ fn volumes(cluster: &Cluster, instance: &str) -> (Vec<Volume>, Option<VolumeMoun
         .collect();
     if cluster.spec.replica.is_some() {
         sources.push(replica_source_items(&cluster.name_any()));
+    }
+    if cluster.spec.import().is_some() {
+        sources.push(import_source_items(&cluster.name_any()));
     }
     if let Some(secret) = &cluster.spec.secrets.server_tls_secret {
         sources.push(server_tls_items(secret));
@@ -516,6 +527,28 @@ mod tests {
         Environment {
             operator_image: "ghcr.io/cnmysql/cnmysql:test".into(),
         }
+    }
+
+    #[test]
+    fn an_imported_cluster_mounts_the_import_account() {
+        let c = cluster("instances: 2\nbootstrap:\n  import:\n    source:\n      host: old-db\n");
+        let spec = pod(&c, "db-1", &env()).spec.unwrap();
+        let projected = spec
+            .volumes
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == "backup-secrets")
+            .and_then(|v| v.projected)
+            .unwrap();
+        let secrets: Vec<(String, bool)> = projected
+            .sources
+            .unwrap()
+            .into_iter()
+            .filter_map(|s| s.secret)
+            .map(|s| (s.name, s.optional.unwrap_or(false)))
+            .collect();
+        // Optional: the Pod starts, and the manager says what is missing.
+        assert_eq!(secrets, [("db-import-source".to_string(), true)]);
     }
 
     #[test]

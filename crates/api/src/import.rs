@@ -1,0 +1,165 @@
+//! `spec.bootstrap.import`: a new Cluster's first primary takes its data
+//! from a server outside the operator, over TLS, with the account of the
+//! Secret `<cluster>-import-source`; with `spec.replica` naming the same
+//! server the Cluster then keeps following it until the cut-over.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::field_error::{FieldError, err};
+use crate::replica::ReplicaSource;
+
+/// How the data is copied.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ImportMethod {
+    /// MySQL's clone plugin: a physical copy of the whole server, which must
+    /// run the same MySQL version and load the clone plugin.
+    Clone,
+    /// A consistent logical dump of the user databases, loaded into a new
+    /// server: any version the server here can read.
+    Logical,
+}
+
+/// `spec.bootstrap.import`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ImportSpec {
+    /// The server to copy (its address as this cluster reaches it).
+    pub source: ReplicaSource,
+    /// `clone` or `logical` [default: `clone` on MySQL, `logical` on
+    /// MariaDB, which has no clone plugin].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<ImportMethod>,
+    /// `logical` only: the databases to copy [default: every database but
+    /// the server's own (`mysql`, `sys`, `information_schema`,
+    /// `performance_schema`)].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 1000))]
+    pub databases: Vec<String>,
+}
+
+impl ImportSpec {
+    pub fn method(&self, flavor: crate::Flavor) -> ImportMethod {
+        self.method.unwrap_or(match flavor {
+            crate::Flavor::Mysql => ImportMethod::Clone,
+            crate::Flavor::Mariadb => ImportMethod::Logical,
+        })
+    }
+}
+
+/// The Secret (locally: the folder under the secrets directory) with the
+/// import source's account: `username`, `password`, `ca.crt`, and
+/// `tls.crt`/`tls.key` for an account that requires a client certificate.
+pub fn import_secret(cluster: &str) -> String {
+    format!("{cluster}-import-source")
+}
+
+/// Databases a logical import never copies: the server's own.
+pub const SYSTEM_DATABASES: [&str; 4] =
+    ["mysql", "sys", "information_schema", "performance_schema"];
+
+/// What is wrong with `spec.bootstrap.import`.
+pub fn check_spec(s: &crate::ClusterSpec, errors: &mut Vec<FieldError>) {
+    let Some(i) = s.bootstrap.as_ref().and_then(|b| b.import.as_ref()) else {
+        return;
+    };
+    const F: &str = "spec.bootstrap.import";
+    if s.recovery().is_some() {
+        errors.push(err(
+            F,
+            "a Cluster is recovered or imported, not both: remove spec.bootstrap.recovery or spec.bootstrap.import",
+        ));
+    }
+    crate::replica::check_source(&i.source, &format!("{F}.source"), errors);
+    let method = i.method(s.mysql.flavor);
+    if method == ImportMethod::Clone && s.mysql.flavor == crate::Flavor::Mariadb {
+        errors.push(err(
+            format!("{F}.method"),
+            "MariaDB has no clone plugin: use logical",
+        ));
+    }
+    if method == ImportMethod::Clone && !i.databases.is_empty() {
+        errors.push(err(
+            format!("{F}.databases"),
+            "a clone copies the whole server: remove databases, or use method: logical",
+        ));
+    }
+    for (n, d) in i.databases.iter().enumerate() {
+        let bad = d.is_empty() || d.len() > 64 || d.contains(['`', '/', '\\', '.']);
+        if bad || SYSTEM_DATABASES.contains(&d.to_ascii_lowercase().as_str()) {
+            errors.push(err(
+                format!("{F}.databases[{n}]"),
+                format!("{d:?} is not a user database to copy (1 to 64 characters, no '`', '/', '\\\\' or '.', not a system database)"),
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    fn problems(flavor: &str, import: &str) -> Vec<String> {
+        let text = format!(
+            "apiVersion: mysql.cnmysql.io/v1\nkind: Cluster\nmetadata:\n  name: db\nspec:\n  instances: 2\n  mysql:\n    flavor: {flavor}\n  bootstrap:\n{import}"
+        );
+        match crate::validation::parse_cluster(&text) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.0.iter().map(|f| f.field.clone()).collect(),
+        }
+    }
+
+    #[test]
+    fn an_import_names_a_reachable_source_and_a_method_the_flavour_has() {
+        let ok = "    import:\n      source:\n        host: old-db.example\n";
+        assert!(problems("mysql", ok).is_empty());
+        assert!(problems("mariadb", ok).is_empty());
+        let spec: crate::ClusterSpec = serde_json::from_value(serde_json::json!({
+            "instances": 1,
+            "mysql": {"flavor": "mariadb"},
+            "bootstrap": {"import": {"source": {"host": "h"}}}
+        }))
+        .unwrap();
+        let i = spec.import().unwrap();
+        assert_eq!(
+            i.method(crate::Flavor::Mariadb),
+            super::ImportMethod::Logical
+        );
+        assert_eq!(i.method(crate::Flavor::Mysql), super::ImportMethod::Clone);
+        assert_eq!(i.source.port, 3306);
+        assert_eq!(
+            problems(
+                "mariadb",
+                "    import:\n      source:\n        host: h\n      method: clone\n"
+            ),
+            ["spec.bootstrap.import.method"]
+        );
+        assert_eq!(
+            problems(
+                "mysql",
+                "    import:\n      source:\n        host: h\n      databases: [shop]\n"
+            ),
+            ["spec.bootstrap.import.databases"]
+        );
+        assert_eq!(
+            problems(
+                "mysql",
+                "    import:\n      source:\n        host: h\n      method: logical\n      databases: [shop, mysql, 'a.b']\n"
+            ),
+            [
+                "spec.bootstrap.import.databases[1]",
+                "spec.bootstrap.import.databases[2]"
+            ]
+        );
+        assert_eq!(
+            problems("mysql", "    import:\n      source:\n        host: 'a b'\n"),
+            ["spec.bootstrap.import.source.host"]
+        );
+        assert_eq!(
+            problems(
+                "mysql",
+                "    import:\n      source:\n        host: h\n    recovery:\n      source:\n        objectStore:\n          destinationPath: file:///tmp/x\n          serverName: old\n"
+            ),
+            ["spec.bootstrap.import"]
+        );
+    }
+}

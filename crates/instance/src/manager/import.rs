@@ -1,0 +1,247 @@
+//! Bootstrapping the first primary of a new Cluster from a server outside
+//! the operator (`spec.bootstrap.import`), with the account of the Secret
+//! `<cluster>-import-source`. The source is reached and its certificate
+//! checked first, so a wrong address, account or CA fails at once with
+//! nothing made. Then either MySQL's clone plugin copies the whole server
+//! (`clone`), or a private server made empty here loads a consistent dump
+//! of the user databases and takes the source's GTID position at the
+//! snapshot (`logical`). Either way the copy gets this Cluster's accounts
+//! (none of it binary-logged, so the Cluster can go on following the
+//! source through `spec.replica`), the result is recorded in the data
+//! directory, and the manager starts the server as usual.
+
+use super::*;
+use crate::clone_plugin::Donor;
+use crate::logical_import;
+use crate::private_server::PrivateServer;
+use crate::source_account::SourceAccount;
+use cnmysql_api::import::{ImportMethod, ImportSpec, SYSTEM_DATABASES, import_secret};
+
+/// Where what an import brought is recorded, in the data directory.
+pub const IMPORTED_FILE: &str = "cnmysql_imported.json";
+
+/// What an import brought.
+#[derive(serde::Serialize, serde::Deserialize, Debug, Clone, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Imported {
+    /// `host:port` of the source.
+    pub source: String,
+    /// `clone` or `logical`.
+    pub method: String,
+    /// The source's server version.
+    pub source_version: String,
+    /// The GTID position the copy holds.
+    pub gtid: String,
+    /// Bytes copied (the clone) or loaded (the dump).
+    pub bytes: u64,
+    pub millis: u64,
+    pub completed_at: String,
+}
+
+/// What this instance's data was imported from, when it was.
+pub fn imported(data_dir: &std::path::Path) -> Option<Imported> {
+    let text = std::fs::read_to_string(data_dir.join(IMPORTED_FILE)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+impl<C: ClusterState> Manager<C> {
+    pub(super) async fn import_primary(&self, spec: &ImportSpec) -> anyhow::Result<()> {
+        let cfg = &self.cfg;
+        let src = &spec.source;
+        let name = src
+            .tls_server_name
+            .clone()
+            .unwrap_or_else(|| src.host.clone());
+        let account =
+            SourceAccount::load(cfg, &import_secret(&cfg.cluster), "spec.bootstrap.import")?;
+        let address = src.address();
+        self.set_phase(
+            InstancePhase::Initializing,
+            format!("import: reaching {address}"),
+        );
+        let mut conn = account
+            .connect(&src.host, src.port, &name)
+            .await
+            .map_err(|e| anyhow::anyhow!("import refused, nothing was made: cannot reach {address} as {} over TLS (checked for the name {name}): {e:#}", account.user))?;
+        let version: String = conn
+            .query_first("SELECT VERSION()")
+            .await?
+            .unwrap_or_default();
+        let databases = if spec.databases.is_empty() {
+            user_databases(&mut conn).await?
+        } else {
+            spec.databases.clone()
+        };
+        conn.disconnect().await.ok();
+        let began = Instant::now();
+        let method = spec.method(cfg.flavor());
+        let (gtid, bytes) = match method {
+            ImportMethod::Clone => self.import_by_clone(&account, src, &address).await?,
+            ImportMethod::Logical => {
+                let from = logical_import::Source {
+                    host: &src.host,
+                    port: src.port,
+                    name: &name,
+                    account: &account,
+                };
+                self.import_logical(&from, &databases).await?
+            }
+        };
+        let record = Imported {
+            source: address.clone(),
+            method: format!("{method:?}").to_lowercase(),
+            source_version: version,
+            gtid,
+            bytes,
+            millis: began.elapsed().as_millis() as u64,
+            completed_at: jiff::Timestamp::now().to_string(),
+        };
+        std::fs::write(
+            cfg.data_dir.join(IMPORTED_FILE),
+            serde_json::to_vec_pretty(&record)?,
+        )?;
+        tracing::info!(
+            source = record.source,
+            method = record.method,
+            source_version = record.source_version,
+            gtid = record.gtid,
+            bytes = record.bytes,
+            millis = record.millis,
+            "imported"
+        );
+        bootstrap::mark_initialized(
+            cfg,
+            &format!(
+                "imported from {address} ({}) at {}",
+                record.method, record.gtid
+            ),
+        )
+    }
+
+    /// The whole server through the clone plugin; its GTID set and the
+    /// bytes copied.
+    async fn import_by_clone(
+        &self,
+        account: &SourceAccount,
+        src: &cnmysql_api::replica::ReplicaSource,
+        address: &str,
+    ) -> anyhow::Result<(String, u64)> {
+        self.set_phase(InstancePhase::Cloning, format!("import: cloning {address}"));
+        let donor = Donor {
+            name: address.to_string(),
+            host: src.host.clone(),
+            port: src.port,
+            user: account.user.clone(),
+            password: account.password.clone(),
+            ca: account.ca.clone(),
+            client: account.client.clone(),
+        };
+        crate::clone_plugin::clone_from(&self.cfg, &donor, &self.progress).await?;
+        let bytes = self
+            .progress
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map(|p| p.bytes)
+            .unwrap_or(0);
+        // The copy holds the source's accounts: this Cluster's are set on
+        // a private server.
+        let server = self.private_server().await?;
+        let gtid = self.finish_private(server, Ok(())).await?;
+        Ok((gtid, bytes))
+    }
+
+    /// `databases` through a dump loaded into a new server; its GTID set
+    /// and the bytes loaded.
+    async fn import_logical(
+        &self,
+        from: &logical_import::Source<'_>,
+        databases: &[String],
+    ) -> anyhow::Result<(String, u64)> {
+        let cfg = self.cfg.clone();
+        self.set_phase(
+            InstancePhase::Initializing,
+            format!(
+                "import: loading {} database(s) from {}:{}",
+                databases.len(),
+                from.host,
+                from.port
+            ),
+        );
+        tokio::task::spawn_blocking(move || bootstrap::prepare_empty_datadir(&cfg)).await??;
+        let f = self.cfg.flavor();
+        let mut loaded = logical_import::Loaded::default();
+        let mut server = self.private_server().await?;
+        let done = async {
+            let conn = &mut server.conn;
+            sql::exec_all(conn, &flavor::read_only(f, false)).await?;
+            if !databases.is_empty() {
+                loaded = logical_import::load(
+                    &self.cfg,
+                    from,
+                    databases,
+                    &self.cfg.socket(),
+                    &self.progress,
+                )
+                .await?;
+            }
+            // MariaDB: the position the dump states becomes the history
+            // (MySQL's dump set GTID_PURGED itself).
+            sql::exec_all(conn, &flavor::adopt_history(f, &loaded.gtid, &loaded.gtid)).await?;
+            Ok(())
+        }
+        .await;
+        let gtid = self.finish_private(server, done).await?;
+        Ok((gtid, loaded.bytes))
+    }
+
+    /// A private server on the data directory (no network, no grant
+    /// checks).
+    async fn private_server(&self) -> anyhow::Result<PrivateServer> {
+        let cfg = &self.cfg;
+        PrivateServer::start(cfg, super::replay::server_args(cfg), &cfg.socket()).await
+    }
+
+    /// After `done` (what was run on `server`): give the copy this
+    /// Cluster's accounts and no replication state, and stop it; the GTID
+    /// set it holds.
+    async fn finish_private(
+        &self,
+        mut server: PrivateServer,
+        done: anyhow::Result<()>,
+    ) -> anyhow::Result<String> {
+        let cfg = &self.cfg;
+        let result = async {
+            done?;
+            let conn = &mut server.conn;
+            sql::exec_all(conn, &[flavor::reset_replica(cfg.flavor())]).await?;
+            conn.query_drop("FLUSH LOCAL PRIVILEGES").await?;
+            bootstrap::set_accounts(conn, cfg).await?;
+            let held: String = conn
+                .query_first(match cfg.flavor() {
+                    Flavor::Mariadb => "SELECT @@gtid_binlog_pos",
+                    Flavor::Mysql => "SELECT @@gtid_executed",
+                })
+                .await?
+                .unwrap_or_default();
+            Ok::<_, anyhow::Error>(held.replace('\n', ""))
+        }
+        .await;
+        match result {
+            Ok(held) => server.stop().await.map(|()| held),
+            Err(e) => {
+                let words = server.kill().await;
+                anyhow::bail!("import failed: {e:#}; server: {words}")
+            }
+        }
+    }
+}
+
+/// The source's databases but its own system ones.
+async fn user_databases(conn: &mut mysql_async::Conn) -> anyhow::Result<Vec<String>> {
+    let all: Vec<String> = conn.query("SHOW DATABASES").await?;
+    Ok(all
+        .into_iter()
+        .filter(|d| !SYSTEM_DATABASES.contains(&d.to_ascii_lowercase().as_str()))
+        .collect())
+}
