@@ -25,6 +25,9 @@ pub const REPLICATION_USER: &str = "cnmysql_replication";
 pub const ADMIN_USER: &str = "root";
 /// Account created for applications.
 pub const APP_USER: &str = "app";
+/// The database made at bootstrap for the application, owned by `app`
+/// (whose privileges are limited to it).
+pub const APP_DATABASE: &str = "app";
 /// Pod annotation asking the operator to restart the instance manager in
 /// place (re-exec; mysqld keeps running). Its value names the request
 /// (`kubectl cnmsql restart-inplace` writes the current time).

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use crate::harness::*;
 pub(crate) use cnmysql_instance::clone::dir_size;
 
-/// Load about `megabytes` MB of rows into `b.t` through the cluster's rw
+/// Load about `megabytes` MB of rows into `app.t` through the cluster's rw
 /// endpoint.
 pub(crate) fn load(b: &Bench, megabytes: u64) -> anyhow::Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
@@ -29,8 +29,7 @@ pub(crate) fn load(b: &Bench, megabytes: u64) -> anyhow::Result<()> {
             BenchFlavor::Mysql => "SET SESSION cte_max_recursion_depth = 1000000",
         })
         .await?;
-        c.query_drop("CREATE DATABASE IF NOT EXISTS b").await?;
-        c.query_drop("USE b").await?;
+        c.query_drop("USE app").await?;
         c.query_drop(
             "CREATE TABLE IF NOT EXISTS t (id INT PRIMARY KEY, body VARCHAR(1100) NOT NULL)",
         )

@@ -375,7 +375,7 @@ impl StickyWriter {
                 let (name, c) = conn.as_mut().unwrap();
                 let r = tokio::time::timeout(
                     Duration::from_secs(120),
-                    c.query_drop(format!("INSERT INTO chk.w (id) VALUES ({next})")),
+                    c.query_drop(format!("INSERT INTO app.w (id) VALUES ({next})")),
                 )
                 .await;
                 match r {

@@ -193,7 +193,7 @@ impl Bench {
     /// Acknowledged ids missing from an instance (queried over its socket).
     pub(crate) async fn lost_on(&self, instance: &str, acked: &[u64]) -> anyhow::Result<usize> {
         let mut c = self.admin(instance).await?;
-        let ids: Vec<u64> = c.query("SELECT id FROM chk.w").await?;
+        let ids: Vec<u64> = c.query("SELECT id FROM app.w").await?;
         let have: std::collections::BTreeSet<u64> = ids.into_iter().collect();
         Ok(acked.iter().filter(|a| !have.contains(a)).count())
     }

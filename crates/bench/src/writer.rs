@@ -142,11 +142,11 @@ impl WriteChecker {
         password: &str,
     ) -> Result<(Conn, u64), mysql_async::Error> {
         let mut conn = Conn::new(app_opts_at(addr, password.to_string())).await?;
-        conn.query_drop("CREATE DATABASE IF NOT EXISTS chk").await?;
-        conn.query_drop("CREATE TABLE IF NOT EXISTS chk.w (id BIGINT PRIMARY KEY, at TIMESTAMP(6) DEFAULT CURRENT_TIMESTAMP(6))")
+        conn.query_drop("CREATE DATABASE IF NOT EXISTS app").await?;
+        conn.query_drop("CREATE TABLE IF NOT EXISTS app.w (id BIGINT PRIMARY KEY, at TIMESTAMP(6) DEFAULT CURRENT_TIMESTAMP(6))")
             .await?;
         let first: u64 = conn
-            .query_first("SELECT COALESCE(MAX(id), 0) + 1 FROM chk.w")
+            .query_first("SELECT COALESCE(MAX(id), 0) + 1 FROM app.w")
             .await?
             .unwrap_or(1);
         Ok((conn, first))
@@ -204,7 +204,7 @@ impl WriteChecker {
                 let sent = Instant::now();
                 let r = tokio::time::timeout(
                     Duration::from_secs(5),
-                    c.query_drop(format!("INSERT INTO chk.w (id) VALUES ({next})")),
+                    c.query_drop(format!("INSERT INTO app.w (id) VALUES ({next})")),
                 )
                 .await;
                 match r {

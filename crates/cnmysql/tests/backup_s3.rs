@@ -68,7 +68,7 @@ async fn rows(c: &LocalCluster, instance: &str, before: Option<i64>) -> (u64, u6
         .map(|s| format!("WHERE at < FROM_UNIXTIME({s})"))
         .unwrap_or_default();
     a.query_first(format!(
-        "SELECT COUNT(*), CAST(COALESCE(SUM(id), 0) AS UNSIGNED), COALESCE(MAX(id), 0) FROM chk.w {cond}"
+        "SELECT COUNT(*), CAST(COALESCE(SUM(id), 0) AS UNSIGNED), COALESCE(MAX(id), 0) FROM app.w {cond}"
     ))
     .await
     .unwrap()
@@ -186,7 +186,7 @@ async fn archiving_to_s3_survives_an_outage_and_a_failover_and_recovers_exactly(
     let live = rows(&c, &primary, None).await;
     {
         let mut a = c.admin(&primary).await;
-        let ids: Vec<u64> = a.query("SELECT id FROM chk.w").await.unwrap();
+        let ids: Vec<u64> = a.query("SELECT id FROM app.w").await.unwrap();
         let ids: std::collections::BTreeSet<u64> = ids.into_iter().collect();
         let lost: Vec<&u64> = o.acked.iter().filter(|i| !ids.contains(i)).collect();
         assert!(
@@ -248,7 +248,7 @@ async fn archiving_to_s3_survives_an_outage_and_a_failover_and_recovers_exactly(
 /// microseconds), by id.
 async fn stamped(c: &LocalCluster, instance: &str) -> Vec<(u64, i64)> {
     let mut a = c.admin(instance).await;
-    a.query("SELECT id, CAST(UNIX_TIMESTAMP(at) * 1000000 AS SIGNED) FROM chk.w ORDER BY id")
+    a.query("SELECT id, CAST(UNIX_TIMESTAMP(at) * 1000000 AS SIGNED) FROM app.w ORDER BY id")
         .await
         .unwrap()
 }

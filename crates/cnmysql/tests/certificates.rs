@@ -118,7 +118,7 @@ async fn short_lived_certificates_are_renewed_and_loaded_without_a_restart_or_a_
     ok(&c.local(&["promote", &other]), "promote");
     let mut rw = c.app(c.service_port("rw")).await.unwrap();
     let next = out.acked.iter().max().unwrap() + 1;
-    rw.query_drop(format!("INSERT INTO chk.w (id) VALUES ({next})"))
+    rw.query_drop(format!("INSERT INTO app.w (id) VALUES ({next})"))
         .await
         .unwrap();
     let mut acked = out.acked.clone();

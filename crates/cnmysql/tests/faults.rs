@@ -69,7 +69,7 @@ async fn randomized_faults_with_preferred_durability() {
 /// long that took is printed), then the writer's table checksums the same.
 async fn same_rows_everywhere(c: &LocalCluster, primary: &str) {
     let mut p = c.admin(primary).await;
-    let want: Option<(String, i64)> = p.query_first("CHECKSUM TABLE chk.w").await.unwrap();
+    let want: Option<(String, i64)> = p.query_first("CHECKSUM TABLE app.w").await.unwrap();
     let want = want.expect("a checksum").1;
     let history: String = p
         .query_first(sql("SELECT @@gtid_binlog_pos", "SELECT @@gtid_executed"))
@@ -92,10 +92,10 @@ async fn same_rows_everywhere(c: &LocalCluster, primary: &str) {
             began.elapsed().as_secs_f64()
         );
         let mut a = c.admin(&n).await;
-        let got: Option<(String, i64)> = a.query_first("CHECKSUM TABLE chk.w").await.unwrap();
+        let got: Option<(String, i64)> = a.query_first("CHECKSUM TABLE app.w").await.unwrap();
         if got.map(|g| g.1) != Some(want) {
             panic!(
-                "{n} holds {primary}'s whole history but chk.w checksums differently\n{}",
+                "{n} holds {primary}'s whole history but app.w checksums differently\n{}",
                 rows_diagnosis(c, primary).await
             );
         }
@@ -125,7 +125,7 @@ async fn applied_all(c: &LocalCluster, n: &str, history: &str) -> Option<()> {
 async fn rows_diagnosis(c: &LocalCluster, primary: &str) -> String {
     let ids = |n: String| async move {
         let mut a = c.admin(&n).await;
-        a.query::<u64, _>("SELECT id FROM chk.w")
+        a.query::<u64, _>("SELECT id FROM app.w")
             .await
             .unwrap_or_default()
             .into_iter()
@@ -389,7 +389,7 @@ async fn suite(name: &'static str, durability: &str) {
         // `preferred` may lose an acknowledged write when failover cannot
         // wait for a replica: counted, not forbidden.
         let mut a = c.admin(&primary).await;
-        let ids: Vec<u64> = a.query("SELECT id FROM chk.w").await.unwrap();
+        let ids: Vec<u64> = a.query("SELECT id FROM app.w").await.unwrap();
         let have: std::collections::BTreeSet<u64> = ids.into_iter().collect();
         let missing = acked.iter().filter(|id| !have.contains(id)).count();
         eprintln!(

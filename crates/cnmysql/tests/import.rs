@@ -122,10 +122,19 @@ async fn a_cluster_is_imported_from_a_running_server_follows_it_and_cuts_over_wi
         began.elapsed().as_secs_f64()
     );
     holds_shop(&copy, "copy-1").await;
+    let record: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            copy.state()
+                .join("state/instances/copy-1/data/cnmysql_imported.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(record["method"], "logical", "{record}");
     assert_eq!(
-        executed(&copy, "copy-1").await,
-        executed(&old, &old.current_primary()).await,
-        "the copy's history is the source's at the snapshot"
+        record["gtid"],
+        executed(&old, &old.current_primary()).await.as_str(),
+        "the copy's history is the source's at the snapshot: {record}"
     );
     let mut a = copy.admin("copy-1").await;
     let dbs: Vec<String> = a.query("SHOW DATABASES LIKE 'scratch'").await.unwrap();

@@ -10,7 +10,7 @@ use mysql_async::prelude::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_instances_replicate_from_rw_to_ro() {
-    let c = LocalCluster::start("trio", &manifest("trio", 3));
+    let c = LocalCluster::start_as_made("trio", &manifest("trio", 3));
     let status = c.status_json();
     assert_eq!(status["status"]["currentPrimary"], "trio-1");
     assert_eq!(status["status"]["readyInstances"], 3);
@@ -36,13 +36,24 @@ async fn three_instances_replicate_from_rw_to_ro() {
     }
 
     let mut rw = c.app(c.service_port("rw")).await.unwrap();
-    rw.query_drop("CREATE DATABASE shop").await.unwrap();
-    rw.query_drop("CREATE TABLE shop.orders (id INT PRIMARY KEY, item TEXT)")
+    // The application account owns the `app` database, and nothing more.
+    rw.query_drop("CREATE TABLE app.orders (id INT PRIMARY KEY, item TEXT)")
         .await
         .unwrap();
-    rw.query_drop("INSERT INTO shop.orders VALUES (1, 'espresso')")
+    rw.query_drop("INSERT INTO app.orders VALUES (1, 'espresso')")
         .await
         .unwrap();
+    for q in ["CREATE DATABASE shop", "SELECT COUNT(*) FROM mysql.user"] {
+        let err = rw.query_drop(q).await.unwrap_err();
+        assert!(err.to_string().contains("denied"), "{q}: {err}");
+    }
+    let grants: Vec<String> = rw.query("SHOW GRANTS").await.unwrap();
+    assert!(
+        grants
+            .iter()
+            .all(|g| !g.contains("ON *.*") || g.starts_with("GRANT USAGE")),
+        "app holds nothing on every database: {grants:?}"
+    );
 
     // Read it back through ro: every replica must have it within a bounded wait.
     for _ in 0..4 {
@@ -52,7 +63,7 @@ async fn three_instances_replicate_from_rw_to_ro() {
             || async {
                 let mut ro = c.app(c.service_port("ro")).await.ok()?;
                 let v: Option<String> = ro
-                    .query_first("SELECT item FROM shop.orders WHERE id = 1")
+                    .query_first("SELECT item FROM app.orders WHERE id = 1")
                     .await
                     .ok()?;
                 v
@@ -64,7 +75,7 @@ async fn three_instances_replicate_from_rw_to_ro() {
     // ro connections land on read-only replicas.
     let mut ro = c.app(c.service_port("ro")).await.unwrap();
     let err = ro
-        .query_drop("INSERT INTO shop.orders VALUES (2, 'x')")
+        .query_drop("INSERT INTO app.orders VALUES (2, 'x')")
         .await
         .unwrap_err();
     assert!(err.to_string().contains("read-only"), "{err}");

@@ -197,7 +197,7 @@ async fn a_replica_cluster_follows_switches_over_without_loss_and_is_promoted_af
     let promoted_in = lost_at.elapsed();
     let primary = east.current_primary();
     let mut a = east.admin(&primary).await;
-    let ids: Vec<u64> = a.query("SELECT id FROM chk.w").await.unwrap();
+    let ids: Vec<u64> = a.query("SELECT id FROM app.w").await.unwrap();
     let have: std::collections::BTreeSet<u64> = ids.into_iter().collect();
     let missing = out3.acked.iter().filter(|i| !have.contains(i)).count();
     eprintln!(

@@ -122,7 +122,7 @@ async fn a_users_server_certificate_is_presented_checked_by_clients_and_renewed_
     ok(&c.local(&["promote", &other]), "promote");
     let mut rw = c.app(c.service_port("rw")).await.unwrap();
     let next = out.acked.iter().max().unwrap() + 1;
-    rw.query_drop(format!("INSERT INTO chk.w (id) VALUES ({next})"))
+    rw.query_drop(format!("INSERT INTO app.w (id) VALUES ({next})"))
         .await
         .unwrap();
     let mut acked = out.acked.clone();

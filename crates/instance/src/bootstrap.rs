@@ -6,15 +6,16 @@ use std::path::Path;
 use std::time::Duration;
 
 use cnmysql_api::Flavor;
-use cnmysql_api::names::{APP_USER, REPLICATION_USER};
+use cnmysql_api::names::{APP_DATABASE, APP_USER, REPLICATION_USER};
 use cnmysql_core::flavor::{self, Sql, quote};
 use mysql_async::prelude::*;
 
 use crate::config::{InstanceConfig, Programs};
 use crate::sql;
 
-/// Privileges of the application account: everything a schema owner needs,
-/// nothing that bypasses read-only or administers the server.
+/// Privileges of the application account on its database: everything a
+/// schema owner needs, nothing on any other database, nothing that
+/// bypasses read-only or administers the server.
 const APP_PRIVILEGES: &str = "SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, INDEX, ALTER, \
     CREATE TEMPORARY TABLES, LOCK TABLES, EXECUTE, CREATE VIEW, SHOW VIEW, CREATE ROUTINE, \
     ALTER ROUTINE, EVENT, TRIGGER, REFERENCES";
@@ -132,8 +133,11 @@ pub async fn init_primary_accounts(cfg: &InstanceConfig) -> anyhow::Result<()> {
 }
 
 /// Give the cluster's accounts this cluster's passwords (they may exist
-/// already, with another's: a recovered server holds its source's), drop
-/// anonymous and remote root accounts, and leave the server read-only.
+/// already, with another's: a recovered server holds its source's), make
+/// the `app` database `app` owns, drop anonymous and remote root accounts,
+/// and leave the server read-only. None of it is written to the binary log
+/// (a replica cluster does the same on its own, and follows its source's
+/// log without a clash).
 pub async fn set_accounts(
     conn: &mut mysql_async::Conn,
     cfg: &InstanceConfig,
@@ -173,7 +177,10 @@ pub async fn set_accounts(
         create_app("'<redacted>'"),
     ));
     stmts.push(Sql::new(format!(
-        "GRANT {APP_PRIVILEGES} ON *.* TO {}@'%'",
+        "CREATE DATABASE IF NOT EXISTS `{APP_DATABASE}` CHARACTER SET utf8mb4"
+    )));
+    stmts.push(Sql::new(format!(
+        "GRANT {APP_PRIVILEGES} ON `{APP_DATABASE}`.* TO {}@'%'",
         quote(APP_USER)
     )));
     for (user, pw, tls) in [

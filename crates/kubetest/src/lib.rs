@@ -419,7 +419,7 @@ impl KubeCluster {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
-    /// How many of the `acked` rows of `chk.w` are missing on the instance
+    /// How many of the `acked` rows of `app.w` are missing on the instance
     /// that lacks the most (each reached at its Pod address, given 30 s to
     /// catch up).
     pub async fn rows_missing(
@@ -449,9 +449,9 @@ impl KubeCluster {
                         .await
                         .map_err(|e| format!("connecting to {ip}: {e}"))?;
                     let ids: Vec<u64> = c
-                        .query("SELECT id FROM chk.w")
+                        .query("SELECT id FROM app.w")
                         .await
-                        .map_err(|e| format!("reading chk.w at {ip}: {e}"))?;
+                        .map_err(|e| format!("reading app.w at {ip}: {e}"))?;
                     let have: std::collections::BTreeSet<u64> = ids.into_iter().collect();
                     let gone: Vec<&u64> = want.difference(&have).collect();
                     if !gone.is_empty() && Instant::now() > deadline {
@@ -482,7 +482,7 @@ impl KubeCluster {
     }
 
     /// Wait until every one of `instances` checksums the writer's table as
-    /// `primary` does (`CHECKSUM TABLE chk.w`): they hold the same rows.
+    /// `primary` does (`CHECKSUM TABLE app.w`): they hold the same rows.
     pub async fn same_rows(
         &self,
         namespace: &str,
@@ -500,7 +500,7 @@ impl KubeCluster {
                 let ip = pods.get(&name).await.ok()?.status?.pod_ip?;
                 let mut c = connect(&ip, 3306, &password).await?;
                 let r: Option<(String, Option<i64>)> =
-                    c.query_first("CHECKSUM TABLE chk.w").await.ok()?;
+                    c.query_first("CHECKSUM TABLE app.w").await.ok()?;
                 r?.1
             }
         };
@@ -510,7 +510,7 @@ impl KubeCluster {
         .await?;
         for name in instances {
             until(
-                &format!("chk.w on {name} checksums as on {primary}"),
+                &format!("app.w on {name} checksums as on {primary}"),
                 Duration::from_secs(30),
                 || async { (checksum(name.clone()).await? == want).then_some(()) },
             )

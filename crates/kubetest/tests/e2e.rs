@@ -166,16 +166,18 @@ async fn a_cluster_comes_up_routes_rw_and_ro_and_is_deleted_with_everything_it_o
     let mut c = e.admin(rw).await;
     let ro_flag: u8 = c.query_first("SELECT @@read_only").await.unwrap().unwrap();
     assert_eq!(ro_flag, 0, "rw reaches a writable primary");
-    c.query_drop("CREATE DATABASE t").await.unwrap();
-    c.query_drop("CREATE TABLE t.x (i INT PRIMARY KEY)")
+    // The application account owns the `app` database, and only that.
+    c.query_drop("CREATE TABLE app.x (i INT PRIMARY KEY)")
         .await
         .unwrap();
-    c.query_drop("INSERT INTO t.x VALUES (42)").await.unwrap();
+    c.query_drop("INSERT INTO app.x VALUES (42)").await.unwrap();
+    let refused = c.query_drop("CREATE DATABASE t").await;
+    assert!(refused.is_err(), "app may not make databases: {refused:?}");
     let got = until("the row through ro", Duration::from_secs(20), || async {
         let mut r = e.admin(ro).await;
         let ro_flag: u8 = r.query_first("SELECT @@read_only").await.ok()??;
         assert_eq!(ro_flag, 1, "ro reaches a read-only replica");
-        r.query_first::<i32, _>("SELECT i FROM t.x").await.ok()?
+        r.query_first::<i32, _>("SELECT i FROM app.x").await.ok()?
     })
     .await
     .unwrap();
@@ -1596,11 +1598,10 @@ async fn hibernation_stops_every_pod_keeps_the_claims_and_brings_back_the_same_p
     let e = env("required").await;
     let rw = e.k.wait_service(NS, "db-rw").await.unwrap();
     let mut c = e.admin(rw).await;
-    c.query_drop("CREATE DATABASE h").await.unwrap();
-    c.query_drop("CREATE TABLE h.t (i INT PRIMARY KEY)")
+    c.query_drop("CREATE TABLE app.h (i INT PRIMARY KEY)")
         .await
         .unwrap();
-    c.query_drop("INSERT INTO h.t VALUES (1), (2), (3)")
+    c.query_drop("INSERT INTO app.h VALUES (1), (2), (3)")
         .await
         .unwrap();
     drop(c);
@@ -1650,7 +1651,7 @@ async fn hibernation_stops_every_pod_keeps_the_claims_and_brings_back_the_same_p
     assert!(st.diverged_instances.is_empty());
     let rows = until("the rows through rw", Duration::from_secs(60), || async {
         let mut c = e.admin(rw).await;
-        c.query_first::<i64, _>("SELECT COUNT(*) FROM h.t")
+        c.query_first::<i64, _>("SELECT COUNT(*) FROM app.h")
             .await
             .ok()?
     })

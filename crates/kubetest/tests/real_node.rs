@@ -48,14 +48,13 @@ async fn write_through_rw(k: &KubeCluster, ns: &str, name: &str) {
     )
     .await
     .unwrap();
-    c.query_drop("CREATE DATABASE IF NOT EXISTS t")
+    c.query_drop("CREATE TABLE IF NOT EXISTS app.x (i INT PRIMARY KEY)")
         .await
         .unwrap();
-    c.query_drop("CREATE TABLE IF NOT EXISTS t.x (i INT PRIMARY KEY)")
+    c.query_drop("REPLACE INTO app.x VALUES (42)")
         .await
         .unwrap();
-    c.query_drop("REPLACE INTO t.x VALUES (42)").await.unwrap();
-    let got: Option<i32> = c.query_first("SELECT i FROM t.x").await.unwrap();
+    let got: Option<i32> = c.query_first("SELECT i FROM app.x").await.unwrap();
     assert_eq!(got, Some(42));
 }
 

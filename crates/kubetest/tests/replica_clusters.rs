@@ -124,7 +124,9 @@ async fn writable(k: &KubeCluster, ns: &str) -> bool {
     match cnmysql_kubetest::connect(&rw.ip().to_string(), rw.port(), &pw).await {
         Some(mut c) => {
             use mysql_async::prelude::*;
-            c.query_drop("CREATE DATABASE IF NOT EXISTS probe")
+            c.query_drop(
+                "CREATE TABLE IF NOT EXISTS app.probe (i INT PRIMARY KEY); REPLACE INTO app.probe VALUES (1)",
+            )
                 .await
                 .is_ok()
         }

@@ -71,7 +71,7 @@ pub async fn holds(c: &LocalCluster, instance: &str, acked: &[u64]) {
 /// Rows of the write checker's table on `instance`.
 pub async fn ids(c: &LocalCluster, instance: &str) -> std::collections::BTreeSet<u64> {
     let mut a = c.admin(instance).await;
-    let ids: Vec<u64> = a.query("SELECT id FROM chk.w").await.unwrap_or_default();
+    let ids: Vec<u64> = a.query("SELECT id FROM app.w").await.unwrap_or_default();
     ids.into_iter().collect()
 }
 
@@ -105,7 +105,9 @@ pub fn replica_status(c: &LocalCluster) -> Value {
 pub async fn writable(c: &LocalCluster) -> bool {
     match c.app(c.service_port("rw")).await {
         Ok(mut conn) => conn
-            .query_drop("CREATE DATABASE IF NOT EXISTS probe")
+            .query_drop(
+                "CREATE TABLE IF NOT EXISTS app.probe (i INT PRIMARY KEY); REPLACE INTO app.probe VALUES (1)",
+            )
             .await
             .is_ok(),
         Err(_) => false,

@@ -162,7 +162,35 @@ impl LocalCluster {
     pub fn start(name: &str, manifest_text: &str) -> LocalCluster {
         let c = LocalCluster::new(name);
         c.up(manifest_text);
+        c.let_app_make_databases();
         c
+    }
+
+    /// A new cluster with its accounts exactly as the platform made them.
+    pub fn start_as_made(name: &str, manifest_text: &str) -> LocalCluster {
+        let c = LocalCluster::new(name);
+        c.up(manifest_text);
+        c
+    }
+
+    /// The application account owns only the `app` database; these tests
+    /// make databases of their own through it, so the fixture grants it
+    /// the same privileges on every database (binary-logged, so every
+    /// instance holds it). Never on a replica cluster, which must write
+    /// nothing of its own. `tests/local_cluster.rs` checks the default.
+    fn let_app_make_databases(&self) {
+        if self.status()["replica"]["enabled"] == true {
+            return;
+        }
+        let grant = "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, INDEX, ALTER, \
+            CREATE TEMPORARY TABLES, LOCK TABLES, EXECUTE, CREATE VIEW, SHOW VIEW, \
+            CREATE ROUTINE, ALTER ROUTINE, EVENT, TRIGGER, REFERENCES ON *.* TO 'app'@'%'";
+        let out = self.local(&["mysql", &self.name, "--", "-e", grant]);
+        assert!(
+            out.status.success(),
+            "granting app every database: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// A cluster's state in a new temporary directory, not yet up.

@@ -22,7 +22,7 @@ pub async fn verify_on(c: &LocalCluster, instance: &str, acked: &[u64]) {
         Duration::from_secs(30),
         || async {
             let mut a = c.admin(instance).await;
-            let ids: Vec<u64> = a.query("SELECT id FROM chk.w").await.ok()?;
+            let ids: Vec<u64> = a.query("SELECT id FROM app.w").await.ok()?;
             let set: std::collections::BTreeSet<u64> = ids.iter().copied().collect();
             acked.iter().all(|id| set.contains(id)).then_some(ids)
         },
