@@ -185,7 +185,17 @@ impl LocalCluster {
         let grant = "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, INDEX, ALTER, \
             CREATE TEMPORARY TABLES, LOCK TABLES, EXECUTE, CREATE VIEW, SHOW VIEW, \
             CREATE ROUTINE, ALTER ROUTINE, EVENT, TRIGGER, REFERENCES ON *.* TO 'app'@'%'";
-        let out = self.local(&["mysql", &self.name, "--", "-e", grant]);
+        let state = self.state_arg();
+        let out = cnmysql(&[
+            "local",
+            "mysql",
+            "--state-dir",
+            &state,
+            &self.name,
+            "--",
+            "-e",
+            grant,
+        ]);
         assert!(
             out.status.success(),
             "granting app every database: {}",
