@@ -252,7 +252,9 @@ async fn a_primary_whose_manager_alone_is_killed_fails_over_without_waiting_for_
 async fn failover_is_blocked_when_the_only_candidate_has_an_errant_transaction() {
     let c = LocalCluster::start("errant", &manifest("errant", 2));
     let mut rw = c.app(c.service_port("rw")).await.unwrap();
-    rw.query_drop("CREATE DATABASE app").await.unwrap();
+    rw.query_drop("CREATE TABLE app.first (i INT PRIMARY KEY)")
+        .await
+        .unwrap();
     drop(rw);
     // Let the control plane record the primary's history, then write on the
     // replica behind the cluster's back.
