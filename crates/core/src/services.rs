@@ -59,10 +59,13 @@ pub fn out_of_service(status: &cnmysql_api::ClusterStatus, instance: &str) -> bo
         || named(&status.lagging_instances)
 }
 
-/// Whether `instance` is the designated primary of a replica cluster
-/// (`spec.replica.enabled`) that may serve rw, read-only.
-fn designated_primary(s: &Snapshot, instance: &str) -> bool {
-    s.spec.replica.as_ref().is_some_and(|r| r.enabled) && primary_may_serve(&s.status, instance)
+/// Whether `inst` serves rw: the writable primary the status accepts, or
+/// in a replica cluster (`spec.replica.enabled`) its designated primary,
+/// read-only.
+fn serves_rw(s: &Snapshot, name: &str, st: &crate::status::InstanceStatus) -> bool {
+    let replica_cluster = s.spec.replica.as_ref().is_some_and(|r| r.enabled);
+    let writable_primary = st.role == Role::Primary && !st.read_only;
+    (writable_primary || (replica_cluster && st.read_only)) && primary_may_serve(&s.status, name)
 }
 
 pub fn desired_routes(s: &Snapshot) -> Routes {
@@ -78,11 +81,7 @@ pub fn desired_routes(s: &Snapshot) -> Routes {
             continue;
         }
         match st.role {
-            Role::Primary if !st.read_only && primary_may_serve(&s.status, &inst.name) => {
-                routes.rw = Some(inst.name.clone());
-                routes.r.insert(0, inst.name.clone());
-            }
-            _ if st.read_only && designated_primary(s, &inst.name) => {
+            _ if serves_rw(s, &inst.name, st) => {
                 routes.rw = Some(inst.name.clone());
                 routes.r.insert(0, inst.name.clone());
             }

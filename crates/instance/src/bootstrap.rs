@@ -195,6 +195,18 @@ pub async fn set_accounts(
     Ok(())
 }
 
+/// Write `record` as `file` in the data directory (what a recovery or an
+/// import brought), then mark the data made with `how`.
+pub fn record_and_mark<T: serde::Serialize>(
+    cfg: &InstanceConfig,
+    file: &str,
+    record: &T,
+    how: &str,
+) -> anyhow::Result<()> {
+    std::fs::write(cfg.data_dir.join(file), serde_json::to_vec_pretty(record)?)?;
+    mark_initialized(cfg, how)
+}
+
 /// Record that the data directory holds a server this instance may start.
 pub fn mark_initialized(cfg: &InstanceConfig, how: &str) -> anyhow::Result<()> {
     std::fs::write(cfg.initialized_marker(), format!("{how}\n"))?;

@@ -332,13 +332,17 @@ impl KubeCluster {
 
     /// The application user's password.
     pub async fn app_password(&self, namespace: &str, cluster: &str) -> anyhow::Result<String> {
+        self.password_of(namespace, &format!("{cluster}-app")).await
+    }
+
+    /// The `password` key of the Secret `secret`.
+    async fn password_of(&self, namespace: &str, secret: &str) -> anyhow::Result<String> {
         let s: kube::Api<k8s_openapi::api::core::v1::Secret> =
             kube::Api::namespaced(self.client.clone(), namespace);
-        let sec = s.get(&format!("{cluster}-app")).await?;
-        let data = sec.data.unwrap_or_default();
+        let data = s.get(secret).await?.data.unwrap_or_default();
         let pw = data
             .get("password")
-            .context("the app Secret has no password")?;
+            .with_context(|| format!("the Secret {secret} has no password"))?;
         Ok(String::from_utf8(pw.0.clone())?)
     }
 
@@ -352,14 +356,9 @@ impl KubeCluster {
         pod: &str,
         sql: &str,
     ) -> anyhow::Result<String> {
-        let s: kube::Api<k8s_openapi::api::core::v1::Secret> =
-            kube::Api::namespaced(self.client.clone(), namespace);
-        let sec = s.get(&format!("{cluster}-root")).await?;
-        let data = sec.data.unwrap_or_default();
-        let pw = data
-            .get("password")
-            .context("the root Secret has no password")?;
-        let pw = String::from_utf8(pw.0.clone())?;
+        let pw = self
+            .password_of(namespace, &format!("{cluster}-root"))
+            .await?;
         let client = match std::env::var("CNMYSQL_TEST_FLAVOR").as_deref() {
             Ok("mysql") => "mysql",
             _ => "mariadb",

@@ -96,10 +96,6 @@ impl<C: ClusterState> Manager<C> {
             millis: began.elapsed().as_millis() as u64,
             completed_at: jiff::Timestamp::now().to_string(),
         };
-        std::fs::write(
-            cfg.data_dir.join(IMPORTED_FILE),
-            serde_json::to_vec_pretty(&record)?,
-        )?;
         tracing::info!(
             source = record.source,
             method = record.method,
@@ -109,13 +105,11 @@ impl<C: ClusterState> Manager<C> {
             millis = record.millis,
             "imported"
         );
-        bootstrap::mark_initialized(
-            cfg,
-            &format!(
-                "imported from {address} ({}) at {}",
-                record.method, record.gtid
-            ),
-        )
+        let how = format!(
+            "imported from {address} ({}) at {}",
+            record.method, record.gtid
+        );
+        bootstrap::record_and_mark(cfg, IMPORTED_FILE, &record, &how)
     }
 
     /// The whole server through the clone plugin; its GTID set and the

@@ -113,10 +113,6 @@ impl<C: ClusterState> Manager<C> {
             replay_millis: Some((replay_seconds * 1000.0).round() as u64),
             completed_at: jiff::Timestamp::now().to_string(),
         };
-        std::fs::write(
-            cfg.data_dir.join(RECOVERED_FILE),
-            serde_json::to_vec_pretty(&record)?,
-        )?;
         std::fs::remove_dir_all(&work).ok();
         tracing::info!(
             backup = record.backup_id,
@@ -126,13 +122,11 @@ impl<C: ClusterState> Manager<C> {
             replayed = record.replayed,
             "recovered"
         );
-        bootstrap::mark_initialized(
-            cfg,
-            &format!(
-                "recovered from backup {} to {}",
-                record.backup_id, record.gtid
-            ),
-        )?;
+        let how = format!(
+            "recovered from backup {} to {}",
+            record.backup_id, record.gtid
+        );
+        bootstrap::record_and_mark(cfg, RECOVERED_FILE, &record, &how)?;
         Ok(())
     }
 }
