@@ -152,9 +152,12 @@ async fn a_replica_cluster_follows_switches_over_without_loss_and_is_promoted_af
     let out1 = w1.stop().await;
     // ... west promoted at exactly that position.
     apply(&west, &west_manifest(false, Some(&token)));
-    wait_for("west to take writes", Duration::from_secs(240), || async {
-        writable(&west).await.then_some(())
-    })
+    wait_showing(
+        "west to take writes",
+        Duration::from_secs(240),
+        &[&west, &east],
+        || async { writable(&west).await.then_some(()) },
+    )
     .await;
     let downtime = demoted_at.elapsed();
     let w2 = writer::start(&west).await;
@@ -163,11 +166,17 @@ async fn a_replica_cluster_follows_switches_over_without_loss_and_is_promoted_af
         holds(&west, n, &out1.acked).await;
     }
     // East now follows west and holds what west acknowledges.
-    wait_for("east to follow west", Duration::from_secs(240), || async {
-        let r = replica_status(&east);
-        (r["receiving"] == true && r["source"] == format!("127.0.0.1:{}", west.service_port("rw")))
+    wait_showing(
+        "east to follow west",
+        Duration::from_secs(240),
+        &[&east, &west],
+        || async {
+            let r = replica_status(&east);
+            (r["receiving"] == true
+                && r["source"] == format!("127.0.0.1:{}", west.service_port("rw")))
             .then_some(())
-    })
+        },
+    )
     .await;
     w2.wait_for_more(100, Duration::from_secs(30)).await;
     let out2 = w2.stop().await;
@@ -190,9 +199,12 @@ async fn a_replica_cluster_follows_switches_over_without_loss_and_is_promoted_af
     let lost_at = Instant::now();
     let out3 = w3.stop().await;
     apply(&east, &promote_east);
-    wait_for("east to take writes", Duration::from_secs(180), || async {
-        writable(&east).await.then_some(())
-    })
+    wait_showing(
+        "east to take writes",
+        Duration::from_secs(180),
+        &[&east],
+        || async { writable(&east).await.then_some(()) },
+    )
     .await;
     let promoted_in = lost_at.elapsed();
     let primary = east.current_primary();

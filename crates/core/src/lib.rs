@@ -22,6 +22,7 @@ pub mod memory;
 pub mod metrics;
 pub mod pause;
 pub mod phase;
+pub mod readiness;
 pub mod reconcile;
 pub mod reinit;
 pub mod replica_cluster;

@@ -73,18 +73,20 @@ pub fn desired_routes(s: &Snapshot) -> Routes {
     let lagging = crate::lagging::instances(s);
     for inst in &s.instances {
         let Some(st) = &inst.status else { continue };
-        if !st.ready
-            || s.is_fenced(&inst.name)
-            || s.is_diverged(&inst.name)
-            || lagging.contains(&inst.name)
-        {
+        if !st.ready || s.is_fenced(&inst.name) || s.is_diverged(&inst.name) {
             continue;
         }
+        let behind = lagging.contains(&inst.name);
         match st.role {
+            // A designated primary far behind its source still serves what
+            // follows it through rw; its reads leave r like any lagging one.
             _ if serves_rw(s, &inst.name, st) => {
                 routes.rw = Some(inst.name.clone());
-                routes.r.insert(0, inst.name.clone());
+                if !behind {
+                    routes.r.insert(0, inst.name.clone());
+                }
             }
+            _ if behind => {}
             Role::Replica
                 if st.read_only && st.replication.as_ref().is_some_and(|r| r.healthy()) =>
             {
@@ -210,6 +212,13 @@ mod tests {
         assert_eq!(r.rw.as_deref(), Some("db-1"));
         assert_eq!(r.ro, ["db-2"]);
         assert_eq!(r.r, ["db-1", "db-2"]);
+        // Far behind its source (a switchover between clusters drains
+        // through it): still rw, no longer r.
+        s.spec.max_replica_lag_seconds = 60;
+        s.instances[0].status.as_mut().unwrap().lag_seconds = Some(300);
+        let r = desired_routes(&s);
+        assert_eq!(r.rw.as_deref(), Some("db-1"));
+        assert_eq!(r.r, ["db-2"]);
         // Being promoted: no rw until it opens writes.
         s.spec.replica.as_mut().unwrap().enabled = false;
         assert_eq!(desired_routes(&s).rw, None);

@@ -128,3 +128,28 @@ pub async fn executed(c: &LocalCluster, instance: &str) -> String {
     let v: Option<String> = c.admin(instance).await.query_first(q).await.unwrap();
     v.unwrap_or_default().replace('\n', "")
 }
+
+/// `wait_for`, whose failure shows each cluster's status (the phase, the
+/// replica block, every instance's message): on a slow CI machine the
+/// log tails alone may not reach the step that stalled.
+pub async fn wait_showing<T, F, Fut>(
+    what: &str,
+    timeout: std::time::Duration,
+    clusters: &[&LocalCluster],
+    f: F,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    match cnmysql_envtest::until(what, timeout, f).await {
+        Ok(v) => v,
+        Err(e) => {
+            let shown: Vec<String> = clusters
+                .iter()
+                .map(|c| format!("[{}] status: {:#}", c.name, c.status()))
+                .collect();
+            panic!("{e}\n{}", shown.join("\n"))
+        }
+    }
+}

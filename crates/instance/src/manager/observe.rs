@@ -154,28 +154,25 @@ impl<C: ClusterState> Manager<C> {
             (None, Some(Desired::Primary)) => Role::Primary,
             _ => Role::Unknown,
         };
-        st.ready = st.phase == InstancePhase::Running
-            && match desired {
-                // A switchover's primary serves until it hands over.
-                Some(Desired::Primary) | Some(Desired::HandOver { .. }) => {
-                    st.role == Role::Primary && !view.read_only
-                }
-                Some(Desired::Promote) => false,
-                // Replicating, healthy, from the source it should: a replica
-                // still on a former primary (a switchover just happened) is
-                // not ready until it has moved to the new one.
+        let replication = view.replication.as_ref().map(|r| {
+            let from = self.local_source_name(&r.source_host, r.source_port);
+            let desired_source = match &desired {
                 Some(Desired::Replica { source }) | Some(Desired::DesignatedPrimary { source }) => {
-                    view.read_only
-                        && view.replication.as_ref().is_some_and(|r| {
-                            r.healthy()
-                                && self
-                                    .local_source_name(&r.source_host, r.source_port)
-                                    .as_deref()
-                                    == Some(source.as_str())
-                        })
+                    Some(source)
                 }
-                _ => false,
+                _ => None,
             };
+            (r, from.is_some() && from.as_ref() == desired_source)
+        });
+        st.ready = readiness::ready(
+            desired.as_ref(),
+            readiness::Seen {
+                running: st.phase == InstancePhase::Running,
+                role: st.role,
+                read_only: view.read_only,
+                replication,
+            },
+        );
         st.replication = view.replication;
         st
     }

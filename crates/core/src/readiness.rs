@@ -1,0 +1,139 @@
+//! When an instance is ready (it serves its Services; on Kubernetes its
+//! readiness probe passes): a pure function of the role it should play
+//! and what its server shows.
+//!
+//! A replica cluster's designated primary is ready while its server is up
+//! and read-only, whether or not it receives from its source right now.
+//! Its rw is what follows it: a cluster it was just demoted from, which
+//! must read the demoted cluster's last transactions before it may be
+//! promoted, while the demoted cluster cannot follow it until it has. A
+//! designated primary that went unready until it followed would leave the
+//! two waiting on each other. Whether it receives is `status.replica`'s
+//! word (`receiving`, `lastError`), not readiness.
+
+use crate::role::Desired;
+use crate::status::{ReplicationStatus, Role};
+
+/// What the server showed, as readiness needs it.
+#[derive(Debug, Clone, Copy)]
+pub struct Seen<'a> {
+    /// The manager's phase is Running (mysqld answers, nothing under way).
+    pub running: bool,
+    pub role: Role,
+    pub read_only: bool,
+    /// Its replication, and whether it is from the source `desired` names.
+    pub replication: Option<(&'a ReplicationStatus, bool)>,
+}
+
+/// Whether the instance is ready for the role `desired` gives it.
+pub fn ready(desired: Option<&Desired>, seen: Seen<'_>) -> bool {
+    if !seen.running {
+        return false;
+    }
+    let following = || {
+        seen.read_only
+            && seen
+                .replication
+                .is_some_and(|(r, from_source)| r.healthy() && from_source)
+    };
+    match desired {
+        // A switchover's primary serves until it hands over.
+        Some(Desired::Primary) | Some(Desired::HandOver { .. }) => {
+            seen.role == Role::Primary && !seen.read_only
+        }
+        Some(Desired::DesignatedPrimary { .. }) => seen.read_only,
+        // Replicating, healthy, from the source it should: a replica still
+        // on a former primary (a switchover just happened) is not ready
+        // until it has moved to the new one.
+        Some(Desired::Replica { .. }) => following(),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn healthy() -> ReplicationStatus {
+        ReplicationStatus {
+            io_state: "Yes".into(),
+            sql_running: true,
+            ..Default::default()
+        }
+    }
+
+    fn seen(role: Role, read_only: bool, r: Option<(&ReplicationStatus, bool)>) -> Seen<'_> {
+        Seen {
+            running: true,
+            role,
+            read_only,
+            replication: r,
+        }
+    }
+
+    #[test]
+    fn a_designated_primary_that_cannot_follow_yet_stays_ready() {
+        let d = Desired::DesignatedPrimary {
+            source: "west-rw:3306".into(),
+        };
+        // Just demoted: read-only, not following the new source, which is
+        // still catching up with it through this instance's rw.
+        assert!(ready(Some(&d), seen(Role::Unknown, true, None)));
+        let broken = ReplicationStatus {
+            io_state: "Connecting".into(),
+            last_io_errno: 2003,
+            ..healthy()
+        };
+        assert!(ready(
+            Some(&d),
+            seen(Role::Replica, true, Some((&broken, true)))
+        ));
+        // Writable (the demotion not carried out yet): not ready.
+        assert!(!ready(Some(&d), seen(Role::Primary, false, None)));
+    }
+
+    #[test]
+    fn a_replica_is_ready_only_following_its_source_healthily() {
+        let d = Desired::Replica {
+            source: "db-1".into(),
+        };
+        let ok = healthy();
+        assert!(ready(
+            Some(&d),
+            seen(Role::Replica, true, Some((&ok, true)))
+        ));
+        assert!(
+            !ready(Some(&d), seen(Role::Replica, true, Some((&ok, false)))),
+            "still on a former primary"
+        );
+        assert!(!ready(Some(&d), seen(Role::Unknown, true, None)));
+        let stopped = ReplicationStatus {
+            sql_running: false,
+            ..healthy()
+        };
+        assert!(!ready(
+            Some(&d),
+            seen(Role::Replica, true, Some((&stopped, true)))
+        ));
+    }
+
+    #[test]
+    fn a_primary_is_ready_writable_and_nothing_is_ready_unless_running() {
+        assert!(ready(
+            Some(&Desired::Primary),
+            seen(Role::Primary, false, None)
+        ));
+        assert!(!ready(
+            Some(&Desired::Primary),
+            seen(Role::Primary, true, None)
+        ));
+        assert!(!ready(
+            Some(&Desired::Promote),
+            seen(Role::Primary, false, None)
+        ));
+        let mut s = seen(Role::Primary, false, None);
+        s.running = false;
+        assert!(!ready(Some(&Desired::Primary), s));
+        assert!(!ready(None, seen(Role::Primary, false, None)));
+    }
+}
