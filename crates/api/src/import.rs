@@ -72,6 +72,12 @@ pub fn check_spec(s: &crate::ClusterSpec, errors: &mut Vec<FieldError>) {
         ));
     }
     crate::replica::check_source(&i.source, &format!("{F}.source"), errors);
+    if i.source.object_store.is_some() {
+        errors.push(err(
+            format!("{F}.source.objectStore"),
+            "an import copies a running server; to start from another Cluster's backups use spec.bootstrap.recovery",
+        ));
+    }
     let method = i.method(s.mysql.flavor);
     if method == ImportMethod::Clone && s.mysql.flavor == crate::Flavor::Mariadb {
         errors.push(err(

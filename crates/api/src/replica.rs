@@ -35,12 +35,14 @@ pub struct ReplicaSpec {
 }
 
 /// `spec.replica.source`: the source's endpoint (typically the rw Service
-/// of the source Cluster, or its load balancer).
+/// of the source Cluster, or its load balancer), or, where no network
+/// path reaches it, the object store it archives its binary logs to.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ReplicaSource {
-    /// Host name or IP address.
-    #[schemars(length(min = 1, max = 253))]
+    /// Host name or IP address (unset with `objectStore`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 253))]
     pub host: String,
     /// MySQL protocol port [default: 3306].
     #[serde(default = "default_port")]
@@ -54,6 +56,14 @@ pub struct ReplicaSource {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
     pub tls_server_name: Option<String>,
+    /// Follow the source's binlog archive instead of a server: the store
+    /// the source Cluster archives to (its `spec.backup.objectStore`), with
+    /// `serverName` the source Cluster's name. The designated primary reads
+    /// new archive pieces as they appear and applies them through its own
+    /// applier (`archive_replica`); the archive trails the source's commits
+    /// by about a second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_store: Option<crate::backup::ObjectStore>,
 }
 
 fn default_port() -> u16 {
@@ -61,9 +71,17 @@ fn default_port() -> u16 {
 }
 
 impl ReplicaSource {
-    /// `host:port`, as the status and the replication threads show it.
+    /// `host:port`, as the status and the replication threads show it; for
+    /// a binlog archive, its folder (`<destinationPath>/<serverName>`).
     pub fn address(&self) -> String {
-        format!("{}:{}", self.host, self.port)
+        match &self.object_store {
+            Some(o) => format!(
+                "{}/{}",
+                o.destination_path.trim_end_matches('/'),
+                o.server_name.as_deref().unwrap_or_default()
+            ),
+            None => format!("{}:{}", self.host, self.port),
+        }
     }
 }
 
@@ -95,6 +113,10 @@ pub struct ReplicaStatus {
     /// `spec.replica.promotionToken`, for the instances to read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub promotion_token: Option<String>,
+    /// `spec.replica.source.objectStore`, for the instances to read (it
+    /// names Secrets, never holds them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_store: Option<Box<crate::backup::ObjectStore>>,
     /// The designated primary's executed GTID set: after a demotion, the
     /// token the new primary cluster waits for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -146,9 +168,35 @@ pub fn check_source(s: &ReplicaSource, field: &str, errors: &mut Vec<FieldError>
     }
 }
 
+/// What is wrong with a source that is a binlog archive.
+fn check_archive(s: &ReplicaSource, o: &crate::backup::ObjectStore, errors: &mut Vec<FieldError>) {
+    const F: &str = "spec.replica.source";
+    if !s.host.is_empty() || s.tls_server_name.is_some() {
+        errors.push(err(
+            format!("{F}.host"),
+            "a source is a server (host) or a binlog archive (objectStore), not both; remove one",
+        ));
+    }
+    if o.server_name.as_deref().is_none_or(str::is_empty) {
+        errors.push(err(
+            format!("{F}.objectStore.serverName"),
+            "name the source Cluster whose binlog archive to follow (its name, or its spec.backup.objectStore.serverName)",
+        ));
+    }
+    if o.destination_path.is_empty() {
+        errors.push(err(
+            format!("{F}.objectStore.destinationPath"),
+            "name the store the source Cluster archives to, e.g. s3://bucket/prefix",
+        ));
+    }
+}
+
 /// What is wrong with `spec.replica` (`flavor` parses the token).
 pub fn check(r: &ReplicaSpec, flavor: crate::Flavor, errors: &mut Vec<FieldError>) {
-    check_source(&r.source, "spec.replica.source", errors);
+    match &r.source.object_store {
+        None => check_source(&r.source, "spec.replica.source", errors),
+        Some(o) => check_archive(&r.source, o, errors),
+    }
     if let Some(t) = &r.promotion_token {
         let ok = match flavor {
             crate::Flavor::Mysql => t.split(',').all(|p| {
@@ -188,6 +236,7 @@ mod tests {
                 host: host.into(),
                 port: 3306,
                 tls_server_name: None,
+                object_store: None,
             },
             promotion_token: token.map(str::to_string),
         }
@@ -197,6 +246,27 @@ mod tests {
         let mut e = Vec::new();
         check(r, f, &mut e);
         e.into_iter().map(|e| e.field).collect::<Vec<_>>()
+    }
+
+    #[test]
+    fn an_archive_source_names_its_store_and_no_server() {
+        let mut r = spec("", None);
+        r.source.object_store = Some(crate::backup::ObjectStore {
+            destination_path: "s3://dr/backups".into(),
+            server_name: Some("east".into()),
+            ..Default::default()
+        });
+        assert!(fields(&r, crate::Flavor::Mysql).is_empty());
+        assert_eq!(r.source.address(), "s3://dr/backups/east");
+        r.source.host = "east-rw".into();
+        r.source.object_store.as_mut().unwrap().server_name = None;
+        assert_eq!(
+            fields(&r, crate::Flavor::Mariadb),
+            [
+                "spec.replica.source.host",
+                "spec.replica.source.objectStore.serverName"
+            ]
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! backup is consistent with, read as it passes (`mbstream.rs`).
 
 pub mod archive;
+pub mod archive_mirror;
 pub mod archiver;
 pub mod base_backup;
 pub mod binlog;

@@ -3,15 +3,12 @@
 //! at its place in a local copy of its file (sparse where the run did not
 //! start at the file's beginning), with the indexes the plan is made from.
 
-use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
 
 use cnmysql_api::Flavor;
 use cnmysql_api::backup::RecoveryTarget;
-use futures::TryStreamExt;
-use object_store::ObjectStoreExt;
 
-use crate::archive::{self, Head, Object, Run};
+use crate::archive_mirror::ArchiveMirror;
 use crate::base_backup::Manifest;
 use crate::destination::Destination;
 use crate::recovery_plan::{RunArchive, Target};
@@ -90,94 +87,5 @@ fn list(backups: &[Manifest]) -> String {
 /// Pieces are checked (a damaged one is refused, named) and written into
 /// `dir/<run>/<file>` at their offsets.
 pub async fn fetch_archive(dest: &Destination, dir: &Path) -> anyhow::Result<Vec<RunArchive>> {
-    let prefix = dest.key(archive::BINLOGS);
-    let objects: Vec<object_store::ObjectMeta> =
-        dest.store.list(Some(&prefix)).try_collect().await?;
-    let base = dest.prefix.as_ref().to_string();
-    let mut runs: std::collections::BTreeMap<String, RunArchive> = Default::default();
-    let mut pieces = Vec::new();
-    for o in &objects {
-        let full = o.location.as_ref();
-        let rel = full
-            .strip_prefix(&base)
-            .map(|r| r.trim_start_matches('/'))
-            .unwrap_or(full);
-        match archive::parse_key(rel) {
-            Some(Object::Run { run }) => {
-                let bytes = dest.store.get(&o.location).await?.bytes().await?;
-                let r: Run = serde_json::from_slice(&bytes)
-                    .map_err(|e| anyhow::anyhow!("{full} cannot be read: {e}"))?;
-                match runs.get_mut(&run) {
-                    Some(ra) => ra.run = r,
-                    None => {
-                        runs.insert(
-                            run,
-                            RunArchive {
-                                run: r,
-                                pieces: Vec::new(),
-                                head: None,
-                            },
-                        );
-                    }
-                }
-            }
-            Some(Object::Head { run }) => {
-                let bytes = dest.store.get(&o.location).await?.bytes().await?;
-                let h: Head = serde_json::from_slice(&bytes)
-                    .map_err(|e| anyhow::anyhow!("{full} cannot be read: {e}"))?;
-                heads_insert(&mut runs, run, h);
-            }
-            Some(Object::Piece {
-                run,
-                file,
-                start,
-                end,
-            }) => pieces.push((o.location.clone(), run, file, start, end)),
-            None => {}
-        }
-    }
-    for (loc, run, file, start, end) in pieces {
-        let bytes = dest.store.get(&loc).await?.bytes().await?;
-        let piece = archive::decode(loc.as_ref(), &bytes, Some((&file, start, end)))
-            .map_err(anyhow::Error::msg)?;
-        let path = dir.join(&run).join(&file);
-        std::fs::create_dir_all(path.parent().unwrap())?;
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)?;
-        f.seek(SeekFrom::Start(start))?;
-        f.write_all(&piece.bytes)?;
-        match runs.get_mut(&run) {
-            Some(r) => r.pieces.push(piece.index),
-            None => anyhow::bail!(
-                "binlog pieces of run {run} are in {} but its run.json is not",
-                dest.path
-            ),
-        }
-    }
-    Ok(runs
-        .into_values()
-        .filter(|r| !r.run.run.is_empty())
-        .collect())
-}
-
-fn heads_insert(runs: &mut std::collections::BTreeMap<String, RunArchive>, run: String, h: Head) {
-    runs.entry(run.clone())
-        .or_insert_with(|| RunArchive {
-            run: Run {
-                run: String::new(),
-                instance: String::new(),
-                flavor: Flavor::Mariadb,
-                server: String::new(),
-                started_at: jiff::Timestamp::UNIX_EPOCH,
-                first_file: String::new(),
-                start_position: String::new(),
-                start_state: String::new(),
-            },
-            pieces: Vec::new(),
-            head: None,
-        })
-        .head = Some(h);
+    Ok(ArchiveMirror::new(dir).refresh(dest).await?.runs)
 }

@@ -99,26 +99,71 @@ pub fn write(
     dir: &Path,
 ) -> anyhow::Result<RelayLogs> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let base = dir.join("replay");
+    let naming = Naming {
+        base: dir.join("replay"),
+        keep_sources: false,
+        in_data_dir: false,
+    };
+    write_as(flavor, binlogs, replays, &naming)
+}
+
+/// Where relay log files go and how the index names them.
+pub struct Naming {
+    /// Files `<base>.000001`, …, the index `<base>.index`.
+    pub base: PathBuf,
+    /// Keep the copies of the binary logs read (else they are removed).
+    pub keep_sources: bool,
+    /// `base` is in the server's data directory, and the index names the
+    /// files as the server does there (`./<file>`): a running server
+    /// matches a channel's relay log names against those.
+    pub in_data_dir: bool,
+}
+
+/// The relay log files and their index, named as `naming` says (for a
+/// channel a running server has not made yet: the names it would give
+/// that channel's relay log).
+pub fn write_as(
+    flavor: Flavor,
+    binlogs: &Path,
+    replays: &[Replay],
+    naming: &Naming,
+) -> anyhow::Result<RelayLogs> {
+    let base = &naming.base;
+    let name = base
+        .file_name()
+        .and_then(|n| n.to_str())
+        .context("a relay log base name")?;
+    let named = |ext: &str| base.with_file_name(format!("{name}.{ext}"));
     let mut files = Vec::new();
     for r in replays.iter().filter(|r| !r.ranges.is_empty()) {
         let source = binlogs.join(&r.run).join(&r.file);
-        let path = dir.join(format!("replay.{:06}", files.len() + 1));
+        let path = named(&format!("{:06}", files.len() + 1));
         let bytes = write_one(flavor, &source, r, &path)?;
-        std::fs::remove_file(&source).ok();
+        if !naming.keep_sources {
+            std::fs::remove_file(&source).ok();
+        }
         files.push(RelayFile {
             path,
             bytes,
             source: format!("{}/{}", r.run, r.file),
         });
     }
-    let index = dir.join("replay.index");
+    let index = named("index");
     let listing: String = files
         .iter()
-        .map(|f| format!("{}\n", f.path.display()))
+        .map(
+            |f| match f.path.file_name().filter(|_| naming.in_data_dir) {
+                Some(n) => format!("./{}\n", n.to_string_lossy()),
+                None => format!("{}\n", f.path.display()),
+            },
+        )
         .collect();
     std::fs::write(&index, listing).with_context(|| format!("writing {}", index.display()))?;
-    Ok(RelayLogs { base, index, files })
+    Ok(RelayLogs {
+        base: base.to_path_buf(),
+        index,
+        files,
+    })
 }
 
 /// One relay log: `source`'s header, the Rotate, its ranges. Its size.

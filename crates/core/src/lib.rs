@@ -3,6 +3,7 @@
 //! as a value. Each concern lives in a module named after it.
 
 pub mod action;
+pub mod archive_replica;
 pub mod archiving;
 pub mod backup_source;
 pub mod cadence;

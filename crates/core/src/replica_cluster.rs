@@ -35,6 +35,10 @@ pub fn status(s: &Snapshot) -> Option<ReplicaStatus> {
         return Some(out);
     };
     out.gtid_position = Some(p.gtid_executed.clone()).filter(|g| !g.is_empty());
+    if r.source.object_store.is_some() {
+        from_archive(&mut out, p, r.enabled);
+        return Some(out);
+    }
     let following = p
         .replication
         .as_ref()
@@ -56,6 +60,25 @@ pub fn status(s: &Snapshot) -> Option<ReplicaStatus> {
     Some(out)
 }
 
+/// What a designated primary following a binlog archive shows.
+fn from_archive(out: &mut ReplicaStatus, p: &crate::status::InstanceStatus, enabled: bool) {
+    match &p.archive_replica {
+        Some(a) => {
+            out.receiving = a.reading && a.error.is_none();
+            out.lag_seconds = a.lag_seconds;
+            out.last_error = a.error.clone();
+        }
+        None if enabled => {
+            out.last_error = Some(if p.message.is_empty() {
+                "the designated primary does not follow the binlog archive yet".to_string()
+            } else {
+                p.message.clone()
+            });
+        }
+        None => {}
+    }
+}
+
 /// The part of `status.replica` the spec decides.
 pub fn declared(r: &ReplicaSpec) -> ReplicaStatus {
     ReplicaStatus {
@@ -63,6 +86,7 @@ pub fn declared(r: &ReplicaSpec) -> ReplicaStatus {
         source: r.source.address(),
         tls_server_name: r.source.tls_server_name.clone(),
         promotion_token: r.promotion_token.clone(),
+        object_store: r.source.object_store.clone().map(Box::new),
         ..Default::default()
     }
 }

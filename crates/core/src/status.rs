@@ -49,6 +49,26 @@ pub enum InstancePhase {
     Failed,
 }
 
+/// A designated primary following a binlog archive.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchiveReplicaStatus {
+    /// The last read of the archive succeeded.
+    pub reading: bool,
+    /// A batch is being applied.
+    pub applying: bool,
+    /// The position the last batch reaches.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub position: String,
+    /// Seconds between the last read and the commit of the newest
+    /// transaction applied or being applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag_seconds: Option<u64>,
+    /// Why the archive cannot be read or applied now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplicationStatus {
@@ -219,6 +239,10 @@ pub struct InstanceStatus {
     /// What this instance's data was recovered to, when a recovery made it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovered: Option<cnmysql_api::backup::Recovered>,
+    /// Following a binlog archive (`archive_replica`), as the designated
+    /// primary of a replica cluster that does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archive_replica: Option<ArchiveReplicaStatus>,
     /// When the first of the manager's certificate, the cluster CA it
     /// trusts and the user's server certificate mysqld presents
     /// (`spec.secrets.serverTlsSecret`) expires (RFC 3339), as loaded.

@@ -144,7 +144,11 @@ pub async fn observe(conn: &mut Conn, f: Flavor) -> anyhow::Result<ServerView> {
         .ok_or_else(|| anyhow::anyhow!("no row for the GTID query"))?;
     let executed = flavor::executed_history(f, &binlog, &applied);
     let rows: Vec<Row> = conn.query(flavor::replica_status(f).text).await?;
-    let replication = rows.first().map(|r| {
+    // MySQL lists every channel; a binlog archive's is not replication.
+    let default_channel = rows
+        .iter()
+        .find(|r| col_str(r, "Channel_Name") != cnmysql_core::archive_replica::CHANNEL);
+    let replication = default_channel.map(|r| {
         let (host, port, io, sql, io_err, sql_err, io_errno, sql_errno, behind, using, received) =
             match f {
                 Flavor::Mariadb => (

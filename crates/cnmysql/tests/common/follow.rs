@@ -153,3 +153,14 @@ where
         }
     }
 }
+
+/// `spec.replica` following the binlog archive `server` keeps in `store`.
+pub fn follows_archive(store: &str, server: &str, enabled: bool, token: Option<&str>) -> String {
+    let mut out = format!(
+        "  replica:\n    enabled: {enabled}\n    source:\n      objectStore:\n        destinationPath: {store}\n        serverName: {server}\n"
+    );
+    if let Some(t) = token {
+        out.push_str(&format!("    promotionToken: \"{t}\"\n"));
+    }
+    out
+}

@@ -91,6 +91,31 @@ impl<C: ClusterState> Manager<C> {
         matches!(ro, Ok(Ok(Some(0))))
     }
 
+    /// A primary demoted into a replica cluster turns read-only in its
+    /// next pass: the archiver's last read waits for that (at most 5 s),
+    /// so the archive ends with the demoted primary's last transaction —
+    /// the promotion token a cluster following the archive waits for.
+    async fn until_demoted_read_only(&self) {
+        let demoted = matches!(
+            *self.desired.lock().unwrap(),
+            Some(Desired::DesignatedPrimary { .. })
+        );
+        let Some(pool) = self.pool().filter(|_| demoted) else {
+            return;
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                if let Ok(mut c) = pool.get_conn().await
+                    && let Ok(Some(1)) = c.query_first::<i64, _>("SELECT @@read_only").await
+                {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await;
+    }
+
     /// Start and stop the archiver as this instance becomes and stops
     /// being the primary.
     pub(super) async fn archive_loop(self: Arc<Self>) {
@@ -140,6 +165,7 @@ impl<C: ClusterState> Manager<C> {
                 }
                 (true, false) => {
                     let (tx, task) = running.take().unwrap();
+                    self.until_demoted_read_only().await;
                     tracing::info!("no longer the writable primary: binlog archiving stops");
                     tx.send_replace(true);
                     let _ = task.await;

@@ -248,6 +248,16 @@ impl<C: ClusterState> Manager<C> {
             sql_running: view.replication.as_ref().is_some_and(|r| r.sql_running),
             io_retrying_a_ready_source: false,
         };
+        // A designated primary following a binlog archive: its loop does
+        // (`archive_replica`), not the replication threads.
+        if let Desired::DesignatedPrimary { source } = desired
+            && view.replication.is_none()
+            && self.archive_shared().status.is_some()
+        {
+            local.source = Some(source.clone());
+            local.io_running = true;
+            local.sql_running = true;
+        }
         // Only asked while the IO thread waits to retry a connection its
         // source refused (not one it rejected: that would only fail again).
         if let (Desired::Replica { source }, Some(r)) = (desired, view.replication.as_ref())

@@ -4,6 +4,7 @@
 //! primary lease (`primary_lease.rs`) and observation (`observe.rs`). mysqld's
 //! supervision is `crate::mysqld`.
 
+mod archive_replica;
 mod archiving;
 mod backend;
 mod certificates;
@@ -116,6 +117,9 @@ pub struct Manager<C: ClusterState> {
     server_version: Mutex<Option<String>>,
     /// Continuous binlog archiving, while this instance is the primary.
     archive: Arc<Mutex<cnmysql_api::backup::ArchiveStatus>>,
+    /// Following a binlog archive, as a replica cluster's designated
+    /// primary (`archive_replica`).
+    archive_replica: Mutex<archive_replica::Shared>,
 }
 
 impl<C: ClusterState> Manager<C> {
@@ -145,6 +149,7 @@ impl<C: ClusterState> Manager<C> {
             deposed: Default::default(),
             server_version: Mutex::new(None),
             archive: Default::default(),
+            archive_replica: Default::default(),
             cfg,
         }))
     }
@@ -275,9 +280,12 @@ impl<C: ClusterState> Manager<C> {
                 if me.obtain_data().await? {
                     let watchdog = tokio::spawn(me.clone().self_fence_watchdog().in_current_span());
                     let archiving = tokio::spawn(me.clone().archive_loop().in_current_span());
+                    let following =
+                        tokio::spawn(me.clone().archive_replica_loop().in_current_span());
                     me.reconcile_loop().await;
                     watchdog.abort();
                     let _ = archiving.await;
+                    let _ = following.await;
                 }
                 anyhow::Ok(())
             }

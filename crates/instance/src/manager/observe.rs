@@ -114,6 +114,7 @@ impl<C: ClusterState> Manager<C> {
                 .unwrap_or_default();
         st.isolated = self.isolated().await;
         st.archive = self.archive_status();
+        st.archive_replica = self.archive_shared().status.clone();
         st.recovered = super::recovery::recovered(&self.cfg.data_dir);
         let Some(pool) = self.pool() else { return st };
         let observed = tokio::time::timeout(Duration::from_secs(2), async {

@@ -251,7 +251,7 @@ impl<C: ClusterState> Manager<C> {
     }
 
     /// The private server's history, as the plan's position is written.
-    async fn reached(&self, conn: &mut mysql_async::Conn) -> anyhow::Result<String> {
+    pub(super) async fn reached(&self, conn: &mut mysql_async::Conn) -> anyhow::Result<String> {
         let reached: String = conn
             .query_first(match self.cfg.flavor() {
                 Flavor::Mariadb => "SELECT @@gtid_binlog_pos",

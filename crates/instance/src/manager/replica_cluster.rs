@@ -26,6 +26,18 @@ impl<C: ClusterState> Manager<C> {
     ) -> anyhow::Result<bool> {
         let f = self.cfg.flavor();
         let status = self.cluster.get().await?;
+        if status
+            .replica
+            .as_ref()
+            .is_some_and(|r| r.object_store.is_some())
+        {
+            // The binlog archive's loop follows it (`archive_replica`).
+            self.set_phase(
+                InstancePhase::Running,
+                format!("about to follow the binlog archive {source}"),
+            );
+            return Ok(false);
+        }
         let (host, port) = split_address(source)
             .ok_or_else(|| anyhow::anyhow!("spec.replica.source: {source} is not host:port"))?;
         let name = status
@@ -143,6 +155,16 @@ impl<C: ClusterState> Manager<C> {
             // forgets a stray source as it always did.
             Desired::Primary if status.replica.is_some() && self.follows_external(view) => {
                 self.ready_to_leave_source(conn, status, view).await
+            }
+            // One that followed a binlog archive, while its channel is there.
+            Desired::Primary
+                if status
+                    .replica
+                    .as_ref()
+                    .is_some_and(|r| r.object_store.is_some())
+                    && self.has_channel().await == Some(true) =>
+            {
+                self.archive_promotion_done(status, view).await
             }
             _ => Ok(true),
         }

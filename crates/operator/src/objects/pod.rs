@@ -317,8 +317,8 @@ fn volumes(cluster: &Cluster, instance: &str) -> (Vec<Volume>, Option<VolumeMoun
             ..Default::default()
         });
     }
-    // The Secrets the object store names (archiving, recovery): each key
-    // at `<mount>/<Secret>/<key>`.
+    // The Secrets the object stores name (archiving, recovery, a binlog
+    // archive followed): each key at `<mount>/<Secret>/<key>`.
     let mut refs: Vec<cnmysql_api::backup::SecretKeyRef> = Vec::new();
     if let Some(b) = &cluster.spec.backup {
         refs.extend(b.object_store.secret_refs().into_iter().cloned());
@@ -327,6 +327,14 @@ fn volumes(cluster: &Cluster, instance: &str) -> (Vec<Volume>, Option<VolumeMoun
         && let Ok(src) = r.resolved(cluster.status.as_ref())
     {
         refs.extend(src.object_store.secret_refs().into_iter().cloned());
+    }
+    if let Some(o) = cluster
+        .spec
+        .replica
+        .as_ref()
+        .and_then(|r| r.source.object_store.as_ref())
+    {
+        refs.extend(o.secret_refs().into_iter().cloned());
     }
     refs.sort();
     refs.dedup();
@@ -529,10 +537,10 @@ mod tests {
         }
     }
 
-    #[test]
-    fn an_imported_cluster_mounts_the_import_account() {
-        let c = cluster("instances: 2\nbootstrap:\n  import:\n    source:\n      host: old-db\n");
-        let spec = pod(&c, "db-1", &env()).spec.unwrap();
+    /// The Secrets projected into the Pod's store and account volume, and
+    /// whether each is optional.
+    fn projected_secrets(c: &Cluster) -> Vec<(String, bool)> {
+        let spec = pod(c, "db-1", &env()).spec.unwrap();
         let projected = spec
             .volumes
             .unwrap()
@@ -547,8 +555,29 @@ mod tests {
             .filter_map(|s| s.secret)
             .map(|s| (s.name, s.optional.unwrap_or(false)))
             .collect();
+        secrets
+    }
+
+    #[test]
+    fn an_imported_cluster_mounts_the_import_account() {
+        let c = cluster("instances: 2\nbootstrap:\n  import:\n    source:\n      host: old-db\n");
         // Optional: the Pod starts, and the manager says what is missing.
-        assert_eq!(secrets, [("db-import-source".to_string(), true)]);
+        assert_eq!(
+            projected_secrets(&c),
+            [("db-import-source".to_string(), true)]
+        );
+    }
+
+    #[test]
+    fn a_cluster_following_an_archive_mounts_its_store_credentials() {
+        let c = cluster(
+            "instances: 2\nreplica:\n  enabled: true\n  source:\n    objectStore:\n      destinationPath: s3://dr/east\n      serverName: east\n      s3Credentials:\n        accessKeyId: {name: east-store, key: id}\n        secretAccessKey: {name: east-store, key: secret}\n",
+        );
+        let secrets = projected_secrets(&c);
+        assert!(
+            secrets.contains(&("east-store".to_string(), false)),
+            "{secrets:?}"
+        );
     }
 
     #[test]
