@@ -166,18 +166,6 @@ fn default_true() -> bool {
     true
 }
 
-/// `spec.bootstrap`: how a new Cluster's data comes to be.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct BootstrapSpec {
-    /// Recover from a base backup and the binlog archive.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub recovery: Option<RecoverySpec>,
-    /// Copy a server outside the operator (`import.rs`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub import: Option<crate::import::ImportSpec>,
-}
-
 /// Recovery of a new Cluster from another's backups.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -221,17 +209,6 @@ pub struct BackupName {
 pub struct ResolvedSource {
     pub object_store: ObjectStore,
     pub backup_id: Option<String>,
-}
-
-impl crate::ClusterSpec {
-    /// `spec.bootstrap.recovery`, when the Cluster is made by recovery.
-    pub fn recovery(&self) -> Option<&RecoverySpec> {
-        self.bootstrap.as_ref().and_then(|b| b.recovery.as_ref())
-    }
-
-    pub fn import(&self) -> Option<&crate::import::ImportSpec> {
-        self.bootstrap.as_ref().and_then(|b| b.import.as_ref())
-    }
 }
 
 impl RecoverySpec {

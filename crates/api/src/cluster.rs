@@ -180,7 +180,7 @@ pub struct ClusterSpec {
 
     /// How a new Cluster's data comes to be [default: an empty server].
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bootstrap: Option<crate::backup::BootstrapSpec>,
+    pub bootstrap: Option<crate::bootstrap::BootstrapSpec>,
 
     /// Follow another server as a replica cluster (`replica.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -2,6 +2,7 @@
 
 pub mod backup;
 pub mod backup_resources;
+pub mod bootstrap;
 pub mod cluster;
 pub mod field_error;
 pub mod flavor;
