@@ -86,11 +86,16 @@ impl<C: ClusterState> Manager<C> {
         let store = status.replica.as_ref().and_then(|r| r.object_store.clone());
         let desired = self.desired.lock().unwrap().clone();
         match (desired, store) {
-            (Some(Desired::DesignatedPrimary { .. }), Some(store)) => Want::Follow {
-                store,
-                promoting: false,
-            },
-            (Some(Desired::Primary), Some(store)) if self.has_channel().await == Some(true) => {
+            (Some(Desired::DesignatedPrimary { .. }), Some(store)) => {
+                *self.archive_gate.lock().await = false;
+                Want::Follow {
+                    store,
+                    promoting: false,
+                }
+            }
+            (Some(Desired::Primary), Some(store))
+                if !*self.archive_gate.lock().await && self.was_following().await =>
+            {
                 Want::Follow {
                     store,
                     promoting: true,
@@ -118,6 +123,13 @@ impl<C: ClusterState> Manager<C> {
         st.error = Some(e);
         st.reading = false;
         st.applying = false;
+    }
+
+    /// This instance followed the archive until now: its loop reported,
+    /// or its channel is there (after a restart). A promotion applies the
+    /// rest of the archive first.
+    pub(super) async fn was_following(&self) -> bool {
+        self.archive_shared().status.is_some() || self.has_channel().await == Some(true)
     }
 
     /// The channel exists on the server (None: the server did not say).
@@ -206,6 +218,11 @@ impl<C: ClusterState> Manager<C> {
         };
         let first = relay.files.first().and_then(|r| r.path.file_name());
         let first = first.and_then(|n| n.to_str()).unwrap_or_default();
+        // Never after a promotion has finished (it may open writes now).
+        let finished = self.archive_gate.lock().await;
+        if *finished {
+            return Ok(());
+        }
         sql::exec_all(&mut c, &ar::apply(f, first)).await?;
         tracing::info!(
             transactions = plan.applied,
@@ -214,6 +231,7 @@ impl<C: ClusterState> Manager<C> {
         );
         self.set_following(true, plan.last_commit_us, promoting, &plan.position);
         me.batch = Some((plan.position, plan.last_commit_us));
+        drop(finished);
         Ok(())
     }
 
@@ -302,6 +320,8 @@ impl<C: ClusterState> Manager<C> {
             .replica
             .as_ref()
             .and_then(|r| r.promotion_token.as_deref());
+        // Decided while no batch starts (`archive_step` holds it too).
+        let mut finished = self.archive_gate.lock().await;
         let at = {
             let mut sh = self.archive_shared();
             sh.promotion_seen.get_or_insert_with(Instant::now);
@@ -312,6 +332,8 @@ impl<C: ClusterState> Manager<C> {
         };
         match ar::promotion(self.cfg.flavor(), &view.gtid_executed, token, at) {
             Promotion::Ready => {
+                // No batch starts from here on (`archive_step`).
+                *finished = true;
                 self.remove_channel().await?;
                 tracing::info!(
                     position = view.gtid_executed,

@@ -120,6 +120,9 @@ pub struct Manager<C: ClusterState> {
     /// Following a binlog archive, as a replica cluster's designated
     /// primary (`archive_replica`).
     archive_replica: Mutex<archive_replica::Shared>,
+    /// Set once a promotion from an archive has finished: no batch starts
+    /// after it (held while a batch starts).
+    archive_gate: tokio::sync::Mutex<bool>,
 }
 
 impl<C: ClusterState> Manager<C> {
@@ -150,6 +153,7 @@ impl<C: ClusterState> Manager<C> {
             server_version: Mutex::new(None),
             archive: Default::default(),
             archive_replica: Default::default(),
+            archive_gate: Default::default(),
             cfg,
         }))
     }

@@ -156,13 +156,13 @@ impl<C: ClusterState> Manager<C> {
             Desired::Primary if status.replica.is_some() && self.follows_external(view) => {
                 self.ready_to_leave_source(conn, status, view).await
             }
-            // One that followed a binlog archive, while its channel is there.
+            // One that followed a binlog archive, until it is all applied.
             Desired::Primary
                 if status
                     .replica
                     .as_ref()
                     .is_some_and(|r| r.object_store.is_some())
-                    && self.has_channel().await == Some(true) =>
+                    && self.was_following().await =>
             {
                 self.archive_promotion_done(status, view).await
             }
