@@ -1,15 +1,13 @@
 //! When an instance is ready (it serves its Services; on Kubernetes its
 //! readiness probe passes): a pure function of the role it should play
-//! and what its server shows.
+//! and what its server shows. A replica, or a replica cluster's designated
+//! primary, is ready while it replicates healthily from the source it
+//! should; a primary while it is writable.
 //!
-//! A replica cluster's designated primary is ready while its server is up
-//! and read-only, whether or not it receives from its source right now.
-//! Its rw is what follows it: a cluster it was just demoted from, which
-//! must read the demoted cluster's last transactions before it may be
-//! promoted, while the demoted cluster cannot follow it until it has. A
-//! designated primary that went unready until it followed would leave the
-//! two waiting on each other. Whether it receives is `status.replica`'s
-//! word (`receiving`, `lastError`), not readiness.
+//! A designated primary that cannot follow its source yet (just demoted,
+//! its new source still catching up with it) is not ready, yet the local
+//! platform's rw keeps routing to it (`services.rs`): what follows it must
+//! keep reading its last transactions.
 
 use crate::role::Desired;
 use crate::status::{ReplicationStatus, Role};
@@ -23,6 +21,9 @@ pub struct Seen<'a> {
     pub read_only: bool,
     /// Its replication, and whether it is from the source `desired` names.
     pub replication: Option<(&'a ReplicationStatus, bool)>,
+    /// It follows a binlog archive and the last read and batch went well
+    /// (`archive_replica`).
+    pub archive_following: bool,
 }
 
 /// Whether the instance is ready for the role `desired` gives it.
@@ -41,11 +42,13 @@ pub fn ready(desired: Option<&Desired>, seen: Seen<'_>) -> bool {
         Some(Desired::Primary) | Some(Desired::HandOver { .. }) => {
             seen.role == Role::Primary && !seen.read_only
         }
-        Some(Desired::DesignatedPrimary { .. }) => seen.read_only,
         // Replicating, healthy, from the source it should: a replica still
         // on a former primary (a switchover just happened) is not ready
         // until it has moved to the new one.
         Some(Desired::Replica { .. }) => following(),
+        Some(Desired::DesignatedPrimary { .. }) => {
+            following() || (seen.read_only && seen.archive_following)
+        }
         _ => false,
     }
 }
@@ -68,28 +71,28 @@ mod tests {
             role,
             read_only,
             replication: r,
+            archive_following: false,
         }
     }
 
     #[test]
-    fn a_designated_primary_that_cannot_follow_yet_stays_ready() {
+    fn a_designated_primary_is_ready_following_its_source() {
         let d = Desired::DesignatedPrimary {
             source: "west-rw:3306".into(),
         };
-        // Just demoted: read-only, not following the new source, which is
-        // still catching up with it through this instance's rw.
-        assert!(ready(Some(&d), seen(Role::Unknown, true, None)));
-        let broken = ReplicationStatus {
-            io_state: "Connecting".into(),
-            last_io_errno: 2003,
-            ..healthy()
-        };
+        let ok = healthy();
         assert!(ready(
             Some(&d),
-            seen(Role::Replica, true, Some((&broken, true)))
+            seen(Role::Replica, true, Some((&ok, true)))
         ));
-        // Writable (the demotion not carried out yet): not ready.
+        // Just demoted, not following yet: not ready (rw still routes to
+        // it on the local platform, see services.rs).
+        assert!(!ready(Some(&d), seen(Role::Unknown, true, None)));
         assert!(!ready(Some(&d), seen(Role::Primary, false, None)));
+        // Following a binlog archive: its loop's word.
+        let mut a = seen(Role::Unknown, true, None);
+        a.archive_following = true;
+        assert!(ready(Some(&d), a));
     }
 
     #[test]

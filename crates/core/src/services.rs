@@ -68,12 +68,23 @@ fn serves_rw(s: &Snapshot, name: &str, st: &crate::status::InstanceStatus) -> bo
     (writable_primary || (replica_cluster && st.read_only)) && primary_may_serve(&s.status, name)
 }
 
+/// A replica cluster's designated primary whose server runs read-only but
+/// which does not follow its source yet (so not ready): just demoted in a
+/// switchover between clusters, its new source still reads its last
+/// transactions through rw, and it can follow only once that source has
+/// them. Dropping it from rw would leave the two waiting on each other.
+fn designated_waiting(s: &Snapshot, name: &str, st: &crate::status::InstanceStatus) -> bool {
+    let replica_cluster = s.spec.replica.as_ref().is_some_and(|r| r.enabled);
+    replica_cluster && st.mysqld_running && st.read_only && primary_may_serve(&s.status, name)
+}
+
 pub fn desired_routes(s: &Snapshot) -> Routes {
     let mut routes = Routes::default();
     let lagging = crate::lagging::instances(s);
     for inst in &s.instances {
         let Some(st) = &inst.status else { continue };
-        if !st.ready || s.is_fenced(&inst.name) || s.is_diverged(&inst.name) {
+        let serving = st.ready || designated_waiting(s, &inst.name, st);
+        if !serving || s.is_fenced(&inst.name) || s.is_diverged(&inst.name) {
             continue;
         }
         let behind = lagging.contains(&inst.name);
@@ -219,6 +230,14 @@ mod tests {
         let r = desired_routes(&s);
         assert_eq!(r.rw.as_deref(), Some("db-1"));
         assert_eq!(r.r, ["db-2"]);
+        // Just demoted, not following its new source yet (not ready): its
+        // followers keep reading it through rw.
+        s.instances[0].status.as_mut().unwrap().lag_seconds = None;
+        s.instances[0].status.as_mut().unwrap().ready = false;
+        s.instances[0].status.as_mut().unwrap().mysqld_running = true;
+        assert_eq!(desired_routes(&s).rw.as_deref(), Some("db-1"));
+        s.instances[0].status.as_mut().unwrap().mysqld_running = false;
+        assert_eq!(desired_routes(&s).rw, None);
         // Being promoted: no rw until it opens writes.
         s.spec.replica.as_mut().unwrap().enabled = false;
         assert_eq!(desired_routes(&s).rw, None);

@@ -142,7 +142,12 @@ async fn two_clusters_in_two_namespaces_switch_over_without_loss_and_promote_aft
         .rows_missing("east", "east", &instances("east"), &all)
         .await
         .unwrap();
-    assert_eq!(missing, 0, "every acknowledged row is on east");
+    assert_eq!(
+        missing,
+        0,
+        "every acknowledged row is on east\n{}",
+        k.diagnose("east", "east")
+    );
     eprintln!(
         "switchover between clusters: {} + {} acknowledged rows, 0 lost; writes stopped {:.1}s",
         out1.acked.len(),

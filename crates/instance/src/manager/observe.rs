@@ -172,6 +172,11 @@ impl<C: ClusterState> Manager<C> {
                 role: st.role,
                 read_only: view.read_only,
                 replication,
+                archive_following: self
+                    .archive_shared()
+                    .status
+                    .as_ref()
+                    .is_some_and(|a| a.error.is_none()),
             },
         );
         st.replication = view.replication;
