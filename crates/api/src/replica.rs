@@ -10,6 +10,7 @@
 //! requires a client certificate); locally, in files of the same names
 //! under `<secrets dir>/<cluster>-replica-source/`.
 
+use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -37,8 +38,9 @@ pub struct ReplicaSpec {
 /// `spec.replica.source`: the source's endpoint (typically the rw Service
 /// of the source Cluster, or its load balancer), or, where no network
 /// path reaches it, the object store it archives its binary logs to.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[x_kube(validation = Rule::new("has(self.objectStore) != (has(self.host) && self.host != '')").message("a source is a server (host) or a binlog archive (objectStore): name exactly one").field_path(".host"))]
 pub struct ReplicaSource {
     /// Host name or IP address (unset with `objectStore`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
