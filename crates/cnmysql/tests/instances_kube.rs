@@ -282,15 +282,11 @@ async fn instance_managers_run_a_cluster_through_the_api_server() {
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", p1.log()));
     primary
-        .query_drop("CREATE DATABASE IF NOT EXISTS k8s")
+        .query_drop("CREATE TABLE IF NOT EXISTS app.t (id INT PRIMARY KEY, v TEXT)")
         .await
         .unwrap();
     primary
-        .query_drop("CREATE TABLE IF NOT EXISTS k8s.t (id INT PRIMARY KEY, v TEXT)")
-        .await
-        .unwrap();
-    primary
-        .query_drop("INSERT INTO k8s.t VALUES (1, 'through the Pod IP')")
+        .query_drop("INSERT INTO app.t VALUES (1, 'through the Pod IP')")
         .await
         .unwrap();
     let ip2 = p2.ip.clone();
@@ -299,7 +295,7 @@ async fn instance_managers_run_a_cluster_through_the_api_server() {
         let c = conn(ip);
         async move {
             let mut c = c.await.ok()?;
-            c.query_first::<String, _>("SELECT v FROM k8s.t WHERE id = 1")
+            c.query_first::<String, _>("SELECT v FROM app.t WHERE id = 1")
                 .await
                 .ok()?
         }
@@ -386,7 +382,7 @@ async fn instance_managers_run_a_cluster_through_the_api_server() {
     )
     .await;
     let mut c = app_conn(&client, &p2.ip).await.unwrap();
-    c.query_drop("INSERT INTO k8s.t VALUES (3, 'after the switchover')")
+    c.query_drop("INSERT INTO app.t VALUES (3, 'after the switchover')")
         .await
         .unwrap();
     drop(c);
@@ -495,7 +491,7 @@ async fn app_conn(client: &kube::Client, ip: &str) -> mysql_async::Result<mysql_
 
 async fn row_on(client: &kube::Client, ip: &str, id: u32) -> Option<String> {
     let mut c = app_conn(client, ip).await.ok()?;
-    c.query_first::<String, _>(format!("SELECT v FROM k8s.t WHERE id = {id}"))
+    c.query_first::<String, _>(format!("SELECT v FROM app.t WHERE id = {id}"))
         .await
         .ok()?
 }
@@ -544,13 +540,10 @@ async fn the_operator_fails_over_when_the_primary_dies_and_the_old_primary_rejoi
         app_conn(&client, &ip1).await.ok()
     })
     .await;
-    c.query_drop("CREATE DATABASE IF NOT EXISTS k8s")
+    c.query_drop("CREATE TABLE app.t (id INT PRIMARY KEY, v TEXT)")
         .await
         .unwrap();
-    c.query_drop("CREATE TABLE k8s.t (id INT PRIMARY KEY, v TEXT)")
-        .await
-        .unwrap();
-    c.query_drop("INSERT INTO k8s.t VALUES (1, 'before')")
+    c.query_drop("INSERT INTO app.t VALUES (1, 'before')")
         .await
         .unwrap();
     drop(c);
@@ -607,7 +600,7 @@ async fn the_operator_fails_over_when_the_primary_dies_and_the_old_primary_rejoi
     .await;
     assert!(lease.spec.is_some());
     let mut c = app_conn(&client, &ip2).await.unwrap();
-    c.query_drop("INSERT INTO k8s.t VALUES (2, 'after')")
+    c.query_drop("INSERT INTO app.t VALUES (2, 'after')")
         .await
         .unwrap();
     drop(c);
