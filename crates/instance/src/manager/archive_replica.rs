@@ -194,6 +194,10 @@ impl<C: ClusterState> Manager<C> {
         let plan = recovery_plan::plan(f, &executed, &runs, &recovery_plan::Target::Latest)
             .map_err(|e| anyhow::anyhow!("the binlog archive cannot be followed: {e}"))?;
         if plan.applied == 0 {
+            // Caught up: files the source rotated away from are applied.
+            if let Some((_, m)) = &me.mirror {
+                m.prune_closed_files(&runs);
+            }
             self.set_following(false, None, promoting, &executed);
             return Ok(());
         }
@@ -235,7 +239,7 @@ impl<C: ClusterState> Manager<C> {
         Ok(())
     }
 
-    /// Read the archive (new pieces only) and prune what is applied.
+    /// Read the archive (new pieces only).
     async fn read_archive(
         &self,
         me: &mut Follower,
@@ -255,7 +259,6 @@ impl<C: ClusterState> Manager<C> {
         let mirror = &mut me.mirror.as_mut().expect("made above").1;
         let read = mirror.refresh(&dest).await?;
         me.last_read = Some(Instant::now());
-        mirror.prune_closed_files(&read.runs);
         Ok(read.runs)
     }
 
