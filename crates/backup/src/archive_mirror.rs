@@ -25,15 +25,6 @@ pub struct ArchiveMirror {
     pieces: BTreeMap<String, (String, PieceIndex)>,
 }
 
-/// What one refresh found.
-#[derive(Clone, Debug, Default)]
-pub struct Refreshed {
-    pub runs: Vec<RunArchive>,
-    /// Pieces fetched by this refresh, and their bytes.
-    pub new_pieces: usize,
-    pub new_bytes: u64,
-}
-
 impl ArchiveMirror {
     pub fn new(dir: &Path) -> Self {
         ArchiveMirror {
@@ -48,14 +39,13 @@ impl ArchiveMirror {
 
     /// List the store, fetch what is new, and return every run as the
     /// store holds it now (pieces it no longer lists are forgotten).
-    pub async fn refresh(&mut self, dest: &Destination) -> anyhow::Result<Refreshed> {
+    pub async fn refresh(&mut self, dest: &Destination) -> anyhow::Result<Vec<RunArchive>> {
         let prefix = dest.key(archive::BINLOGS);
         let objects: Vec<object_store::ObjectMeta> =
             dest.store.list(Some(&prefix)).try_collect().await?;
         let base = dest.prefix.as_ref().to_string();
         let mut runs: BTreeMap<String, RunArchive> = BTreeMap::new();
         let mut listed = BTreeSet::new();
-        let mut out = Refreshed::default();
         for o in &objects {
             let full = o.location.as_ref();
             let rel = full
@@ -82,8 +72,6 @@ impl ArchiveMirror {
                         let index = self
                             .fetch(dest, &o.location, &run, &file, start, end)
                             .await?;
-                        out.new_pieces += 1;
-                        out.new_bytes += end - start;
                         self.pieces.insert(full.to_string(), (run, index));
                     }
                 }
@@ -100,11 +88,10 @@ impl ArchiveMirror {
                 ),
             }
         }
-        out.runs = runs
+        Ok(runs
             .into_values()
             .filter(|r| !r.run.run.is_empty())
-            .collect();
-        Ok(out)
+            .collect())
     }
 
     /// Fetch one piece, check it, write it at its place; its index.

@@ -87,5 +87,5 @@ fn list(backups: &[Manifest]) -> String {
 /// Pieces are checked (a damaged one is refused, named) and written into
 /// `dir/<run>/<file>` at their offsets.
 pub async fn fetch_archive(dest: &Destination, dir: &Path) -> anyhow::Result<Vec<RunArchive>> {
-    Ok(ArchiveMirror::new(dir).refresh(dest).await?.runs)
+    ArchiveMirror::new(dir).refresh(dest).await
 }

@@ -108,28 +108,12 @@ async fn a_replica_cluster_follows_the_binlog_archive_and_is_promoted_without_lo
             &format!("{backup}{}", follows(&west, true, None)),
         ),
     );
-    let east_primary = east.current_primary();
-    let token = wait_for(
-        "east's status to show its final GTID position",
-        Duration::from_secs(120),
-        || async {
-            let ro = east.status()["instanceStates"][&east_primary]["readOnly"] == true;
-            let pos = replica_status(&east)["gtidPosition"].as_str()?.to_string();
-            (ro && pos == executed(&east, &east_primary).await).then_some(pos)
-        },
-    )
-    .await;
+    let token = final_position(&east).await;
     let out = w.stop().await;
 
     // West promoted at exactly that position, read from the archive.
     apply(&west, &west_manifest(false, Some(&token)));
-    wait_showing(
-        "west to take writes",
-        Duration::from_secs(240),
-        &[&west, &east],
-        || async { writable(&west).await.then_some(()) },
-    )
-    .await;
+    takes_writes(&west, &[&east], Duration::from_secs(240)).await;
     let downtime = demoted_at.elapsed();
     for n in ["west-1", "west-2"] {
         holds(&west, n, &out.acked).await;
@@ -152,13 +136,7 @@ async fn a_replica_cluster_follows_the_binlog_archive_and_is_promoted_without_lo
     east.destroy();
     let lost_at = Instant::now();
     apply(&north, &north_manifest(false));
-    wait_showing(
-        "north to take writes",
-        Duration::from_secs(180),
-        &[&north],
-        || async { writable(&north).await.then_some(()) },
-    )
-    .await;
+    takes_writes(&north, &[], Duration::from_secs(180)).await;
     let have = ids(&north, "north-1").await;
     let missing = out.acked.iter().filter(|i| !have.contains(i)).count();
     eprintln!(

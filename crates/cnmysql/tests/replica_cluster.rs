@@ -138,27 +138,11 @@ async fn a_replica_cluster_follows_switches_over_without_loss_and_is_promoted_af
     };
     let demoted_at = Instant::now();
     apply(&east, &east_manifest(true, None));
-    let east_primary = east.current_primary();
-    let token = wait_for(
-        "east's status to show its final GTID position",
-        Duration::from_secs(120),
-        || async {
-            let ro = east.status()["instanceStates"][&east_primary]["readOnly"] == true;
-            let pos = replica_status(&east)["gtidPosition"].as_str()?.to_string();
-            (ro && pos == executed(&east, &east_primary).await).then_some(pos)
-        },
-    )
-    .await;
+    let token = final_position(&east).await;
     let out1 = w1.stop().await;
     // ... west promoted at exactly that position.
     apply(&west, &west_manifest(false, Some(&token)));
-    wait_showing(
-        "west to take writes",
-        Duration::from_secs(240),
-        &[&west, &east],
-        || async { writable(&west).await.then_some(()) },
-    )
-    .await;
+    takes_writes(&west, &[&east], Duration::from_secs(240)).await;
     let downtime = demoted_at.elapsed();
     let w2 = writer::start(&west).await;
     w2.wait_for_more(100, Duration::from_secs(30)).await;
@@ -199,13 +183,7 @@ async fn a_replica_cluster_follows_switches_over_without_loss_and_is_promoted_af
     let lost_at = Instant::now();
     let out3 = w3.stop().await;
     apply(&east, &promote_east);
-    wait_showing(
-        "east to take writes",
-        Duration::from_secs(180),
-        &[&east],
-        || async { writable(&east).await.then_some(()) },
-    )
-    .await;
+    takes_writes(&east, &[], Duration::from_secs(180)).await;
     let promoted_in = lost_at.elapsed();
     let primary = east.current_primary();
     let mut a = east.admin(&primary).await;

@@ -138,31 +138,9 @@ async fn a_replica_cluster_follows_another_namespace_s_binlog_archive_and_is_pro
     // East demoted: its archive ends with its last transaction, the token.
     let demoted_at = Instant::now();
     patch_replica(&k, "east", serde_json::json!({"enabled": true})).await;
-    let token = until(
-        "east's final GTID position",
-        Duration::from_secs(120),
-        || async {
-            let st = status(&k, "east").await;
-            let p = st.current_primary.clone()?;
-            let ro = st.instance_states.get(&p)?.read_only;
-            let r = st.replica.as_ref().filter(|r| r.enabled)?;
-            ro.then(|| r.gtid_position.clone()).flatten()
-        },
-    )
-    .await
-    .unwrap();
+    let token = final_position(&k, "east").await;
     let out = w.stop().await;
-    patch_replica(
-        &k,
-        "west",
-        serde_json::json!({"enabled": false, "promotionToken": token}),
-    )
-    .await;
-    until("west takes writes", Duration::from_secs(180), || async {
-        writable(&k, "west").await.then_some(())
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", k.diagnose("west", "west")));
+    promote_at(&k, "west", &token, Duration::from_secs(180)).await;
     let downtime = demoted_at.elapsed();
     let missing = k
         .rows_missing("west", "west", &instances("west"), &out.acked)

@@ -95,32 +95,10 @@ async fn two_clusters_in_two_namespaces_switch_over_without_loss_and_promote_aft
         serde_json::json!({"enabled": true, "source": {"host": west_rw.ip().to_string(), "tlsServerName": "west-rw.west.svc"}}),
     )
     .await;
-    let token = until(
-        "east's final GTID position",
-        Duration::from_secs(120),
-        || async {
-            let st = status(&k, "east").await;
-            let p = st.current_primary.clone()?;
-            let ro = st.instance_states.get(&p)?.read_only;
-            let r = st.replica.as_ref().filter(|r| r.enabled)?;
-            ro.then(|| r.gtid_position.clone()).flatten()
-        },
-    )
-    .await
-    .unwrap();
+    let token = final_position(&k, "east").await;
     let out1 = w1.stop().await;
     // ... west promoted at exactly that position.
-    patch_replica(
-        &k,
-        "west",
-        serde_json::json!({"enabled": false, "promotionToken": token}),
-    )
-    .await;
-    until("west takes writes", Duration::from_secs(120), || async {
-        writable(&k, "west").await.then_some(())
-    })
-    .await
-    .unwrap();
+    promote_at(&k, "west", &token, Duration::from_secs(120)).await;
     let downtime = demoted_at.elapsed();
     let w2 = writer(&k, "west").await;
     w2.wait_for_more(100, Duration::from_secs(60)).await;

@@ -164,3 +164,32 @@ pub fn follows_archive(store: &str, server: &str, enabled: bool, token: Option<&
     }
     out
 }
+
+/// The demoted cluster `c`'s final GTID position, once its primary is
+/// read-only and its status shows what it executed: the promotion token.
+pub async fn final_position(c: &LocalCluster) -> String {
+    let primary = c.current_primary();
+    wait_for(
+        &format!("{}'s status to show its final GTID position", c.name),
+        Duration::from_secs(120),
+        || async {
+            let ro = c.status()["instanceStates"][&primary]["readOnly"] == true;
+            let pos = replica_status(c)["gtidPosition"].as_str()?.to_string();
+            (ro && pos == executed(c, &primary).await).then_some(pos)
+        },
+    )
+    .await
+}
+
+/// `c` takes writes through rw (its status and `others`' shown if not).
+pub async fn takes_writes(c: &LocalCluster, others: &[&LocalCluster], timeout: Duration) {
+    let mut shown = vec![c];
+    shown.extend_from_slice(others);
+    wait_showing(
+        &format!("{} to take writes", c.name),
+        timeout,
+        &shown,
+        || async { writable(c).await.then_some(()) },
+    )
+    .await;
+}

@@ -257,9 +257,9 @@ impl<C: ClusterState> Manager<C> {
             me.mirror = Some((address, m));
         }
         let mirror = &mut me.mirror.as_mut().expect("made above").1;
-        let read = mirror.refresh(&dest).await?;
+        let runs = mirror.refresh(&dest).await?;
         me.last_read = Some(Instant::now());
-        Ok(read.runs)
+        Ok(runs)
     }
 
     /// The batch's applier: running (fine), or stopped with its error.

@@ -133,3 +133,36 @@ pub fn instances(ns: &str) -> Vec<String> {
 pub async fn service_ip(k: &KubeCluster, ns: &str) -> SocketAddr {
     k.wait_service(ns, &format!("{ns}-rw")).await.unwrap()
 }
+
+/// The demoted cluster `ns`'s final GTID position, once its primary is
+/// read-only: the promotion token.
+pub async fn final_position(k: &KubeCluster, ns: &str) -> String {
+    until(
+        &format!("{ns}'s final GTID position"),
+        Duration::from_secs(120),
+        || async {
+            let st = status(k, ns).await;
+            let p = st.current_primary.clone()?;
+            let ro = st.instance_states.get(&p)?.read_only;
+            let r = st.replica.as_ref().filter(|r| r.enabled)?;
+            ro.then(|| r.gtid_position.clone()).flatten()
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", k.diagnose(ns, ns)))
+}
+
+/// Promote `ns` at `token` and wait until it takes writes.
+pub async fn promote_at(k: &KubeCluster, ns: &str, token: &str, timeout: Duration) {
+    patch_replica(
+        k,
+        ns,
+        serde_json::json!({"enabled": false, "promotionToken": token}),
+    )
+    .await;
+    until(&format!("{ns} takes writes"), timeout, || async {
+        writable(k, ns).await.then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", k.diagnose(ns, ns)));
+}
