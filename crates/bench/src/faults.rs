@@ -308,8 +308,30 @@ impl Watcher {
             samples: samples.len(),
             overlaps,
             excused: excused_answers,
+            resumed_writable: resumed
+                .iter()
+                .map(|(n, at)| writable_after(&samples, n, unix(*at)))
+                .collect(),
         }
     }
+}
+
+/// How long `instance`, resumed at `at` (the servers' clock), still
+/// answered writable: until its last writable answer before its first
+/// read-only one (or within the next [`RECOVERY_BOUND`] if none came).
+fn writable_after(samples: &[Sample], instance: &str, at: f64) -> Duration {
+    let mut after: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.instance == instance && s.evaluated >= at)
+        .filter(|s| s.evaluated < at + RECOVERY_BOUND.as_secs_f64())
+        .collect();
+    after.sort_by(|a, b| a.evaluated.total_cmp(&b.evaluated));
+    let last = after
+        .iter()
+        .take_while(|s| s.writable)
+        .last()
+        .map_or(at, |s| s.evaluated);
+    Duration::from_secs_f64(last - at)
 }
 
 /// The process no longer runs: gone, or a zombie awaiting its reaper.
@@ -332,6 +354,8 @@ pub struct WatchReport {
     pub overlaps: Vec<String>,
     /// Pairs left out because one answer came just after its instance resumed.
     pub excused: usize,
+    /// For each resume, how long its instance still answered writable.
+    pub resumed_writable: Vec<Duration>,
 }
 
 /// Writes numbered rows (from 10^12 up) straight to the instance it
@@ -495,9 +519,10 @@ impl Run {
         let watch = self.watcher.stop(&self.resumed, &self.died).await;
         println!("{}", self.report.render(platform, seed));
         eprintln!(
-            "watcher: {} answers, {} pairs left out just after a resume; sticky writer: {} rows acknowledged",
+            "watcher: {} answers, {} pairs left out just after a resume; resumed instances writable for {:?} after they ran again; sticky writer: {} rows acknowledged",
             watch.samples,
             watch.excused,
+            watch.resumed_writable,
             sticky.len()
         );
         assert!(

@@ -97,6 +97,24 @@ impl Env {
         .unwrap()
     }
 
+    /// A connection straight to an instance's Pod, as the app user.
+    async fn direct(&self, instance: &str) -> mysql_async::Conn {
+        let pw = self.app_password().await;
+        let ip = self
+            .pods
+            .get(instance)
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.pod_ip)
+            .unwrap();
+        until("a connection to the Pod", Duration::from_secs(30), || {
+            cnmysql_kubetest::connect(&ip, 3306, &pw)
+        })
+        .await
+        .unwrap()
+    }
+
     /// Every acknowledged row is on every instance.
     async fn verify(&self, acked: &[u64]) {
         assert!(!acked.is_empty(), "no write was acknowledged");
@@ -395,6 +413,9 @@ async fn lost_node_case(kind: &str) {
     let old = e.status().await.current_primary.unwrap();
     let w = e.writer().await;
     w.wait_for_more(50, Duration::from_secs(30)).await;
+    // A connection straight to the old primary, held through the fault as
+    // a client's pool holds one.
+    let mut held = e.direct(&old).await;
     let fault = Instant::now();
     e.k.fault(kind, NS, &old).await.unwrap();
     let (new, took, acked) = failover(&e, w, &old, fault).await;
@@ -408,7 +429,19 @@ async fn lost_node_case(kind: &str) {
     );
     // The old primary is healed: it must not take writes, and it rejoins
     // (or is replaced); there is one primary.
+    let healed = Instant::now();
     e.k.fault("heal", NS, &old).await.unwrap();
+    if kind == "freeze" {
+        let writable_for = writable_after_resume(&mut held, healed).await;
+        eprintln!(
+            "{old} resumed from the freeze: writable for {writable_for:?} after it ran again"
+        );
+        assert!(
+            writable_for < cnmysql_bench::faults::RESUME_GRACE,
+            "{old} was still writable {writable_for:?} after it ran again, beside {new}"
+        );
+    }
+    drop(held);
     // Its node now carries out the deletion of its Pod (fenced out during
     // the failover): SIGTERM, and SIGKILL after the grace period when a
     // commit still waits for a replica's acknowledgement that will never
@@ -451,6 +484,27 @@ async fn lost_node_case(kind: &str) {
         .collect();
     let missing = e.k.rows_missing(NS, "db", &keep, &acked).await.unwrap();
     assert_eq!(missing, 0, "acknowledged rows lost");
+}
+
+/// How long a server resumed at `resumed` still answered writable on
+/// `held` (read-only, or gone, ends it). The answers are the server's own
+/// moments: each query is sent after the thaw.
+async fn writable_after_resume(held: &mut mysql_async::Conn, resumed: Instant) -> Duration {
+    loop {
+        let ro = tokio::time::timeout(
+            Duration::from_secs(5),
+            held.query_first::<i64, _>("SELECT @@read_only"),
+        )
+        .await;
+        match ro {
+            Ok(Ok(Some(0))) => tokio::time::sleep(Duration::from_millis(20)).await,
+            _ => return resumed.elapsed(),
+        }
+        assert!(
+            resumed.elapsed() < Duration::from_secs(30),
+            "the resumed primary stays writable"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

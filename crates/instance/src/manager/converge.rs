@@ -1,7 +1,7 @@
 //! Role convergence: the loop that turns the cluster's intent and what the
 //! server reports into the core's role actions (`cnmysql_core::role`) and
 //! carries them out — follow, promote, drain, hand over, become read-only
-//! (self-fencing with its own watchdog), semi-sync.
+//! (self-fencing, with the watchdog of `watchdog.rs`), semi-sync.
 
 use super::*;
 
@@ -479,53 +479,6 @@ impl<C: ClusterState> Manager<C> {
         sql::exec_all(conn, &flavor::read_only(f, false)).await
     }
 
-    /// Every 200 ms, independently of the reconcile loop (whose calls to
-    /// the cluster state can hang while the network is cut, for as long as
-    /// a connection takes to time out): a server that held the lease and
-    /// can no longer prove it is made read-only. The first thing that runs
-    /// after a freeze, too.
-    pub(super) async fn self_fence_watchdog(self: Arc<Self>) {
-        loop {
-            self.fall_back_if_due().await;
-            let held = self.last_renew.lock().unwrap().is_some();
-            if held
-                && !self.lease_proven()
-                && matches!(self.supervisor.state(), ServerState::Running { .. })
-                && let Some(pool) = self.pool()
-            {
-                let writable = match tokio::time::timeout(Duration::from_millis(500), async {
-                    let mut c = pool.get_conn().await?;
-                    let ro: Option<i64> = c.query_first("SELECT @@read_only").await?;
-                    anyhow::Ok(ro == Some(0))
-                })
-                .await
-                {
-                    Ok(Ok(w)) => w,
-                    Ok(Err(_)) => false,
-                    // No answer within the budget: treat as writable.
-                    Err(_) => true,
-                };
-                if writable {
-                    tracing::error!(
-                        "the primary lease has not been renewed in time: making this primary read-only"
-                    );
-                    if let Err(e) = self
-                        .make_read_only(
-                            self_fence::Cause::Deposed,
-                            "self-fenced: the primary lease could not be renewed",
-                        )
-                        .await
-                    {
-                        tracing::warn!(error = %e, "self-fencing failed; retrying");
-                    }
-                }
-            }
-            if self.sleep_or_stop(Duration::from_millis(200)).await {
-                return;
-            }
-        }
-    }
-
     /// `preferred` semi-sync: the primary falls back to asynchronous
     /// replication itself once a commit has waited `timeoutMillis`, and only
     /// while it provably holds the lease (`semisync::fall_back`).
@@ -538,6 +491,12 @@ impl<C: ClusterState> Manager<C> {
             )
             || !matches!(self.supervisor.state(), ServerState::Running { .. })
         {
+            return;
+        }
+        // Only a primary that proves its lease may fall back: without it,
+        // not even the processlist is read (a primary resumed from a freeze
+        // has more urgent work).
+        if !self.lease_proven() {
             return;
         }
         let Some(pool) = self.pool() else { return };

@@ -19,6 +19,7 @@ mod reinit;
 mod replay;
 mod replica_cluster;
 mod sql_objects;
+mod watchdog;
 
 use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
