@@ -352,15 +352,6 @@ pub fn ack_waiters(_flavor: Flavor) -> Sql {
     )
 }
 
-/// `@@read_only` and how many sessions wait for a semi-sync
-/// acknowledgement, in one round trip (the self-fence watchdog's probe).
-pub fn read_only_and_ack_waiters(_flavor: Flavor) -> Sql {
-    Sql::new(
-        "SELECT @@read_only, (SELECT COUNT(*) FROM information_schema.PROCESSLIST \
-         WHERE STATE LIKE 'Waiting for semi-sync ACK%')",
-    )
-}
-
 /// A server id no instance has: a replay's applier runs under it, since
 /// an applier skips the events of its own server id and the archive holds
 /// the source cluster's (the same ordinals as this one's).

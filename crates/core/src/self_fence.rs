@@ -26,23 +26,6 @@
 /// How long a request to become read-only may take before it escalates.
 pub const READ_ONLY_BUDGET_MS: u64 = 500;
 
-/// A manager whose own 200 ms round overran by this much did not run: its
-/// process was stopped (a frozen cgroup, SIGSTOP) or starved for as long.
-pub const STALL_MS: u64 = 2_000;
-
-/// Whether a deposed primary's mysqld is killed without first asking it
-/// to turn read-only: its manager runs again after a stall (`stalled_ms`)
-/// and commits wait for acknowledgements (`ack_waiters`; None when the
-/// server did not say). Those commits waited through the stall, or came in
-/// with it over connections held open; the replicas follow another primary
-/// by now. Asking would wait out [`READ_ONLY_BUDGET_MS`] behind them — on
-/// MariaDB with the server writable all along — and end in the same kill.
-/// Without a stall (the lease store unreachable, the replicas still
-/// acknowledging) commits wait only for a moment, and asking is right.
-pub fn kill_at_once(stalled_ms: u64, ack_waiters: Option<u64>) -> bool {
-    stalled_ms >= STALL_MS && ack_waiters != Some(0)
-}
-
 /// Why the instance is being made read-only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Cause {
@@ -55,6 +38,21 @@ pub enum Cause {
     /// An ordinary demotion by the instance that still holds the lease:
     /// a switchover's hand-over, fencing, or a replica's role.
     Demotion,
+}
+
+/// Whether a server that must stop writing is killed without first being
+/// asked to turn read-only: it is still `writable` although its primary
+/// lease expired `lease_age_ms` ago (another instance may hold it and
+/// write). A manager that runs makes its server read-only 5 s before the
+/// lease expires, so one still writable after it did not run: it was
+/// frozen, stopped or starved, and resumes now. Asking would wait out
+/// [`READ_ONLY_BUDGET_MS`] behind the commits that waited through the stall
+/// or came in with it — on MariaDB with `@@read_only` still 0, beside the
+/// new primary — and end in the same kill.
+pub fn kill_at_once(cause: Cause, lease_age_ms: Option<u64>, writable: bool) -> bool {
+    cause != Cause::Demotion
+        && writable
+        && lease_age_ms.is_some_and(|age| age >= crate::lease::TTL_MS as u64)
 }
 
 /// What to do once the budget ran out and the server is still writable.
@@ -102,18 +100,24 @@ mod tests {
     }
 
     #[test]
-    fn a_primary_resumed_after_a_stall_with_commits_waiting_is_killed_without_asking() {
+    fn a_writable_server_whose_lease_expired_is_killed_without_asking() {
         // The real-node fault suite saw a primary resumed from a 20 s
         // freeze stay writable for over a second while its read-only
         // request waited out the budget behind commits no replica would
         // acknowledge, beside the primary promoted meanwhile.
-        assert!(kill_at_once(20_000, Some(3)));
-        assert!(kill_at_once(STALL_MS, None), "a server that did not say");
-        assert!(!kill_at_once(20_000, Some(0)), "nothing waits: ask");
+        let ttl = crate::lease::TTL_MS as u64;
+        assert!(kill_at_once(Cause::Deposed, Some(20_000), true));
+        assert!(kill_at_once(Cause::Stopping, Some(ttl), true));
         assert!(
-            !kill_at_once(300, Some(5)),
-            "no stall: commits wait for a moment as they do under load"
+            !kill_at_once(Cause::Deposed, Some(20_000), false),
+            "read-only already"
         );
+        assert!(
+            !kill_at_once(Cause::Deposed, Some(ttl - 1), true),
+            "not expired: nobody else may write yet, so it is asked"
+        );
+        assert!(!kill_at_once(Cause::Deposed, None, true), "never held it");
+        assert!(!kill_at_once(Cause::Demotion, Some(20_000), true));
     }
 
     #[test]

@@ -49,6 +49,15 @@ impl<C: ClusterState> Manager<C> {
             Ok(c) => Some(c?),
             Err(_) => None,
         };
+        if let Some(c) = conn.as_mut()
+            && self.expired_while_writable(cause, c).await
+        {
+            self.kill_deposed_server(&format!(
+                "{why}: still writable {} ms after the primary lease was last renewed, past its expiry (the manager did not run: frozen, stopped or starved)",
+                self.lease_age_ms().unwrap_or_default()
+            ));
+            return Ok(Fenced::Killed);
+        }
         let done = match conn.as_mut() {
             Some(c) => {
                 let left = budget.saturating_sub(began.elapsed());
@@ -107,6 +116,28 @@ impl<C: ClusterState> Manager<C> {
             "read-only"
         );
         Ok(Fenced::ReadOnly)
+    }
+}
+
+impl<C: ClusterState> Manager<C> {
+    /// The primary lease expired while this server stayed writable
+    /// (`self_fence::kill_at_once`): no answer counts as writable.
+    async fn expired_while_writable(
+        &self,
+        cause: self_fence::Cause,
+        conn: &mut mysql_async::Conn,
+    ) -> bool {
+        let age = self.lease_age_ms();
+        if !self_fence::kill_at_once(cause, age, true) {
+            return false;
+        }
+        let ro = tokio::time::timeout(
+            Duration::from_millis(self_fence::READ_ONLY_BUDGET_MS),
+            conn.query_first::<i64, _>("SELECT @@read_only"),
+        )
+        .await;
+        let writable = !matches!(ro, Ok(Ok(Some(1))));
+        self_fence::kill_at_once(cause, age, writable)
     }
 }
 

@@ -56,6 +56,15 @@ impl<C: ClusterState> Manager<C> {
         !self.cfg.spec.enable_primary_lease || self.renewal_fresh() == Some(true)
     }
 
+    /// How long ago this manager last renewed the lease (None: it holds
+    /// none), on the monotonic clock.
+    pub(super) fn lease_age_ms(&self) -> Option<u64> {
+        self.last_renew
+            .lock()
+            .unwrap()
+            .map(|t| t.elapsed().as_millis() as u64)
+    }
+
     /// Whether this manager's last renewal is recent enough to prove the
     /// lease; None when it never renewed.
     fn renewal_fresh(&self) -> Option<bool> {

@@ -2,11 +2,8 @@
 //! (whose calls to the cluster state can hang while the network is cut,
 //! for as long as a connection takes to time out), a server that held the
 //! primary lease and can no longer prove it is made read-only. It is the
-//! first thing that runs after a freeze, and it knows one: its own loop
-//! stalled. A primary that runs again after a stall, without its lease and
-//! with commits waiting for acknowledgements, has its mysqld killed at
-//! once (`self_fence::kill_at_once`) instead of being asked to turn
-//! read-only behind those commits while it stays writable.
+//! first thing that runs after a freeze; `fence.rs` kills a server whose
+//! lease expired while it stayed writable without asking it first.
 
 use super::*;
 
@@ -18,23 +15,18 @@ const PROBE_BUDGET: Duration = Duration::from_millis(500);
 
 impl<C: ClusterState> Manager<C> {
     pub(super) async fn self_fence_watchdog(self: Arc<Self>) {
-        let mut stalled_ms = 0;
         loop {
-            let began = Instant::now();
-            self.fence_if_deposed(stalled_ms).await;
+            self.fence_if_deposed().await;
             self.fall_back_if_due().await;
             if self.sleep_or_stop(EVERY).await {
                 return;
             }
-            // Longer than a round can take: the process did not run.
-            stalled_ms = began.elapsed().saturating_sub(EVERY).as_millis() as u64;
         }
     }
 
     /// Make this server read-only if it held the lease, cannot prove it
-    /// any more and is still writable. `stalled_ms`: how long the last
-    /// round overran.
-    async fn fence_if_deposed(&self, stalled_ms: u64) {
+    /// any more and is still writable.
+    async fn fence_if_deposed(&self) {
         let held = self.last_renew.lock().unwrap().is_some();
         if !held
             || self.lease_proven()
@@ -45,27 +37,18 @@ impl<C: ClusterState> Manager<C> {
         let Some(pool) = self.pool() else { return };
         let probe = tokio::time::timeout(PROBE_BUDGET, async {
             let mut c = pool.get_conn().await?;
-            let row: Option<(i64, u64)> = c
-                .query_first(flavor::read_only_and_ack_waiters(self.cfg.flavor()).text)
-                .await?;
-            anyhow::Ok(row.unwrap_or((1, 0)))
+            let ro: Option<i64> = c.query_first("SELECT @@read_only").await?;
+            anyhow::Ok(ro == Some(0))
         })
         .await;
-        let (writable, waiters) = match probe {
-            Ok(Ok((read_only, waiters))) => (read_only == 0, Some(waiters)),
+        let writable = match probe {
+            Ok(Ok(w)) => w,
             // Not reachable: not writable either.
-            Ok(Err(_)) => (false, Some(0)),
-            // No answer in time: writable, and commits may wait.
-            Err(_) => (true, None),
+            Ok(Err(_)) => false,
+            // No answer in time: treat as writable.
+            Err(_) => true,
         };
         if !writable {
-            return;
-        }
-        if self_fence::kill_at_once(stalled_ms, waiters) {
-            self.kill_deposed_server(&format!(
-                "ran again after a stall of {stalled_ms} ms without its primary lease, {} waiting for acknowledgements no replica is known to send",
-                waiters.map_or("commits perhaps".to_string(), |n| format!("{n} commit(s)"))
-            ));
             return;
         }
         tracing::error!(
