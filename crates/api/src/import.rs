@@ -19,7 +19,15 @@ pub enum ImportMethod {
     /// A consistent logical dump of the user databases, loaded into a new
     /// server: any version the server here can read.
     Logical,
+    /// MariaDB: a physical copy of the whole server by `mariadb-backup`,
+    /// streamed by `cnmysql donor` running on the source's host; the same
+    /// MariaDB series on both sides.
+    Backup,
 }
+
+/// Where `cnmysql donor` listens by default: the port of MariaDB's
+/// state transfers.
+pub const DEFAULT_DONOR_PORT: u16 = 4444;
 
 /// `spec.bootstrap.import`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -37,9 +45,19 @@ pub struct ImportSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 1000))]
     pub databases: Vec<String>,
+    /// `backup` only: the port `cnmysql donor` listens on at the source's
+    /// host [default: 4444].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub donor_port: Option<u16>,
 }
 
 impl ImportSpec {
+    /// Where the donor of a `backup` import listens.
+    pub fn donor_port(&self) -> u16 {
+        self.donor_port.unwrap_or(DEFAULT_DONOR_PORT)
+    }
+
     pub fn method(&self, flavor: crate::Flavor) -> ImportMethod {
         self.method.unwrap_or(match flavor {
             crate::Flavor::Mysql => ImportMethod::Clone,
@@ -85,10 +103,22 @@ pub fn check_spec(s: &crate::ClusterSpec, errors: &mut Vec<FieldError>) {
             "MariaDB has no clone plugin: use logical",
         ));
     }
-    if method == ImportMethod::Clone && !i.databases.is_empty() {
+    if method == ImportMethod::Backup && s.mysql.flavor == crate::Flavor::Mysql {
+        errors.push(err(
+            format!("{F}.method"),
+            "backup is MariaDB's physical copy: MySQL's is clone",
+        ));
+    }
+    if method != ImportMethod::Logical && !i.databases.is_empty() {
         errors.push(err(
             format!("{F}.databases"),
-            "a clone copies the whole server: remove databases, or use method: logical",
+            "a physical copy takes the whole server: remove databases, or use method: logical",
+        ));
+    }
+    if method != ImportMethod::Backup && i.donor_port.is_some() {
+        errors.push(err(
+            format!("{F}.donorPort"),
+            "only a backup import has a donor: remove donorPort, or use method: backup",
         ));
     }
     for (n, d) in i.databases.iter().enumerate() {
@@ -166,6 +196,35 @@ mod tests {
                 "    import:\n      source:\n        host: h\n    recovery:\n      source:\n        objectStore:\n          destinationPath: file:///tmp/x\n          serverName: old\n"
             ),
             ["spec.bootstrap.import"]
+        );
+    }
+
+    #[test]
+    fn a_backup_import_is_mariadb_s_and_alone_names_a_donor_port() {
+        let backup = "    import:\n      source:\n        host: h\n      method: backup\n";
+        assert!(problems("mariadb", backup).is_empty());
+        assert_eq!(problems("mysql", backup), ["spec.bootstrap.import.method"]);
+        assert!(problems("mariadb", &format!("{backup}      donorPort: 4567\n")).is_empty());
+        assert_eq!(
+            problems(
+                "mariadb",
+                "    import:\n      source:\n        host: h\n      donorPort: 4567\n"
+            ),
+            ["spec.bootstrap.import.donorPort"]
+        );
+        assert_eq!(
+            problems("mariadb", &format!("{backup}      databases: [shop]\n")),
+            ["spec.bootstrap.import.databases"]
+        );
+        let spec: crate::ClusterSpec = serde_json::from_value(serde_json::json!({
+            "instances": 1,
+            "mysql": {"flavor": "mariadb"},
+            "bootstrap": {"import": {"source": {"host": "h"}, "method": "backup"}}
+        }))
+        .unwrap();
+        assert_eq!(
+            spec.import().unwrap().donor_port(),
+            super::DEFAULT_DONOR_PORT
         );
     }
 }

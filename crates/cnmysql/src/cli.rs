@@ -44,6 +44,40 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: PluginEntry,
     },
+    /// Serve a physical copy of the MariaDB server on this host to a
+    /// Cluster importing it (`spec.bootstrap.import.method: backup`).
+    Donor(DonorArgs),
+}
+
+/// `cnmysql donor`: run it on the old server's host, as a user that may
+/// read its data directory (the server's own user, or root).
+#[derive(clap::Args)]
+pub(crate) struct DonorArgs {
+    /// Where to listen.
+    #[arg(long, default_value = "0.0.0.0:4444")]
+    pub listen: std::net::SocketAddr,
+    /// The donor's TLS certificate (PEM): the importer checks it against
+    /// the ca.crt of its import Secret; the server's own certificate does.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: PathBuf,
+    /// The key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: PathBuf,
+    /// Where the server listens on this host; the donor and mariadb-backup
+    /// sign in there over TLS, as import accounts require.
+    #[arg(long, value_name = "ADDRESS", default_value = "127.0.0.1:3306")]
+    pub server: std::net::SocketAddr,
+    /// The server's option file, read by mariadb-backup for the server's
+    /// InnoDB settings [default: /etc/mysql/my.cnf when it exists].
+    #[arg(long, value_name = "FILE")]
+    pub server_cnf: Option<PathBuf>,
+    /// The mariadb-backup program.
+    #[arg(long, value_name = "FILE", default_value = "mariadb-backup")]
+    pub mariadb_backup: PathBuf,
+    /// Where copies are staged while they stream [default: a directory
+    /// under the system's temporary directory].
+    #[arg(long, value_name = "DIR")]
+    pub work_dir: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]

@@ -1,7 +1,7 @@
 //! `cnmysql`: one binary for the instance manager, the local platform and
 //! the day-2 commands.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -193,6 +193,36 @@ fn bootstrap_controller(dest: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `cnmysql donor` until SIGTERM or SIGINT.
+async fn donor(a: cli::DonorArgs) -> anyhow::Result<()> {
+    let mut signals = StopSignals::listen()?;
+    init_json_logs();
+    let server_cnf = a.server_cnf.or_else(|| {
+        let p = PathBuf::from("/etc/mysql/my.cnf");
+        p.is_file().then_some(p)
+    });
+    let opts = cnmysql_instance::donor::DonorOptions {
+        listen: a.listen,
+        tls_cert: a.tls_cert,
+        tls_key: a.tls_key,
+        server: a.server,
+        server_cnf,
+        mariadb_backup: a.mariadb_backup,
+        work_dir: a
+            .work_dir
+            .unwrap_or_else(|| std::env::temp_dir().join("cnmysql-donor")),
+    };
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = signals.term.recv() => {}
+            _ = signals.int.recv() => {}
+        }
+        let _ = stop.send(true);
+    });
+    cnmysql_instance::donor::run(opts, stopped).await
+}
+
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Crd => {
@@ -224,6 +254,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             })
             .await
         }
+        Command::Donor(a) => donor(a).await,
         Command::Instance {
             command: InstanceCommand::BootstrapController { dest },
         } => bootstrap_controller(&dest),

@@ -3,8 +3,9 @@
 //! running cluster, reached only through its rw endpoint with an account
 //! of its own, as any existing server would be. First a logical import of
 //! one named database (its rows, view, routine and trigger; nothing
-//! else). Then the flavour's default method (MySQL: the clone plugin;
-//! MariaDB: a consistent dump) with writes running on the source, the new
+//! else). Then a physical copy (MySQL: the clone plugin; MariaDB:
+//! `mariadb-backup` streamed by `cnmysql donor` beside the source) with
+//! writes running on the source, the new
 //! Cluster following the source from the copy's GTID position, and a
 //! cut-over at the source's final position that loses no acknowledged
 //! write.
@@ -27,8 +28,10 @@ async fn create_import_account(c: &LocalCluster) {
     let mut grants = "SELECT, RELOAD, LOCK TABLES, SHOW VIEW, TRIGGER, EVENT, EXECUTE, \
                       REPLICATION CLIENT, REPLICATION SLAVE"
         .to_string();
-    if flavor() == Flavor::Mysql {
-        grants.push_str(", BACKUP_ADMIN, SHOW_ROUTINE");
+    match flavor() {
+        Flavor::Mysql => grants.push_str(", BACKUP_ADMIN, SHOW_ROUTINE"),
+        // mariadb-backup, run by the donor as this account.
+        Flavor::Mariadb => grants.push_str(", PROCESS"),
     }
     for q in [
         format!("CREATE USER 'importer'@'%' IDENTIFIED BY '{IMPORTER}' REQUIRE SSL"),
@@ -84,6 +87,60 @@ async fn holds_shop(c: &LocalCluster, instance: &str) {
         .await
         .unwrap();
     assert_eq!(triggers, ["audit"], "the trigger on {instance}");
+}
+
+/// `cnmysql donor` beside the source's only server, as a user would run it
+/// on the old server's host: the server's own certificate, its address and
+/// option file. Killed when dropped.
+struct DonorProcess {
+    child: std::process::Child,
+    port: u16,
+    _work: tempfile::TempDir,
+}
+
+impl DonorProcess {
+    fn start(source: &LocalCluster, instance: &str) -> DonorProcess {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let pki = std::path::Path::new(&source.state_arg()).join("pki");
+        let run = source.instance_dir(instance).join("run");
+        let work = tempfile::tempdir().unwrap();
+        let child = std::process::Command::new(BIN)
+            .arg("donor")
+            .arg(format!("--listen=127.0.0.1:{port}"))
+            .arg(format!(
+                "--tls-cert={}",
+                pki.join(format!("{instance}.crt")).display()
+            ))
+            .arg(format!(
+                "--tls-key={}",
+                pki.join(format!("{instance}.key")).display()
+            ))
+            .arg(format!(
+                "--server=127.0.0.1:{}",
+                source.instance_port(instance)
+            ))
+            .arg(format!("--server-cnf={}", run.join("my.cnf").display()))
+            .arg(format!("--work-dir={}", work.path().display()))
+            .stderr(std::fs::File::create(work.path().join("donor.log")).unwrap())
+            .spawn()
+            .unwrap();
+        DonorProcess {
+            child,
+            port,
+            _work: work,
+        }
+    }
+}
+
+impl Drop for DonorProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 fn import_block(source: &LocalCluster, rest: &str) -> String {
@@ -150,6 +207,11 @@ async fn a_cluster_is_imported_from_a_running_server_follows_it_and_cuts_over_wi
     // The default method, writes running on the source, then following it.
     importer_secret(secrets.path(), "new-import-source", &old);
     source_secret(secrets.path(), "new", &old);
+    // MariaDB: the physical copy, streamed by a donor on the source's host.
+    let donor = (flavor() == Flavor::Mariadb).then(|| DonorProcess::start(&old, "old-1"));
+    let method = donor.as_ref().map_or(String::new(), |d| {
+        format!("      method: backup\n      donorPort: {}\n", d.port)
+    });
     let w = writer::start(&old).await;
     w.wait_for_more(200, Duration::from_secs(30)).await;
     let began = Instant::now();
@@ -160,7 +222,7 @@ async fn a_cluster_is_imported_from_a_running_server_follows_it_and_cuts_over_wi
             100,
             &format!(
                 "{}{}",
-                import_block(&old, ""),
+                import_block(&old, &method),
                 follows(&old, enabled, token)
             ),
         )
@@ -174,6 +236,20 @@ async fn a_cluster_is_imported_from_a_running_server_follows_it_and_cuts_over_wi
     for n in ["new-1", "new-2"] {
         holds_shop(&new, n).await;
     }
+    let record: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            new.state()
+                .join("state/instances/new-1/data/cnmysql_imported.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let how = match flavor() {
+        Flavor::Mysql => "clone",
+        Flavor::Mariadb => "backup",
+    };
+    assert_eq!(record["method"], how, "{record}");
+    drop(donor);
     w.wait_for_more(200, Duration::from_secs(30)).await;
 
     // Cut-over: writes stop on old, new promoted at old's final position.
@@ -195,12 +271,8 @@ async fn a_cluster_is_imported_from_a_running_server_follows_it_and_cuts_over_wi
         holds(&new, n, &after.acked).await;
     }
     eprintln!(
-        "import ({}): ready {:.1}s after start with writes running; {} acknowledged rows on old, 0 missing on new; writable {:.1}s after the cut-over",
-        if flavor() == Flavor::Mysql {
-            "clone"
-        } else {
-            "logical"
-        },
+        "import ({how}, {} bytes): ready {:.1}s after start with writes running; {} acknowledged rows on old, 0 missing on new; writable {:.1}s after the cut-over",
+        record["bytes"],
         imported_in.as_secs_f64(),
         out.acked.len(),
         cut_over.as_secs_f64()

@@ -74,18 +74,38 @@ pub fn start_backup(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    let mut child = cmd
+    let child = cmd
         .spawn()
         .map_err(|e| cfg.programs.start_error(backup, &e))?;
+    let size = dir_size(&cfg.data_dir);
+    tracing::info!(bytes = size, "streaming a physical backup");
+    Ok((size, stream_backup(child, target, ())))
+}
+
+/// The output of a running `mariadb-backup --backup --stream`, as a byte
+/// stream that ends with an error if the tool fails (a truncated copy is
+/// never taken for a complete one). `target` (its work directory) is
+/// removed at the end; `keep` is held until then.
+pub(crate) fn stream_backup<K: Send + 'static>(
+    mut child: tokio::process::Child,
+    target: PathBuf,
+    keep: K,
+) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
     let stdout = child.stdout.take().expect("piped");
     grow_pipe(&stdout);
     let tail = tail_lines(child.stderr.take().expect("piped"), "backup");
-    let size = dir_size(&cfg.data_dir);
-    tracing::info!(bytes = size, "streaming a physical backup");
     let reader = tokio_util::io::ReaderStream::with_capacity(stdout, 1 << 20);
-    let stream = futures::stream::unfold(
-        (reader, Some(child), tail, target, Instant::now(), 0u64),
-        |(mut reader, child, tail, target, started, sent)| async move {
+    futures::stream::unfold(
+        (
+            reader,
+            Some(child),
+            tail,
+            target,
+            Instant::now(),
+            0u64,
+            keep,
+        ),
+        |(mut reader, child, tail, target, started, sent, keep)| async move {
             use futures::StreamExt;
             let mut child = child?;
             match reader.next().await {
@@ -93,12 +113,12 @@ pub fn start_backup(
                     let n = b.len() as u64;
                     Some((
                         Ok(b),
-                        (reader, Some(child), tail, target, started, sent + n),
+                        (reader, Some(child), tail, target, started, sent + n, keep),
                     ))
                 }
                 Some(Err(e)) => {
                     let _ = std::fs::remove_dir_all(&target);
-                    Some((Err(e), (reader, None, tail, target, started, sent)))
+                    Some((Err(e), (reader, None, tail, target, started, sent, keep)))
                 }
                 None => {
                     let status = child.wait().await;
@@ -120,15 +140,14 @@ pub fn start_backup(
                             tracing::error!("{msg}");
                             Some((
                                 Err(std::io::Error::other(msg)),
-                                (reader, None, tail, target, started, sent),
+                                (reader, None, tail, target, started, sent, keep),
                             ))
                         }
                     }
                 }
             }
         },
-    );
-    Ok((size, stream))
+    )
 }
 
 /// Hand the stream buffers back to the system once a copy is over, so an
@@ -218,6 +237,26 @@ pub async fn clone_from(
         crate::clone_plugin::clone_from(cfg, &donor, progress).await?;
         return Ok(Cloned::default());
     }
+    let started = Instant::now();
+    report(progress, source, started, "connecting", 0, None);
+    let resp = client
+        .clone()
+        .with_connect_timeout(Duration::from_secs(10))
+        .with_server_name(peer.tls_name.clone())
+        .send(&peer.host, peer.control_port, "GET", "/backup", &[], None)
+        .await?;
+    receive_backup(cfg, source, resp, progress).await
+}
+
+/// Receive a `mariadb-backup` stream (`resp`, from a peer's manager or
+/// `cnmysql donor`) into this instance's data directory: extracted,
+/// prepared, installed. What the copy holds.
+pub(crate) async fn receive_backup(
+    cfg: &InstanceConfig,
+    source: &str,
+    resp: hyper::Response<hyper::body::Incoming>,
+    progress: &ProgressCell,
+) -> anyhow::Result<Cloned> {
     let tmp = cfg.data_dir.with_extension("clone");
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp)?;
@@ -227,13 +266,6 @@ pub async fn clone_from(
     let set = |stage: &str, bytes: u64, expected: Option<u64>| {
         report(progress, source, started, stage, bytes, expected)
     };
-    set("connecting", 0, None);
-    let resp = client
-        .clone()
-        .with_connect_timeout(Duration::from_secs(10))
-        .with_server_name(peer.tls_name.clone())
-        .send(&peer.host, peer.control_port, "GET", "/backup", &[], None)
-        .await?;
     if !resp.status().is_success() {
         let status = resp.status();
         let body = resp

@@ -8,6 +8,7 @@ pub mod clone_plugin;
 pub mod clone_progress;
 pub mod cluster_state;
 pub mod config;
+pub mod donor;
 pub mod inherit;
 pub mod logical_import;
 pub mod manager;

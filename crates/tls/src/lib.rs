@@ -386,6 +386,39 @@ impl Material {
     }
 }
 
+/// A server presenting `identity` that asks for no client certificate
+/// (its clients sign in otherwise, as `cnmysql donor`'s do).
+pub fn server_config_without_client_auth(
+    identity: &Identity,
+) -> Result<Arc<ServerConfig>, TlsError> {
+    let mut cfg = ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_no_client_auth()
+        .with_single_cert(
+            certs(&identity.cert_pem, "certificate")?,
+            key(&identity.key_pem)?,
+        )?;
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(cfg))
+}
+
+/// A client that trusts only `ca_pem`, presenting `identity` when given.
+pub fn client_config_trusting(
+    ca_pem: &str,
+    identity: Option<&Identity>,
+) -> Result<Arc<ClientConfig>, TlsError> {
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_root_certificates(roots(ca_pem)?);
+    let cfg = match identity {
+        Some(id) => {
+            builder.with_client_auth_cert(certs(&id.cert_pem, "certificate")?, key(&id.key_pem)?)?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    Ok(Arc::new(cfg))
+}
+
 /// The common name of a verified peer certificate (its identity).
 pub fn common_name(cert: &CertificateDer<'_>) -> Option<String> {
     let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;

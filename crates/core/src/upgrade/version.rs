@@ -49,6 +49,26 @@ impl std::fmt::Display for Version {
     }
 }
 
+/// Why a physical copy of a server running `source` cannot be started by
+/// the server `here` (None when it can): a copy of data files needs the
+/// same major.minor series on both sides (a newer patch release here is
+/// fine, an older one is a downgrade).
+pub fn physical_copy_refusal(source: &str, here: &str) -> Option<String> {
+    let (Some(s), Some(h)) = (Version::parse(source), Version::parse(here)) else {
+        return Some(format!(
+            "cannot tell the versions apart (source {source:?}, here {here:?})"
+        ));
+    };
+    if s.series() != h.series() {
+        return Some(format!(
+            "the source runs {s} and this Cluster {h}: a physical copy needs the same series on both sides"
+        ));
+    }
+    h.compare(&s).is_lt().then(|| {
+        format!("the source runs {s}, newer than this Cluster's {h}: starting its data here would be a downgrade")
+    })
+}
+
 /// Whether `text` states the version `want` (on the components `want`
 /// states).
 pub fn matches(text: &str, want: &str) -> bool {
@@ -93,4 +113,22 @@ pub fn check_path(flavor: Flavor, from: &Version, to: &Version) -> Result<(), St
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_physical_copy_keeps_its_series_and_never_goes_back() {
+        assert_eq!(
+            physical_copy_refusal("10.11.19-MariaDB-log", "10.11.19"),
+            None
+        );
+        assert_eq!(physical_copy_refusal("10.11.18-MariaDB", "10.11.19"), None);
+        assert!(physical_copy_refusal("10.11.19-MariaDB", "10.11.18").is_some());
+        assert!(physical_copy_refusal("10.6.20-MariaDB", "10.11.19").is_some());
+        assert!(physical_copy_refusal("11.8.2-MariaDB", "10.11.19").is_some());
+        assert!(physical_copy_refusal("", "10.11.19").is_some());
+    }
 }

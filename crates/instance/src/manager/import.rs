@@ -77,6 +77,18 @@ impl<C: ClusterState> Manager<C> {
         let method = spec.method(cfg.flavor());
         let (gtid, bytes) = match method {
             ImportMethod::Clone => self.import_by_clone(&account, src, &address).await?,
+            ImportMethod::Backup => {
+                let donor = Donor {
+                    name: name.clone(),
+                    host: src.host.clone(),
+                    port: spec.donor_port(),
+                    user: account.user.clone(),
+                    password: account.password.clone(),
+                    ca: account.ca.clone(),
+                    client: account.client.clone(),
+                };
+                self.import_by_backup(&donor, &version).await?
+            }
             ImportMethod::Logical => {
                 let from = logical_import::Source {
                     host: &src.host,
@@ -131,17 +143,58 @@ impl<C: ClusterState> Manager<C> {
             client: account.client.clone(),
         };
         crate::clone_plugin::clone_from(&self.cfg, &donor, &self.progress).await?;
-        let bytes = self
-            .progress
-            .lock()
-            .unwrap()
-            .as_ref()
-            .map(|p| p.bytes)
-            .unwrap_or(0);
+        let bytes = self.progress_bytes();
         // The copy holds the source's accounts: this Cluster's are set on
         // a private server.
         let server = self.private_server().await?;
         let gtid = self.finish_private(server, Ok(())).await?;
+        Ok((gtid, bytes))
+    }
+
+    /// The whole server as `mariadb-backup` copies it, streamed by `cnmysql
+    /// donor` at the source's host; its GTID set and the bytes copied.
+    async fn import_by_backup(
+        &self,
+        donor: &Donor,
+        source_version: &str,
+    ) -> anyhow::Result<(String, u64)> {
+        let at = format!("{}:{}", donor.host, donor.port);
+        let here = self.cfg.programs.server_version().unwrap_or_default();
+        if let Some(why) =
+            cnmysql_core::upgrade::version::physical_copy_refusal(source_version, &here)
+        {
+            anyhow::bail!("import refused, nothing was made: {why}; use method: logical");
+        }
+        self.set_phase(
+            InstancePhase::Cloning,
+            format!("import: copying {at} with mariadb-backup"),
+        );
+        let ca = std::fs::read_to_string(&donor.ca)?;
+        let client_id = match &donor.client {
+            Some((cert, key)) => Some(cnmysql_tls::Identity {
+                cert_pem: std::fs::read_to_string(cert)?,
+                key_pem: std::fs::read_to_string(key)?,
+            }),
+            None => None,
+        };
+        let tls = cnmysql_tls::client_config_trusting(&ca, client_id.as_ref())?;
+        let auth = crate::donor::basic_authorization(&donor.user, &donor.password);
+        let resp = cnmysql_control::client::ControlClient::new(tls)
+            .with_connect_timeout(Duration::from_secs(10))
+            .expecting(&donor.name)
+            .send(&donor.host, donor.port, "GET", cnmysql_control::contract::BACKUP, &[("authorization", auth)], None)
+            .await
+            .map_err(|e| anyhow::anyhow!("import refused, nothing was made: cannot reach the donor at {at} over TLS (checked for the name {}; is `cnmysql donor` running on the source's host?): {e:#}", donor.name))?;
+        let copied = crate::clone::receive_backup(&self.cfg, &at, resp, &self.progress).await?;
+        let bytes = self.progress_bytes();
+        // The copy holds the source's accounts, and a binary log that starts
+        // empty: this Cluster's accounts and the history it holds are set on
+        // a private server.
+        let mut server = self.private_server().await?;
+        let f = self.cfg.flavor();
+        let adopt = flavor::adopt_history(f, &copied.binlog_state, &copied.position);
+        let done = sql::exec_all(&mut server.conn, &adopt).await;
+        let gtid = self.finish_private(server, done).await?;
         Ok((gtid, bytes))
     }
 
@@ -187,6 +240,16 @@ impl<C: ClusterState> Manager<C> {
         .await;
         let gtid = self.finish_private(server, done).await?;
         Ok((gtid, loaded.bytes))
+    }
+
+    /// Bytes the last copy moved, as its progress says.
+    fn progress_bytes(&self) -> u64 {
+        self.progress
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map(|p| p.bytes)
+            .unwrap_or(0)
     }
 
     /// A private server on the data directory (no network, no grant
