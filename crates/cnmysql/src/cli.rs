@@ -63,8 +63,8 @@ pub(crate) struct DonorArgs {
     /// The key of --tls-cert (PEM).
     #[arg(long, value_name = "FILE")]
     pub tls_key: PathBuf,
-    /// Where the server listens on this host; the donor and mariadb-backup
-    /// sign in there over TLS, as import accounts require.
+    /// Where the server listens, an address of this host; the donor and
+    /// mariadb-backup sign in there over TLS, as import accounts require.
     #[arg(long, value_name = "ADDRESS", default_value = "127.0.0.1:3306")]
     pub server: std::net::SocketAddr,
     /// The server's option file, read by mariadb-backup for the server's

@@ -59,6 +59,15 @@ struct Donor {
 
 /// Serve copies until `shutdown` turns true.
 pub async fn run(opts: DonorOptions, shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
+    // The server's certificate is not checked on the way there: only an
+    // address of this host keeps the importer's password from going to
+    // another one.
+    if std::net::UdpSocket::bind((opts.server.ip(), 0)).is_err() {
+        anyhow::bail!(
+            "--server {}: not an address of this host; give the server's address here (127.0.0.1:PORT, or the one it listens on): the donor copies the data files of a server on this host",
+            opts.server
+        );
+    }
     let read = |p: &PathBuf, what: &str| {
         std::fs::read_to_string(p)
             .map_err(|e| anyhow::anyhow!("cannot read the {what} {}: {e}", p.display()))
@@ -139,10 +148,19 @@ async fn backup(State(d): State<Arc<Donor>>, headers: HeaderMap) -> Response {
     };
     let server = match server_facts(&d.opts, &user, &password).await {
         Ok(f) => f,
-        Err(e) => {
+        Err(e) if matches!(e.downcast_ref(), Some(mysql_async::Error::Server(_))) => {
             return refuse(
                 StatusCode::UNAUTHORIZED,
                 format!("the server refused the account {user}: {e}"),
+            );
+        }
+        Err(e) => {
+            return refuse(
+                StatusCode::BAD_GATEWAY,
+                format!(
+                    "cannot reach the server at {} (--server): {e}",
+                    d.opts.server
+                ),
             );
         }
     };

@@ -6,8 +6,10 @@
 //! last, west is deleted under writes and east promoted without a token,
 //! its RPO counted in acknowledged rows.
 //!
-//! A second test imports a Cluster from another namespace's server, follows
-//! it, and cuts over at its final position.
+//! A second test imports a Cluster from another namespace's server (MySQL:
+//! the clone plugin; MariaDB: mariadb-backup streamed by `cnmysql donor`
+//! in the old server's Pod), follows it, and cuts over at its final
+//! position.
 //!
 //! Run with `scripts/test-kube replica` (needs KUBEBUILDER_ASSETS and root).
 
@@ -189,6 +191,54 @@ async fn account_secret(k: &KubeCluster, source: &str, ns: &str, name: &str, use
     to.create(&PostParams::default(), &secret).await.unwrap();
 }
 
+/// `cnmysql donor` running in the primary Pod of `ns`'s Cluster `ns` (the
+/// manager copied there, the server image's mariadb-backup, the instance's
+/// server certificate), listening on 4444: the kubectl process holding it,
+/// and the Pod's address once the donor answers there.
+async fn donor_in_primary_pod(k: &KubeCluster, ns: &str) -> (KillOnDrop, String) {
+    let pod = status(k, ns).await.current_primary.unwrap();
+    let script = format!(
+        "exec {} donor --tls-cert \"$CNMYSQL_TLS/tls.crt\" --tls-key \"$CNMYSQL_TLS/tls.key\" \
+         --server \"$CNMYSQL_POD_IP:3306\" --server-cnf \"$CNMYSQL_RUN/my.cnf\" --work-dir \"$CNMYSQL_RUN/donor\"",
+        cnmysql_api::names::MANAGER_PATH
+    );
+    let child = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&k.cp.kubeconfig)
+        .args([
+            "-n", ns, "exec", &pod, "-c", "mysql", "--", "sh", "-c", &script,
+        ])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let held = KillOnDrop(child);
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(k.client.clone(), ns);
+    let ip = pods
+        .get(&pod)
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.pod_ip)
+        .unwrap();
+    let at = format!("{ip}:{}", cnmysql_api::import::DEFAULT_DONOR_PORT);
+    until("the donor to listen", Duration::from_secs(60), || async {
+        tokio::net::TcpStream::connect(&at).await.ok().map(|_| ())
+    })
+    .await
+    .unwrap();
+    (held, ip)
+}
+
+/// A child process killed when dropped.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// `sql` as root on the primary of `ns`'s Cluster `ns`.
 async fn on_primary(k: &KubeCluster, ns: &str, sql: &str) -> String {
     let p = status(k, ns).await.current_primary.unwrap();
@@ -214,7 +264,8 @@ async fn a_cluster_is_imported_from_a_server_in_another_namespace_and_cut_over_w
     let extra = if mysql {
         ", BACKUP_ADMIN, SHOW_ROUTINE"
     } else {
-        ""
+        // mariadb-backup runs as the account.
+        ", PROCESS"
     };
     on_primary(
         &k,
@@ -245,9 +296,21 @@ async fn a_cluster_is_imported_from_a_server_in_another_namespace_and_cut_over_w
         account_secret(&k, "legacy", "fresh", s, "importer", PW).await;
     }
     let ip = legacy_rw.ip().to_string();
-    let import = format!(
-        "  bootstrap:\n    import:\n      source:\n        host: {ip}\n        tlsServerName: legacy-rw.legacy.svc\n"
-    );
+    // MariaDB: a physical copy from `cnmysql donor`, run where the old
+    // server's data is (here its Pod), reached with the server at the
+    // Pod's address; MySQL: the clone plugin through the rw Service.
+    let (donor, import) = if mysql {
+        let import = format!(
+            "  bootstrap:\n    import:\n      source:\n        host: {ip}\n        tlsServerName: legacy-rw.legacy.svc\n"
+        );
+        (None, import)
+    } else {
+        let (donor, pod_ip) = donor_in_primary_pod(&k, "legacy").await;
+        let import = format!(
+            "  bootstrap:\n    import:\n      source:\n        host: {pod_ip}\n        tlsServerName: legacy-rw.legacy.svc\n      method: backup\n"
+        );
+        (Some(donor), import)
+    };
     let began = Instant::now();
     k.cp.kubectl(
         &["-n", "fresh", "apply", "-f", "-"],
@@ -261,6 +324,27 @@ async fn a_cluster_is_imported_from_a_server_in_another_namespace_and_cut_over_w
     .unwrap();
     ready(&k, "fresh", 2, "fresh imported and ready").await;
     let imported_in = began.elapsed();
+    let record =
+        k.cp.kubectl(
+            &[
+                "-n",
+                "fresh",
+                "exec",
+                "fresh-1",
+                "-c",
+                "mysql",
+                "--",
+                "sh",
+                "-c",
+                "cat \"$CNMYSQL_DATA/data/cnmysql_imported.json\"",
+            ],
+            None,
+        )
+        .unwrap();
+    let how = if mysql { "clone" } else { "backup" };
+    let record: serde_json::Value = serde_json::from_str(&record).unwrap();
+    assert_eq!(record["method"], how, "{record}");
+    drop(donor);
     until(
         "fresh receiving from legacy",
         Duration::from_secs(120),
@@ -317,7 +401,7 @@ async fn a_cluster_is_imported_from_a_server_in_another_namespace_and_cut_over_w
         .unwrap();
     assert_eq!(missing, 0, "rows legacy acknowledged are on fresh");
     eprintln!(
-        "import on a real node: ready {:.1}s after apply; {} acknowledged rows on legacy, 0 missing on fresh; writable {:.1}s after the cut-over",
+        "import ({how}) on a real node: ready {:.1}s after apply; {} acknowledged rows on legacy, 0 missing on fresh; writable {:.1}s after the cut-over",
         imported_in.as_secs_f64(),
         out.acked.len(),
         cut_over.as_secs_f64()

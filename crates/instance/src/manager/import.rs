@@ -179,12 +179,21 @@ impl<C: ClusterState> Manager<C> {
         };
         let tls = cnmysql_tls::client_config_trusting(&ca, client_id.as_ref())?;
         let auth = crate::donor::basic_authorization(&donor.user, &donor.password);
-        let resp = cnmysql_control::client::ControlClient::new(tls)
+        let client = cnmysql_control::client::ControlClient::new(tls)
             .with_connect_timeout(Duration::from_secs(10))
-            .expecting(&donor.name)
-            .send(&donor.host, donor.port, "GET", cnmysql_control::contract::BACKUP, &[("authorization", auth)], None)
+            .expecting(&donor.name);
+        let path = cnmysql_control::contract::BACKUP;
+        let headers = [("authorization", auth)];
+        let resp = client
+            .send(&donor.host, donor.port, "GET", path, &headers, None)
             .await
-            .map_err(|e| anyhow::anyhow!("import refused, nothing was made: cannot reach the donor at {at} over TLS (checked for the name {}; is `cnmysql donor` running on the source's host?): {e:#}", donor.name))?;
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "import refused, nothing was made: cannot reach the donor at {at} over TLS \
+                     (checked for the name {}; is `cnmysql donor` running on the source's host?): {e:#}",
+                    donor.name
+                )
+            })?;
         let copied = crate::clone::receive_backup(&self.cfg, &at, resp, &self.progress).await?;
         let bytes = self.progress_bytes();
         // The copy holds the source's accounts, and a binary log that starts
