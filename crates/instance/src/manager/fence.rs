@@ -117,9 +117,7 @@ impl<C: ClusterState> Manager<C> {
         );
         Ok(Fenced::ReadOnly)
     }
-}
 
-impl<C: ClusterState> Manager<C> {
     /// The primary lease expired while this server stayed writable
     /// (`self_fence::kill_at_once`): no answer counts as writable.
     async fn expired_while_writable(
