@@ -143,6 +143,13 @@ impl Drop for DonorProcess {
     }
 }
 
+/// What an import recorded in `instance`'s data directory.
+fn imported_record(c: &LocalCluster, instance: &str) -> serde_json::Value {
+    let path = c.instance_dir(instance).join("data/cnmysql_imported.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
 fn import_block(source: &LocalCluster, rest: &str) -> String {
     format!(
         "  bootstrap:\n    import:\n      source:\n        host: 127.0.0.1\n        port: {}\n{rest}",
@@ -179,14 +186,7 @@ async fn a_cluster_is_imported_from_a_running_server_follows_it_and_cuts_over_wi
         began.elapsed().as_secs_f64()
     );
     holds_shop(&copy, "copy-1").await;
-    let record: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            copy.state()
-                .join("state/instances/copy-1/data/cnmysql_imported.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
+    let record = imported_record(&copy, "copy-1");
     assert_eq!(record["method"], "logical", "{record}");
     assert_eq!(
         record["gtid"],
@@ -236,14 +236,7 @@ async fn a_cluster_is_imported_from_a_running_server_follows_it_and_cuts_over_wi
     for n in ["new-1", "new-2"] {
         holds_shop(&new, n).await;
     }
-    let record: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            new.state()
-                .join("state/instances/new-1/data/cnmysql_imported.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
+    let record = imported_record(&new, "new-1");
     let how = match flavor() {
         Flavor::Mysql => "clone",
         Flavor::Mariadb => "backup",

@@ -65,7 +65,23 @@ pub fn start_backup(
     std::fs::create_dir_all(&target)?;
     let (backup, _) = cfg.programs.mariadb_backup()?;
     let mut cmd = cfg.programs.tokio_command(backup);
-    cmd.arg(format!("--defaults-file={}", cfg.backup_cnf().display()))
+    backup_args(&mut cmd, &cfg.backup_cnf(), &target);
+    let child = cmd
+        .spawn()
+        .map_err(|e| cfg.programs.start_error(backup, &e))?;
+    let size = dir_size(&cfg.data_dir);
+    tracing::info!(bytes = size, "streaming a physical backup");
+    Ok((size, stream_backup(child, target, ())))
+}
+
+/// `mariadb-backup` streaming a backup to its output, with the options of
+/// `defaults` and its work directory `target`.
+pub(crate) fn backup_args<'a>(
+    cmd: &'a mut tokio::process::Command,
+    defaults: &Path,
+    target: &Path,
+) -> &'a mut tokio::process::Command {
+    cmd.arg(format!("--defaults-file={}", defaults.display()))
         .arg("--backup")
         .arg("--stream=mbstream")
         .arg(format!("--target-dir={}", target.display()))
@@ -73,13 +89,7 @@ pub fn start_backup(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let child = cmd
-        .spawn()
-        .map_err(|e| cfg.programs.start_error(backup, &e))?;
-    let size = dir_size(&cfg.data_dir);
-    tracing::info!(bytes = size, "streaming a physical backup");
-    Ok((size, stream_backup(child, target, ())))
+        .kill_on_drop(true)
 }
 
 /// The output of a running `mariadb-backup --backup --stream`, as a byte

@@ -560,10 +560,15 @@ pub fn render_backup_cnf(c: &InstanceConfig, admin_password: &str) -> String {
 /// (a file only its owner reads: the password is never on a command line).
 pub fn render_client_cnf(socket: &Path, admin_password: &str) -> String {
     format!(
-        "[client]\nuser = root\npassword = \"{}\"\nsocket = {}\n",
-        admin_password.replace('\\', "\\\\").replace('"', "\\\""),
+        "[client]\nuser = root\npassword = {}\nsocket = {}\n",
+        option_value(admin_password),
         socket.display()
     )
+}
+
+/// `v` as a quoted option-file value (`"` and `\` escaped).
+pub fn option_value(v: &str) -> String {
+    format!("\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
 #[cfg(test)]

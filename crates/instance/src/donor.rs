@@ -14,7 +14,6 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::Arc;
 
 use axum::Router;
@@ -27,7 +26,7 @@ use base64::Engine;
 use mysql_async::prelude::*;
 use tokio::sync::{Semaphore, watch};
 
-use crate::clone::{HISTORY_HEADER, SIZE_HEADER, dir_size, stream_backup};
+use crate::clone::{HISTORY_HEADER, SIZE_HEADER, backup_args, dir_size, stream_backup};
 
 /// What `cnmysql donor` is told.
 #[derive(Clone, Debug)]
@@ -222,11 +221,11 @@ async fn server_facts(o: &DonorOptions, user: &str, password: &str) -> anyhow::R
 /// The `[client]` options of `mariadb-backup`: the importer's account, at
 /// the server over TLS (the loopback; the certificate is not checked).
 fn client_cnf(user: &str, password: &str, server: SocketAddr) -> String {
-    let quoted = |v: &str| v.replace('\\', "\\\\").replace('"', "\\\"");
+    use crate::config::option_value;
     format!(
-        "[client]\nuser = \"{}\"\npassword = \"{}\"\nhost = {}\nport = {}\nprotocol = TCP\nssl\n",
-        quoted(user),
-        quoted(password),
+        "[client]\nuser = {}\npassword = {}\nhost = {}\nport = {}\nprotocol = TCP\nssl\n",
+        option_value(user),
+        option_value(password),
         server.ip(),
         server.port()
     )
@@ -254,17 +253,9 @@ fn start(
     cnmysql_tls::write_private(&cnf, &format!("{include}{client}"), true)?;
     let target = stage.path().join("target");
     std::fs::create_dir_all(&target)?;
-    let child = tokio::process::Command::new(&o.mariadb_backup)
-        .arg(format!("--defaults-file={}", cnf.display()))
-        .arg("--backup")
-        .arg("--stream=mbstream")
-        .arg(format!("--datadir={}", server.data_dir.display()))
-        .arg(format!("--target-dir={}", target.display()))
-        .arg("--parallel=2")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
+    let mut cmd = tokio::process::Command::new(&o.mariadb_backup);
+    backup_args(&mut cmd, &cnf, &target).arg(format!("--datadir={}", server.data_dir.display()));
+    let child = cmd
         .spawn()
         .map_err(|e| anyhow::anyhow!("{}: {e}", o.mariadb_backup.display()))?;
     // The permit and the stage live as long as the stream.
