@@ -52,6 +52,7 @@ pub const OPERATOR_OWNED_PARAMETERS: &[&str] = &[
     "rpl_semi_sync_source_wait_point",
     "plugin_load_add",
     "user",
+    "secure_file_priv",
 ];
 
 /// Desired state of a highly available MySQL-family cluster.
@@ -470,6 +471,15 @@ pub enum PrimaryUpdateStrategy {
 pub struct ManagedSpec {
     #[serde(default)]
     pub services: ManagedServices,
+    /// Databases and accounts that exist already (made by hand, or
+    /// imported) which declared `Database` and `User` objects may take
+    /// over. Nothing else that exists is ever adopted: a declaration that
+    /// names one is not Ready, and deleting one never drops it.
+    #[serde(
+        default,
+        skip_serializing_if = "crate::sql_objects::AdoptSpec::is_empty"
+    )]
+    pub adopt: crate::sql_objects::AdoptSpec,
 }
 
 /// The role a Service routes to.

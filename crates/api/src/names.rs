@@ -64,6 +64,31 @@ pub fn lease_name(cluster: &str) -> String {
     format!("{cluster}-primary")
 }
 
+/// The Secret of the cluster's certificate authority.
+pub fn ca_secret(cluster: &str) -> String {
+    format!("{cluster}-ca")
+}
+/// The Secret of an instance's certificate.
+pub fn instance_tls_secret(instance: &str) -> String {
+    format!("{instance}-tls")
+}
+/// The Secret of the operator's client certificate for `cluster`.
+pub fn operator_tls_secret(cluster: &str) -> String {
+    format!("{cluster}-operator-tls")
+}
+/// The replication account's password.
+pub fn replication_secret(cluster: &str) -> String {
+    format!("{cluster}-replication")
+}
+/// The `app` account's password, unless `spec.secrets.appSecret` names another.
+pub fn app_secret(cluster: &str) -> String {
+    format!("{cluster}-app")
+}
+/// The administrator's password, unless `spec.secrets.rootSecret` names another.
+pub fn root_secret(cluster: &str) -> String {
+    format!("{cluster}-root")
+}
+
 /// Where the bootstrap-controller puts the manager.
 pub const MANAGER_PATH: &str = "/controller/manager";
 

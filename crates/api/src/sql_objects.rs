@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::backup::SecretKeyRef;
 use crate::backup_resources::ClusterRef;
 use crate::field_error::FieldError;
+use crate::sql_privileges::{grant_problems, system_database};
 
 /// What happens in the server when the resource is deleted.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -159,6 +160,72 @@ fn every_table() -> String {
     "*".into()
 }
 
+/// `spec.managed.adopt` of a Cluster: what may be adopted.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AdoptSpec {
+    /// Databases a `Database` may take over.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub databases: Vec<String>,
+    /// Accounts a `User` may take over (its password becomes the declared one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub users: Vec<AdoptedUser>,
+}
+
+/// An account by name and host.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AdoptedUser {
+    pub name: String,
+    #[serde(default = "any_host")]
+    pub host: String,
+}
+
+impl AdoptSpec {
+    pub fn is_empty(&self) -> bool {
+        self.databases.is_empty() && self.users.is_empty()
+    }
+
+    /// Whether the Cluster lists what `doc` declares for adoption.
+    pub fn covers(&self, doc: &SqlObjectDoc) -> bool {
+        let name = doc.name();
+        match doc {
+            SqlObjectDoc::Database(d) => {
+                let n = d.spec.name_in_server(&name);
+                self.databases.iter().any(|x| x == n)
+            }
+            SqlObjectDoc::User(u) => {
+                let n = u.spec.name_in_server(&name);
+                self.users
+                    .iter()
+                    .any(|x| x.name == n && x.host == u.spec.host)
+            }
+            SqlObjectDoc::Grant(_) => false,
+        }
+    }
+
+    /// Its problems, each naming the field.
+    pub fn check(&self, errors: &mut Vec<FieldError>) {
+        for (i, d) in self.databases.iter().enumerate() {
+            errors.extend(database_name_problems(
+                d,
+                &format!("spec.managed.adopt.databases[{i}]"),
+            ));
+        }
+        for (i, u) in self.users.iter().enumerate() {
+            let path = format!("spec.managed.adopt.users[{i}]");
+            errors.extend(user_name_problems(&u.name, &format!("{path}.name")));
+            if !is_host(&u.host) {
+                field(
+                    errors,
+                    &format!("{path}.host"),
+                    format!("{:?} is not a host", u.host),
+                );
+            }
+        }
+    }
+}
+
 /// How a Database, User or Grant was last carried out.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -186,45 +253,20 @@ pub const RESERVED_USERS: &[&str] = &[
     "PUBLIC",
 ];
 
-/// Databases the server owns.
-pub const SYSTEM_DATABASES: &[&str] = &["mysql", "sys", "information_schema", "performance_schema"];
-
-/// The privileges of a database (or table) level; `ALL PRIVILEGES` there
-/// stands for these on both flavours (each may hold a few more).
-pub const DATABASE_PRIVILEGES: &[&str] = &[
-    "ALTER",
-    "ALTER ROUTINE",
-    "CREATE",
-    "CREATE ROUTINE",
-    "CREATE TEMPORARY TABLES",
-    "CREATE VIEW",
-    "DELETE",
-    "DROP",
-    "EVENT",
-    "EXECUTE",
-    "INDEX",
-    "INSERT",
-    "LOCK TABLES",
-    "REFERENCES",
-    "SELECT",
-    "SHOW VIEW",
-    "TRIGGER",
-    "UPDATE",
-];
-
-/// Global privileges a Grant on `*` may also give.
-pub const GLOBAL_PRIVILEGES: &[&str] = &["PROCESS", "SHOW DATABASES", "REPLICATION CLIENT"];
-
-/// Whether a Grant may name `p` (normalized).
-pub fn is_grantable(p: &str) -> bool {
-    p == "ALL PRIVILEGES" || DATABASE_PRIVILEGES.contains(&p) || GLOBAL_PRIVILEGES.contains(&p)
-}
-
 fn is_identifier(s: &str, max: usize) -> bool {
     !s.is_empty()
         && s.len() <= max
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b == b'-')
+}
+
+/// A user name: an identifier, with dots allowed inside.
+fn is_user_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 32
+        && !s.starts_with('.')
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_$-.".contains(&b))
 }
 
 fn is_host(s: &str) -> bool {
@@ -234,11 +276,61 @@ fn is_host(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b".%_:-/".contains(&b))
 }
 
+/// A Secret's name as Kubernetes allows one (a DNS subdomain): never a
+/// path (`..`, `/`) on the local platform, where a Secret is a directory.
+pub fn is_secret_name(s: &str) -> bool {
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    s.len() <= 253 && s.split('.').all(label_ok)
+}
+
+/// A key of a Secret as Kubernetes allows one: never `.` or `..`.
+pub fn is_secret_key(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s != "."
+        && s != ".."
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
+}
+
+/// Whether `user` is one of the Cluster's own accounts.
+pub fn is_reserved_user(user: &str) -> bool {
+    RESERVED_USERS.iter().any(|r| r.eq_ignore_ascii_case(user))
+}
+
 fn field(errors: &mut Vec<FieldError>, path: &str, message: String) {
     errors.push(FieldError {
         field: path.into(),
         message,
     });
+}
+
+/// What is wrong with a database name a declaration gives (`path` names
+/// the field).
+pub fn database_name_problems(name: &str, path: &str) -> Vec<FieldError> {
+    let mut e = Vec::new();
+    if !is_identifier(name, 64) {
+        field(
+            &mut e,
+            path,
+            format!("{name:?} is not a database name: 1 to 64 letters, digits, '_', '$' or '-'"),
+        );
+    } else if let Some(s) = system_database(name) {
+        field(
+            &mut e,
+            path,
+            format!(
+                "{name} is (or as a pattern matches) {s}, a database of the server's own: declare another"
+            ),
+        );
+    }
+    e
 }
 
 impl DatabaseSpec {
@@ -248,21 +340,7 @@ impl DatabaseSpec {
     }
 
     pub fn check(&self, resource: &str) -> Vec<FieldError> {
-        let mut e = Vec::new();
-        let n = self.name_in_server(resource);
-        if !is_identifier(n, 64) {
-            field(
-                &mut e,
-                "spec.name",
-                format!("{n:?} is not a database name: 1 to 64 letters, digits, '_', '$' or '-'"),
-            );
-        } else if SYSTEM_DATABASES.contains(&n.to_ascii_lowercase().as_str()) {
-            field(
-                &mut e,
-                "spec.name",
-                format!("{n} is the server's own database: declare another"),
-            );
-        }
+        let mut e = database_name_problems(self.name_in_server(resource), "spec.name");
         for (path, v) in [
             ("spec.characterSet", &self.character_set),
             ("spec.collation", &self.collation),
@@ -279,29 +357,34 @@ impl DatabaseSpec {
     }
 }
 
+/// What is wrong with a declared user's name (`path` names the field).
+pub fn user_name_problems(name: &str, path: &str) -> Vec<FieldError> {
+    let mut e = Vec::new();
+    if !is_user_name(name) {
+        field(
+            &mut e,
+            path,
+            format!("{name:?} is not a user name: 1 to 32 letters, digits, '_', '$', '-' or '.'"),
+        );
+    } else if is_reserved_user(name) {
+        field(
+            &mut e,
+            path,
+            format!(
+                "{name} is an account the Cluster owns: declare another (a Grant may still give app privileges)"
+            ),
+        );
+    }
+    e
+}
+
 impl UserSpec {
     pub fn name_in_server<'a>(&'a self, resource: &'a str) -> &'a str {
         self.name.as_deref().unwrap_or(resource)
     }
 
     pub fn check(&self, resource: &str) -> Vec<FieldError> {
-        let mut e = Vec::new();
-        let n = self.name_in_server(resource);
-        if !is_identifier(n, 32) && !n.contains('.') {
-            field(
-                &mut e,
-                "spec.name",
-                format!("{n:?} is not a user name: 1 to 32 letters, digits, '_', '$' or '-'"),
-            );
-        } else if RESERVED_USERS.contains(&n) {
-            field(
-                &mut e,
-                "spec.name",
-                format!(
-                    "{n} is an account the Cluster owns: declare another (a Grant may still give it privileges)"
-                ),
-            );
-        }
+        let mut e = user_name_problems(self.name_in_server(resource), "spec.name");
         if !is_host(&self.host) {
             field(
                 &mut e,
@@ -312,13 +395,25 @@ impl UserSpec {
                 ),
             );
         }
-        if self.password_secret_key_ref.name.is_empty()
-            || self.password_secret_key_ref.key.is_empty()
-        {
+        let r = &self.password_secret_key_ref;
+        if !is_secret_name(&r.name) {
             field(
                 &mut e,
-                "spec.passwordSecretKeyRef",
-                "needs the Secret's name and key".into(),
+                "spec.passwordSecretKeyRef.name",
+                format!(
+                    "{:?} is not a Secret's name (lower-case letters, digits, '-' and '.')",
+                    r.name
+                ),
+            );
+        }
+        if !is_secret_key(&r.key) {
+            field(
+                &mut e,
+                "spec.passwordSecretKeyRef.key",
+                format!(
+                    "{:?} is not a key of a Secret (letters, digits, '-', '_' and '.')",
+                    r.key
+                ),
             );
         }
         if let Some(r) = &self.require {
@@ -347,19 +442,6 @@ impl GrantSpec {
                 "names no privilege: name at least one, e.g. SELECT".into(),
             );
         }
-        for (i, p) in self.privileges.iter().enumerate() {
-            if !is_grantable(&normalize_privilege(p)) {
-                field(
-                    &mut e,
-                    &format!("spec.privileges[{i}]"),
-                    format!(
-                        "{p:?} is not a privilege a Grant may give; one of ALL PRIVILEGES, {}, {}",
-                        DATABASE_PRIVILEGES.join(", "),
-                        GLOBAL_PRIVILEGES.join(", ")
-                    ),
-                );
-            }
-        }
         if self.database != "*" && !is_identifier(&self.database, 64) {
             field(
                 &mut e,
@@ -367,26 +449,26 @@ impl GrantSpec {
                 format!("{:?} is not a database name or *", self.database),
             );
         }
-        if self.table != "*" && (!is_identifier(&self.table, 64) || self.database == "*") {
+        if self.table != "*" && !is_identifier(&self.table, 64) {
             field(
                 &mut e,
                 "spec.table",
-                format!(
-                    "{:?}: a table needs a database, and is a name or *",
-                    self.table
-                ),
+                format!("{:?} is not a table name or *", self.table),
             );
         }
-        if !is_identifier(&self.username, 32) {
+        e.extend(grant_problems(
+            &self.database,
+            &self.table,
+            &self.privileges,
+            self.grant_option,
+        ));
+        if !is_user_name(&self.username) {
             field(
                 &mut e,
                 "spec.username",
                 format!("{:?} is not a user name", self.username),
             );
-        } else if RESERVED_USERS
-            .iter()
-            .any(|r| *r == self.username && *r != crate::names::APP_USER)
-        {
+        } else if is_reserved_user(&self.username) && self.username != crate::names::APP_USER {
             field(
                 &mut e,
                 "spec.username",
@@ -490,20 +572,6 @@ impl SqlObjectDoc {
     }
 }
 
-/// `select` and ` Select ` name `SELECT`; `ALL` is `ALL PRIVILEGES`.
-pub fn normalize_privilege(p: &str) -> String {
-    let p = p
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
-        .to_ascii_uppercase();
-    if p == "ALL" {
-        "ALL PRIVILEGES".into()
-    } else {
-        p
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -526,6 +594,32 @@ mod tests {
         assert_eq!(
             fields,
             ["spec.privileges[0]", "spec.table", "spec.username"]
+        );
+    }
+
+    #[test]
+    fn a_users_name_and_secret_are_names_never_paths() {
+        let user = |name: &str, secret: &str, key: &str| -> Vec<String> {
+            let u: UserSpec = serde_saphyr::from_str(&format!(
+                "cluster: {{name: db}}\nname: {name:?}\npasswordSecretKeyRef: {{name: {secret:?}, key: {key:?}}}\n"
+            ))
+            .unwrap();
+            u.check("x").into_iter().map(|e| e.field).collect()
+        };
+        assert!(user("svc.reader", "shop-pw", "password").is_empty());
+        assert_eq!(user("a.b'c", "shop-pw", "password"), ["spec.name"]);
+        assert_eq!(user("Root", "shop-pw", "password"), ["spec.name"]);
+        assert_eq!(
+            user("evil", "../../etc", "passwd"),
+            ["spec.passwordSecretKeyRef.name"]
+        );
+        assert_eq!(
+            user("evil", "shop-pw", ".."),
+            ["spec.passwordSecretKeyRef.key"]
+        );
+        assert_eq!(
+            user("evil", "shop-pw", "a/b"),
+            ["spec.passwordSecretKeyRef.key"]
         );
     }
 

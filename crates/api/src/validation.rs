@@ -512,6 +512,7 @@ pub fn validate(c: &Cluster) -> Vec<FieldError> {
     check_backup_fields(s, &mut errors);
     check_instance_counts(s, &mut errors);
     crate::replica::check_spec(s, &mut errors);
+    s.managed.adopt.check(&mut errors);
     crate::import::check_spec(s, &mut errors);
     check_storage(s, &mut errors);
     check_secret_names(s, &mut errors);

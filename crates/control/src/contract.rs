@@ -56,6 +56,9 @@ pub struct SqlObjectResult {
     pub applied: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What a pass that changed nothing has to say (something kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// The body of [`SEMISYNC`].

@@ -11,9 +11,9 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 
-use cnmysql_api::ClusterStatus;
 use cnmysql_api::backup::SecretKeyRef;
 use cnmysql_api::sql_objects::SqlObjectDoc;
+use cnmysql_api::{ClusterSpec, ClusterStatus};
 use cnmysql_control::client::ControlClient;
 use cnmysql_control::contract::{SqlObject, SqlObjectResult};
 use cnmysql_core::event::Event;
@@ -63,6 +63,10 @@ pub struct Present {
 
 /// One pass over a Cluster's objects.
 pub struct Pass<'a> {
+    /// The Cluster's name and spec (its own Secrets, what it lets
+    /// declarations adopt).
+    pub cluster: &'a str,
+    pub spec: &'a ClusterSpec,
     pub status: &'a ClusterStatus,
     pub present: Vec<Present>,
     /// Deleted, still to be taken away (or let go).
@@ -74,8 +78,13 @@ pub struct Pass<'a> {
 /// Carry one pass out.
 pub async fn reconcile<P: SqlObjectsPlatform>(p: &mut P, pass: Pass<'_>) {
     let mut sent: Vec<(SqlObjectDoc, Outcome, SqlObject, Option<String>)> = Vec::new();
+    let who = Who {
+        cluster: pass.cluster,
+        spec: pass.spec,
+        digest_key: &pass.digest_key,
+    };
     for Present { doc, last } in pass.present {
-        match declared(p, &doc, &last, &pass.digest_key).await {
+        match declared(p, &who, &doc, &last).await {
             Ok((declared, digest)) => {
                 let object = SqlObject {
                     key: doc.key(),
@@ -163,7 +172,9 @@ fn not_ready(message: String) -> Outcome {
 }
 
 fn done_message(r: &SqlObjectResult) -> String {
-    if r.applied.is_empty() {
+    if let Some(note) = r.note.as_ref().filter(|_| r.applied.is_empty()) {
+        note.clone()
+    } else if r.applied.is_empty() {
         "held as declared".into()
     } else {
         r.applied.join("; ")
@@ -185,27 +196,44 @@ async fn settle<P: SqlObjectsPlatform>(
     p.record(doc, &now).await;
 }
 
-/// What `doc` declares, with the digest of a User's password.
+/// The Cluster a pass is for.
+struct Who<'a> {
+    cluster: &'a str,
+    spec: &'a ClusterSpec,
+    digest_key: &'a str,
+}
+
+/// What `doc` declares, with the digest of a User's password. A password
+/// is never taken from one of the Cluster's own Secrets, whether or not
+/// it exists (the refusal tells nothing of which do).
 async fn declared<P: SqlObjectsPlatform>(
     p: &mut P,
+    pass: &Who<'_>,
     doc: &SqlObjectDoc,
     last: &Outcome,
-    key: &str,
 ) -> Result<(Declared, Option<String>), String> {
+    let adopt = pass.spec.managed.adopt.covers(doc);
     let SqlObjectDoc::User(u) = doc else {
-        return Ok((Declared::of(doc, "", false), None));
+        return Ok((Declared::of(doc, "", false, adopt), None));
     };
-    let password = p.secret(&u.spec.password_secret_key_ref).await?;
+    let secret = &u.spec.password_secret_key_ref;
+    if cnmysql_api::own_secrets::is_own_secret(pass.cluster, pass.spec, &secret.name) {
+        return Err(format!(
+            "spec.passwordSecretKeyRef.name: {} is a Secret the Cluster {} uses itself (its passwords, certificates, stores or sources): give the User a Secret of its own",
+            secret.name, pass.cluster
+        ));
+    }
+    let password = p.secret(secret).await?;
     if password.is_empty() {
         return Err(format!(
             "the Secret {} holds an empty {}: a User needs a password",
-            u.spec.password_secret_key_ref.name, u.spec.password_secret_key_ref.key
+            secret.name, secret.key
         ));
     }
     let name = u.spec.name_in_server(&doc.name()).to_string();
-    let digest = password_digest(key, &name, &u.spec.host, &password);
+    let digest = password_digest(pass.digest_key, &name, &u.spec.host, &password);
     let set = last.password_digest.as_deref() != Some(digest.as_str());
-    Ok((Declared::of(doc, &password, set), Some(digest)))
+    Ok((Declared::of(doc, &password, set, adopt), Some(digest)))
 }
 
 /// Send `objects` to the primary; the results by key.

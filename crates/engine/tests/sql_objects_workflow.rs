@@ -4,9 +4,9 @@
 //! `deletionPolicy: Keep` becomes. Objects carried out on a real primary
 //! are proven by the local suite (`crates/cnmysql/tests/sql_objects.rs`).
 
-use cnmysql_api::ClusterStatus;
 use cnmysql_api::backup::SecretKeyRef;
 use cnmysql_api::sql_objects::SqlObjectDoc;
+use cnmysql_api::{ClusterSpec, ClusterStatus};
 use cnmysql_control::client::ControlClient;
 use cnmysql_core::event::Event;
 use cnmysql_engine::sql_objects::{Outcome, Pass, Present, SqlObjectsPlatform, reconcile};
@@ -17,6 +17,7 @@ struct Memory {
     forgotten: Vec<String>,
     events: Vec<Event>,
     asked_address: bool,
+    asked_secrets: Vec<String>,
 }
 
 impl SqlObjectsPlatform for Memory {
@@ -28,6 +29,7 @@ impl SqlObjectsPlatform for Memory {
         Ok(None)
     }
     async fn secret(&mut self, key: &SecretKeyRef) -> Result<String, String> {
+        self.asked_secrets.push(key.name.clone());
         Err(format!("the Secret {} has no key {}", key.name, key.key))
     }
     async fn record(&mut self, doc: &SqlObjectDoc, outcome: &Outcome) {
@@ -63,7 +65,10 @@ async fn a_user_without_its_secret_waits_and_says_which_once() {
         "  passwordSecretKeyRef: {name: shop-pw, key: password}\n",
     );
     let status = ClusterStatus::default();
+    let spec: ClusterSpec = serde_json::from_str("{}").unwrap();
     let pass = |last: Outcome| Pass {
+        cluster: "db",
+        spec: &spec,
         status: &status,
         present: vec![Present {
             doc: user.clone(),
@@ -90,6 +95,7 @@ async fn a_user_without_its_secret_waits_and_says_which_once() {
 async fn without_a_primary_every_object_waits_and_a_kept_deletion_is_let_go() {
     let mut p = Memory::default();
     let status = ClusterStatus::default();
+    let spec: ClusterSpec = serde_json::from_str("{}").unwrap();
     let kept = doc("Database", "");
     let dropped = doc(
         "Grant",
@@ -98,6 +104,8 @@ async fn without_a_primary_every_object_waits_and_a_kept_deletion_is_let_go() {
     reconcile(
         &mut p,
         Pass {
+            cluster: "db",
+            spec: &spec,
             status: &status,
             present: vec![present(doc("Database", "  name: orders\n"))],
             deleted: vec![kept, dropped],
@@ -108,4 +116,48 @@ async fn without_a_primary_every_object_waits_and_a_kept_deletion_is_let_go() {
     assert_eq!(p.forgotten, ["Database/shop"], "Keep: forgotten at once");
     assert_eq!(p.records.len(), 1);
     assert_eq!(p.records[0].1.message, "waiting for a primary");
+}
+
+#[tokio::test]
+async fn a_users_password_never_comes_from_the_clusters_own_secrets_nor_says_which_exist() {
+    let status = ClusterStatus::default();
+    let spec: ClusterSpec =
+        serde_json::from_str(r#"{"instances": 2, "secrets": {"rootSecret": "prod-admin"}}"#)
+            .unwrap();
+    for secret in [
+        "db-root",
+        "db-app",
+        "db-replication",
+        "db-1-tls",
+        "prod-admin",
+    ] {
+        let mut p = Memory::default();
+        let user = doc(
+            "User",
+            &format!("  passwordSecretKeyRef: {{name: {secret}, key: password}}\n"),
+        );
+        reconcile(
+            &mut p,
+            Pass {
+                cluster: "db",
+                spec: &spec,
+                status: &status,
+                present: vec![present(user)],
+                deleted: vec![],
+                digest_key: "k".into(),
+            },
+        )
+        .await;
+        assert!(p.asked_secrets.is_empty(), "{secret} was read");
+        let (_, outcome) = &p.records[0];
+        assert!(!outcome.ready);
+        assert!(
+            outcome
+                .message
+                .starts_with("spec.passwordSecretKeyRef.name:")
+                && outcome.message.contains("uses itself"),
+            "{}",
+            outcome.message
+        );
+    }
 }

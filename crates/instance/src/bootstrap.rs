@@ -127,8 +127,37 @@ pub fn read_secret(path: &Path) -> anyhow::Result<String> {
 pub async fn init_primary_accounts(cfg: &InstanceConfig) -> anyhow::Result<()> {
     let opts = sql::socket_opts(&cfg.socket(), "root", None);
     let mut conn = sql::wait_connectable(&opts, Duration::from_secs(120)).await?;
+    conn.query_drop("SET SESSION sql_log_bin = 0").await?;
+    if cfg.flavor() == Flavor::Mariadb {
+        // The install program's `test` database, open to every account.
+        conn.query_drop("DROP DATABASE IF EXISTS `test`").await?;
+    }
+    revoke_grants_to_everyone(&mut conn).await?;
     set_accounts(&mut conn, cfg).await?;
     conn.disconnect().await.ok();
+    Ok(())
+}
+
+/// Take away what the install program gives every account: MariaDB's
+/// `PUBLIC` privileges on `test` and on any database named `test_…` (so
+/// any account could make one and own it). Nothing else is granted to
+/// everyone. Binary-logged or not as the session is.
+pub async fn revoke_grants_to_everyone(conn: &mut mysql_async::Conn) -> anyhow::Result<()> {
+    let open: Vec<(String, String)> = conn
+        .query("SELECT Db, User FROM mysql.db WHERE User IN ('PUBLIC', '')")
+        .await?;
+    for (db, user) in open {
+        let who = if user.is_empty() {
+            "''@'%'".to_string()
+        } else {
+            "PUBLIC".to_string()
+        };
+        let at = format!("`{}`.*", db.replace('`', "``"));
+        let revoke = format!("REVOKE ALL PRIVILEGES ON {at} FROM {who}");
+        if let Err(e) = conn.query_drop(&revoke).await {
+            tracing::warn!(statement = revoke, error = %e, "a grant to everyone stays");
+        }
+    }
     Ok(())
 }
 

@@ -398,6 +398,11 @@ impl InstanceConfig {
     pub fn log_fifo(&self) -> PathBuf {
         self.run_dir.join("mysqld.log.fifo")
     }
+    /// The only directory MariaDB's statements may read or write files
+    /// in (`secure_file_priv`): private, and empty.
+    pub fn secure_files_dir(&self) -> PathBuf {
+        self.run_dir.join("secure-files")
+    }
     /// Written once the data directory holds a server this instance may start.
     pub fn initialized_marker(&self) -> PathBuf {
         self.data_dir.join("cnmysql-initialized")
@@ -430,10 +435,6 @@ fn flavour_defaults(f: Flavor) -> &'static [(&'static str, &'static str)] {
             // A replica that crashed fetches its relay log again from the
             // source instead of trusting a torn one.
             ("relay_log_recovery", "ON"),
-            // No file import or export unless asked for (the packaged
-            // default names a directory that need not exist, and the
-            // server then refuses to start).
-            ("secure_file_priv", "NULL"),
             // The X protocol would claim port 33060 on every instance.
             ("mysqlx", "OFF"),
         ],
@@ -452,6 +453,13 @@ fn binlog_path(c: &InstanceConfig, name: &str) -> String {
     match &c.binlog_dir {
         Some(d) => d.join(name).display().to_string(),
         None => name.to_string(),
+    }
+}
+
+fn secure_file_priv(c: &InstanceConfig) -> String {
+    match c.flavor() {
+        Flavor::Mysql => "NULL".into(),
+        Flavor::Mariadb => c.secure_files_dir().display().to_string(),
     }
 }
 
@@ -487,6 +495,10 @@ pub fn render_mycnf(c: &InstanceConfig) -> String {
         ),
         ("ssl_cert", c.server_tls_paths().cert.display().to_string()),
         ("ssl_key", c.server_tls_paths().key.display().to_string()),
+        // mysqld reads and writes no file a statement names (LOAD_FILE,
+        // LOAD DATA, SELECT … INTO OUTFILE): MySQL's NULL forbids them all;
+        // MariaDB has no such value, and gets a private empty directory.
+        ("secure_file_priv", secure_file_priv(c)),
     ];
     match c.flavor() {
         Flavor::Mariadb => {
@@ -649,6 +661,25 @@ pub(crate) mod tests {
             cnf.contains("log_bin_index = /logs/binlog/mysql-bin.index\n"),
             "{cnf}"
         );
+    }
+
+    #[test]
+    fn mysqld_reads_no_file_a_statement_names_on_either_flavour() {
+        let mut c = sample(Path::new("/x"));
+        let cnf = render_mycnf(&c);
+        let dir = c.secure_files_dir().display().to_string();
+        assert!(
+            cnf.contains(&format!("secure_file_priv = {dir}\n")),
+            "{cnf}"
+        );
+        // Not even when a Cluster's parameters ask.
+        c.spec
+            .mysql
+            .parameters
+            .insert("secure-file-priv".into(), "".into());
+        assert!(render_mycnf(&c).contains(&format!("secure_file_priv = {dir}\n")));
+        c.spec.mysql.flavor = Flavor::Mysql;
+        assert!(render_mycnf(&c).contains("secure_file_priv = NULL\n"));
     }
 
     #[test]

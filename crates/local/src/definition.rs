@@ -291,6 +291,7 @@ pub fn check_change(old: &Cluster, new: &Cluster) -> Result<Vec<String>, String>
         &["failoverDelay"],
         &["maxSwitchoverDelay"],
         &["replica"],
+        &["managed", "adopt"],
     ];
     let mut changed = Vec::new();
     for path in live {

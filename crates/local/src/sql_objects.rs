@@ -80,6 +80,8 @@ fn parse_record(key: &str, r: &Record) -> Option<SqlObjectDoc> {
 async fn tick(dir: &StateDir) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(dir.manifest())?;
     let m = cnmysql_api::parse_manifest(&text)?;
+    let cluster_name = m.cluster.metadata.name.clone().unwrap_or_default();
+    let cluster_spec = m.cluster.spec.clone();
     let mut records = records(dir);
     if m.sql_objects.is_empty() && records.is_empty() {
         return Ok(());
@@ -116,6 +118,8 @@ async fn tick(dir: &StateDir) -> anyhow::Result<()> {
         records: &mut records,
     };
     let pass = Pass {
+        cluster: &cluster_name,
+        spec: &cluster_spec,
         status: &status,
         present,
         deleted,

@@ -59,24 +59,10 @@ pub fn service_selector(cluster: &str, role: ServiceRole) -> BTreeMap<String, St
 }
 
 /// Secret names.
-pub fn ca_secret(cluster: &str) -> String {
-    format!("{cluster}-ca")
-}
-pub fn instance_tls_secret(instance: &str) -> String {
-    format!("{instance}-tls")
-}
-pub fn operator_tls_secret(cluster: &str) -> String {
-    format!("{cluster}-operator-tls")
-}
-pub fn replication_secret(cluster: &str) -> String {
-    format!("{cluster}-replication")
-}
-pub fn app_secret(cluster: &str) -> String {
-    format!("{cluster}-app")
-}
-pub fn root_secret(cluster: &str) -> String {
-    format!("{cluster}-root")
-}
+pub use cnmysql_api::names::{
+    app_secret, ca_secret, instance_tls_secret, operator_tls_secret, replication_secret,
+    root_secret,
+};
 /// The primary Lease.
 pub fn lease(cluster: &str) -> String {
     format!("{cluster}-primary")

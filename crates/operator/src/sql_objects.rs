@@ -135,8 +135,11 @@ async fn reconcile_object<K: Declares>(obj: Arc<K>, ctx: Arc<Context>) -> kube::
     };
     platform.cluster = Some(&cluster);
     let last = last_outcome(obj.object_status());
+    let name = cluster.name_any();
     let pass = if deleting {
         Pass {
+            cluster: &name,
+            spec: &cluster.spec,
             status: &status,
             present: vec![],
             deleted: vec![doc],
@@ -144,6 +147,8 @@ async fn reconcile_object<K: Declares>(obj: Arc<K>, ctx: Arc<Context>) -> kube::
         }
     } else {
         Pass {
+            cluster: &name,
+            spec: &cluster.spec,
             status: &status,
             present: vec![Present { doc, last }],
             deleted: vec![],

@@ -196,6 +196,7 @@ impl<C: ClusterState> Manager<C> {
         let cfg = self.cfg.clone();
         crate::run_dir::prepare(&cfg.run_dir)?;
         crate::run_dir::make_private_dir(&cfg.tmp_dir())?;
+        crate::run_dir::make_private_dir(&cfg.secure_files_dir())?;
         let server_tls = crate::server_tls::install(&cfg)?;
         self.certs.set_server_expiry(server_tls.expires_at);
         std::fs::write(cfg.mycnf(), render_mycnf(&cfg))?;

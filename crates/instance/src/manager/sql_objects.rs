@@ -5,8 +5,9 @@
 
 use std::collections::BTreeSet;
 
+use crate::sql;
 use cnmysql_control::contract::{SqlObject, SqlObjectResult};
-use cnmysql_core::sql_objects::{Observed, ObservedUser, plan};
+use cnmysql_core::sql_objects::{Observed, ObservedUser, ledger, plan};
 
 use super::*;
 
@@ -29,35 +30,20 @@ impl<C: ClusterState> Manager<C> {
         objects.sort_by_key(|o| o.declared.order());
         let mut observed = observe(&mut conn).await?;
         let mut read_after_users = false;
+        let mut ledger_there = !observed.ledger_missing;
         let mut out = Vec::new();
         for o in objects {
             if o.declared.order() >= 2 && !read_after_users {
                 observed = observe(&mut conn).await?;
                 read_after_users = true;
             }
-            let mut r = SqlObjectResult {
-                key: o.key.clone(),
-                ..Default::default()
-            };
-            let stmts = match plan(&o.declared, &observed) {
-                Ok(stmts) => stmts,
-                Err(waits) => {
-                    r.error = Some(waits);
-                    Vec::new()
-                }
-            };
-            for s in stmts {
-                if let Err(e) = conn.query_drop(&s.text).await {
-                    r.error = Some(format!("{}: {e}", s.shown()));
-                    break;
-                }
-                r.applied.push(s.shown().to_string());
-            }
-            if !r.applied.is_empty() || r.error.is_some() {
+            let r = carry_out(&mut conn, &o, &observed, &mut ledger_there).await;
+            if !r.applied.is_empty() || r.error.is_some() || r.note.is_some() {
                 tracing::info!(
                     object = %r.key,
                     statements = ?r.applied,
                     error = r.error.as_deref().unwrap_or(""),
+                    note = r.note.as_deref().unwrap_or(""),
                     "declared object reconciled"
                 );
             }
@@ -65,6 +51,54 @@ impl<C: ClusterState> Manager<C> {
         }
         Ok(out)
     }
+}
+
+/// Plan one object (the core refuses what no declaration may do, whoever
+/// asked) and run its statements; a failed one runs the plan's undo.
+async fn carry_out(
+    conn: &mut mysql_async::Conn,
+    o: &SqlObject,
+    observed: &Observed,
+    ledger_there: &mut bool,
+) -> SqlObjectResult {
+    let mut r = SqlObjectResult {
+        key: o.key.clone(),
+        ..Default::default()
+    };
+    let planned = match plan(&o.declared, observed) {
+        Ok(p) => p,
+        Err(why) => {
+            if why.starts_with("refused") {
+                tracing::warn!(object = %o.key, reason = %why, "declared object refused");
+            }
+            r.error = Some(why);
+            return r;
+        }
+    };
+    if !planned.run.is_empty() && !*ledger_there {
+        if let Err(e) = sql::exec_all(conn, &ledger::setup()).await {
+            r.error = Some(format!("cannot make the ledger {}: {e}", ledger::table()));
+            return r;
+        }
+        // A cluster made before the install's grants to everyone were
+        // taken away at bootstrap loses them here (binary-logged).
+        if let Err(e) = crate::bootstrap::revoke_grants_to_everyone(conn).await {
+            tracing::warn!(error = %e, "grants to everyone could not be read");
+        }
+        *ledger_there = true;
+    }
+    r.note = planned.note;
+    for s in &planned.run {
+        if let Err(e) = conn.query_drop(&s.text).await {
+            r.error = Some(format!("{}: {e}", s.shown()));
+            if let Err(u) = sql::exec_all(conn, &planned.undo).await {
+                tracing::warn!(object = %o.key, error = %u, "undoing a failed declaration failed");
+            }
+            break;
+        }
+        r.applied.push(s.shown().to_string());
+    }
+    r
 }
 
 /// A row of `mysql.user`: user, host, ssl_type, issuer, subject and the
@@ -112,6 +146,18 @@ async fn observe(conn: &mut mysql_async::Conn) -> anyhow::Result<Observed> {
              FROM information_schema.USER_PRIVILEGES",
         )
         .await?;
+    o.made = match conn
+        .query::<(String, String, String), _>(ledger::read_query())
+        .await
+    {
+        Ok(rows) => ledger::made_of(rows),
+        // ER_NO_SUCH_TABLE / ER_BAD_DB_ERROR: no declaration made anything yet.
+        Err(mysql_async::Error::Server(e)) if e.code == 1146 || e.code == 1049 => {
+            o.ledger_missing = true;
+            Default::default()
+        }
+        Err(e) => return Err(e.into()),
+    };
     for (grantee, db, table, privilege, grantable) in privileges {
         let Some((user, host)) = split_grantee(&grantee) else {
             continue;
