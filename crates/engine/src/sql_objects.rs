@@ -67,6 +67,9 @@ pub struct Pass<'a> {
     /// declarations adopt).
     pub cluster: &'a str,
     pub spec: &'a ClusterSpec,
+    /// The other Clusters beside it (on Kubernetes, of its namespace):
+    /// their Secrets are no User's password either.
+    pub neighbours: Vec<(String, ClusterSpec)>,
     pub status: &'a ClusterStatus,
     pub present: Vec<Present>,
     /// Deleted, still to be taken away (or let go).
@@ -81,6 +84,7 @@ pub async fn reconcile<P: SqlObjectsPlatform>(p: &mut P, pass: Pass<'_>) {
     let who = Who {
         cluster: pass.cluster,
         spec: pass.spec,
+        neighbours: &pass.neighbours,
         digest_key: &pass.digest_key,
     };
     for Present { doc, last } in pass.present {
@@ -200,6 +204,7 @@ async fn settle<P: SqlObjectsPlatform>(
 struct Who<'a> {
     cluster: &'a str,
     spec: &'a ClusterSpec,
+    neighbours: &'a [(String, ClusterSpec)],
     digest_key: &'a str,
 }
 
@@ -217,10 +222,15 @@ async fn declared<P: SqlObjectsPlatform>(
         return Ok((Declared::of(doc, "", false, adopt), None));
     };
     let secret = &u.spec.password_secret_key_ref;
-    if cnmysql_api::own_secrets::is_own_secret(pass.cluster, pass.spec, &secret.name) {
+    let clusters = std::iter::once((pass.cluster, pass.spec))
+        .chain(pass.neighbours.iter().map(|(n, s)| (n.as_str(), s)));
+    if clusters
+        .into_iter()
+        .any(|(n, s)| cnmysql_api::own_secrets::is_own_secret(n, s, &secret.name))
+    {
         return Err(format!(
-            "spec.passwordSecretKeyRef.name: {} is a Secret the Cluster {} uses itself (its passwords, certificates, stores or sources): give the User a Secret of its own",
-            secret.name, pass.cluster
+            "spec.passwordSecretKeyRef.name: {} is a Secret a Cluster uses itself (its passwords, certificates, stores or sources): give the User a Secret of its own",
+            secret.name
         ));
     }
     let password = p.secret(secret).await?;

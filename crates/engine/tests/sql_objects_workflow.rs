@@ -69,6 +69,7 @@ async fn a_user_without_its_secret_waits_and_says_which_once() {
     let pass = |last: Outcome| Pass {
         cluster: "db",
         spec: &spec,
+        neighbours: Vec::new(),
         status: &status,
         present: vec![Present {
             doc: user.clone(),
@@ -106,6 +107,7 @@ async fn without_a_primary_every_object_waits_and_a_kept_deletion_is_let_go() {
         Pass {
             cluster: "db",
             spec: &spec,
+            neighbours: Vec::new(),
             status: &status,
             present: vec![present(doc("Database", "  name: orders\n"))],
             deleted: vec![kept, dropped],
@@ -141,6 +143,7 @@ async fn a_users_password_never_comes_from_the_clusters_own_secrets_nor_says_whi
             Pass {
                 cluster: "db",
                 spec: &spec,
+                neighbours: vec![("other".into(), spec.clone())],
                 status: &status,
                 present: vec![present(user)],
                 deleted: vec![],

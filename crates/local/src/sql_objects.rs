@@ -120,6 +120,7 @@ async fn tick(dir: &StateDir) -> anyhow::Result<()> {
     let pass = Pass {
         cluster: &cluster_name,
         spec: &cluster_spec,
+        neighbours: Vec::new(),
         status: &status,
         present,
         deleted,

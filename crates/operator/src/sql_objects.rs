@@ -136,10 +136,18 @@ async fn reconcile_object<K: Declares>(obj: Arc<K>, ctx: Arc<Context>) -> kube::
     platform.cluster = Some(&cluster);
     let last = last_outcome(obj.object_status());
     let name = cluster.name_any();
+    let neighbours: Vec<_> = clusters
+        .list(&Default::default())
+        .await?
+        .into_iter()
+        .filter(|c| c.name_any() != name)
+        .map(|c| (c.name_any(), c.spec))
+        .collect();
     let pass = if deleting {
         Pass {
             cluster: &name,
             spec: &cluster.spec,
+            neighbours,
             status: &status,
             present: vec![],
             deleted: vec![doc],
@@ -149,6 +157,7 @@ async fn reconcile_object<K: Declares>(obj: Arc<K>, ctx: Arc<Context>) -> kube::
         Pass {
             cluster: &name,
             spec: &cluster.spec,
+            neighbours,
             status: &status,
             present: vec![Present { doc, last }],
             deleted: vec![],
