@@ -99,6 +99,9 @@ pub const PASSWORD_KEY: &str = "password";
 pub const CA_KEY: &str = "ca.crt";
 pub const CERT_KEY: &str = "tls.crt";
 pub const KEY_KEY: &str = "tls.key";
+/// An import's Secret, for `method: backup`: the token `cnmysql donor`
+/// was given (`--token-file`).
+pub const DONOR_TOKEN_KEY: &str = "donor-token";
 
 /// `status.replica`: where a replica cluster stands, as the control plane
 /// last saw its spec and its designated primary.

@@ -53,8 +53,10 @@ pub(crate) enum Command {
 /// read its data directory (the server's own user, or root).
 #[derive(clap::Args)]
 pub(crate) struct DonorArgs {
-    /// Where to listen.
-    #[arg(long, default_value = "0.0.0.0:4444")]
+    /// Where to listen, e.g. 10.0.0.5:4444 (nothing is chosen for you:
+    /// the donor serves your data to whoever holds its token and an
+    /// import account).
+    #[arg(long, value_name = "ADDRESS")]
     pub listen: std::net::SocketAddr,
     /// The donor's TLS certificate (PEM): the importer checks it against
     /// the ca.crt of its import Secret; the server's own certificate does.
@@ -63,10 +65,23 @@ pub(crate) struct DonorArgs {
     /// The key of --tls-cert (PEM).
     #[arg(long, value_name = "FILE")]
     pub tls_key: PathBuf,
+    /// A file holding the token an importer must present (at least 16
+    /// characters, e.g. `openssl rand -hex 32`); put the same value in the
+    /// import Secret under the key donor-token.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: PathBuf,
     /// Where the server listens, an address of this host; the donor and
     /// mariadb-backup sign in there over TLS, as import accounts require.
     #[arg(long, value_name = "ADDRESS", default_value = "127.0.0.1:3306")]
     pub server: std::net::SocketAddr,
+    /// The CA that issued the server's certificate: the import account's
+    /// password goes only to a server presenting one of its certificates.
+    #[arg(long, value_name = "FILE")]
+    pub server_ca: PathBuf,
+    /// The name the server's certificate must carry [default: the CA
+    /// alone is checked].
+    #[arg(long, value_name = "NAME")]
+    pub server_name: Option<String>,
     /// The server's option file, read by mariadb-backup for the server's
     /// InnoDB settings [default: /etc/mysql/my.cnf when it exists].
     #[arg(long, value_name = "FILE")]

@@ -205,12 +205,16 @@ async fn donor(a: cli::DonorArgs) -> anyhow::Result<()> {
         listen: a.listen,
         tls_cert: a.tls_cert,
         tls_key: a.tls_key,
+        token_file: a.token_file,
         server: a.server,
+        server_ca: a.server_ca,
+        server_name: a.server_name,
         server_cnf,
         mariadb_backup: a.mariadb_backup,
-        work_dir: a
-            .work_dir
-            .unwrap_or_else(|| std::env::temp_dir().join("cnmysql-donor")),
+        work_dir: a.work_dir.unwrap_or_else(|| {
+            let uid = nix::unistd::geteuid();
+            std::env::temp_dir().join(format!("cnmysql-donor-{uid}"))
+        }),
     };
     let (stop, stopped) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {

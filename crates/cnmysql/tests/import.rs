@@ -14,6 +14,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::donor::{DONOR_TOKEN, DonorProcess};
 use common::follow::*;
 use common::*;
 use mysql_async::prelude::*;
@@ -47,6 +48,7 @@ fn importer_secret(secrets: &std::path::Path, secret: &str, source: &LocalCluste
     let d = secrets.join(secret);
     std::fs::write(d.join("username"), "importer").unwrap();
     std::fs::write(d.join("password"), IMPORTER).unwrap();
+    std::fs::write(d.join("donor-token"), DONOR_TOKEN).unwrap();
 }
 
 /// A database with rows, a view, a function and a trigger, and one that a
@@ -87,60 +89,6 @@ async fn holds_shop(c: &LocalCluster, instance: &str) {
         .await
         .unwrap();
     assert_eq!(triggers, ["audit"], "the trigger on {instance}");
-}
-
-/// `cnmysql donor` beside the source's only server, as a user would run it
-/// on the old server's host: the server's own certificate, its address and
-/// option file. Killed when dropped.
-struct DonorProcess {
-    child: std::process::Child,
-    port: u16,
-    _work: tempfile::TempDir,
-}
-
-impl DonorProcess {
-    fn start(source: &LocalCluster, instance: &str) -> DonorProcess {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let pki = std::path::Path::new(&source.state_arg()).join("pki");
-        let run = source.instance_dir(instance).join("run");
-        let work = tempfile::tempdir().unwrap();
-        let child = std::process::Command::new(BIN)
-            .arg("donor")
-            .arg(format!("--listen=127.0.0.1:{port}"))
-            .arg(format!(
-                "--tls-cert={}",
-                pki.join(format!("{instance}.crt")).display()
-            ))
-            .arg(format!(
-                "--tls-key={}",
-                pki.join(format!("{instance}.key")).display()
-            ))
-            .arg(format!(
-                "--server=127.0.0.1:{}",
-                source.instance_port(instance)
-            ))
-            .arg(format!("--server-cnf={}", run.join("my.cnf").display()))
-            .arg(format!("--work-dir={}", work.path().display()))
-            .stderr(std::fs::File::create(work.path().join("donor.log")).unwrap())
-            .spawn()
-            .unwrap();
-        DonorProcess {
-            child,
-            port,
-            _work: work,
-        }
-    }
-}
-
-impl Drop for DonorProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// What an import recorded in `instance`'s data directory.

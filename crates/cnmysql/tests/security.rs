@@ -373,3 +373,145 @@ async fn mysqld_reads_no_file_a_statement_names() {
     drop(a);
     c.destroy();
 }
+
+/// The import account on a source: what `mariadb-backup` needs.
+async fn make_import_account(c: &LocalCluster) {
+    let mut a = c.admin(&c.current_primary()).await;
+    for q in [
+        "CREATE USER 'importer'@'%' IDENTIFIED BY 'import-Pw1' REQUIRE SSL",
+        "GRANT SELECT, RELOAD, LOCK TABLES, PROCESS, REPLICATION CLIENT ON *.* TO 'importer'@'%'",
+    ] {
+        a.query_drop(q).await.unwrap();
+    }
+}
+
+/// `GET /backup` of the donor with `headers`: its status, and its body
+/// unless `keep` (then the response is handed back to be held open).
+async fn ask_donor(
+    source: &LocalCluster,
+    port: u16,
+    headers: &[(&str, String)],
+) -> (u16, String, Option<Box<dyn std::any::Any + Send>>) {
+    use http_body_util::BodyExt;
+    let ca = std::fs::read_to_string(Path::new(&source.state_arg()).join("pki/ca.crt")).unwrap();
+    let tls = cnmysql_tls::client_config_trusting(&ca, None).unwrap();
+    let client =
+        cnmysql_control::client::ControlClient::new(tls).expecting(&format!("{}-1", source.name));
+    let r = client
+        .send(
+            "127.0.0.1",
+            port,
+            "GET",
+            cnmysql_control::contract::BACKUP,
+            headers,
+            None,
+        )
+        .await
+        .expect("the donor answers");
+    let code = r.status().as_u16();
+    if code == 200 {
+        return (code, String::new(), Some(Box::new(r)));
+    }
+    let body = r.into_body().collect().await.unwrap().to_bytes();
+    (code, String::from_utf8_lossy(&body).into_owned(), None)
+}
+
+fn basic(user: &str, password: &str) -> (&'static str, String) {
+    (
+        "authorization",
+        cnmysql_instance::donor::basic_authorization(user, password),
+    )
+}
+
+fn token(t: &str) -> (&'static str, String) {
+    (cnmysql_instance::donor::TOKEN_HEADER, t.to_string())
+}
+
+/// Whether a connection to `port` that sends nothing is closed by the
+/// other side within `within`.
+async fn closed_within(port: u16, within: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let mut buf = [0u8; 64];
+    matches!(
+        tokio::time::timeout(within, tcp.read(&mut buf)).await,
+        Ok(Ok(0)) | Ok(Err(_))
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_donor_says_nothing_to_strangers_and_holds_nothing_open() {
+    secrets();
+    if flavor() != Flavor::Mariadb {
+        eprintln!("cnmysql donor serves MariaDB's mariadb-backup only: nothing to try on MySQL");
+        return;
+    }
+    use common::donor::{DONOR_TOKEN, DonorProcess};
+    let name = "sec-donor";
+    let source = LocalCluster::start_as_made(name, &manifest(name, 1));
+    make_import_account(&source).await;
+    let donor = DonorProcess::start(&source, &format!("{name}-1"));
+    let port = donor.port;
+    wait_for("the donor listens", Duration::from_secs(30), || async {
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .ok()
+            .map(|_| ())
+    })
+    .await;
+
+    // Whatever is wrong, one answer, which names neither the server nor
+    // the account.
+    let attempts = [
+        vec![],
+        vec![basic("importer", "import-Pw1")],
+        vec![
+            token("not-the-token-at-all"),
+            basic("importer", "import-Pw1"),
+        ],
+        vec![token(DONOR_TOKEN)],
+        vec![token(DONOR_TOKEN), basic("importer", "wrong-Pw")],
+        vec![token(DONOR_TOKEN), basic("nobody", "import-Pw1")],
+    ];
+    let mut bodies = std::collections::BTreeSet::new();
+    for headers in &attempts {
+        let (code, body, _) = ask_donor(&source, port, headers).await;
+        assert_eq!(code, 401, "{body}");
+        bodies.insert(body);
+    }
+    assert_eq!(bodies.len(), 1, "the answers differ: {bodies:?}");
+    let body = bodies.into_iter().next().unwrap();
+    assert!(
+        !body.contains("importer") && !body.contains("nobody") && !body.contains("Access denied"),
+        "{body}"
+    );
+    assert!(!donor.log().contains("import-Pw1"), "a password in the log");
+
+    // One copy at a time: a second while the first streams is told so.
+    let good = [token(DONOR_TOKEN), basic("importer", "import-Pw1")];
+    let (code, _, streaming) = ask_donor(&source, port, &good).await;
+    assert_eq!(code, 200);
+    let (code, body, _) = ask_donor(&source, port, &good).await;
+    assert_eq!(code, 409, "{body}");
+    drop(streaming);
+
+    // A connection that sends nothing is closed, TLS or not; and a few at
+    // a time is all the donor keeps (one more is closed at once).
+    assert!(
+        closed_within(port, Duration::from_secs(15)).await,
+        "an idle connection stayed open"
+    );
+    let idle: Vec<_> = futures::future::join_all(
+        (0..4).map(|_| tokio::net::TcpStream::connect(("127.0.0.1", port))),
+    )
+    .await;
+    assert!(
+        closed_within(port, Duration::from_secs(1)).await,
+        "a fifth connection was kept beside four idle ones"
+    );
+    drop(idle);
+    drop(donor);
+    source.destroy();
+}

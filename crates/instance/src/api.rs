@@ -2,7 +2,6 @@
 //! without a certificate, or with one from another CA, fails the handshake.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,13 +11,6 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
-use rustls::ServerConfig;
-use tokio::net::TcpListener;
-use tokio::sync::watch;
-use tokio_rustls::TlsAcceptor;
-use tower::Service;
 
 use cnmysql_api::names::OPERATOR_IDENTITY;
 use cnmysql_control::contract::{self, FromFile, SemiSync};
@@ -27,6 +19,19 @@ use cnmysql_core::status::InstanceStatus;
 /// The verified identity (certificate common name) of the caller.
 #[derive(Clone, Debug)]
 pub struct Peer(pub String);
+
+impl Peer {
+    /// The identity of the certificates a TLS client presented (none: an
+    /// empty one, which nothing accepts).
+    pub fn of(certs: Option<&[rustls_pki_types::CertificateDer<'static>]>) -> Peer {
+        Peer(
+            certs
+                .and_then(|c| c.first())
+                .and_then(cnmysql_tls::common_name)
+                .unwrap_or_default(),
+        )
+    }
+}
 
 /// What the API needs from the manager.
 pub trait Backend: Send + Sync + 'static {
@@ -479,142 +484,6 @@ async fn backup<B: Backend>(State(b): State<Arc<B>>, Extension(peer): Extension<
     }
 }
 
-/// Holds the control API still before the manager re-executes itself: no
-/// connection is accepted (new ones wait in the backlog of the listening
-/// socket, which the next image inherits), and those already open are given
-/// a moment to finish, so no request is cut off by the exec.
-#[derive(Default)]
-pub struct Gate {
-    /// True while either hold below is on: accept nothing.
-    hold: watch::Sender<bool>,
-    /// Before a re-exec.
-    quiescing: std::sync::atomic::AtomicBool,
-    /// A new image that has not yet taken up the running server.
-    adopting: std::sync::atomic::AtomicBool,
-    open: std::sync::atomic::AtomicUsize,
-}
-
-impl Gate {
-    fn update(&self) {
-        use std::sync::atomic::Ordering;
-        let on = self.quiescing.load(Ordering::SeqCst) || self.adopting.load(Ordering::SeqCst);
-        self.hold
-            .send_if_modified(|h| std::mem::replace(h, on) != on);
-    }
-
-    /// Stop accepting; wait up to `timeout` for open connections to close.
-    /// Returns how many are still open.
-    pub async fn quiesce(&self, timeout: Duration) -> usize {
-        use std::sync::atomic::Ordering;
-        self.quiescing.store(true, Ordering::SeqCst);
-        self.update();
-        let deadline = tokio::time::Instant::now() + timeout;
-        while self.open.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        self.open.load(Ordering::SeqCst)
-    }
-
-    /// The exec failed: accept again.
-    pub fn release(&self) {
-        self.quiescing
-            .store(false, std::sync::atomic::Ordering::SeqCst);
-        self.update();
-    }
-
-    /// Start held: a new image that adopted a running mysqld answers only
-    /// once it knows its state, so nobody sees it "starting" meanwhile.
-    pub fn hold_until_adopted(&self) {
-        self.adopting
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-        self.update();
-    }
-
-    /// The adopted server's state is known (or the wait is over).
-    pub fn adopted(&self) {
-        self.adopting
-            .store(false, std::sync::atomic::Ordering::SeqCst);
-        self.update();
-    }
-}
-
-struct Open(Arc<Gate>);
-
-impl Drop for Open {
-    fn drop(&mut self) {
-        self.0
-            .open
-            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
-/// Accept mTLS connections until `shutdown` turns true.
-pub async fn serve(
-    listener: TcpListener,
-    tls: watch::Receiver<Arc<ServerConfig>>,
-    app: Router,
-    mut shutdown: watch::Receiver<bool>,
-    gate: Arc<Gate>,
-) {
-    let mut hold = gate.hold.subscribe();
-    loop {
-        if *hold.borrow_and_update() {
-            tokio::select! {
-                _ = hold.changed() => continue,
-                _ = crate::stopped(&mut shutdown) => break,
-            }
-        }
-        let (tcp, addr) = tokio::select! {
-            _ = hold.changed() => continue,
-            r = listener.accept() => match r {
-                Ok(x) => x,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            _ = crate::stopped(&mut shutdown) => break,
-        };
-        // The newest certificate for each new connection.
-        let acceptor = TlsAcceptor::from(tls.borrow().clone());
-        let app = app.clone();
-        gate.open.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let open = Open(gate.clone());
-        tokio::spawn(async move {
-            let _open = open;
-            let _ = tcp.set_nodelay(true);
-            let tls =
-                match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
-                    Ok(Ok(s)) => s,
-                    Ok(Err(e)) => {
-                        tracing::debug!(%addr, error = %e, "TLS handshake refused");
-                        return;
-                    }
-                    Err(_) => return,
-                };
-            let peer = tls
-                .get_ref()
-                .1
-                .peer_certificates()
-                .and_then(|c| c.first())
-                .and_then(cnmysql_tls::common_name)
-                .unwrap_or_default();
-            let svc = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
-                req.extensions_mut().insert(Peer(peer.clone()));
-                let mut app = app.clone();
-                let fut: Pin<
-                    Box<dyn Future<Output = Result<Response, std::convert::Infallible>> + Send>,
-                > = Box::pin(async move { app.call(req).await });
-                fut
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(tls), svc)
-                .await;
-        });
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -634,27 +503,5 @@ mod tests {
         assert_eq!(wait_millis(Some("a=1&waitMillis=300")), 300);
         assert_eq!(wait_millis(Some("waitMillis=soon")), 0);
         assert_eq!(wait_millis(Some("waitMillis=600000")), READY_WAIT_MAX_MS);
-    }
-}
-
-#[cfg(test)]
-mod gate_tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn a_quiesced_gate_stays_shut_whatever_the_phase_does() {
-        let g = Gate::default();
-        let held = |g: &Gate| *g.hold.borrow();
-        g.hold_until_adopted();
-        assert!(held(&g));
-        g.adopted();
-        assert!(!held(&g));
-        // Before a re-exec: the manager's reconcile reporting its phase
-        // (adopted) must not open the gate again.
-        assert_eq!(g.quiesce(Duration::from_millis(10)).await, 0);
-        g.adopted();
-        assert!(held(&g));
-        g.release();
-        assert!(!held(&g));
     }
 }

@@ -68,6 +68,8 @@ pub struct Donor {
     /// The client certificate and key presented, for an account that
     /// requires one.
     pub client: Option<(PathBuf, PathBuf)>,
+    /// The token a `cnmysql donor` asks for (an import by backup).
+    pub token: Option<String>,
 }
 
 impl Donor {
@@ -82,6 +84,7 @@ impl Donor {
             password: read_secret(&cfg.secrets.replication_password)?,
             ca: cfg.server_tls_paths().peers_ca,
             client: Some((cfg.tls.cert.clone(), cfg.tls.key.clone())),
+            token: None,
         })
     }
 

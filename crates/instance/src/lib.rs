@@ -17,6 +17,7 @@ pub mod mysqld;
 pub mod private_server;
 pub mod run_dir;
 pub mod saved_transactions;
+pub mod serve;
 pub mod server_image;
 pub mod server_tls;
 pub mod server_version;

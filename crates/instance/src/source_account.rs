@@ -7,7 +7,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use cnmysql_api::replica::{CA_KEY, CERT_KEY, KEY_KEY, PASSWORD_KEY, USERNAME_KEY};
+use cnmysql_api::replica::{
+    CA_KEY, CERT_KEY, DONOR_TOKEN_KEY, KEY_KEY, PASSWORD_KEY, USERNAME_KEY,
+};
 
 use crate::bootstrap::read_secret;
 use crate::config::InstanceConfig;
@@ -18,6 +20,8 @@ pub struct SourceAccount {
     pub ca: PathBuf,
     /// Client certificate and key, for an account that requires one.
     pub client: Option<(PathBuf, PathBuf)>,
+    /// The token of the source's `cnmysql donor` (an import by backup).
+    pub donor_token: Option<String>,
 }
 
 impl SourceAccount {
@@ -58,11 +62,14 @@ impl SourceAccount {
         } else {
             None
         };
+        let token = from.join(DONOR_TOKEN_KEY);
+        let donor_token = token.is_file().then(|| read_secret(&token)).transpose()?;
         Ok(SourceAccount {
             user,
             password,
             ca,
             client,
+            donor_token,
         })
     }
 
@@ -74,16 +81,7 @@ impl SourceAccount {
         port: u16,
         name: &str,
     ) -> anyhow::Result<mysql_async::Conn> {
-        let mut ssl = mysql_async::SslOpts::default().with_root_certs(vec![self.ca.clone().into()]);
-        if name != host {
-            ssl = ssl.with_danger_tls_hostname_override(Some(name.to_string()));
-        }
-        if let Some((cert, key)) = &self.client {
-            ssl = ssl.with_client_identity(Some(mysql_async::ClientIdentity::new(
-                cert.clone().into(),
-                key.clone().into(),
-            )));
-        }
+        let ssl = self.ssl_opts(host, name);
         let opts = mysql_async::OptsBuilder::default()
             .ip_or_hostname(host)
             .tcp_port(port)
@@ -96,5 +94,49 @@ impl SourceAccount {
                 .await
                 .map_err(|_| anyhow::anyhow!("no answer within 5 s"))??,
         )
+    }
+
+    /// TLS to the source: its certificate must chain to the Secret's
+    /// `ca.crt` and no other root (none built in), and carry `name`.
+    pub fn ssl_opts(&self, host: &str, name: &str) -> mysql_async::SslOpts {
+        let mut ssl = mysql_async::SslOpts::default()
+            .with_root_certs(vec![self.ca.clone().into()])
+            .with_disable_built_in_roots(true);
+        if name != host {
+            ssl = ssl.with_danger_tls_hostname_override(Some(name.to_string()));
+        }
+        if let Some((cert, key)) = &self.client {
+            ssl = ssl.with_client_identity(Some(mysql_async::ClientIdentity::new(
+                cert.clone().into(),
+                key.clone().into(),
+            )));
+        }
+        ssl
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_source_is_trusted_through_its_ca_alone_and_by_the_name_asked_for() {
+        let a = SourceAccount {
+            user: "importer".into(),
+            password: "x".into(),
+            ca: "/s/ca.crt".into(),
+            client: None,
+            donor_token: None,
+        };
+        let ssl = a.ssl_opts("10.0.0.7", "db.example");
+        assert!(ssl.disable_built_in_roots(), "no public roots");
+        assert_eq!(ssl.root_certs().len(), 1);
+        assert_eq!(ssl.tls_hostname_override(), Some("db.example"));
+        assert!(!ssl.skip_domain_validation() && !ssl.accept_invalid_certs());
+        assert_eq!(
+            a.ssl_opts("db.example", "db.example")
+                .tls_hostname_override(),
+            None
+        );
     }
 }

@@ -167,6 +167,9 @@ async fn two_clusters_in_two_namespaces_switch_over_without_loss_and_promote_aft
     );
 }
 
+/// The token the donor of the import test is given.
+const DONOR_TOKEN: &str = "donor-token-0123456789abcdef";
+
 /// `<cluster>-<what>-source` in `ns`: the account `user`/`password` and
 /// the CA of the source cluster `source`.
 async fn account_secret(k: &KubeCluster, source: &str, ns: &str, name: &str, user: &str, pw: &str) {
@@ -178,6 +181,10 @@ async fn account_secret(k: &KubeCluster, source: &str, ns: &str, name: &str, use
         ("username".to_string(), ByteString(user.as_bytes().to_vec())),
         ("password".to_string(), ByteString(pw.as_bytes().to_vec())),
         ("ca.crt".to_string(), ca),
+        (
+            cnmysql_api::replica::DONOR_TOKEN_KEY.to_string(),
+            ByteString(DONOR_TOKEN.as_bytes().to_vec()),
+        ),
     ]);
     let secret = Secret {
         metadata: kube::api::ObjectMeta {
@@ -198,9 +205,14 @@ async fn account_secret(k: &KubeCluster, source: &str, ns: &str, name: &str, use
 async fn donor_in_primary_pod(k: &KubeCluster, ns: &str) -> (KillOnDrop, String) {
     let pod = status(k, ns).await.current_primary.unwrap();
     let script = format!(
-        "exec {} donor --tls-cert \"$CNMYSQL_TLS/tls.crt\" --tls-key \"$CNMYSQL_TLS/tls.key\" \
-         --server \"$CNMYSQL_POD_IP:3306\" --server-cnf \"$CNMYSQL_RUN/my.cnf\" --work-dir \"$CNMYSQL_RUN/donor\"",
-        cnmysql_api::names::MANAGER_PATH
+        "printf %s '{DONOR_TOKEN}' > \"$CNMYSQL_RUN/donor-token\" && \
+         exec {} donor --listen \"$CNMYSQL_POD_IP:{}\" \
+         --tls-cert \"$CNMYSQL_TLS/tls.crt\" --tls-key \"$CNMYSQL_TLS/tls.key\" \
+         --token-file \"$CNMYSQL_RUN/donor-token\" --server \"$CNMYSQL_POD_IP:3306\" \
+         --server-ca \"$CNMYSQL_TLS/ca.crt\" --server-cnf \"$CNMYSQL_RUN/my.cnf\" \
+         --work-dir \"$CNMYSQL_RUN/donor\"",
+        cnmysql_api::names::MANAGER_PATH,
+        cnmysql_api::import::DEFAULT_DONOR_PORT
     );
     let child = std::process::Command::new("kubectl")
         .arg("--kubeconfig")

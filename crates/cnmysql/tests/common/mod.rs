@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod donor;
 pub mod follow;
 pub mod kube;
 pub mod writer;

@@ -86,6 +86,7 @@ impl<C: ClusterState> Manager<C> {
                     password: account.password.clone(),
                     ca: account.ca.clone(),
                     client: account.client.clone(),
+                    token: account.donor_token.clone(),
                 };
                 self.import_by_backup(&donor, &version).await?
             }
@@ -141,6 +142,7 @@ impl<C: ClusterState> Manager<C> {
             password: account.password.clone(),
             ca: account.ca.clone(),
             client: account.client.clone(),
+            token: None,
         };
         crate::clone_plugin::clone_from(&self.cfg, &donor, &self.progress).await?;
         let bytes = self.progress_bytes();
@@ -169,6 +171,13 @@ impl<C: ClusterState> Manager<C> {
             InstancePhase::Cloning,
             format!("import: copying {at} with mariadb-backup"),
         );
+        let Some(token) = &donor.token else {
+            anyhow::bail!(
+                "import refused, nothing was made: method backup needs the donor's token under the key {} of the Secret {} (the one `cnmysql donor --token-file` was given)",
+                cnmysql_api::replica::DONOR_TOKEN_KEY,
+                cnmysql_api::import::import_secret(&self.cfg.cluster)
+            );
+        };
         let ca = std::fs::read_to_string(&donor.ca)?;
         let client_id = match &donor.client {
             Some((cert, key)) => Some(cnmysql_tls::Identity {
@@ -183,7 +192,10 @@ impl<C: ClusterState> Manager<C> {
             .with_connect_timeout(Duration::from_secs(10))
             .expecting(&donor.name);
         let path = cnmysql_control::contract::BACKUP;
-        let headers = [("authorization", auth)];
+        let headers = [
+            ("authorization", auth),
+            (crate::donor::TOKEN_HEADER, token.clone()),
+        ];
         let resp = client
             .send(&donor.host, donor.port, "GET", path, &headers, None)
             .await

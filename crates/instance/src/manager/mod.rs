@@ -103,7 +103,7 @@ pub struct Manager<C: ClusterState> {
     /// re-exec so that nobody is refused during it.
     listen_fds: Mutex<Vec<(&'static str, std::os::fd::RawFd)>>,
     /// Holds the control API still just before a re-exec.
-    gate: Arc<api::Gate>,
+    gate: Arc<crate::serve::Gate>,
     /// The GTID history last observed, and when it was first seen so
     /// (none for the first observation: its age is unknown).
     history_seen: Mutex<Option<(String, Option<String>)>>,
@@ -241,12 +241,13 @@ impl<C: ClusterState> Manager<C> {
             .unwrap()
             .push(("control", listener.as_raw_fd()));
         let api_task = tokio::spawn(
-            api::serve(
+            crate::serve::serve(
                 listener,
                 self.certs.server(),
                 api::router(self.clone()),
                 self.shutdown.subscribe(),
                 self.gate.clone(),
+                Default::default(),
             )
             .in_current_span(),
         );
@@ -263,12 +264,19 @@ impl<C: ClusterState> Manager<C> {
                 .unwrap()
                 .push(("probes", probes.as_raw_fd()));
             let app = api::probe_router(self.clone());
-            let mut stop = self.shutdown.subscribe();
-            tokio::spawn(async move {
-                let _ = axum::serve(probes, app)
-                    .with_graceful_shutdown(async move { crate::stopped(&mut stop).await })
-                    .await;
-            });
+            // Probes are short: a kubelet holds a connection a second or
+            // two, and nobody else gets to keep one.
+            let limits = crate::serve::Limits {
+                max_connections: 16,
+                header_timeout: Duration::from_secs(5),
+                keep_alive: false,
+            };
+            tokio::spawn(crate::serve::serve_plain(
+                probes,
+                app,
+                self.shutdown.subscribe(),
+                limits,
+            ));
         }
         tracing::info!(
             instance = cfg.instance,
