@@ -122,13 +122,27 @@ pub fn check_spec(s: &crate::ClusterSpec, errors: &mut Vec<FieldError>) {
         ));
     }
     for (n, d) in i.databases.iter().enumerate() {
-        let bad = d.is_empty() || d.len() > 64 || d.contains(['`', '/', '\\', '.']);
-        if bad || SYSTEM_DATABASES.contains(&d.to_ascii_lowercase().as_str()) {
-            errors.push(err(
-                format!("{F}.databases[{n}]"),
-                format!("{d:?} is not a user database to copy (1 to 64 characters, no '`', '/', '\\\\' or '.', not a system database)"),
-            ));
+        if let Some(why) = database_problem(d) {
+            errors.push(err(format!("{F}.databases[{n}]"), why));
         }
+    }
+}
+
+/// Why `name` (given, or found on the source) is no database a logical
+/// import copies: a name that could be taken for a path or an option of
+/// the dump program, or a system database. None when it is one.
+pub fn database_problem(name: &str) -> Option<String> {
+    let bad = name.is_empty()
+        || name.len() > 64
+        || name.starts_with('-')
+        || name.contains(['`', '/', '\\', '.'])
+        || name.chars().any(char::is_control);
+    if bad || SYSTEM_DATABASES.contains(&name.to_ascii_lowercase().as_str()) {
+        Some(format!(
+            "{name:?} is not a user database to copy (1 to 64 characters, no leading '-', no '`', '/', '\\\\', '.' or control character, not a system database)"
+        ))
+    } else {
+        None
     }
 }
 

@@ -136,6 +136,19 @@ async fn a_cluster_is_imported_from_a_running_server_follows_it_and_cuts_over_wi
     holds_shop(&copy, "copy-1").await;
     let record = imported_record(&copy, "copy-1");
     assert_eq!(record["method"], "logical", "{record}");
+    // The function, view and trigger root made run as root here: said.
+    assert_eq!(
+        record["definers"],
+        serde_json::json!(["root@localhost"]),
+        "{record}"
+    );
+    let mut a = copy.admin("copy-1").await;
+    let loader: Vec<String> = a
+        .query("SELECT User FROM mysql.user WHERE User = 'cnmysql_loader'")
+        .await
+        .unwrap();
+    assert!(loader.is_empty(), "the loader's account is gone");
+    drop(a);
     assert_eq!(
         record["gtid"],
         executed(&old, &old.current_primary()).await.as_str(),

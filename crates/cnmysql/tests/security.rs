@@ -515,3 +515,124 @@ async fn the_donor_says_nothing_to_strangers_and_holds_nothing_open() {
     drop(donor);
     source.destroy();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_sources_names_never_become_options() {
+    secrets();
+    let name = "sec-src";
+    let source = LocalCluster::start_as_made(name, &manifest(name, 1));
+    let planted = source.dir.path().join("planted");
+    let hostile = format!("--result-file={}", planted.display());
+    let mut a = source.admin(&source.current_primary()).await;
+    for q in [
+        format!("CREATE DATABASE `{hostile}`"),
+        "CREATE USER 'importer'@'%' IDENTIFIED BY 'import-Pw1' REQUIRE SSL".into(),
+        "GRANT SELECT, RELOAD, LOCK TABLES, SHOW VIEW, TRIGGER, EVENT, EXECUTE, REPLICATION CLIENT ON *.* TO 'importer'@'%'".into(),
+    ] {
+        a.query_drop(q).await.unwrap();
+    }
+    if flavor() == Flavor::Mysql {
+        a.query_drop("GRANT SHOW_ROUTINE ON *.* TO 'importer'@'%'")
+            .await
+            .unwrap();
+    }
+    drop(a);
+    let secret = secrets().join("sec-copy-import-source");
+    std::fs::create_dir_all(&secret).unwrap();
+    std::fs::copy(
+        Path::new(&source.state_arg()).join("pki/ca.crt"),
+        secret.join("ca.crt"),
+    )
+    .unwrap();
+    std::fs::write(secret.join("username"), "importer").unwrap();
+    std::fs::write(secret.join("password"), "import-Pw1").unwrap();
+    let copy = format!(
+        "{}  bootstrap:\n    import:\n      method: logical\n      source:\n        host: 127.0.0.1\n        port: {}\n",
+        manifest("sec-copy", 1),
+        source.service_port("rw")
+    );
+    let (c, _) = LocalCluster::try_start("sec-copy", &copy, 1);
+    let why = wait_for("the import refused", Duration::from_secs(90), || async {
+        let phase = c.instance_status("sec-copy-1");
+        let message = phase["message"].as_str().unwrap_or_default().to_string();
+        message
+            .contains("is not a user database to copy")
+            .then_some(message)
+    })
+    .await;
+    assert!(why.contains("--result-file"), "{why}");
+    assert!(
+        !planted.exists(),
+        "the dump program took the name for an option"
+    );
+    c.destroy();
+    source.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_logical_load_runs_as_an_account_that_reaches_nothing_beyond_its_databases() {
+    secrets();
+    let name = "sec-load";
+    let c = LocalCluster::start_as_made(name, &manifest(name, 1));
+    let primary = c.current_primary();
+    let mut a = c.admin(&primary).await;
+    let f = match flavor() {
+        Flavor::Mariadb => cnmysql_api::Flavor::Mariadb,
+        Flavor::Mysql => cnmysql_api::Flavor::Mysql,
+    };
+    let statements =
+        cnmysql_instance::logical_import::loader_account(f, &["shop".to_string()], "loader-Pw1");
+    for s in &statements {
+        a.query_drop(&s.text).await.unwrap();
+    }
+    drop(a);
+    let sock = c.instance_dir(&primary).join("run/mysqld.sock");
+    let opts = OptsBuilder::default()
+        .socket(Some(sock.display().to_string()))
+        .user(Some(cnmysql_instance::logical_import::LOADER_USER))
+        .pass(Some("loader-Pw1"))
+        .prefer_socket(true);
+    let mut l = Conn::new(opts).await.expect("the loader connects");
+    // What a dump does.
+    for ok in [
+        "CREATE DATABASE shop",
+        "CREATE TABLE shop.t (i INT PRIMARY KEY)",
+        "INSERT INTO shop.t VALUES (1)",
+    ] {
+        l.query_drop(ok)
+            .await
+            .unwrap_or_else(|e| panic!("{ok}: {e}"));
+    }
+    // What a hostile dump would try.
+    let file = a_secret_file(&c).display().to_string();
+    for attack in [
+        "CREATE DATABASE other".to_string(),
+        "INSERT INTO mysql.db (Host, Db, User) VALUES ('%', 'x', 'y')".into(),
+        "CREATE USER sneaky IDENTIFIED BY 'x'".into(),
+        "GRANT ALL ON *.* TO 'cnmysql_loader'@'localhost'".into(),
+        "SET GLOBAL general_log_file = '/tmp/cnmysql-planted'".into(),
+        "SET GLOBAL read_only = 0".into(),
+        format!("CREATE TABLE shop.f AS SELECT LOAD_FILE('{file}') AS f"),
+        format!("LOAD DATA INFILE '{file}' INTO TABLE shop.t"),
+        "SELECT 1 INTO OUTFILE '/tmp/cnmysql-planted'".into(),
+        match flavor() {
+            Flavor::Mariadb => "CHANGE MASTER TO MASTER_HOST = '127.0.0.1'".into(),
+            Flavor::Mysql => "CHANGE REPLICATION SOURCE TO SOURCE_HOST = '127.0.0.1'".into(),
+        },
+        "SHUTDOWN".into(),
+    ] {
+        let r = l.query_drop(&attack).await;
+        let loaded_a_file = attack.contains("LOAD_FILE") && r.is_ok() && {
+            let v: Option<Option<Vec<u8>>> =
+                l.query_first("SELECT f FROM shop.f").await.unwrap_or(None);
+            matches!(v, Some(Some(_)))
+        };
+        assert!(
+            !loaded_a_file && (r.is_err() || attack.contains("LOAD_FILE")),
+            "the loader could: {attack}"
+        );
+    }
+    assert!(!Path::new("/tmp/cnmysql-planted").exists());
+    drop(l);
+    c.destroy();
+}

@@ -2,8 +2,17 @@
 //! of the source's user databases over TLS, and its output is loaded into a
 //! private server through the command-line client, never written to the
 //! binary log. The dump names the source's GTID position at the snapshot
-//! (MariaDB `gtid_slave_pos`, MySQL `GTID_PURGED`); it is read from the
-//! stream as it passes, so the new server's history can be set to it.
+//! (MariaDB `gtid_slave_pos`, MySQL `GTID_PURGED`, both as comments); it is
+//! read from the stream as it passes, so the new server's history can be
+//! set to it.
+//!
+//! The dump is the source's words, and a hostile source can make it say
+//! anything (a table definition is text the source returns). So it is
+//! loaded as an account that may only make and fill the databases being
+//! imported, and name their definers: no other database (not `mysql`), no
+//! global setting, no file, no replication, no account. The client reads
+//! no local file and runs no client command, and names from the source are
+//! never taken for options of the dump program.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -25,12 +34,80 @@ pub struct Source<'a> {
     pub account: &'a SourceAccount,
 }
 
+/// The account a dump is loaded as, on the private server only.
+pub const LOADER_USER: &str = "cnmysql_loader";
+
+/// The loader's account on the private server: every privilege on the
+/// databases being imported, and leave to name other definers, nothing
+/// else (`databases` are checked names, `database_problem`).
+pub fn loader_account(
+    f: Flavor,
+    databases: &[String],
+    password: &str,
+) -> Vec<cnmysql_core::flavor::Sql> {
+    use cnmysql_core::flavor::{Sql, quote};
+    let who = format!("{}@'localhost'", quote(LOADER_USER));
+    let create = |pw: &str| format!("CREATE USER {who} IDENTIFIED BY {pw}");
+    let mut out = vec![Sql::secret(
+        create(&quote(password)),
+        create("'<redacted>'"),
+    )];
+    for d in databases {
+        let literal = cnmysql_api::sql_privileges::grant_database_literal(d);
+        out.push(Sql::new(format!(
+            "GRANT ALL PRIVILEGES ON `{}`.* TO {who}",
+            literal.replace('`', "``")
+        )));
+    }
+    let definers = match f {
+        Flavor::Mariadb => "SET USER",
+        // The dump turns its session's binary log off (restricted session
+        // settings, never global ones); the history the session could
+        // write is reset after the load. SYSTEM_USER: a definer that is
+        // one (root) may only be named by one.
+        Flavor::Mysql => {
+            "SET_ANY_DEFINER, ALLOW_NONEXISTENT_DEFINER, SESSION_VARIABLES_ADMIN, SYSTEM_USER"
+        }
+    };
+    out.push(Sql::new(format!("GRANT {definers} ON *.* TO {who}")));
+    out
+}
+
 /// What a load brought.
 #[derive(Debug, Default)]
 pub struct Loaded {
     /// The source's GTID position at the snapshot, as the dump gave it.
     pub gtid: String,
     pub bytes: u64,
+    /// The accounts the loaded routines, views, triggers and events run
+    /// as (their definers), for whoever reviews what was trusted.
+    pub definers: Vec<String>,
+}
+
+/// The definers of every routine, view, trigger and event of `databases`.
+pub async fn definers(
+    conn: &mut mysql_async::Conn,
+    databases: &[String],
+) -> anyhow::Result<Vec<String>> {
+    use mysql_async::prelude::*;
+    if databases.is_empty() {
+        return Ok(Vec::new());
+    }
+    let list = databases
+        .iter()
+        .map(|d| cnmysql_core::flavor::quote(d))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let q = format!(
+        "SELECT DEFINER FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA IN ({list}) \
+         UNION SELECT DEFINER FROM information_schema.VIEWS WHERE TABLE_SCHEMA IN ({list}) \
+         UNION SELECT DEFINER FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA IN ({list}) \
+         UNION SELECT DEFINER FROM information_schema.EVENTS WHERE EVENT_SCHEMA IN ({list})"
+    );
+    let mut v: Vec<String> = conn.query(q).await?;
+    v.sort();
+    v.dedup();
+    Ok(v)
 }
 
 /// A `[client]` option file with `password` (never on a command line),
@@ -38,6 +115,19 @@ pub struct Loaded {
 fn option_file(path: &Path, password: &str) -> anyhow::Result<PathBuf> {
     let escaped = password.replace('\\', "\\\\").replace('"', "\\\"");
     cnmysql_tls::write_private(path, &format!("[client]\npassword=\"{escaped}\"\n"), true)?;
+    Ok(path.to_path_buf())
+}
+
+/// The loader's `[client]` options: its account on the private server's
+/// socket, readable by its owner only.
+fn loader_option_file(path: &Path, socket: &Path, password: &str) -> anyhow::Result<PathBuf> {
+    use crate::config::option_value;
+    let text = format!(
+        "[client]\nuser = {LOADER_USER}\npassword = {}\nsocket = {}\n",
+        option_value(password),
+        option_value(&socket.display().to_string())
+    );
+    cnmysql_tls::write_private(path, &text, true)?;
     Ok(path.to_path_buf())
 }
 
@@ -83,14 +173,33 @@ fn dump_args(f: Flavor, src: &Source, databases: &[String]) -> Vec<String> {
             };
             args.push(format!("--ssl-mode={mode}"));
             args.extend([
-                "--set-gtid-purged=ON".into(),
+                // As a comment: the loader may not set it, the manager does.
+                "--set-gtid-purged=COMMENTED".into(),
                 "--source-data=2".into(),
                 "--column-statistics=0".into(),
             ]);
         }
     }
-    args.push("--databases".into());
+    // The names come after `--`: never an option, whatever they say.
+    args.extend(["--databases".into(), "--".into()]);
     args.extend(databases.iter().cloned());
+    args
+}
+
+/// The command-line client's arguments: the loader's option file, no
+/// local file read, no client command run (`\\!`, `source`), whatever the
+/// dump says.
+fn client_args(f: Flavor, options: &Path) -> Vec<String> {
+    let mut args = vec![
+        format!("--defaults-file={}", options.display()),
+        "--binary-mode".into(),
+        "--max-allowed-packet=1G".into(),
+        "--local-infile=0".into(),
+    ];
+    args.push(match f {
+        Flavor::Mariadb => "--sandbox".into(),
+        Flavor::Mysql => "--commands=OFF".into(),
+    });
     args
 }
 
@@ -109,13 +218,14 @@ fn gtid_in(f: Flavor, head: &str) -> Option<String> {
     Some(set.replace(['\n', ' '], ""))
 }
 
-/// Dump `databases` of `src` into the private server on `socket` (which
-/// runs without grant checks); progress goes to `progress`.
+/// Dump `databases` of `src` into the private server on `socket`, as
+/// [`LOADER_USER`] with `loader_password`; progress goes to `progress`.
 pub async fn load(
     cfg: &InstanceConfig,
     src: &Source<'_>,
     databases: &[String],
     socket: &Path,
+    loader_password: &str,
     progress: &ProgressCell,
 ) -> anyhow::Result<Loaded> {
     let f = cfg.flavor();
@@ -148,12 +258,14 @@ pub async fn load(
     let mut dump = dump
         .spawn()
         .map_err(|e| programs.start_error(dump_path, &e))?;
+    let loader = loader_option_file(
+        &cfg.run_dir.join("import-loader.cnf"),
+        socket,
+        loader_password,
+    )?;
     let mut client = programs.tokio_command(client_path);
     client
-        .arg("--no-defaults")
-        .arg(format!("--socket={}", socket.display()))
-        .args(["--user=root", "--binary-mode", "--max-allowed-packet=1G"])
-        .arg("--init-command=SET SESSION sql_log_bin = 0")
+        .args(client_args(f, &loader))
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -203,6 +315,7 @@ pub async fn load(
     let dumped = dump.wait().await?;
     let applied = client.wait().await?;
     std::fs::remove_file(&options).ok();
+    std::fs::remove_file(&loader).ok();
     anyhow::ensure!(
         dumped.success(),
         "the dump of {} failed ({dumped}): {}",
@@ -257,5 +370,35 @@ mod tests {
             None
         );
         assert_eq!(gtid_in(Flavor::Mysql, "CREATE TABLE t (i INT);"), None);
+    }
+
+    #[test]
+    fn names_follow_the_end_of_options_and_the_client_runs_nothing_of_its_own() {
+        let account = SourceAccount {
+            user: "importer".into(),
+            password: "x".into(),
+            ca: "/s/ca.crt".into(),
+            client: None,
+            donor_token: None,
+        };
+        let src = Source {
+            host: "10.0.0.7",
+            port: 3306,
+            name: "10.0.0.7",
+            account: &account,
+        };
+        for f in [Flavor::Mariadb, Flavor::Mysql] {
+            let args = dump_args(f, &src, &["--result-file=/x".into()]);
+            let end = args.iter().position(|a| a == "--").expect("--");
+            assert_eq!(args[end - 1], "--databases");
+            assert_eq!(args[end + 1..], ["--result-file=/x".to_string()]);
+            let client = client_args(f, Path::new("/run/loader.cnf"));
+            assert!(client.contains(&"--local-infile=0".to_string()));
+            assert!(
+                client.contains(&"--sandbox".to_string())
+                    || client.contains(&"--commands=OFF".to_string())
+            );
+            assert!(client[0].starts_with("--defaults-file="), "{client:?}");
+        }
     }
 }

@@ -57,14 +57,6 @@ pub fn default_state_dir(cluster: &str) -> PathBuf {
         .join(cluster)
 }
 
-fn random_secret() -> String {
-    const ALPHABET: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789";
-    let mut rng = rand::rng();
-    (0..32)
-        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
-        .collect()
-}
-
 /// Is this TCP port free on `host` right now?
 pub fn port_free(host: &str, port: u16) -> bool {
     std::net::TcpListener::bind((host, port)).is_ok()
@@ -301,7 +293,7 @@ impl StateDir {
             &secrets.app_password,
         ] {
             if !f.exists() {
-                cnmysql_tls::write_private(f, &random_secret(), true)?;
+                cnmysql_tls::write_private(f, &cnmysql_tls::random_password(), true)?;
             }
         }
         let instances: Vec<String> = (1..=cluster.spec.instances as u32)

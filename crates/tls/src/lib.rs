@@ -74,6 +74,17 @@ impl std::fmt::Debug for Identity {
     }
 }
 
+/// A new random password: 32 characters from a URL- and shell-safe
+/// alphabet (about 186 bits), for every account and token made here.
+pub fn random_password() -> String {
+    use rand::Rng;
+    const ALPHABET: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789";
+    let mut rng = rand::rng();
+    (0..32)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
 /// The cluster CA: its certificate and signing key.
 #[derive(Clone, Debug)]
 pub struct Ca {

@@ -16,6 +16,7 @@ use crate::logical_import;
 use crate::private_server::PrivateServer;
 use crate::source_account::SourceAccount;
 use cnmysql_api::import::{ImportMethod, ImportSpec, SYSTEM_DATABASES, import_secret};
+use cnmysql_core::flavor::Sql;
 
 /// Where what an import brought is recorded, in the data directory.
 pub const IMPORTED_FILE: &str = "cnmysql_imported.json";
@@ -36,6 +37,10 @@ pub struct Imported {
     pub bytes: u64,
     pub millis: u64,
     pub completed_at: String,
+    /// A logical import: the accounts its routines, views, triggers and
+    /// events run as here (docs/security.md: what a source is trusted with).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub definers: Vec<String>,
 }
 
 /// What this instance's data was imported from, when it was.
@@ -75,6 +80,7 @@ impl<C: ClusterState> Manager<C> {
         conn.disconnect().await.ok();
         let began = Instant::now();
         let method = spec.method(cfg.flavor());
+        let mut definers = Vec::new();
         let (gtid, bytes) = match method {
             ImportMethod::Clone => self.import_by_clone(&account, src, &address).await?,
             ImportMethod::Backup => {
@@ -97,7 +103,9 @@ impl<C: ClusterState> Manager<C> {
                     name: &name,
                     account: &account,
                 };
-                self.import_logical(&from, &databases).await?
+                let (gtid, loaded) = self.import_logical(&from, &databases).await?;
+                definers = loaded.definers;
+                (gtid, loaded.bytes)
             }
         };
         let record = Imported {
@@ -108,6 +116,7 @@ impl<C: ClusterState> Manager<C> {
             bytes,
             millis: began.elapsed().as_millis() as u64,
             completed_at: jiff::Timestamp::now().to_string(),
+            definers,
         };
         tracing::info!(
             source = record.source,
@@ -220,12 +229,12 @@ impl<C: ClusterState> Manager<C> {
     }
 
     /// `databases` through a dump loaded into a new server; its GTID set
-    /// and the bytes loaded.
+    /// and what was loaded.
     async fn import_logical(
         &self,
         from: &logical_import::Source<'_>,
         databases: &[String],
-    ) -> anyhow::Result<(String, u64)> {
+    ) -> anyhow::Result<(String, logical_import::Loaded)> {
         let cfg = self.cfg.clone();
         self.set_phase(
             InstancePhase::Initializing,
@@ -238,29 +247,84 @@ impl<C: ClusterState> Manager<C> {
         );
         tokio::task::spawn_blocking(move || bootstrap::prepare_empty_datadir(&cfg)).await??;
         let f = self.cfg.flavor();
-        let mut loaded = logical_import::Loaded::default();
+        let loaded = if databases.is_empty() {
+            logical_import::Loaded::default()
+        } else {
+            self.load_restricted(from, databases).await?
+        };
+        // The position the dump states becomes the history.
         let mut server = self.private_server().await?;
-        let done = async {
+        let history = match f {
+            Flavor::Mariadb => flavor::adopt_history(f, &loaded.gtid, &loaded.gtid),
+            Flavor::Mysql if loaded.gtid.is_empty() => Vec::new(),
+            Flavor::Mysql => vec![
+                Sql::new("RESET BINARY LOGS AND GTIDS"),
+                Sql::new(format!(
+                    "SET GLOBAL gtid_purged = {}",
+                    flavor::quote(&loaded.gtid)
+                )),
+            ],
+        };
+        let done = sql::exec_all(&mut server.conn, &history).await;
+        let gtid = self.finish_private(server, done).await?;
+        Ok((gtid, loaded))
+    }
+
+    /// Load the dump into the empty data directory on a private server
+    /// that checks grants and keeps no binary log, as the loader account,
+    /// which may touch only `databases`.
+    async fn load_restricted(
+        &self,
+        from: &logical_import::Source<'_>,
+        databases: &[String],
+    ) -> anyhow::Result<logical_import::Loaded> {
+        let cfg = &self.cfg;
+        let mut args: Vec<String> = super::replay::server_args(cfg)
+            .into_iter()
+            .filter(|a| a != "--skip-grant-tables")
+            .collect();
+        args.push("--skip-log-bin".into());
+        let mut server = PrivateServer::start(cfg, args, &cfg.socket()).await?;
+        let password = cnmysql_tls::random_password();
+        let loaded = async {
             let conn = &mut server.conn;
-            sql::exec_all(conn, &flavor::read_only(f, false)).await?;
-            if !databases.is_empty() {
-                loaded = logical_import::load(
-                    &self.cfg,
-                    from,
-                    databases,
-                    &self.cfg.socket(),
-                    &self.progress,
-                )
-                .await?;
+            sql::exec_all(conn, &flavor::read_only(cfg.flavor(), false)).await?;
+            sql::exec_all(
+                conn,
+                &logical_import::loader_account(cfg.flavor(), databases, &password),
+            )
+            .await?;
+            let mut loaded = logical_import::load(
+                cfg,
+                from,
+                databases,
+                &cfg.socket(),
+                &password,
+                &self.progress,
+            )
+            .await?;
+            loaded.definers = logical_import::definers(conn, databases).await?;
+            if !loaded.definers.is_empty() {
+                tracing::warn!(
+                    definers = ?loaded.definers,
+                    "import: the source's routines, views, triggers and events run as these accounts here"
+                );
             }
-            // MariaDB: the position the dump states becomes the history
-            // (MySQL's dump set GTID_PURGED itself).
-            sql::exec_all(conn, &flavor::adopt_history(f, &loaded.gtid, &loaded.gtid)).await?;
-            Ok(())
+            let drop_loader = Sql::new(format!(
+                "DROP USER {}@'localhost'",
+                flavor::quote(logical_import::LOADER_USER)
+            ));
+            sql::exec_all(conn, &[drop_loader]).await?;
+            anyhow::Ok(loaded)
         }
         .await;
-        let gtid = self.finish_private(server, done).await?;
-        Ok((gtid, loaded.bytes))
+        match loaded {
+            Ok(l) => server.stop().await.map(|()| l),
+            Err(e) => {
+                let words = server.kill().await;
+                anyhow::bail!("import failed: {e:#}; server: {words}")
+            }
+        }
     }
 
     /// Bytes the last copy moved, as its progress says.
@@ -315,11 +379,21 @@ impl<C: ClusterState> Manager<C> {
     }
 }
 
-/// The source's databases but its own system ones.
+/// The source's databases but its own system ones. A name the dump could
+/// take for something else (an option, a path) refuses the import, naming
+/// it: the source chose it, and a list in the spec can leave it out.
 async fn user_databases(conn: &mut mysql_async::Conn) -> anyhow::Result<Vec<String>> {
     let all: Vec<String> = conn.query("SHOW DATABASES").await?;
-    Ok(all
+    let user: Vec<String> = all
         .into_iter()
         .filter(|d| !SYSTEM_DATABASES.contains(&d.to_ascii_lowercase().as_str()))
-        .collect())
+        .collect();
+    for d in &user {
+        if let Some(why) = cnmysql_api::import::database_problem(d) {
+            anyhow::bail!(
+                "import refused, nothing was made: the source's database {why}; name the databases to copy in spec.bootstrap.import.databases"
+            );
+        }
+    }
+    Ok(user)
 }

@@ -12,7 +12,6 @@ use std::collections::BTreeMap;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
-use rand::Rng;
 
 use cnmysql_api::Cluster;
 use cnmysql_api::names::OPERATOR_IDENTITY;
@@ -109,13 +108,7 @@ pub fn ca_secret_name(cluster: &Cluster) -> String {
 }
 
 /// 32 characters from a URL- and shell-safe alphabet.
-pub fn password() -> String {
-    const ALPHABET: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789";
-    let mut rng = rand::rng();
-    (0..32)
-        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
-        .collect()
-}
+pub use cnmysql_tls::random_password as password;
 
 fn data(pairs: &[(&str, &str)]) -> BTreeMap<String, ByteString> {
     pairs
