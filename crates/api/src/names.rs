@@ -40,6 +40,36 @@ pub const RESTART_INPLACE_ERROR_ANNOTATION: &str = "cnmysql.io/restartInPlaceErr
 /// Common name of the operator's client certificate.
 pub const OPERATOR_IDENTITY: &str = "cnmysql-operator";
 
+/// The namespace the local platform's clusters are known in (their
+/// certificates' identities and subjects name it).
+pub const LOCAL_NAMESPACE: &str = "local";
+
+/// The identity a certificate of `cluster` in `namespace` names its party
+/// by (a URI subject alternative name): the operator, or an instance.
+/// A control API accepts a caller by this, never by a common name alone,
+/// so a certificate for another cluster or namespace from a shared issuer
+/// gets nothing.
+pub fn identity(namespace: &str, cluster: &str, who: &str) -> String {
+    let party = if who == OPERATOR_IDENTITY {
+        "operator".to_string()
+    } else {
+        format!("instance/{who}")
+    };
+    format!("spiffe://cnmysql.io/ns/{namespace}/cluster/{cluster}/{party}")
+}
+
+/// The subject a certificate of `who` is issued with: its common name and
+/// organizational unit. Every instance of a cluster has the same one
+/// (the cluster's name, in its namespace), which the replication account
+/// requires: a certificate of another cluster has another.
+pub fn subject(namespace: &str, cluster: &str, who: &str) -> (String, Option<String>) {
+    if who == OPERATOR_IDENTITY {
+        (OPERATOR_IDENTITY.to_string(), None)
+    } else {
+        (cluster.to_string(), Some(namespace.to_string()))
+    }
+}
+
 /// `<cluster>-<ordinal>`.
 pub fn instance_name(cluster: &str, ordinal: u32) -> String {
     format!("{cluster}-{ordinal}")
@@ -111,5 +141,22 @@ mod tests {
         assert_eq!(ordinal_of("db", "db-"), None);
         assert_eq!(instance_name("db", 3), "db-3");
         assert_eq!(lease_name("db"), "db-primary");
+    }
+
+    #[test]
+    fn identities_name_the_namespace_the_cluster_and_the_party() {
+        assert_eq!(
+            identity("prod", "db", "db-2"),
+            "spiffe://cnmysql.io/ns/prod/cluster/db/instance/db-2"
+        );
+        assert_eq!(
+            identity("prod", "db", OPERATOR_IDENTITY),
+            "spiffe://cnmysql.io/ns/prod/cluster/db/operator"
+        );
+        assert_eq!(
+            subject("prod", "db", "db-2"),
+            ("db".into(), Some("prod".into()))
+        );
+        assert_eq!(subject("prod", "db", OPERATOR_IDENTITY).1, None);
     }
 }

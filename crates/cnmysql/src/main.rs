@@ -142,6 +142,7 @@ async fn kubernetes_instance(
         .map_err(anyhow::Error::msg)?;
     let bind = pod.bind.unwrap_or_else(|| pod_ip.clone());
     let cfg = cnmysql_instance::InstanceConfig {
+        namespace,
         cluster,
         instance,
         ordinal,

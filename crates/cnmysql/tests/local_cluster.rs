@@ -118,7 +118,12 @@ async fn three_instances_replicate_from_rw_to_ro() {
         ),
     )
     .await;
-    assert!(grants[0][0].contains("REQUIRE X509"), "{grants:?}");
+    // Only a certificate of this cluster's subject, from its CA.
+    assert!(
+        grants[0][0].contains("SUBJECT '/CN=trio/O=cloudnative-mysql/OU=local'")
+            && grants[0][0].contains("ISSUER '/CN=cnmysql trio CA/O=cloudnative-mysql'"),
+        "{grants:?}"
+    );
     let dumps: i64 = primary
         .query_first(
             "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'",

@@ -270,8 +270,30 @@ pub fn adopt_history(flavor: Flavor, state: &str, position: &str) -> Vec<Sql> {
     out
 }
 
-/// The account replicas connect with; it demands a certificate from our CA.
-pub fn create_replication_user(flavor: Flavor, user: &str, password: &str) -> Vec<Sql> {
+/// What the replication account demands of a client certificate: this
+/// cluster's subject and issuer (as `REQUIRE SUBJECT … AND ISSUER …`
+/// compare them), either alone when the other is not known, any
+/// certificate a trusted CA issued when neither is.
+pub fn replication_requirement(subject: Option<&str>, issuer: Option<&str>) -> String {
+    let parts: Vec<String> = [("SUBJECT", subject), ("ISSUER", issuer)]
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| format!("{k} {}", quote(v))))
+        .collect();
+    if parts.is_empty() {
+        "REQUIRE X509".into()
+    } else {
+        format!("REQUIRE {}", parts.join(" AND "))
+    }
+}
+
+/// The account replicas connect with; it demands a certificate as
+/// `require` says ([`replication_requirement`]).
+pub fn create_replication_user(
+    flavor: Flavor,
+    user: &str,
+    password: &str,
+    require: &str,
+) -> Vec<Sql> {
     let grant = match flavor {
         Flavor::Mariadb => "REPLICATION SLAVE, REPLICATION CLIENT",
         // The same account is the clone plugin's donor account.
@@ -279,7 +301,7 @@ pub fn create_replication_user(flavor: Flavor, user: &str, password: &str) -> Ve
     };
     let create = |pw: &str| {
         format!(
-            "CREATE USER IF NOT EXISTS {}@'%' IDENTIFIED BY {} REQUIRE X509",
+            "CREATE USER IF NOT EXISTS {}@'%' IDENTIFIED BY {} {require}",
             quote(user),
             pw
         )
@@ -474,15 +496,24 @@ mod tests {
             let s = change_source(f, &source());
             assert!(!s.to_string().contains("s3cr"));
             assert!(!format!("{s:?}").contains("s3cr"));
-            for u in create_replication_user(f, "r", "s3cr'et") {
+            for u in create_replication_user(f, "r", "s3cr'et", "REQUIRE X509") {
                 assert!(!u.to_string().contains("s3cr"), "{u}");
             }
         }
-        assert!(
-            create_replication_user(Flavor::Mariadb, "r", "pw")[0]
-                .text
-                .ends_with("REQUIRE X509")
+        let require = replication_requirement(
+            Some("/CN=db/O=cloudnative-mysql/OU=prod"),
+            Some("/CN=cnmysql db CA/O=cloudnative-mysql"),
         );
+        assert_eq!(
+            require,
+            "REQUIRE SUBJECT '/CN=db/O=cloudnative-mysql/OU=prod' AND ISSUER '/CN=cnmysql db CA/O=cloudnative-mysql'"
+        );
+        assert!(
+            create_replication_user(Flavor::Mariadb, "r", "pw", &require)[0]
+                .text
+                .ends_with(&require)
+        );
+        assert_eq!(replication_requirement(None, None), "REQUIRE X509");
     }
 
     #[test]

@@ -16,20 +16,30 @@ use cnmysql_api::names::OPERATOR_IDENTITY;
 use cnmysql_control::contract::{self, FromFile, SemiSync};
 use cnmysql_core::status::InstanceStatus;
 
-/// The verified identity (certificate common name) of the caller.
-#[derive(Clone, Debug)]
-pub struct Peer(pub String);
+/// Who the caller is: the identities (URI names) of the client certificate
+/// it presented, which the TLS handshake verified against the cluster's CA.
+#[derive(Clone, Debug, Default)]
+pub struct Peer {
+    pub identities: Vec<String>,
+}
 
 impl Peer {
-    /// The identity of the certificates a TLS client presented (none: an
-    /// empty one, which nothing accepts).
+    /// The identities of the certificates a TLS client presented (none: a
+    /// caller nothing accepts).
     pub fn of(certs: Option<&[rustls_pki_types::CertificateDer<'static>]>) -> Peer {
-        Peer(
-            certs
+        Peer {
+            identities: certs
                 .and_then(|c| c.first())
-                .and_then(cnmysql_tls::common_name)
+                .map(cnmysql_tls::uris_of)
                 .unwrap_or_default(),
-        )
+        }
+    }
+
+    /// Whether the caller is `who` (the operator, or an instance) of this
+    /// instance's cluster and namespace.
+    pub fn is(&self, cfg: &crate::config::InstanceConfig, who: &str) -> bool {
+        let id = cnmysql_api::names::identity(&cfg.namespace, &cfg.cluster, who);
+        self.identities.contains(&id)
     }
 }
 
@@ -98,9 +108,10 @@ pub fn router<B: Backend>(backend: Arc<B>) -> Router {
         .with_state(backend)
 }
 
-/// 403 unless the caller presented the operator's certificate.
-fn operator_only(peer: &Peer, what: &str) -> Option<Response> {
-    (peer.0 != OPERATOR_IDENTITY).then(|| {
+/// 403 unless the caller presented this cluster's operator certificate.
+fn operator_only<B: Backend>(b: &B, peer: &Peer, what: &str) -> Option<Response> {
+    (!peer.is(b.config(), OPERATOR_IDENTITY)).then(|| {
+        tracing::warn!(identities = ?peer.identities, "refused: only the operator may {what}");
         (
             StatusCode::FORBIDDEN,
             format!("only the operator may {what}"),
@@ -115,7 +126,7 @@ async fn upgrade_system_tables<B: Backend>(
     State(b): State<Arc<B>>,
     Extension(peer): Extension<Peer>,
 ) -> Response {
-    if let Some(refused) = operator_only(&peer, "upgrade the system tables") {
+    if let Some(refused) = operator_only(b.as_ref(), &peer, "upgrade the system tables") {
         return refused;
     }
     match b.upgrade_system_tables().await {
@@ -132,7 +143,7 @@ async fn upgrade<B: Backend>(
     Extension(peer): Extension<Peer>,
     req: axum::extract::Request,
 ) -> Response {
-    if let Some(refused) = operator_only(&peer, "upgrade the instance manager") {
+    if let Some(refused) = operator_only(b.as_ref(), &peer, "upgrade the instance manager") {
         return refused;
     }
     tracing::info!("instance manager upgrade requested");
@@ -183,7 +194,7 @@ async fn upgrade_from_file<B: Backend>(
     Extension(peer): Extension<Peer>,
     Json(req): Json<FromFile>,
 ) -> Response {
-    if let Some(refused) = operator_only(&peer, "upgrade the instance manager") {
+    if let Some(refused) = operator_only(b.as_ref(), &peer, "upgrade the instance manager") {
         return refused;
     }
     tracing::info!(
@@ -237,7 +248,7 @@ async fn restart_inplace<B: Backend>(
     State(b): State<Arc<B>>,
     Extension(peer): Extension<Peer>,
 ) -> Response {
-    if let Some(refused) = operator_only(&peer, "restart the instance manager") {
+    if let Some(refused) = operator_only(b.as_ref(), &peer, "restart the instance manager") {
         return refused;
     }
     tracing::info!("instance manager restart in place requested");
@@ -392,7 +403,7 @@ async fn semi_sync<B: Backend>(
     Extension(peer): Extension<Peer>,
     Json(req): Json<SemiSync>,
 ) -> Response {
-    if let Some(refused) = operator_only(&peer, "change semi-sync settings") {
+    if let Some(refused) = operator_only(b.as_ref(), &peer, "change semi-sync settings") {
         return refused;
     }
     let s = cnmysql_core::semisync::Settings {
@@ -421,7 +432,7 @@ async fn sql_objects<B: Backend>(
     Extension(peer): Extension<Peer>,
     Json(objects): Json<Vec<cnmysql_control::contract::SqlObject>>,
 ) -> Response {
-    if let Some(refused) = operator_only(&peer, "declare databases, users and grants") {
+    if let Some(refused) = operator_only(b.as_ref(), &peer, "declare databases, users and grants") {
         return refused;
     }
     match b.reconcile_sql_objects(objects).await {
@@ -430,15 +441,24 @@ async fn sql_objects<B: Backend>(
     }
 }
 
-/// Only the operator and instances of the same cluster may copy the data.
-fn may_clone(cluster: &str, peer: &str) -> bool {
-    peer == OPERATOR_IDENTITY || cnmysql_api::names::ordinal_of(cluster, peer).is_some()
+/// Only the operator and instances of the same cluster (and namespace)
+/// may copy the data.
+fn may_clone(cfg: &crate::config::InstanceConfig, peer: &Peer) -> bool {
+    peer.is(cfg, OPERATOR_IDENTITY) || peer.identities.iter().any(|id| instance_of(cfg, id))
+}
+
+/// Whether `id` names an instance of this cluster (any ordinal: a new
+/// replica is not among the peers this manager started with).
+fn instance_of(cfg: &crate::config::InstanceConfig, id: &str) -> bool {
+    let prefix = cnmysql_api::names::identity(&cfg.namespace, &cfg.cluster, "");
+    id.strip_prefix(&prefix)
+        .is_some_and(|i| cnmysql_api::names::ordinal_of(&cfg.cluster, i).is_some())
 }
 
 async fn backup<B: Backend>(State(b): State<Arc<B>>, Extension(peer): Extension<Peer>) -> Response {
-    if !may_clone(b.cluster(), &peer.0) {
+    if !may_clone(b.config(), &peer) {
         tracing::warn!(
-            peer = peer.0,
+            identities = ?peer.identities,
             "backup refused to a certificate of another identity"
         );
         return (StatusCode::FORBIDDEN, "this identity may not copy the data").into_response();
@@ -451,7 +471,7 @@ async fn backup<B: Backend>(State(b): State<Arc<B>>, Extension(peer): Extension<
         )
             .into_response();
     }
-    tracing::info!(peer = peer.0, "backup requested");
+    tracing::info!(identities = ?peer.identities, "backup requested");
     if b.config().flavor() == cnmysql_api::Flavor::Mysql {
         return match crate::mysql_backup::start(b.config()).await {
             Ok((gtid, size, stream)) => Response::builder()
@@ -489,11 +509,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn clone_identities() {
-        assert!(may_clone("db", "db-2"));
-        assert!(may_clone("db", OPERATOR_IDENTITY));
-        assert!(!may_clone("db", "other-2"));
-        assert!(!may_clone("db", ""));
+    fn callers_are_known_by_the_identity_of_this_cluster_and_namespace() {
+        let cfg = crate::config::tests::sample(std::path::Path::new("/x"));
+        let peer = |ns: &str, cluster: &str, who: &str| Peer {
+            identities: vec![cnmysql_api::names::identity(ns, cluster, who)],
+        };
+        assert!(may_clone(&cfg, &peer("prod", "db", "db-2")));
+        assert!(may_clone(&cfg, &peer("prod", "db", "db-17")));
+        assert!(may_clone(&cfg, &peer("prod", "db", OPERATOR_IDENTITY)));
+        assert!(!may_clone(&cfg, &peer("prod", "other", "other-2")));
+        assert!(!may_clone(&cfg, &peer("staging", "db", "db-2")));
+        assert!(!may_clone(&cfg, &peer("staging", "db", OPERATOR_IDENTITY)));
+        assert!(!may_clone(&cfg, &Peer::default()));
+        assert!(peer("prod", "db", OPERATOR_IDENTITY).is(&cfg, OPERATOR_IDENTITY));
+        assert!(!peer("staging", "db", OPERATOR_IDENTITY).is(&cfg, OPERATOR_IDENTITY));
+        assert!(!peer("prod", "db", "db-2").is(&cfg, OPERATOR_IDENTITY));
     }
 
     #[test]

@@ -190,10 +190,12 @@ pub async fn set_accounts(
         .collect();
     let alter = |pw: &str| format!("ALTER USER 'root'@'localhost' IDENTIFIED BY {pw}");
     stmts.push(Sql::secret(alter(&quote(&admin)), alter("'<redacted>'")));
+    let require = replication_requirement(cfg);
     stmts.extend(flavor::create_replication_user(
         cfg.flavor(),
         REPLICATION_USER,
         &repl,
+        &require,
     ));
     let create_app = |pw: &str| {
         format!(
@@ -212,8 +214,9 @@ pub async fn set_accounts(
         "GRANT {APP_PRIVILEGES} ON `{APP_DATABASE}`.* TO {}@'%'",
         quote(APP_USER)
     )));
+    let replication_tls = format!(" {require}");
     for (user, pw, tls) in [
-        (REPLICATION_USER, &repl, " REQUIRE X509"),
+        (REPLICATION_USER, &repl, replication_tls.as_str()),
         (APP_USER, &app, ""),
     ] {
         let alter = |pw: &str| format!("ALTER USER {}@'%' IDENTIFIED BY {pw}{tls}", quote(user));
@@ -222,6 +225,25 @@ pub async fn set_accounts(
     sql::exec_all(conn, &stmts).await?;
     sql::exec_all(conn, &flavor::read_only(cfg.flavor(), true)).await?;
     Ok(())
+}
+
+/// What the replication account requires of a replica's certificate:
+/// the subject every instance of this cluster has (its name in its
+/// namespace), from the CA that signed this instance's certificate, so a
+/// certificate of another cluster, or of a CA mysqld also trusts (the
+/// user's, with `serverTlsSecret`), is refused. A certificate issued
+/// before instances shared their subject is only held to its issuer.
+fn replication_requirement(cfg: &InstanceConfig) -> String {
+    use cnmysql_tls::{Name, oneline};
+    let cert = std::fs::read_to_string(&cfg.tls.cert).unwrap_or_default();
+    let (cn, unit) = cnmysql_api::names::subject(&cfg.namespace, &cfg.cluster, &cfg.instance);
+    let shared = format!(
+        "/CN={cn}/O=cloudnative-mysql/OU={}",
+        unit.unwrap_or_default()
+    );
+    let subject = oneline(&cert, Name::Subject).filter(|s| *s == shared);
+    let issuer = oneline(&cert, Name::Issuer);
+    flavor::replication_requirement(subject.as_deref(), issuer.as_deref())
 }
 
 /// Write `record` as `file` in the data directory (what a recovery or an

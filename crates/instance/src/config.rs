@@ -295,6 +295,10 @@ pub struct ServerTlsPaths {
 #[derive(Serialize, Deserialize, Clone, Debug)]
 #[serde(rename_all = "camelCase")]
 pub struct InstanceConfig {
+    /// The namespace the cluster is in (the local platform's: `local`);
+    /// the identities its control API accepts name it.
+    #[serde(default = "local_namespace")]
+    pub namespace: String,
     pub cluster: String,
     pub instance: String,
     pub ordinal: u32,
@@ -330,6 +334,10 @@ pub struct InstanceConfig {
     /// (it has no client certificate for the control port).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe_port: Option<u16>,
+}
+
+fn local_namespace() -> String {
+    cnmysql_api::names::LOCAL_NAMESPACE.into()
 }
 
 fn default_shutdown_timeout() -> u64 {
@@ -590,6 +598,7 @@ pub(crate) mod tests {
 
     pub fn sample(dir: &Path) -> InstanceConfig {
         InstanceConfig {
+            namespace: "prod".into(),
             cluster: "db".into(),
             instance: "db-2".into(),
             ordinal: 2,

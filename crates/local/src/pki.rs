@@ -8,20 +8,26 @@ use std::path::Path;
 
 use std::collections::BTreeMap;
 
-use cnmysql_api::names::OPERATOR_IDENTITY;
+use cnmysql_api::names::{LOCAL_NAMESPACE, OPERATOR_IDENTITY};
 use cnmysql_tls::rotation::{Held, Loaded, Step, plan};
 use cnmysql_tls::{Ca, Identity, TlsPaths};
 
 /// Who holds a certificate, and the names it is valid for.
-fn parties(instances: &[String]) -> Vec<(String, Vec<String>)> {
+fn parties(cluster: &str, instances: &[String]) -> Vec<(String, Vec<String>)> {
+    let id = |who: &str| cnmysql_api::names::identity(LOCAL_NAMESPACE, cluster, who);
     let mut parties: Vec<(String, Vec<String>)> = instances
         .iter()
         .map(|n| {
-            let names = [n.as_str(), "localhost", "127.0.0.1", "::1"];
-            (n.clone(), names.iter().map(|s| s.to_string()).collect())
+            let names = [id(n).as_str(), n.as_str(), "localhost", "127.0.0.1", "::1"]
+                .map(str::to_string)
+                .to_vec();
+            (n.clone(), names)
         })
         .collect();
-    parties.push((OPERATOR_IDENTITY.into(), vec![OPERATOR_IDENTITY.into()]));
+    parties.push((
+        OPERATOR_IDENTITY.into(),
+        vec![id(OPERATOR_IDENTITY), OPERATOR_IDENTITY.into()],
+    ));
     parties
 }
 
@@ -77,7 +83,7 @@ pub fn ensure(
     std::fs::create_dir_all(pki)?;
     let ca = ca(pki, cluster)?;
     let now = jiff::Timestamp::now().as_second();
-    let parties = parties(instances);
+    let parties = parties(cluster, instances);
     let held: BTreeMap<String, Held> = parties
         .iter()
         .map(|(who, _)| {
@@ -92,6 +98,7 @@ pub fn ensure(
                 leaf,
                 trust: read(&paths.ca),
                 instance: who != OPERATOR_IDENTITY,
+                identity: Some(cnmysql_api::names::identity(LOCAL_NAMESPACE, cluster, who)),
             };
             (who.clone(), h)
         })
@@ -113,7 +120,14 @@ pub fn ensure(
                 changed.push((who.clone(), *why));
             }
             Step::Issue { bundle, why } => {
-                let id = ca.issue_for(who, names, lifetime_secs)?;
+                let (common_name, unit) =
+                    cnmysql_api::names::subject(LOCAL_NAMESPACE, cluster, who);
+                let leaf = cnmysql_tls::Leaf {
+                    common_name: &common_name,
+                    unit: unit.as_deref(),
+                    names,
+                };
+                let id = ca.issue_leaf(&leaf, lifetime_secs)?;
                 // The key first: a reader that sees the new certificate
                 // before its key refuses the pair and tries again.
                 cnmysql_tls::write_private(&paths.ca, bundle, false)?;

@@ -428,6 +428,7 @@ impl StateDir {
             })
             .collect();
         Ok(InstanceConfig {
+            namespace: cnmysql_api::names::LOCAL_NAMESPACE.into(),
             cluster: name,
             instance: me.clone(),
             ordinal,

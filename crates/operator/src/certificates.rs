@@ -73,6 +73,7 @@ pub async fn ensure(
                     leaf: text(s, "tls.crt"),
                     trust: text(s, "ca.crt"),
                     instance: who != cnmysql_api::names::OPERATOR_IDENTITY,
+                    identity: secrets::identity_in(names),
                 };
                 held.insert(name.clone(), h);
                 wanted.insert(name.clone(), (who.clone(), names.clone(), s.clone()));
@@ -101,7 +102,7 @@ pub async fn ensure(
             }
             Step::Trust { bundle, why } => (BTreeMap::from([("ca.crt", bundle.clone())]), *why),
             Step::Issue { bundle, why } => {
-                let id = ca.issue_for(who, names, lifetime)?;
+                let id = secrets::issue(cluster, ca, who, names)?;
                 let data = BTreeMap::from([
                     ("ca.crt", bundle.clone()),
                     ("tls.crt", id.cert_pem),

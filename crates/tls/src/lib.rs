@@ -136,19 +136,42 @@ impl Ca {
         names: &[String],
         lifetime_secs: i64,
     ) -> Result<Identity, TlsError> {
+        self.issue_leaf(
+            &Leaf {
+                common_name,
+                unit: None,
+                names,
+            },
+            lifetime_secs,
+        )
+    }
+
+    /// A certificate for `leaf`, valid for `lifetime_secs` from now.
+    /// Names of the form `spiffe://…` become URI subject alternative names
+    /// (the identity a party is known by), addresses IP ones, the rest DNS.
+    pub fn issue_leaf(&self, leaf: &Leaf<'_>, lifetime_secs: i64) -> Result<Identity, TlsError> {
         let ca_key = KeyPair::from_pem(&self.identity.key_pem)?;
         let issuer = Issuer::from_ca_cert_pem(&self.identity.cert_pem, ca_key)?;
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::default();
         let mut dn = DistinguishedName::new();
-        dn.push(DnType::CommonName, common_name);
+        dn.push(DnType::CommonName, leaf.common_name);
         dn.push(DnType::OrganizationName, "cloudnative-mysql");
+        if let Some(unit) = leaf.unit {
+            dn.push(DnType::OrganizationalUnitName, unit);
+        }
         params.distinguished_name = dn;
-        params.subject_alt_names = names
+        params.subject_alt_names = leaf
+            .names
             .iter()
-            .map(|n| match n.parse::<std::net::IpAddr>() {
-                Ok(ip) => Ok(SanType::IpAddress(ip)),
-                Err(_) => Ok(SanType::DnsName(n.clone().try_into()?)),
+            .map(|n| {
+                if n.starts_with(IDENTITY_SCHEME) {
+                    return Ok(SanType::URI(n.clone().try_into()?));
+                }
+                match n.parse::<std::net::IpAddr>() {
+                    Ok(ip) => Ok(SanType::IpAddress(ip)),
+                    Err(_) => Ok(SanType::DnsName(n.clone().try_into()?)),
+                }
             })
             .collect::<Result<_, rcgen::Error>>()?;
         params.key_usages = vec![
@@ -169,6 +192,92 @@ impl Ca {
             key_pem: key.serialize_pem(),
         })
     }
+}
+
+/// What a leaf certificate is issued for: its subject (common name and
+/// organizational unit beside the organization `cloudnative-mysql`) and
+/// its subject alternative names.
+pub struct Leaf<'a> {
+    pub common_name: &'a str,
+    pub unit: Option<&'a str>,
+    pub names: &'a [String],
+}
+
+/// The scheme of the URI names that say whom a certificate identifies.
+pub const IDENTITY_SCHEME: &str = "spiffe://";
+
+/// The URI subject alternative names of a certificate (DER).
+pub fn uris_of(cert: &CertificateDer<'_>) -> Vec<String> {
+    use x509_parser::extensions::GeneralName;
+    let Ok((_, parsed)) = x509_parser::parse_x509_certificate(cert.as_ref()) else {
+        return Vec::new();
+    };
+    let Ok(Some(san)) = parsed.subject_alternative_name() else {
+        return Vec::new();
+    };
+    san.value
+        .general_names
+        .iter()
+        .filter_map(|n| match n {
+            GeneralName::URI(u) => Some(u.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether the first certificate of `cert_pem` carries the URI `identity`.
+pub fn carries_identity(cert_pem: &str, identity: &str) -> bool {
+    certs(cert_pem, "certificate")
+        .ok()
+        .and_then(|c| c.into_iter().next())
+        .is_some_and(|c| uris_of(&c).iter().any(|u| u == identity))
+}
+
+/// Which name of a certificate [`oneline`] writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Name {
+    Subject,
+    Issuer,
+}
+
+/// A name of the first certificate of `cert_pem` as the servers' `REQUIRE
+/// SUBJECT` and `REQUIRE ISSUER` compare it (`/CN=…/O=…`, in the
+/// certificate's order). None when it holds anything that form may write
+/// otherwise (a multi-valued part, an attribute without a short name, a
+/// character outside letters, digits, space and `.-_@:`): the caller then
+/// leaves that requirement out rather than lock everyone out.
+pub fn oneline(cert_pem: &str, which: Name) -> Option<String> {
+    let der = certs(cert_pem, "certificate").ok()?.into_iter().next()?;
+    let (_, c) = x509_parser::parse_x509_certificate(der.as_ref()).ok()?;
+    let name = match which {
+        Name::Subject => c.subject(),
+        Name::Issuer => c.issuer(),
+    };
+    let mut out = String::new();
+    for rdn in name.iter() {
+        let mut parts = rdn.iter();
+        let (attr, None) = (parts.next()?, parts.next()) else {
+            return None;
+        };
+        let short = match attr.attr_type().to_id_string().as_str() {
+            "2.5.4.3" => "CN",
+            "2.5.4.10" => "O",
+            "2.5.4.11" => "OU",
+            "2.5.4.6" => "C",
+            "2.5.4.7" => "L",
+            "2.5.4.8" => "ST",
+            _ => return None,
+        };
+        let value = attr.as_str().ok()?;
+        let plain = value
+            .chars()
+            .all(|ch| ch.is_ascii_alphanumeric() || " .-_@:".contains(ch));
+        if !plain || value.is_empty() {
+            return None;
+        }
+        out.push_str(&format!("/{short}={value}"));
+    }
+    (!out.is_empty()).then_some(out)
 }
 
 /// How long a certificate from [`Ca::issue`] is valid: 90 days, as the
@@ -535,5 +644,34 @@ mod tests {
         m.server_config().unwrap();
         m.client_config().unwrap();
         assert!(!format!("{:?}", m.identity).contains("PRIVATE"));
+    }
+
+    #[test]
+    fn a_leaf_carries_its_identity_and_its_names_read_as_the_servers_write_them() {
+        let ca = Ca::generate("db").unwrap();
+        let id = "spiffe://cnmysql.io/ns/prod/cluster/db/instance/db-1".to_string();
+        let leaf = ca
+            .issue_leaf(
+                &Leaf {
+                    common_name: "db",
+                    unit: Some("prod"),
+                    names: &["db-1".into(), "10.0.0.1".into(), id.clone()],
+                },
+                600,
+            )
+            .unwrap();
+        assert!(carries_identity(&leaf.cert_pem, &id));
+        assert!(!carries_identity(
+            &leaf.cert_pem,
+            "spiffe://cnmysql.io/ns/other/cluster/db/instance/db-1"
+        ));
+        assert_eq!(
+            oneline(&leaf.cert_pem, Name::Subject).as_deref(),
+            Some("/CN=db/O=cloudnative-mysql/OU=prod")
+        );
+        assert_eq!(
+            oneline(&leaf.cert_pem, Name::Issuer).as_deref(),
+            Some("/CN=cnmysql db CA/O=cloudnative-mysql")
+        );
     }
 }

@@ -61,6 +61,9 @@ pub struct Held {
     pub trust: String,
     /// An instance (its manager reports what it loaded), not the operator.
     pub instance: bool,
+    /// The identity (URI name) its certificate must carry: one without it
+    /// is issued again.
+    pub identity: Option<String>,
 }
 
 /// What an instance's manager reports it loaded.
@@ -176,7 +179,13 @@ fn step_for(
             why: "the old certificate authority is no longer presented by anyone",
         };
     }
-    match crate::renewal_due(&h.leaf, ca_only, lifetime_secs, now) {
+    let renewal = crate::renewal_due(&h.leaf, ca_only, lifetime_secs, now).or_else(|| {
+        h.identity
+            .as_deref()
+            .filter(|id| !crate::carries_identity(&h.leaf, id))
+            .map(|_| "it does not carry the identity asked for")
+    });
+    match renewal {
         Some(why) => Step::Issue {
             bundle: h.trust.clone(),
             why,
@@ -197,7 +206,52 @@ mod tests {
             leaf: ca.issue(name, &[name.into()]).unwrap().cert_pem,
             trust: trust.to_string(),
             instance: name != "op",
+            identity: None,
         }
+    }
+
+    #[test]
+    fn a_certificate_without_its_identity_is_issued_again() {
+        let ca = Ca::generate("db").unwrap();
+        let trust = ca.identity.cert_pem.clone();
+        let id = "spiffe://cnmysql.io/ns/prod/cluster/db/instance/db-1".to_string();
+        let mut h = party(&ca, "db-1", &trust);
+        h.identity = Some(id.clone());
+        let held = BTreeMap::from([("db-1".to_string(), h.clone())]);
+        let steps = plan(
+            &trust,
+            crate::LEAF_LIFETIME_SECONDS,
+            jiff_now(),
+            &held,
+            &loaded_from(&held),
+        );
+        assert!(matches!(&steps["db-1"], Step::Issue { why, .. } if why.contains("identity")));
+        h.leaf = ca
+            .issue("db-1", &["db-1".into(), id.clone()])
+            .unwrap()
+            .cert_pem;
+        assert!(crate::carries_identity(&h.leaf, &id));
+        let held = BTreeMap::from([("db-1".to_string(), h)]);
+        let now = jiff_now();
+        let steps = plan(
+            &trust,
+            crate::LEAF_LIFETIME_SECONDS,
+            now,
+            &held,
+            &loaded_from(&held),
+        );
+        assert!(
+            matches!(&steps["db-1"], Step::Keep { .. }),
+            "{:?}",
+            steps["db-1"]
+        );
+    }
+
+    fn jiff_now() -> i64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64
     }
 
     fn loaded_from(held: &BTreeMap<String, Held>) -> BTreeMap<String, Loaded> {

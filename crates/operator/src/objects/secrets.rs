@@ -42,6 +42,7 @@ pub fn needed(cluster: &Cluster) -> Vec<(String, Needed)> {
     }
     for i in super::instances(cluster) {
         let mut names = vec![
+            cnmysql_api::names::identity(&ns, &name, &i),
             i.clone(),
             format!("{i}.{ns}"),
             format!("{i}.{ns}.pod"),
@@ -69,7 +70,10 @@ pub fn needed(cluster: &Cluster) -> Vec<(String, Needed)> {
         labels::operator_tls_secret(&name),
         Needed::Certificate {
             who: OPERATOR_IDENTITY.into(),
-            names: vec![OPERATOR_IDENTITY.into()],
+            names: vec![
+                cnmysql_api::names::identity(&ns, &name, OPERATOR_IDENTITY),
+                OPERATOR_IDENTITY.into(),
+            ],
         },
     ));
     out.push((
@@ -95,6 +99,32 @@ pub fn needed(cluster: &Cluster) -> Vec<(String, Needed)> {
         ));
     }
     out
+}
+
+/// A certificate of `cluster`'s CA for `who` with `names`: its subject
+/// (`cnmysql_api::names::subject`) and the Cluster's lifetime.
+pub fn issue(
+    cluster: &Cluster,
+    ca: &Ca,
+    who: &str,
+    names: &[String],
+) -> Result<Identity, cnmysql_tls::TlsError> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let (common_name, unit) = cnmysql_api::names::subject(&ns, &cluster.name_any(), who);
+    let leaf = cnmysql_tls::Leaf {
+        common_name: &common_name,
+        unit: unit.as_deref(),
+        names,
+    };
+    ca.issue_leaf(&leaf, cluster.spec.secrets.certificate_lifetime())
+}
+
+/// The identity (URI name) among a certificate's `names`.
+pub fn identity_in(names: &[String]) -> Option<String> {
+    names
+        .iter()
+        .find(|n| n.starts_with(cnmysql_tls::IDENTITY_SCHEME))
+        .cloned()
 }
 
 /// The name of the Secret holding the cluster's CA.
@@ -187,8 +217,7 @@ pub fn generate(
         }
         Needed::Certificate { who, names } => {
             let ca = ca.expect("certificates are issued after the CA is loaded");
-            let lifetime = cluster.spec.secrets.certificate_lifetime();
-            let id = ca.issue_for(who, names, lifetime)?;
+            let id = issue(cluster, ca, who, names)?;
             let labels = if who == OPERATOR_IDENTITY {
                 cluster_labels(&c)
             } else {
