@@ -38,6 +38,14 @@ pub(crate) enum Command {
         /// The operator image to deploy.
         #[arg(long, default_value = cnmysql_operator::deploy::DEFAULT_IMAGE)]
         image: String,
+        /// Watch only these namespaces (comma-separated): the operator's
+        /// rights on Secrets and Pods are granted in them alone.
+        #[arg(long, value_delimiter = ',')]
+        namespaces: Vec<String>,
+        /// Print deploy/network-policy.yaml instead: the optional
+        /// NetworkPolicy for the namespaces that hold Clusters.
+        #[arg(long, conflicts_with_all = ["image", "namespaces"])]
+        network_policy: bool,
     },
     /// The kubectl plugin (`kubectl cnmsql`): install it, or run its commands.
     Plugin {

@@ -12,7 +12,6 @@ use cnmysql_instance::config::{Programs, render_client_cnf};
 
 /// Where the client finds the server and the password.
 struct Session {
-    run_dir: PathBuf,
     socket: PathBuf,
     admin_password: PathBuf,
     /// How to start a program of the server (inside its image, locally).
@@ -30,7 +29,6 @@ fn local(config: &Path) -> anyhow::Result<Session> {
     })?;
     Ok(Session {
         socket: cfg.socket(),
-        run_dir: cfg.run_dir,
         admin_password: cfg.secrets.admin_password,
         programs: cfg.programs,
         client,
@@ -57,7 +55,6 @@ fn in_pod() -> anyhow::Result<Session> {
         .context("no client program (mariadb or mysql) in this image")?;
     Ok(Session {
         socket: run_dir.join("mysqld.sock"),
-        run_dir,
         admin_password: secrets.join("admin-password"),
         programs,
         client,
@@ -72,14 +69,34 @@ pub(crate) fn exec(config: Option<&Path>, args: &[String]) -> anyhow::Result<()>
     };
     let password = std::fs::read_to_string(&s.admin_password)
         .with_context(|| format!("reading {}", s.admin_password.display()))?;
-    let cnf = s.run_dir.join("client.cnf");
-    cnmysql_tls::write_private(&cnf, &render_client_cnf(&s.socket, password.trim()), true)
-        .with_context(|| format!("writing {}", cnf.display()))?;
+    // The options reach the client through a pipe it reads as a file: the
+    // password is never on a command line, and no file holds it after
+    // the session.
+    let options = options_pipe(&render_client_cnf(&s.socket, password.trim()))?;
     let err = s
         .programs
         .command(&s.client)
-        .arg(format!("--defaults-extra-file={}", cnf.display()))
+        .arg(format!("--defaults-extra-file=/dev/fd/{options}"))
         .args(args)
         .exec();
     Err(anyhow::anyhow!("running {}: {err}", s.client.display()))
+}
+
+/// A pipe holding `text`, its read end open across `exec`: the number of
+/// that descriptor. The text must fit the pipe's buffer (an option file
+/// does, by far).
+fn options_pipe(text: &str) -> anyhow::Result<i32> {
+    use std::io::Write as _;
+    use std::os::fd::{IntoRawFd as _, OwnedFd};
+    let (read, write): (OwnedFd, OwnedFd) = nix::unistd::pipe().context("making a pipe")?;
+    std::fs::File::from(write)
+        .write_all(text.as_bytes())
+        .context("writing the client's options")?;
+    let fd = read.into_raw_fd();
+    nix::fcntl::fcntl(
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) },
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+    )
+    .context("keeping the options open for the client")?;
+    Ok(fd)
 }

@@ -234,8 +234,19 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             print!("{}", cnmysql_api::crd_yaml());
             Ok(())
         }
-        Command::DeployManifest { image } => {
-            print!("{}", cnmysql_operator::deploy::manifest(&image));
+        Command::DeployManifest {
+            image,
+            namespaces,
+            network_policy,
+        } => {
+            if network_policy {
+                print!("{}", cnmysql_operator::deploy::network_policy());
+            } else {
+                print!(
+                    "{}",
+                    cnmysql_operator::deploy::manifest_for(&image, &namespaces)
+                );
+            }
             Ok(())
         }
         Command::Operator(a) => {

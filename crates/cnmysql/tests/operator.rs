@@ -520,3 +520,75 @@ async fn the_deployed_rbac_is_enough_for_the_operator_to_run_a_cluster() {
     assert!(!op.log().contains("forbidden"), "{}", op.log());
     op.stop().await;
 }
+
+#[tokio::test]
+#[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
+async fn a_namespaced_install_runs_a_cluster_with_no_secret_access_beyond_its_namespaces() {
+    let (cp, client) = control_plane().await;
+    let manifest = cnmysql_operator::deploy::manifest_for(
+        cnmysql_operator::deploy::DEFAULT_IMAGE,
+        &["prod".to_string()],
+    );
+    let file = cp.dir().join("namespaced.yaml");
+    std::fs::write(&file, manifest).unwrap();
+    let out = kubectl(
+        &cp,
+        &["apply", "--server-side", "-f", file.to_str().unwrap()],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sa = "system:serviceaccount:cnmysql-system:cnmysql-operator";
+    let can = |verb: &str, scope: &[&str]| {
+        let mut args = vec!["auth", "can-i", verb, "secrets", "--as", sa];
+        args.extend(scope);
+        String::from_utf8_lossy(&kubectl(&cp, &args).stdout)
+            .trim()
+            .to_string()
+    };
+    assert_eq!(
+        can("list", &["--all-namespaces"]),
+        "no",
+        "Secrets of every namespace"
+    );
+    assert_eq!(
+        can("get", &["-n", "default"]),
+        "no",
+        "Secrets of another namespace"
+    );
+    assert_eq!(can("list", &["-n", "prod"]), "yes");
+    let out = kubectl(
+        &cp,
+        &[
+            "create",
+            "token",
+            "cnmysql-operator",
+            "-n",
+            "cnmysql-system",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let token = String::from_utf8(out.stdout).unwrap();
+    let kubeconfig = cp.kubeconfig_with_token("operator", token.trim()).unwrap();
+    let op = Operator::start_with_args(&cp, "op-ns", &kubeconfig, &["--namespaces", "prod"]).await;
+    apply_cluster(&client, &cluster_manifest("db", "")).await;
+    wait_for(
+        "the Cluster's objects, created with the namespaced RBAC",
+        Duration::from_secs(60),
+        || async {
+            let ok = names::<Pod>(&client, "db").await.len() == 3
+                && names::<RoleBinding>(&client, "db").await.len() == 1
+                && names::<PodDisruptionBudget>(&client, "db").await.len() == 2;
+            ok.then_some(())
+        },
+    )
+    .await;
+    assert!(!op.log().contains("forbidden"), "{}", op.log());
+    op.stop().await;
+}

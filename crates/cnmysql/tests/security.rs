@@ -371,7 +371,50 @@ async fn mysqld_reads_no_file_a_statement_names() {
         .await;
     assert!(loaded.is_err(), "LOAD DATA read a file");
     drop(a);
+
+    // A SQL session as the administrator leaves no file with its password.
+    let state = c.state_arg();
+    let out = cnmysql(&[
+        "local",
+        "mysql",
+        "--state-dir",
+        &state,
+        &c.name,
+        "--",
+        "-e",
+        "SELECT 1",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let password = c.admin_password();
+    let run = c.instance_dir(&c.current_primary()).join("run");
+    for entry in walk(&run) {
+        let text = std::fs::read(&entry).unwrap_or_default();
+        assert!(
+            !String::from_utf8_lossy(&text).contains(password.trim())
+                || entry.ends_with("backup.cnf"),
+            "{} holds the administrator's password",
+            entry.display()
+        );
+    }
     c.destroy();
+}
+
+/// Every regular file under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        match e.file_type() {
+            Ok(t) if t.is_dir() => out.extend(walk(&p)),
+            Ok(t) if t.is_file() => out.push(p),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// The import account on a source: what `mariadb-backup` needs.

@@ -304,7 +304,7 @@ async fn prestop<B: Backend>(State(b): State<Arc<B>>) -> Response {
     // the cluster state (which an isolated instance cannot reach: the
     // kubelet runs this hook before a liveness restart too).
     if b.status().await.role != cnmysql_core::status::Role::Primary {
-        return (StatusCode::OK, "not the primary").into_response();
+        return (StatusCode::OK, "ok").into_response();
     }
     let started = std::time::Instant::now();
     loop {
@@ -322,11 +322,11 @@ async fn prestop<B: Backend>(State(b): State<Arc<B>>) -> Response {
                 tokio::time::sleep(std::time::Duration::from_millis(settle_ms)).await;
                 let why = "handed over: another instance is primary";
                 tracing::info!(waited_ms = waited, reason = why, "preStop: shutting down");
-                return (StatusCode::OK, why).into_response();
+                return (StatusCode::OK, "ok").into_response();
             }
             PreStop::Go(why) => {
                 tracing::info!(waited_ms = waited, reason = why, "preStop: shutting down");
-                return (StatusCode::OK, why).into_response();
+                return (StatusCode::OK, "ok").into_response();
             }
         }
     }
@@ -340,11 +340,8 @@ async fn status<B: Backend>(State(b): State<Arc<B>>) -> Json<InstanceStatus> {
 /// unreachable for 30 s and no peer reachable).
 async fn healthz<B: Backend>(State(b): State<Arc<B>>) -> Response {
     if b.status().await.isolated {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "isolated: the cluster state and every peer have been unreachable for 30s",
-        )
-            .into_response()
+        // Why is in the manager's log; the probe port tells strangers nothing.
+        (StatusCode::SERVICE_UNAVAILABLE, "unhealthy").into_response()
     } else {
         (StatusCode::OK, "ok").into_response()
     }
@@ -389,11 +386,8 @@ async fn ready<B: Backend>(State(b): State<Arc<B>>, uri: axum::http::Uri) -> Res
         EVER_READY.store(true, Ordering::Relaxed);
         (StatusCode::OK, "ready").into_response()
     } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("not ready: {:?} {}", s.phase, s.message),
-        )
-            .into_response()
+        // The phase and its message are in `/status` (mutual TLS only).
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready").into_response()
     }
 }
 

@@ -128,6 +128,7 @@ pub async fn run(opts: DonorOptions, shutdown: watch::Receiver<bool>) -> anyhow:
         max_connections: MAX_CONNECTIONS,
         header_timeout: std::time::Duration::from_secs(10),
         keep_alive: false,
+        per_source: usize::MAX,
     };
     crate::serve::serve(listener, tls, app, shutdown, Default::default(), limits).await;
     Ok(())

@@ -32,6 +32,9 @@ pub struct Limits {
     pub header_timeout: Duration,
     /// Serve more than one request on a connection.
     pub keep_alive: bool,
+    /// Connections one address may hold at once (plain HTTP): a stranger
+    /// filling the listener cannot crowd the kubelet's probes out.
+    pub per_source: usize,
 }
 
 impl Default for Limits {
@@ -40,6 +43,7 @@ impl Default for Limits {
             max_connections: 256,
             header_timeout: Duration::from_secs(10),
             keep_alive: true,
+            per_source: usize::MAX,
         }
     }
 }
@@ -191,8 +195,9 @@ pub async fn serve_plain(
     limits: Limits,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let sources = Arc::new(Sources::default());
     loop {
-        let (tcp, _) = tokio::select! {
+        let (tcp, addr) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(x) => x,
                 Err(_) => {
@@ -202,12 +207,15 @@ pub async fn serve_plain(
             },
             _ = crate::stopped(&mut shutdown) => break,
         };
+        let Some(source) = sources.clone().take(addr.ip(), limits.per_source) else {
+            continue;
+        };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             continue;
         };
         let app = app.clone();
         tokio::spawn(async move {
-            let _slot = slot;
+            let _held = (slot, source);
             let svc = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
                 let mut app = app.clone();
                 async move { app.call(req).await }
@@ -216,6 +224,39 @@ pub async fn serve_plain(
                 .serve_connection(TokioIo::new(tcp), svc)
                 .await;
         });
+    }
+}
+
+/// Open connections by source address.
+#[derive(Default)]
+struct Sources(std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>);
+
+/// One connection of an address, counted while it lives.
+struct Source(Arc<Sources>, std::net::IpAddr);
+
+impl Sources {
+    /// Count a connection from `ip`, unless it holds `max` already.
+    fn take(self: Arc<Self>, ip: std::net::IpAddr, max: usize) -> Option<Source> {
+        let mut open = self.0.lock().unwrap();
+        let n = open.entry(ip).or_default();
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        drop(open);
+        Some(Source(self, ip))
+    }
+}
+
+impl Drop for Source {
+    fn drop(&mut self) {
+        let mut open = self.0.0.lock().unwrap();
+        if let Some(n) = open.get_mut(&self.1) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.1);
+            }
+        }
     }
 }
 
@@ -247,5 +288,23 @@ mod gate_tests {
         assert!(held(&g));
         g.release();
         assert!(!held(&g));
+    }
+
+    #[test]
+    fn one_address_holds_only_so_many_connections() {
+        let sources = Arc::new(Sources::default());
+        let a: std::net::IpAddr = "10.0.0.9".parse().unwrap();
+        let b: std::net::IpAddr = "10.0.0.1".parse().unwrap();
+        let held: Vec<_> = (0..4)
+            .map(|_| sources.clone().take(a, 4).unwrap())
+            .collect();
+        assert!(sources.clone().take(a, 4).is_none());
+        assert!(
+            sources.clone().take(b, 4).is_some(),
+            "another address is served"
+        );
+        drop(held);
+        assert!(sources.clone().take(a, 4).is_some());
+        assert!(sources.0.lock().unwrap().len() <= 1);
     }
 }

@@ -128,3 +128,37 @@ fn users_server_certificate() {
         ),
     );
 }
+
+#[test]
+fn instance_containers_write_nothing_but_their_volumes_and_hold_no_privilege() {
+    let c = cluster("db", "instances: 2\n");
+    let d = desired(
+        &c,
+        &Environment {
+            operator_image: "img".into(),
+        },
+    );
+    for pod in &d.pods {
+        let spec = pod.spec.as_ref().unwrap();
+        let all = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(spec.containers.iter());
+        for container in all {
+            let sc = container.security_context.as_ref().unwrap();
+            assert_eq!(
+                sc.read_only_root_filesystem,
+                Some(true),
+                "{}",
+                container.name
+            );
+            assert_eq!(sc.allow_privilege_escalation, Some(false));
+            let caps = sc.capabilities.as_ref().unwrap();
+            assert_eq!(caps.drop.as_deref(), Some(&["ALL".to_string()][..]));
+            assert!(caps.add.is_none());
+        }
+        let pod_sc = spec.security_context.as_ref().unwrap();
+        assert_eq!(pod_sc.run_as_non_root, Some(true));
+    }
+}

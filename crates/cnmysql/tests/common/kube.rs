@@ -33,6 +33,16 @@ impl Operator {
 
     /// Run with the credentials of `kubeconfig` (e.g. a ServiceAccount's).
     pub async fn start_with(cp: &ControlPlane, identity: &str, kubeconfig: &Path) -> Operator {
+        Operator::start_with_args(cp, identity, kubeconfig, &[]).await
+    }
+
+    /// [`Operator::start_with`], with more arguments (`--namespaces`).
+    pub async fn start_with_args(
+        cp: &ControlPlane,
+        identity: &str,
+        kubeconfig: &Path,
+        more: &[&str],
+    ) -> Operator {
         let port = free_port();
         let log = cp.dir().join(format!("operator-{identity}.log"));
         let out = std::fs::File::create(&log).unwrap();
@@ -49,6 +59,7 @@ impl Operator {
                 "--operator-image",
                 IMAGE,
             ])
+            .args(more)
             .env_remove("KUBECONFIG")
             .env("CNMYSQL_LOG", "info,cnmysql_operator=debug")
             .stdout(Stdio::null())

@@ -267,9 +267,10 @@ impl<C: ClusterState> Manager<C> {
             // Probes are short: a kubelet holds a connection a second or
             // two, and nobody else gets to keep one.
             let limits = crate::serve::Limits {
-                max_connections: 16,
+                max_connections: 64,
                 header_timeout: Duration::from_secs(5),
                 keep_alive: false,
+                per_source: 4,
             };
             tokio::spawn(crate::serve::serve_plain(
                 probes,

@@ -280,6 +280,13 @@ fn volumes(cluster: &Cluster, instance: &str) -> (Vec<Volume>, Option<VolumeMoun
             empty_dir: Some(EmptyDirVolumeSource::default()),
             ..Default::default()
         },
+        // The root filesystem is read-only: a writable /tmp for the
+        // programs that expect one (mariadb-backup's own temporary files).
+        Volume {
+            name: "tmp".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        },
         Volume {
             name: "tls".into(),
             secret: Some(SecretVolumeSource {
@@ -440,6 +447,7 @@ pub fn pod(cluster: &Cluster, instance: &str, env_: &Environment) -> Pod {
                 mount("controller", "/controller", false),
                 mount("data", DATA_MOUNT, false),
                 mount("run", RUN_MOUNT, false),
+                mount("tmp", "/tmp", false),
                 mount("tls", TLS_MOUNT, true),
                 mount("secrets", SECRETS_MOUNT, true),
             ]
@@ -491,9 +499,12 @@ pub fn pod(cluster: &Cluster, instance: &str, env_: &Environment) -> Pod {
     }
 }
 
+/// Both containers: no privilege, no capability, and a root filesystem
+/// nothing can write (what is written goes to the volumes).
 fn container_security() -> SecurityContext {
     SecurityContext {
         allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
         capabilities: Some(Capabilities {
             drop: Some(vec!["ALL".into()]),
             add: None,
