@@ -93,6 +93,16 @@ async fn a_replica_cluster_follows_switches_over_without_loss_and_is_promoted_af
     // Its rw reaches the designated primary, read-only: what follows west
     // (east, once demoted) keeps its connection through a promotion.
     let designated = west.current_primary();
+    if flavor() == Flavor::Mysql {
+        // Another cluster's history is applied as the restricted applier
+        // account, never as the server (docs/security.md).
+        let mut a = west.admin(&designated).await;
+        let checks: Option<Option<String>> = a
+            .query_first("SELECT Privilege_checks_username FROM mysql.slave_relay_log_info WHERE Channel_name = ''")
+            .await
+            .unwrap();
+        assert_eq!(checks, Some(Some("cnmysql_applier".to_string())));
+    }
     assert_eq!(
         rw_server(&west).await,
         Some((west.instance_port(&designated), true)),

@@ -67,8 +67,9 @@ pub fn apply(f: Flavor, first_file: &str) -> Vec<Sql> {
             Some("replica_parallel_workers"),
             format!(
                 "CHANGE REPLICATION SOURCE TO SOURCE_HOST='archive.invalid', \
-                 SOURCE_AUTO_POSITION=0, RELAY_LOG_FILE={file}, RELAY_LOG_POS=4 \
-                 FOR CHANNEL '{CHANNEL}'"
+                 SOURCE_AUTO_POSITION=0, RELAY_LOG_FILE={file}, RELAY_LOG_POS=4, \
+                 PRIVILEGE_CHECKS_USER = '{}'@'localhost' FOR CHANNEL '{CHANNEL}'",
+                crate::flavor::APPLIER_USER
             ),
             format!("START REPLICA SQL_THREAD FOR CHANNEL '{CHANNEL}'"),
         ),

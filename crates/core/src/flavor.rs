@@ -85,6 +85,41 @@ pub struct SourceSpec {
     /// reached by a Pod IP its certificate cannot name: the chain is still
     /// verified against the cluster's own CA (verify-ca).
     pub verify_host: bool,
+    /// MySQL: apply the source's transactions with this account's
+    /// privileges (`PRIVILEGE_CHECKS_USER`): a source outside the cluster.
+    /// None applies as the server (a peer of the same cluster), and says
+    /// so, since a CHANGE keeps what it does not name.
+    pub privilege_checks_user: Option<String>,
+}
+
+/// The account a source outside the cluster is applied as (MySQL's
+/// `PRIVILEGE_CHECKS_USER`), on this server only.
+pub const APPLIER_USER: &str = "cnmysql_applier";
+
+/// What the applier of a source outside the cluster may do: the data,
+/// definitions and accounts a source's history carries, and every
+/// privilege its grants commonly give on (with the grant option): never a
+/// file, `SUPER`, a shutdown, a tablespace, or an administrative dynamic
+/// privilege (server settings, replication or clone administration). A
+/// history that grants one of those stops the applier with the statement
+/// named (docs/security.md). Made on this server only (not
+/// binary-logged), locked (nobody signs in as it).
+pub fn applier_account() -> Vec<Sql> {
+    let who = format!("{}@'localhost'", quote(APPLIER_USER));
+    vec![
+        Sql::new(format!("CREATE USER IF NOT EXISTS {who} ACCOUNT LOCK")),
+        Sql::new(format!(
+            "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, RELOAD, PROCESS, REFERENCES, \
+             INDEX, ALTER, SHOW DATABASES, CREATE TEMPORARY TABLES, LOCK TABLES, EXECUTE, \
+             REPLICATION SLAVE, REPLICATION CLIENT, CREATE VIEW, SHOW VIEW, CREATE ROUTINE, \
+             ALTER ROUTINE, CREATE USER, EVENT, TRIGGER, CREATE ROLE, DROP ROLE, \
+             BACKUP_ADMIN, SHOW_ROUTINE ON *.* TO {who} WITH GRANT OPTION"
+        )),
+        Sql::new(format!(
+            "GRANT REPLICATION_APPLIER, SESSION_VARIABLES_ADMIN, SET_ANY_DEFINER, \
+             ALLOW_NONEXISTENT_DEFINER ON *.* TO {who}"
+        )),
+    ]
 }
 
 pub fn read_only(flavor: Flavor, on: bool) -> Vec<Sql> {
@@ -224,11 +259,16 @@ pub fn change_source(flavor: Flavor, s: &SourceSpec) -> Sql {
         quote(&s.ssl_cert),
         quote(&s.ssl_key)
     );
+    let checks = match (flavor, &s.privilege_checks_user) {
+        (Flavor::Mariadb, _) => String::new(),
+        (Flavor::Mysql, Some(u)) => format!(", PRIVILEGE_CHECKS_USER = {}@'localhost'", quote(u)),
+        (Flavor::Mysql, None) => ", PRIVILEGE_CHECKS_USER = NULL".into(),
+    };
     let render = |pw: &str| {
         format!(
             "{statement} {k}_HOST={}, {k}_PORT={}, {k}_USER={}, {k}_PASSWORD={pw}, \
              {k}_SSL=1, {k}_SSL_CA={}, {client}\
-             {k}_SSL_VERIFY_SERVER_CERT={}, {k}_CONNECT_RETRY=1, {k}_HEARTBEAT_PERIOD=1, {gtid}",
+             {k}_SSL_VERIFY_SERVER_CERT={}, {k}_CONNECT_RETRY=1, {k}_HEARTBEAT_PERIOD=1, {gtid}{checks}",
             quote(&s.host),
             s.port,
             quote(&s.user),
@@ -441,6 +481,7 @@ mod tests {
 
     fn source() -> SourceSpec {
         SourceSpec {
+            privilege_checks_user: None,
             host: "db-1".into(),
             port: 3306,
             user: "cnmysql_replication".into(),
@@ -471,6 +512,27 @@ mod tests {
         assert!(s.text.contains("SOURCE_SSL=1"));
         assert!(s.text.contains("SOURCE_SSL_CERT='/tls/db-2.crt'"));
         assert!(s.text.contains("SOURCE_PASSWORD='s3cr''et'"));
+        // A peer is applied as the server, saying so (a CHANGE keeps what
+        // it does not name); a source outside the cluster as the applier.
+        assert!(
+            s.text.ends_with("PRIVILEGE_CHECKS_USER = NULL"),
+            "{}",
+            s.text
+        );
+        let outside = SourceSpec {
+            privilege_checks_user: Some(APPLIER_USER.into()),
+            ..source()
+        };
+        assert!(
+            change_source(Flavor::Mysql, &outside)
+                .text
+                .ends_with("PRIVILEGE_CHECKS_USER = 'cnmysql_applier'@'localhost'")
+        );
+        assert!(
+            !change_source(Flavor::Mariadb, &outside)
+                .text
+                .contains("PRIVILEGE")
+        );
         assert_eq!(start_replica(Flavor::Mysql).text, "START REPLICA");
         assert_eq!(reset_replica(Flavor::Mysql).text, "RESET REPLICA ALL");
         assert_eq!(replica_status(Flavor::Mysql).text, "SHOW REPLICA STATUS");

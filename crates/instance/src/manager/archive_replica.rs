@@ -227,6 +227,10 @@ impl<C: ClusterState> Manager<C> {
         if *finished {
             return Ok(());
         }
+        if f == Flavor::Mysql {
+            // Another cluster's history: applied as the applier account.
+            super::replica_cluster::make_applier(&mut c).await?;
+        }
         sql::exec_all(&mut c, &ar::apply(f, first)).await?;
         tracing::info!(
             transactions = plan.applied,

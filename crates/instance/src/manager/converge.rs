@@ -354,6 +354,8 @@ impl<C: ClusterState> Manager<C> {
             .peer(source)
             .ok_or_else(|| anyhow::anyhow!("no address known for {source}"))?;
         let spec = SourceSpec {
+            // A peer of this cluster: applied as the server.
+            privilege_checks_user: None,
             host: peer.host.clone(),
             port: peer.mysql_port,
             user: REPLICATION_USER.into(),
