@@ -576,19 +576,35 @@ async fn a_namespaced_install_runs_a_cluster_with_no_secret_access_beyond_its_na
     );
     let token = String::from_utf8(out.stdout).unwrap();
     let kubeconfig = cp.kubeconfig_with_token("operator", token.trim()).unwrap();
-    let op = Operator::start_with_args(&cp, "op-ns", &kubeconfig, &["--namespaces", "prod"]).await;
-    apply_cluster(&client, &cluster_manifest("db", "")).await;
-    wait_for(
-        "the Cluster's objects, created with the namespaced RBAC",
-        Duration::from_secs(60),
-        || async {
-            let ok = names::<Pod>(&client, "db").await.len() == 3
-                && names::<RoleBinding>(&client, "db").await.len() == 1
-                && names::<PodDisruptionBudget>(&client, "db").await.len() == 2;
-            ok.then_some(())
-        },
+    // As deployed: the leader Lease in the operator's own namespace.
+    let op = Operator::start_with_args(
+        &cp,
+        "op-ns",
+        &kubeconfig,
+        &[
+            "--namespaces",
+            "prod",
+            "--leader-election-namespace",
+            "cnmysql-system",
+        ],
     )
     .await;
+    apply_cluster(&client, &cluster_manifest("db", "")).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let ok = names::<Pod>(&client, "db").await.len() == 3
+            && names::<RoleBinding>(&client, "db").await.len() == 1
+            && names::<PodDisruptionBudget>(&client, "db").await.len() == 2;
+        if ok {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the Cluster's objects were not created with the namespaced RBAC within 60 s: {}",
+            op.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     assert!(!op.log().contains("forbidden"), "{}", op.log());
     op.stop().await;
 }

@@ -49,11 +49,15 @@ impl Operator {
         let child = tokio::process::Command::new(BIN)
             .args(["operator", "--kubeconfig"])
             .arg(kubeconfig)
+            .args(
+                (!more.contains(&"--leader-election-namespace"))
+                    .then_some(["--leader-election-namespace", "default"])
+                    .into_iter()
+                    .flatten(),
+            )
             .args([
                 "--http-bind",
                 &format!("127.0.0.1:{port}"),
-                "--leader-election-namespace",
-                "default",
                 "--identity",
                 identity,
                 "--operator-image",
