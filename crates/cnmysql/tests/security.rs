@@ -348,7 +348,9 @@ fn a_secret_file(c: &LocalCluster) -> PathBuf {
 async fn mysqld_reads_no_file_a_statement_names() {
     secrets();
     let name = "sec-files";
-    let c = LocalCluster::start_as_made(name, &manifest(name, 1));
+    // Two instances: the replica's copy of the primary (whose backup tool
+    // is given the administrator's options) is made too.
+    let c = LocalCluster::start_as_made(name, &manifest(name, 2));
     let mut a = c.admin(&c.current_primary()).await;
     let file = a_secret_file(&c);
     for path in [file.display().to_string(), "/etc/passwd".into()] {

@@ -56,22 +56,33 @@ pub fn start_backup(
     impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static,
 )> {
     let admin = read_secret(&cfg.secrets.admin_password)?;
-    cnmysql_tls::write_private(&cfg.backup_cnf(), &render_backup_cnf(cfg, &admin), true)?;
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
         .as_nanos();
     let target = unique_dir(&cfg.run_dir.join(format!("backup-{nanos}")));
     std::fs::create_dir_all(&target)?;
+    // The administrator's options, this backup's own, gone with its stream.
+    let cnf = Removed(target.with_extension("cnf"));
+    cnmysql_tls::write_private(&cnf.0, &render_backup_cnf(cfg, &admin), true)?;
     let (backup, _) = cfg.programs.mariadb_backup()?;
     let mut cmd = cfg.programs.tokio_command(backup);
-    backup_args(&mut cmd, &cfg.backup_cnf(), &target);
+    backup_args(&mut cmd, &cnf.0, &target);
     let child = cmd
         .spawn()
         .map_err(|e| cfg.programs.start_error(backup, &e))?;
     let size = dir_size(&cfg.data_dir);
     tracing::info!(bytes = size, "streaming a physical backup");
-    Ok((size, stream_backup(child, target, ())))
+    Ok((size, stream_backup(child, target, cnf)))
+}
+
+/// A file removed when this is dropped.
+struct Removed(std::path::PathBuf);
+
+impl Drop for Removed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 /// `mariadb-backup` streaming a backup to its output, with the options of

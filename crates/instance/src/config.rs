@@ -392,9 +392,6 @@ impl InstanceConfig {
     pub fn mycnf(&self) -> PathBuf {
         self.run_dir.join("my.cnf")
     }
-    pub fn backup_cnf(&self) -> PathBuf {
-        self.run_dir.join("backup.cnf")
-    }
     pub fn pid_file(&self) -> PathBuf {
         self.run_dir.join("mysqld.pid")
     }

@@ -197,6 +197,8 @@ impl<C: ClusterState> Manager<C> {
         crate::run_dir::prepare(&cfg.run_dir)?;
         crate::run_dir::make_private_dir(&cfg.tmp_dir())?;
         crate::run_dir::make_private_dir(&cfg.secure_files_dir())?;
+        // Older managers left the administrator's backup options here.
+        let _ = std::fs::remove_file(cfg.run_dir.join("backup.cnf"));
         let server_tls = crate::server_tls::install(&cfg)?;
         self.certs.set_server_expiry(server_tls.expires_at);
         std::fs::write(cfg.mycnf(), render_mycnf(&cfg))?;
