@@ -469,23 +469,7 @@ async fn the_deployed_rbac_is_enough_for_the_operator_to_run_a_cluster() {
         String::from_utf8_lossy(&out.stderr)
     );
     // Run as the operator's ServiceAccount, with exactly its ClusterRole.
-    let out = kubectl(
-        &cp,
-        &[
-            "create",
-            "token",
-            "cnmysql-operator",
-            "-n",
-            "cnmysql-system",
-        ],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let token = String::from_utf8(out.stdout).unwrap();
-    let kubeconfig = cp.kubeconfig_with_token("operator", token.trim()).unwrap();
+    let kubeconfig = operator_kubeconfig(&cp);
     let out = kubectl(
         &cp,
         &[
@@ -559,23 +543,7 @@ async fn a_namespaced_install_runs_a_cluster_with_no_secret_access_beyond_its_na
         "Secrets of another namespace"
     );
     assert_eq!(can("list", &["-n", "prod"]), "yes");
-    let out = kubectl(
-        &cp,
-        &[
-            "create",
-            "token",
-            "cnmysql-operator",
-            "-n",
-            "cnmysql-system",
-        ],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let token = String::from_utf8(out.stdout).unwrap();
-    let kubeconfig = cp.kubeconfig_with_token("operator", token.trim()).unwrap();
+    let kubeconfig = operator_kubeconfig(&cp);
     // As deployed: the leader Lease in the operator's own namespace.
     let op = Operator::start_with_args(
         &cp,
@@ -607,4 +575,26 @@ async fn a_namespaced_install_runs_a_cluster_with_no_secret_access_beyond_its_na
     }
     assert!(!op.log().contains("forbidden"), "{}", op.log());
     op.stop().await;
+}
+
+/// A kubeconfig with a token of the operator's ServiceAccount: its
+/// deployed RBAC and nothing more.
+fn operator_kubeconfig(cp: &cnmysql_envtest::ControlPlane) -> std::path::PathBuf {
+    let out = kubectl(
+        cp,
+        &[
+            "create",
+            "token",
+            "cnmysql-operator",
+            "-n",
+            "cnmysql-system",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let token = String::from_utf8(out.stdout).unwrap();
+    cp.kubeconfig_with_token("operator", token.trim()).unwrap()
 }

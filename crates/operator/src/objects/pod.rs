@@ -162,22 +162,27 @@ fn secret_keys(secret: String, keys: &[&str], optional: bool) -> VolumeProjectio
 /// that the client certificate may be left out and the Secret made after
 /// the Pod (the kubelet fills it in when it appears).
 fn replica_source_items(cluster: &str) -> VolumeProjection {
-    account_items(cnmysql_api::replica::source_secret(cluster))
+    account_items(cnmysql_api::replica::source_secret(cluster), &[])
 }
 
-/// An import's source credentials (`import.rs`): optional in the same way.
+/// An import's source credentials (`import.rs`): optional in the same way,
+/// with the token of the source's `cnmysql donor` (a `backup` import).
 fn import_source_items(cluster: &str) -> VolumeProjection {
-    account_items(cnmysql_api::import::import_secret(cluster))
+    use cnmysql_api::replica::DONOR_TOKEN_KEY;
+    account_items(
+        cnmysql_api::import::import_secret(cluster),
+        &[DONOR_TOKEN_KEY],
+    )
 }
 
 /// The keys of a Secret with an account on a server outside the cluster.
-fn account_items(secret: String) -> VolumeProjection {
+fn account_items(secret: String, more: &[&str]) -> VolumeProjection {
     use cnmysql_api::replica::{CA_KEY, CERT_KEY, KEY_KEY, PASSWORD_KEY, USERNAME_KEY};
-    secret_keys(
-        secret,
-        &[USERNAME_KEY, PASSWORD_KEY, CA_KEY, CERT_KEY, KEY_KEY],
-        true,
-    )
+    let keys: Vec<&str> = [USERNAME_KEY, PASSWORD_KEY, CA_KEY, CERT_KEY, KEY_KEY]
+        .into_iter()
+        .chain(more.iter().copied())
+        .collect();
+    secret_keys(secret, &keys, true)
 }
 
 /// The certificate mysqld presents (`spec.secrets.serverTlsSecret`): every
@@ -577,6 +582,22 @@ mod tests {
             projected_secrets(&c),
             [("db-import-source".to_string(), true)]
         );
+        // With the donor's token (a `backup` import).
+        let spec = pod(&c, "db-1", &env()).spec.unwrap();
+        let keys: Vec<String> = spec
+            .volumes
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == "backup-secrets")
+            .and_then(|v| v.projected)
+            .and_then(|p| p.sources)
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.secret?.items)
+            .flatten()
+            .map(|i| i.key)
+            .collect();
+        assert!(keys.contains(&"donor-token".to_string()), "{keys:?}");
     }
 
     #[test]
