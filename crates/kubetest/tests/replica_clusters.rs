@@ -209,6 +209,7 @@ async fn donor_in_primary_pod(k: &KubeCluster, ns: &str) -> (KillOnDrop, String)
          exec {} donor --listen \"$CNMYSQL_POD_IP:{}\" \
          --tls-cert \"$CNMYSQL_TLS/tls.crt\" --tls-key \"$CNMYSQL_TLS/tls.key\" \
          --token-file \"$CNMYSQL_RUN/donor-token\" --server \"$CNMYSQL_POD_IP:3306\" \
+         --server-name \"$CNMYSQL_INSTANCE\" \
          --server-ca \"$CNMYSQL_TLS/ca.crt\" --server-cnf \"$CNMYSQL_RUN/my.cnf\" \
          --work-dir \"$CNMYSQL_RUN/donor\"",
         cnmysql_api::names::MANAGER_PATH,
