@@ -115,7 +115,68 @@ async fn switchover_under_continuous_writes_loses_nothing() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("not an instance"));
     let out = c.local(&["promote", "swo", "swo-1"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("already the primary"));
+    a_lagging_target_is_refused_at_once(&c).await;
     c.destroy();
+}
+
+/// swo-3 applies 20 s late (a delayed applier) under writes: a switchover
+/// to it is refused at once, naming swo-2, which is caught up; nothing
+/// changes.
+async fn a_lagging_target_is_refused_at_once(c: &LocalCluster) {
+    // One round trip: the manager restarts a stopped applier as soon as
+    // it sees it, so the three statements go together (and again if the
+    // manager came in between).
+    let delay = |secs: u32| {
+        format!(
+            "{}; {}; {}",
+            sql("STOP SLAVE", "STOP REPLICA"),
+            match flavor() {
+                Flavor::Mariadb => format!("CHANGE MASTER TO MASTER_DELAY = {secs}"),
+                Flavor::Mysql => format!("CHANGE REPLICATION SOURCE TO SOURCE_DELAY = {secs}"),
+            },
+            sql("START SLAVE", "START REPLICA")
+        )
+    };
+    let set_delay = |secs: u32| async move {
+        wait_for(
+            "the applier's delay set",
+            Duration::from_secs(20),
+            || async {
+                let mut conn = c.admin("swo-3").await;
+                conn.query_drop(delay(secs)).await.ok()
+            },
+        )
+        .await;
+    };
+    set_delay(20).await;
+    let w = start_writer(c).await;
+    wait_for(
+        "swo-3 to lag more than 2 s",
+        Duration::from_secs(60),
+        || async {
+            let lag = c.status()["instanceStates"]["swo-3"]["lagSeconds"].as_u64();
+            lag.filter(|l| *l > 2).map(|_| ())
+        },
+    )
+    .await;
+    let asked = Instant::now();
+    let out = c.local(&["promote", "swo", "swo-3"]);
+    let said = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("TargetLagging") && said.contains("swo-2 is caught up"),
+        "{said}"
+    );
+    assert!(
+        asked.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert_eq!(c.current_primary(), "swo-1");
+    w.wait_for_more(50, Duration::from_secs(10)).await;
+    let o = w.stop().await;
+    assert_eq!(o.errors, 0, "{}", o.failures_report());
+    set_delay(0).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -96,7 +96,7 @@ fn why_not(s: &Snapshot, name: &str, leaving: &[String], cordoned: &[String]) ->
     if cordoned.iter().any(|l| l == name) {
         return "on a cordoned node too".into();
     }
-    crate::switchover::validate(s, name)
+    crate::switchover::eligible(s, name)
         .err()
         .map(|r| r.explain(name))
         .unwrap_or_else(|| "behind another replica".into())

@@ -35,6 +35,12 @@ pub enum Refusal {
     UnreadableHistory(String),
     /// Its GTID history has diverged from the primary's.
     HistoryDiverged,
+    /// Further behind than [`MAX_TARGET_LAG_SECS`]: its lag, and the
+    /// replica that is caught up, if one is.
+    Lagging {
+        lag: u64,
+        instead: Option<String>,
+    },
     /// The control plane is paused (`cnmysql.io/reconcile`).
     Paused,
 }
@@ -70,6 +76,7 @@ impl Refusal {
             Refusal::PrimaryUnreachable(_) => "PrimaryUnreachable",
             Refusal::UnreadableHistory(_) => "UnreadableHistory",
             Refusal::HistoryDiverged => "HistoryDiverged",
+            Refusal::Lagging { .. } => "TargetLagging",
             Refusal::Paused => "ReconcilePaused",
         }
     }
@@ -99,6 +106,13 @@ impl Refusal {
             Refusal::HistoryDiverged => {
                 format!("the GTID history of {target} has diverged from the primary's")
             }
+            Refusal::Lagging { lag, instead } => format!(
+                "{target} is {lag} s behind the primary (a switchover waits for its target to apply everything, and more than {MAX_TARGET_LAG_SECS} s is a backlog, not a moment); {}",
+                match instead {
+                    Some(i) => format!("{i} is caught up: switch over to it instead"),
+                    None => "no replica is caught up: ask again once one is".into(),
+                }
+            ),
             Refusal::Paused => format!(
                 "reconciliation is paused ({}={}): remove the annotation first",
                 crate::pause::ANNOTATION,
@@ -112,6 +126,18 @@ impl Refusal {
 /// (its spec and status), before any instance is asked: the plugin runs this
 /// on the client side, and [`validate`] starts with it.
 pub fn validate_request(
+    cluster: &str,
+    spec: &ClusterSpec,
+    paused: bool,
+    status: &ClusterStatus,
+    target: &str,
+) -> Result<(), Refusal> {
+    possible(cluster, spec, paused, status, target)?;
+    caught_up(status, target)
+}
+
+/// [`validate_request`] but for the target's lag.
+fn possible(
     cluster: &str,
     spec: &ClusterSpec,
     paused: bool,
@@ -199,10 +225,54 @@ pub fn write(status: &mut ClusterStatus, target: &str, at: &str) -> Requested {
     }
 }
 
-/// Check that `target` may become primary now.
+/// The largest lag (the server's whole seconds) of a replica a user's
+/// switchover is accepted for. A target further behind is refused at once,
+/// naming a replica that is caught up: the primary would keep serving
+/// while the target worked through its backlog, and give up after
+/// `maxSwitchoverDelay` if it never did (under a writer faster than its
+/// applier). The control plane's own switchovers (handovers, rollouts)
+/// pick the most advanced eligible replica instead ([`eligible`]).
+pub const MAX_TARGET_LAG_SECS: u64 = 2;
+
+/// Check that `target` may become primary now, at a user's request: an
+/// eligible replica ([`eligible`]) that is caught up.
 pub fn validate(s: &Snapshot, target: &str) -> Result<(), Refusal> {
+    eligible(s, target)?;
+    caught_up(&s.status, target)
+}
+
+/// The lag of `name` in the status, if it is past the bound.
+fn lag_past_bound(status: &ClusterStatus, name: &str) -> Option<u64> {
+    status
+        .instance_states
+        .get(name)
+        .and_then(|st| st.lag_seconds)
+        .filter(|lag| *lag > MAX_TARGET_LAG_SECS)
+}
+
+/// `target`'s lag in the status within [`MAX_TARGET_LAG_SECS`]; refused
+/// otherwise, naming a ready replica that is.
+fn caught_up(status: &ClusterStatus, target: &str) -> Result<(), Refusal> {
+    let Some(lag) = lag_past_bound(status, target) else {
+        return Ok(());
+    };
+    let instead = status
+        .instance_states
+        .iter()
+        .filter(|(n, st)| *n != target && st.role == "replica" && st.ready)
+        .filter(|(n, _)| !status.fenced_instances.contains(n))
+        .filter(|(n, _)| !status.diverged_instances.contains(n))
+        .find(|(n, _)| lag_past_bound(status, n).is_none())
+        .map(|(n, _)| n.clone());
+    Err(Refusal::Lagging { lag, instead })
+}
+
+/// Check that `target` could take the primary role over: a ready, healthy
+/// replica of the primary's history. Lag is not judged here (see
+/// [`validate`]).
+pub fn eligible(s: &Snapshot, target: &str) -> Result<(), Refusal> {
     let paused = crate::pause::paused(&s.declared.asked.cluster);
-    validate_request(&s.cluster, &s.spec, paused, &s.status, target)?;
+    possible(&s.cluster, &s.spec, paused, &s.status, target)?;
     let current = s.status.current_primary.as_deref().unwrap_or_default();
     let st = s
         .get(target)
@@ -381,8 +451,47 @@ mod tests {
     #[test]
     fn a_healthy_caught_up_replica_may_take_over() {
         assert_eq!(validate(&healthy(), "db-2"), Ok(()));
-        // Lagging is fine: the target catches up within maxSwitchoverDelay.
-        assert_eq!(validate(&healthy(), "db-3"), Ok(()));
+        // A little behind is fine: the target catches up in a moment.
+        let mut s = healthy();
+        set_lag(&mut s, "db-3", MAX_TARGET_LAG_SECS);
+        assert_eq!(validate(&s, "db-3"), Ok(()));
+    }
+
+    /// The lag as the instance reports it and as the status shows it.
+    fn set_lag(s: &mut Snapshot, name: &str, lag: u64) {
+        let o = s.instances.iter_mut().find(|o| o.name == name).unwrap();
+        o.status.as_mut().unwrap().lag_seconds = Some(lag);
+        for n in ["db-2", "db-3"] {
+            let st = s.status.instance_states.entry(n.into()).or_default();
+            st.role = "replica".into();
+            st.ready = true;
+        }
+        s.status.instance_states.get_mut(name).unwrap().lag_seconds = Some(lag);
+    }
+
+    #[test]
+    fn a_user_switchover_to_a_lagging_replica_is_refused_at_once_naming_a_caught_up_one() {
+        let mut s = healthy();
+        set_lag(&mut s, "db-3", 40);
+        let e = validate(&s, "db-3").unwrap_err();
+        assert_eq!(e.reason(), "TargetLagging");
+        let said = e.message("db-3");
+        assert!(
+            said.contains("db-3 is 40 s behind") && said.contains("db-2 is caught up"),
+            "{said}"
+        );
+        // None caught up: said so.
+        set_lag(&mut s, "db-2", 9);
+        let said = validate(&s, "db-3").unwrap_err().message("db-3");
+        assert!(said.contains("no replica is caught up"), "{said}");
+        // The control plane's own switchovers are not refused for lag:
+        // they pick the most advanced eligible replica (a handover under a
+        // heavy writer must not fall back to a failover).
+        assert_eq!(eligible(&s, "db-3"), Ok(()));
+        assert_eq!(
+            crate::upgrade::gates::switchover_target(&s, "db-1", &[]).as_deref(),
+            Some("db-2")
+        );
     }
 
     #[test]

@@ -83,7 +83,7 @@ pub(crate) fn switchover_target(
         .instances
         .iter()
         .filter(|o| o.name != current && !excluded.contains(&o.name))
-        .filter(|o| crate::switchover::validate(s, &o.name).is_ok())
+        .filter(|o| crate::switchover::eligible(s, &o.name).is_ok())
         .filter_map(|o| {
             let h = crate::status::parse_history(flavor, &o.status.as_ref()?.gtid_executed).ok()?;
             Some((o.ordinal, o.name.clone(), h))
