@@ -11,6 +11,7 @@ mod backup;
 mod clone;
 mod harness;
 mod kube;
+mod lag;
 mod observe;
 mod operator;
 mod server_upgrade;
@@ -106,6 +107,14 @@ enum What {
         /// Megabytes of table data on the primary.
         #[arg(long, default_value = "500")]
         megabytes: u64,
+    },
+    /// Replica apply lag under sustained writers (1 and 16 connections
+    /// through rw): lag percentiles, the primary's commit rate beside each
+    /// replica's apply rate, and the catch-up time once writes stop.
+    Lag {
+        /// Seconds of writes per run.
+        #[arg(long, default_value = "30")]
+        seconds: u64,
     },
     /// All of the above but the operator and Kubernetes.
     All,
@@ -345,6 +354,7 @@ fn main() -> anyhow::Result<()> {
             | What::Upgrade
             | What::ServerUpgrade
             | What::Backup { .. }
+            | What::Lag { .. }
     );
     for f in if local {
         cli.flavor.clone()
@@ -391,6 +401,11 @@ fn measure(
     }
     if all || matches!(cli.what, What::Switchover) {
         results.insert("switchover".into(), switchover(cli.runs)?);
+    }
+    if let What::Lag { seconds } = cli.what {
+        results.insert("lag".into(), lag::lag(cli.runs, seconds)?);
+    } else if all {
+        results.insert("lag".into(), lag::lag(cli.runs, 30)?);
     }
     if all || matches!(cli.what, What::Upgrade) {
         results.insert("upgrade".into(), upgrade::upgrade(cli.runs)?);

@@ -102,6 +102,13 @@ async fn switchover_under_continuous_writes_loses_nothing() {
     for i in ["swo-1", "swo-2", "swo-3"] {
         verify_on(&c, i, &o.acked).await;
     }
+    // The primary syncs its binary log at every commit, the replicas do
+    // not (replica_durability), swo-2 again since it was demoted.
+    for (i, want) in [("swo-1", 1), ("swo-2", 0), ("swo-3", 0)] {
+        let mut conn = c.admin(i).await;
+        let v: Option<u32> = conn.query_first("SELECT @@sync_binlog").await.unwrap();
+        assert_eq!(v, Some(want), "{i}");
+    }
     eprintln!(
         "switchover: {} acknowledged, {} errors, longest gap {:?}",
         o.acked.len(),

@@ -27,6 +27,7 @@ pub mod readiness;
 pub mod reconcile;
 pub mod reinit;
 pub mod replica_cluster;
+pub mod replica_durability;
 mod replica_metrics;
 pub mod role;
 pub mod self_fence;

@@ -2,6 +2,7 @@
 //! (and one process per instance on the local platform).
 
 pub mod api;
+mod binlog_files;
 pub mod bootstrap;
 pub mod clone;
 pub mod clone_plugin;

@@ -5,6 +5,7 @@
 //! and into the backup store when the Cluster has one. The file replays
 //! with the command-line client once a person has checked it.
 
+use crate::binlog_files::binlog_files;
 use std::path::{Path, PathBuf};
 
 use cnmysql_api::Flavor;
@@ -20,26 +21,6 @@ pub fn dir(cfg: &InstanceConfig) -> PathBuf {
         .parent()
         .unwrap_or(Path::new("/"))
         .join("cnmysql-saved")
-}
-
-/// The binary log files, oldest first, from the index in `binlog_dir`
-/// (names in it relative to the data directory, or absolute).
-fn binlog_files(binlog_dir: &Path, data_dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let index = binlog_dir.join("mysql-bin.index");
-    let text = std::fs::read_to_string(&index)
-        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", index.display()))?;
-    Ok(text
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            let p = Path::new(l.trim());
-            if p.is_absolute() {
-                p.to_path_buf()
-            } else {
-                data_dir.join(p)
-            }
-        })
-        .collect())
 }
 
 /// The reader's arguments that select `beyond`.

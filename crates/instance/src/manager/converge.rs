@@ -374,6 +374,13 @@ impl<C: ClusterState> Manager<C> {
             &[flavor::change_source(f, &spec), flavor::start_replica(f)],
         )
         .await?;
+        // A replica's binary log is not synced at every commit
+        // (`replica_durability`); open_writes restores it.
+        sql::exec_all(
+            conn,
+            &replica_durability::relax(&self.cfg.spec.mysql.parameters),
+        )
+        .await?;
         self.clear_acked_alone();
         Ok(true)
     }
@@ -473,12 +480,26 @@ impl<C: ClusterState> Manager<C> {
     /// before the first such commit.
     async fn open_writes(&self, conn: &mut mysql_async::Conn) -> anyhow::Result<()> {
         let f = self.cfg.flavor();
+        self.durable_binlog(conn).await?;
         let settings = semisync::at_promotion(&self.cfg.spec);
         if !settings.enabled {
             self.record_acked_alone("writes opened with semi-sync off")?;
         }
         sql::exec_all(conn, &sql::semi_sync_source(f, &settings)).await?;
         sql::exec_all(conn, &flavor::read_only(f, false)).await
+    }
+
+    /// The binary log synced at every commit again, and what it logged as
+    /// a replica on disk, before a write is taken (`replica_durability`).
+    async fn durable_binlog(&self, conn: &mut mysql_async::Conn) -> anyhow::Result<()> {
+        let restore = replica_durability::restore(&self.cfg.spec.mysql.parameters);
+        if restore.is_empty() {
+            return Ok(());
+        }
+        sql::exec_all(conn, &restore).await?;
+        let cfg = self.cfg.clone();
+        tokio::task::spawn_blocking(move || crate::binlog_files::sync_all(&cfg)).await??;
+        Ok(())
     }
 
     /// `preferred` semi-sync: the primary falls back to asynchronous

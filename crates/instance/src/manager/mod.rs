@@ -32,7 +32,9 @@ use cnmysql_api::names::REPLICATION_USER;
 use cnmysql_core::flavor::{self, SourceSpec};
 use cnmysql_core::role::{self, Action, Bootstrap, Desired, Local};
 use cnmysql_core::status::{InstancePhase, InstanceStatus, Role, history_reaches, parse_history};
-use cnmysql_core::{isolation, lease, readiness, self_fence, semisync, switchover};
+use cnmysql_core::{
+    isolation, lease, readiness, replica_durability, self_fence, semisync, switchover,
+};
 use mysql_async::Pool;
 use mysql_async::prelude::*;
 use tokio::sync::watch;

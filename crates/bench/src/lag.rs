@@ -1,0 +1,194 @@
+//! Replica apply lag under sustained writers (issue 46): a 3-instance
+//! cluster with `dataDurability: required`, writers through `rw` for a
+//! fixed time, and every 200 ms each replica asked how old the newest row
+//! it has applied is. Beside the lag: the primary's commit rate and each
+//! replica's apply rate over the same window, and how long each replica
+//! took to hold every row once the writers stopped.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::*;
+use serde_json::{Value, json};
+
+use crate::harness::{Bench, stats};
+
+/// The writers measured: connections through `rw`, each inserting one row
+/// per transaction as fast as it is acknowledged.
+const WRITERS: &[usize] = &[1, 16];
+
+pub(crate) fn lag(runs: usize, seconds: u64) -> anyhow::Result<Value> {
+    let rt = tokio::runtime::Runtime::new()?;
+    let mut out = serde_json::Map::new();
+    for &writers in WRITERS {
+        let mut p50 = Vec::new();
+        let mut p99 = Vec::new();
+        let mut max = Vec::new();
+        let mut commits = Vec::new();
+        let mut applies = Vec::new();
+        let mut catch_up = Vec::new();
+        for i in 0..runs {
+            let b = Bench::new();
+            b.up_durable("lag")?;
+            let r = rt.block_on(one_run(&b, writers, Duration::from_secs(seconds)))?;
+            eprintln!(
+                "lag run {} ({writers} writers): p50 {:.3}s p99 {:.3}s max {:.3}s; primary {:.0} commits/s, replicas {:?} rows/s; caught up {:.2}s after the writers stopped",
+                i + 1,
+                r.percentile(0.5),
+                r.percentile(0.99),
+                r.percentile(1.0),
+                r.commit_rate,
+                r.apply_rates
+                    .iter()
+                    .map(|a| format!("{a:.0}"))
+                    .collect::<Vec<_>>(),
+                r.catch_up
+            );
+            p50.push(r.percentile(0.5));
+            p99.push(r.percentile(0.99));
+            max.push(r.percentile(1.0));
+            commits.push(r.commit_rate);
+            applies.extend(r.apply_rates.iter().copied());
+            catch_up.push(r.catch_up);
+        }
+        out.insert(
+            format!("writers_{writers}"),
+            json!({
+                "apply_lag_p50_seconds": stats(p50),
+                "apply_lag_p99_seconds": stats(p99),
+                "apply_lag_max_seconds": stats(max),
+                "primary_commits_per_second": stats(commits),
+                "replica_applied_rows_per_second": stats(applies),
+                "caught_up_after_writers_stopped_seconds": stats(catch_up),
+            }),
+        );
+    }
+    out.insert(
+        "note".into(),
+        json!(format!(
+            "a 3-instance cluster, dataDurability required; N connections insert one row per transaction through rw for {seconds} s; every 200 ms each replica's lag = now - the commit time of the newest row it holds (0 when it holds every row); rates over the same window"
+        )),
+    );
+    Ok(Value::Object(out))
+}
+
+struct Run {
+    /// Lag samples of every replica, in seconds.
+    samples: Vec<f64>,
+    commit_rate: f64,
+    apply_rates: Vec<f64>,
+    catch_up: f64,
+}
+
+impl Run {
+    fn percentile(&self, p: f64) -> f64 {
+        let mut v = self.samples.clone();
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        if v.is_empty() {
+            return f64::NAN;
+        }
+        v[((v.len() - 1) as f64 * p).round() as usize]
+    }
+}
+
+const TABLE: &str = "CREATE TABLE IF NOT EXISTS app.lag (id BIGINT AUTO_INCREMENT PRIMARY KEY, \
+     at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), pad VARCHAR(100) NOT NULL, KEY (at))";
+
+async fn one_run(b: &Bench, writers: usize, window: Duration) -> anyhow::Result<Run> {
+    let port = b.ports()["services"]["rw"].as_u64().unwrap() as u16;
+    let opts = cnmysql_bench::writer::app_opts(port, b.secret("app-password"));
+    let mut c = mysql_async::Conn::new(opts.clone()).await?;
+    c.query_drop("CREATE DATABASE IF NOT EXISTS app").await?;
+    c.query_drop(TABLE).await?;
+    let primary = b.current_primary();
+    let replicas: Vec<String> = (1..=3)
+        .map(|n| format!("lag-{n}"))
+        .filter(|n| *n != primary)
+        .collect();
+    let mut admins = Vec::new();
+    for r in &replicas {
+        let mut a = b.admin(r).await?;
+        // For trying a setting by hand: statements run on each replica
+        // first (say, another applier configuration), named in the output.
+        if let Ok(sql) = std::env::var("CNMYSQL_BENCH_REPLICA_SQL") {
+            eprintln!("on {r}: {sql}");
+            a.query_drop(sql).await?;
+        }
+        admins.push(a);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let committed = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..writers {
+        let (stop, committed, opts) = (stop.clone(), committed.clone(), opts.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut c = mysql_async::Conn::new(opts).await?;
+            while !stop.load(Ordering::Relaxed) {
+                c.query_drop("INSERT INTO app.lag (pad) VALUES (REPEAT('x', 100))")
+                    .await?;
+                committed.fetch_add(1, Ordering::Relaxed);
+            }
+            anyhow::Ok(())
+        }));
+    }
+    // Warm up: the writers connected and the appliers under way.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let start = Instant::now();
+    let first_commits = committed.load(Ordering::Relaxed);
+    let mut first_applied = Vec::new();
+    for a in admins.iter_mut() {
+        first_applied.push(rows(a).await?);
+    }
+    let mut samples = Vec::new();
+    while start.elapsed() < window {
+        for a in admins.iter_mut() {
+            samples.push(lag_of(a).await?);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let commit_rate = (committed.load(Ordering::Relaxed) - first_commits) as f64 / secs;
+    let mut apply_rates = Vec::new();
+    for (a, first) in admins.iter_mut().zip(&first_applied) {
+        apply_rates.push((rows(a).await? - first) as f64 / secs);
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await??;
+    }
+    let stopped = Instant::now();
+    let total: u64 = c
+        .query_first("SELECT COUNT(*) FROM app.lag")
+        .await?
+        .unwrap_or(0);
+    for a in admins.iter_mut() {
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while rows(a).await? < total {
+            anyhow::ensure!(Instant::now() < deadline, "a replica did not catch up");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    Ok(Run {
+        samples,
+        commit_rate,
+        apply_rates,
+        catch_up: stopped.elapsed().as_secs_f64(),
+    })
+}
+
+/// Rows a replica holds (ids are given in commit order closely enough:
+/// the count is what is compared).
+async fn rows(c: &mut mysql_async::Conn) -> anyhow::Result<u64> {
+    Ok(c.query_first("SELECT COUNT(*) FROM app.lag")
+        .await?
+        .unwrap_or(0))
+}
+
+/// How old the newest row this replica holds is, in seconds.
+async fn lag_of(c: &mut mysql_async::Conn) -> anyhow::Result<f64> {
+    let us: Option<Option<i64>> = c
+        .query_first("SELECT TIMESTAMPDIFF(MICROSECOND, MAX(at), NOW(6)) FROM app.lag")
+        .await?;
+    Ok(us.flatten().unwrap_or(0) as f64 / 1e6)
+}
