@@ -63,19 +63,24 @@ pub async fn promote(dir: &StateDir, target: &str, wait: bool) -> anyhow::Result
         if (&st.current_primary, &st.target_primary)
             == (&s.status.current_primary, &s.status.target_primary)
         {
-            outcome = cnmysql_core::switchover::request(
+            outcome = Some(cnmysql_core::switchover::request(
                 &s.cluster,
                 &s.spec,
                 paused,
                 st,
                 target,
                 jiff::Timestamp::now().as_millisecond(),
-            )
-            .ok();
+            ));
         }
     })?;
-    let Some(requested) = outcome else {
-        anyhow::bail!("the primary changed while the switchover was being requested; try again")
+    // The request checks the status as it is now (its lag may have grown
+    // since the snapshot): its refusal is said as such.
+    let requested = match outcome {
+        Some(Ok(r)) => r,
+        Some(Err(why)) => return Err(refused(why)),
+        None => {
+            anyhow::bail!("the primary changed while the switchover was being requested; try again")
+        }
     };
     let (reason, text) = requested.event();
     dir.event(false, reason, Some(target), &text);
