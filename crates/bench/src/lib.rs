@@ -2,4 +2,5 @@
 
 pub mod broken_image;
 pub mod faults;
+pub mod lagging_refusal;
 pub mod writer;

@@ -266,15 +266,17 @@ async fn suite(name: &'static str, durability: &str) {
                 let said = String::from_utf8_lossy(&out.stderr).to_string();
                 // A target behind is refused at once, naming one that is
                 // caught up: the suite then does what a user would.
-                match faults::lagging_refusal(&said) {
+                match cnmysql_bench::lagging_refusal::lagging_refusal(&said) {
                     _ if out.status.success() => {}
                     Some(Some(instead)) => {
                         eprintln!("{what}: {replica} lags; switching over to {instead}");
                         let out = c.local(&["promote", name, &instead]);
                         assert!(
                             out.status.success()
-                                || faults::lagging_refusal(&String::from_utf8_lossy(&out.stderr))
-                                    .is_some(),
+                                || cnmysql_bench::lagging_refusal::lagging_refusal(
+                                    &String::from_utf8_lossy(&out.stderr)
+                                )
+                                .is_some(),
                             "{what}: promote {instead}: {}",
                             String::from_utf8_lossy(&out.stderr)
                         );

@@ -256,8 +256,13 @@ async fn suite(durability: &str, default_faults: usize) {
                     }
                     // A target behind is refused at once, naming one that
                     // is caught up: the suite does what a user would.
-                    Err(e) if faults::lagging_refusal(&e.to_string()).is_some() => {
-                        match faults::lagging_refusal(&e.to_string()).flatten() {
+                    Err(e)
+                        if cnmysql_bench::lagging_refusal::lagging_refusal(&e.to_string())
+                            .is_some() =>
+                    {
+                        match cnmysql_bench::lagging_refusal::lagging_refusal(&e.to_string())
+                            .flatten()
+                        {
                             Some(instead) => {
                                 eprintln!("{what}: {replica} lags; switching over to {instead}");
                                 if let Err(e) =
@@ -265,7 +270,8 @@ async fn suite(durability: &str, default_faults: usize) {
                                 {
                                     let e = e.to_string();
                                     if !e.contains("did not happen")
-                                        && faults::lagging_refusal(&e).is_none()
+                                        && cnmysql_bench::lagging_refusal::lagging_refusal(&e)
+                                            .is_none()
                                     {
                                         dump(&k, &pods).await;
                                         panic!("{what}: promote {instead}: {e}");
