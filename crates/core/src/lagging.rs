@@ -5,6 +5,15 @@
 //! does not flap in and out of the Services). A freshly cloned replica
 //! replaying what was written during its copy is the usual case.
 //!
+//! A replica cluster's designated primary is never lagging by this rule:
+//! its lag is the whole cluster's behind its source (`status.replica`,
+//! the `CnmysqlReplicaClusterLagging` alert), and it is the freshest
+//! instance the cluster has. Taken out of routes, it also left rw on
+//! Kubernetes (Services select by the routable label): just demoted in a
+//! switchover between clusters, it can show a large lag while it first
+//! follows its new source, and that source, still reading its last
+//! transactions through rw, then waited for it forever.
+//!
 //! Lagging does not change what a failover may choose: a lagging replica
 //! can hold acknowledged writes (it acknowledges what it received, before
 //! applying it), and a promoted one applies everything it received before
@@ -21,9 +30,19 @@ pub fn instances(s: &Snapshot) -> Vec<String> {
     if limit == 0 {
         return Vec::new();
     }
+    let designated = s
+        .spec
+        .replica
+        .as_ref()
+        .is_some_and(|r| r.enabled)
+        .then_some(s.status.current_primary.as_deref())
+        .flatten();
     s.instances
         .iter()
         .filter(|o| {
+            if designated == Some(o.name.as_str()) {
+                return false;
+            }
             let Some(st) = &o.status else { return false };
             let Some(lag) = st.lag_seconds.filter(|_| st.role == Role::Replica) else {
                 return false;
@@ -100,6 +119,20 @@ mod tests {
             said.contains("db-2 (61 s)") && said.contains("maxReplicaLagSeconds"),
             "{said}"
         );
+    }
+
+    #[test]
+    fn a_replica_clusters_designated_primary_is_never_lagging() {
+        let mut s = with_lag(&[("db-1", Some(600)), ("db-2", Some(120))], &["db-1"], 60);
+        s.spec.replica = Some(serde_json::from_str(r#"{"enabled": true, "source": {"host": "east-rw"}}"#).unwrap());
+        let o = s.instances.iter_mut().find(|o| o.name == "db-1").unwrap();
+        let st = o.status.as_mut().unwrap();
+        st.role = crate::status::Role::Replica;
+        st.read_only = true;
+        assert_eq!(instances(&s), ["db-2"]);
+        // The routable label Kubernetes' rw selects on keeps it.
+        s.status.lagging_instances = instances(&s);
+        assert!(!crate::services::out_of_service(&s.status, "db-1"));
     }
 
     #[test]

@@ -89,13 +89,12 @@ pub fn desired_routes(s: &Snapshot) -> Routes {
         }
         let behind = lagging.contains(&inst.name);
         match st.role {
-            // A designated primary far behind its source still serves what
-            // follows it through rw; its reads leave r like any lagging one.
+            // A designated primary is never lagging (`lagging.rs`): what
+            // follows its cluster reads it through rw however far behind
+            // its own source it is.
             _ if serves_rw(s, &inst.name, st) => {
                 routes.rw = Some(inst.name.clone());
-                if !behind {
-                    routes.r.insert(0, inst.name.clone());
-                }
+                routes.r.insert(0, inst.name.clone());
             }
             _ if behind => {}
             Role::Replica
@@ -224,12 +223,12 @@ mod tests {
         assert_eq!(r.ro, ["db-2"]);
         assert_eq!(r.r, ["db-1", "db-2"]);
         // Far behind its source (a switchover between clusters drains
-        // through it): still rw, no longer r.
+        // through it): still rw and r, on every platform (`lagging.rs`).
         s.spec.max_replica_lag_seconds = 60;
         s.instances[0].status.as_mut().unwrap().lag_seconds = Some(300);
         let r = desired_routes(&s);
         assert_eq!(r.rw.as_deref(), Some("db-1"));
-        assert_eq!(r.r, ["db-2"]);
+        assert_eq!(r.r, ["db-1", "db-2"]);
         // Just demoted, not following its new source yet (not ready): its
         // followers keep reading it through rw.
         s.instances[0].status.as_mut().unwrap().lag_seconds = None;
