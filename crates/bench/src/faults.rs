@@ -36,6 +36,19 @@ pub enum Fault {
     ReplicaPodDeleted,
     /// A replica is fenced, then unfenced.
     FenceReplica,
+    /// Every instance's PID 1 SIGKILLed at once (an OOM storm, a crash of
+    /// them all).
+    AllKilled,
+    /// Every instance's Pod deleted at once (Kubernetes).
+    AllPodsDeleted,
+    /// The node holding the primary restarted with its disks kept: its
+    /// containerd and kubelet killed with everything they ran, then
+    /// started again (Kubernetes; on one node, every instance and the
+    /// operator).
+    NodeRestarted,
+    /// The machine's CPU taken by busy processes for [`FREEZE`]: a slow
+    /// primary is not a dead one, and no failover may follow.
+    CpuStarved,
 }
 
 /// How long a frozen or cut-off node stays so: longer than the lease, so
@@ -45,6 +58,9 @@ pub const FREEZE: Duration = Duration::from_secs(20);
 /// The recovery bound after a fault: healthy again (every instance ready,
 /// one primary) within this long after the fault ended.
 pub const RECOVERY_BOUND: Duration = Duration::from_secs(60);
+
+/// The bound after a whole-cluster crash: every instance ready again.
+pub const WHOLE_BOUND: Duration = Duration::from_secs(90);
 
 /// Answers a watcher sample may give in this long after its instance
 /// resumed are not counted as a second writable primary: a frozen process
@@ -63,6 +79,10 @@ impl Fault {
             Fault::ReplicaKilled => "replica-pid1-killed",
             Fault::ReplicaPodDeleted => "replica-pod-deleted",
             Fault::FenceReplica => "replica-fenced-and-unfenced",
+            Fault::AllKilled => "all-pid1s-killed",
+            Fault::AllPodsDeleted => "all-pods-deleted",
+            Fault::NodeRestarted => "node-restarted",
+            Fault::CpuStarved => "cpu-starved",
         }
     }
 
@@ -73,7 +93,25 @@ impl Fault {
                 Duration::from_millis(cnmysql_core::lease::TTL_MS as u64 + 5_000)
             }
             Fault::Switchover => Duration::from_secs(1),
+            Fault::AllKilled | Fault::AllPodsDeleted | Fault::NodeRestarted => WHOLE_BOUND,
             _ => Duration::from_secs(5),
+        }
+    }
+
+    /// Every instance dies in it.
+    pub fn whole_cluster(self) -> bool {
+        matches!(
+            self,
+            Fault::AllKilled | Fault::AllPodsDeleted | Fault::NodeRestarted
+        )
+    }
+
+    /// How long after it ended the cluster must be healthy again.
+    pub fn recovery_bound(self) -> Duration {
+        if self.whole_cluster() {
+            WHOLE_BOUND
+        } else {
+            RECOVERY_BOUND
         }
     }
 }
@@ -88,7 +126,14 @@ pub const KUBERNETES: &[Fault] = &[
     Fault::ReplicaKilled,
     Fault::ReplicaPodDeleted,
     Fault::FenceReplica,
+    Fault::AllKilled,
+    Fault::AllPodsDeleted,
+    Fault::NodeRestarted,
+    Fault::CpuStarved,
 ];
+
+/// The whole-cluster crashes alone, for a run that tries only them.
+pub const WHOLE_CLUSTER: &[Fault] = &[Fault::AllKilled, Fault::AllPodsDeleted, Fault::NodeRestarted];
 
 /// The local platform has no Pods and no network to cut.
 pub const LOCAL: &[Fault] = &[

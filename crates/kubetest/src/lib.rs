@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use cnmysql_envtest::ControlPlane;
 
+mod hogs;
+pub use hogs::CpuHogs;
 mod nodes;
 pub use nodes::operator_image_name;
 use nodes::start_real;

@@ -95,6 +95,22 @@ impl KubeCluster {
         cnmysql_realnode::faults::container_pid(node.containerd(), &id)
     }
 
+    /// Restart the node a Pod runs on, its disks kept (see
+    /// [`cnmysql_realnode::worker::Worker::restart`]): everything on it
+    /// dies at once, the operator too when it runs there. The instant
+    /// it was all dead.
+    pub async fn restart_node_of(
+        &mut self,
+        namespace: &str,
+        pod: &str,
+    ) -> anyhow::Result<std::time::Instant> {
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+            kube::Api::namespaced(self.client.clone(), namespace);
+        let node = node_of(&pods.get(pod).await?)?;
+        let assets = cnmysql_envtest::assets()?;
+        self.node.node_mut(&node)?.restart(&self.cp, &assets).await
+    }
+
     /// Where a claim's data is on this machine.
     pub async fn claim_path(&self, namespace: &str, claim: &str) -> anyhow::Result<PathBuf> {
         use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};

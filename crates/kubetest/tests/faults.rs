@@ -147,15 +147,43 @@ async fn kill_pid1(k: &KubeCluster, pod: &str) -> Instant {
     Instant::now()
 }
 
+/// SIGKILL every instance's PID 1 at once; each with the instant it is
+/// proven gone.
+async fn kill_all_pid1s(k: &KubeCluster) -> Vec<(String, Instant)> {
+    let mut pids = Vec::new();
+    for i in 1..=3 {
+        let pod = format!("db-{i}");
+        pids.push((pod.clone(), k.pid(NS, &pod, "mysql").await.unwrap()));
+    }
+    for (_, pid) in &pids {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !pids.iter().all(|(_, p)| faults::process_gone(*p)) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let at = Instant::now();
+    pids.into_iter().map(|(n, _)| (n, at)).collect()
+}
+
+/// A run of `default_faults` faults drawn from every kind (or
+/// `CNMYSQL_FAULTS`), seeded by `CNMYSQL_FAULT_SEED` or at random.
 async fn suite(durability: &str, default_faults: usize) {
     let seed = faults::seed();
     let plan = faults::plan(seed, faults::count(default_faults), faults::KUBERNETES);
+    run_plan(durability, seed, plan).await;
+}
+
+async fn run_plan(durability: &str, seed: u64, plan: Vec<(Fault, u64)>) {
     eprintln!(
         "fault suite (Kubernetes, {durability}): seed {seed} (replay with CNMYSQL_FAULT_SEED={seed}): {:?}",
         plan.iter().map(|f| f.0.name()).collect::<Vec<_>>()
     );
     let exe = cnmysql_exe();
-    let k = KubeCluster::start(&exe).await.unwrap();
+    let mut k = KubeCluster::start(&exe).await.unwrap();
     k.apply_in_new_namespace(NS, &manifest(durability))
         .await
         .unwrap();
@@ -223,6 +251,10 @@ async fn suite(durability: &str, default_faults: usize) {
             Some(v) => pod_life(&pods, v).await,
             None => None,
         };
+        let mut lives_before = Vec::new();
+        for i in 1..=3 {
+            lives_before.push(pod_life(&pods, &format!("db-{i}")).await);
+        }
         let t0 = Instant::now();
         match fault {
             Fault::PrimaryPodDeleted => {
@@ -241,6 +273,24 @@ async fn suite(durability: &str, default_faults: usize) {
             }
             Fault::ReplicaKilled => {
                 kill_pid1(&k, &replica).await;
+            }
+            Fault::AllKilled => run.died.extend(kill_all_pid1s(&k).await),
+            Fault::AllPodsDeleted => {
+                for i in 1..=3 {
+                    pods.delete(&format!("db-{i}"), &DeleteParams::default())
+                        .await
+                        .unwrap();
+                }
+            }
+            Fault::NodeRestarted => {
+                let dead = k.restart_node_of(NS, &primary).await.unwrap();
+                run.died
+                    .extend((1..=3).map(|i| (format!("db-{i}"), dead)));
+            }
+            Fault::CpuStarved => {
+                let hogs = cnmysql_kubetest::CpuHogs::start();
+                tokio::time::sleep(faults::FREEZE).await;
+                drop(hogs);
             }
             Fault::Switchover => {
                 match k.plugin(&exe, &["cnmsql", "-n", NS, "promote", "db", &replica]) {
@@ -348,11 +398,31 @@ async fn suite(durability: &str, default_faults: usize) {
                 panic!("{e:#}");
             }
         }
+        if fault.whole_cluster() {
+            let all_anew = until(
+                &format!("{what}: every instance replaced or restarted"),
+                fault.recovery_bound(),
+                || async {
+                    for (i, was) in lives_before.iter().enumerate() {
+                        let now = pod_life(&pods, &format!("db-{}", i + 1)).await;
+                        if now.is_none() || now == *was {
+                            return None;
+                        }
+                    }
+                    Some(())
+                },
+            )
+            .await;
+            if let Err(e) = all_anew {
+                dump(&k, &pods).await;
+                panic!("{e:#}");
+            }
+        }
         let healthy = if durability == "required" {
             // A former primary that comes back diverged saves what only it
             // holds and re-clones itself (nothing it alone holds was
             // acknowledged): healthy within the bound all the same.
-            k.wait_healthy(NS, "db", 3, faults::RECOVERY_BOUND).await
+            k.wait_healthy(NS, "db", 3, fault.recovery_bound()).await
         } else {
             // Otherwise an instance may hold acknowledged writes the
             // primary lacks (semi-sync off, or left behind by a failover
@@ -360,7 +430,7 @@ async fn suite(durability: &str, default_faults: usize) {
             // be healthy) until a person asks for `reinit`.
             until(
                 "one primary and every other instance ready or kept out",
-                faults::RECOVERY_BOUND,
+                fault.recovery_bound(),
                 || async {
                     let st = k.cluster_status(NS, "db").await.ok()?;
                     let (primaries, ready) = cnmysql_kubetest::primaries_and_ready(&st);
@@ -376,9 +446,13 @@ async fn suite(durability: &str, default_faults: usize) {
         .unwrap_or_else(|e| {
             panic!(
                 "{what}: not healthy within {:?} after the fault ended: {e}",
-                faults::RECOVERY_BOUND
+                fault.recovery_bound()
             )
         });
+        if *fault == Fault::CpuStarved && healthy != primary {
+            dump(&k, &pods).await;
+            panic!("{what}: the primary was slow, not dead, yet {healthy} replaced {primary}");
+        }
         let diverged = k.cluster_status(NS, "db").await.unwrap().diverged_instances;
         for d in &diverged {
             // What a person does: save its transactions and re-clone it
@@ -432,6 +506,23 @@ async fn suite(durability: &str, default_faults: usize) {
     if durability == "required" {
         assert_eq!(missing, 0, "seed {seed}: acknowledged rows lost");
     }
+}
+
+/// Every whole-cluster crash in turn, under a writer and `required`:
+/// all PID 1s killed, all Pods deleted, the node restarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
+async fn whole_cluster_crashes_heal_without_a_person() {
+    let plan = faults::WHOLE_CLUSTER.iter().map(|f| (*f, 0)).collect();
+    run_plan("required", 0, plan).await;
+}
+
+/// A node short of CPU for 20 s, twice: no failover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
+async fn a_starved_node_does_not_fail_over() {
+    let plan = vec![(Fault::CpuStarved, 0), (Fault::CpuStarved, 0)];
+    run_plan("required", 0, plan).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

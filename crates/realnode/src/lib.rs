@@ -235,6 +235,14 @@ impl RealNode {
             .ok_or_else(|| anyhow::anyhow!("no node {name} here"))
     }
 
+    /// The node named `name`, to restart it.
+    pub fn node_mut(&mut self, name: &str) -> anyhow::Result<&mut worker::Worker> {
+        self.workers
+            .iter_mut()
+            .find(|w| w.name == name)
+            .ok_or_else(|| anyhow::anyhow!("no node {name} here"))
+    }
+
     /// The last lines of a process's log on the first node (`kubelet`,
     /// `kube-proxy`, `containerd`).
     pub fn log_tail(&self, name: &str) -> String {

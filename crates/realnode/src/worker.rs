@@ -66,21 +66,8 @@ impl Worker {
             &socket,
             assets,
         )?);
+        self.wait_ready(cp).await?;
         let client = cp.client().await?;
-        let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
-        let name = self.name.clone();
-        self.until("the node to be Ready", Duration::from_secs(120), || {
-            let (nodes, name) = (nodes.clone(), name.clone());
-            async move {
-                let n = nodes.get_opt(&name).await.ok().flatten()?;
-                n.status?
-                    .conditions?
-                    .iter()
-                    .any(|c| c.type_ == "Ready" && c.status == "True")
-                    .then_some(())
-            }
-        })
-        .await?;
         self.proxy = Some(kubelet::start_proxy(
             &self.dir,
             &self.net,
@@ -104,6 +91,68 @@ impl Worker {
                 )
                 .ok()
                 .map(|_| ())
+            }
+        })
+        .await
+    }
+
+    /// A restart of the node with its disks kept, as after a power cut:
+    /// the kubelet and containerd killed, every container with them, the
+    /// Pods' mounts gone; then containerd (its images and state kept) and
+    /// the kubelet started again. Returns once the node is Ready again
+    /// (the kubelet then starts the Pods bound to it anew), with the
+    /// instant everything on it was dead.
+    pub async fn restart(&mut self, cp: &ControlPlane, assets: &Path) -> anyhow::Result<Instant> {
+        use nix::sys::signal::{Signal, kill};
+        if let Some(mut c) = self.kubelet.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        crate::cgroups::kill_cgroup_tree(&kubelet::cgroup_root(&self.net));
+        if let Some(c) = self.containerd.take() {
+            let sock = c.socket.display().to_string();
+            if let Some(mut child) = c.child {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            for pid in faults::pids_matching(&format!("-address {sock}")) {
+                let _ = kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
+            }
+        }
+        let dead = Instant::now();
+        for sub in ["kubelet", "containerd"] {
+            crate::unmount_under(&self.dir.join(sub));
+        }
+        let c = containerd::Containerd::start(&self.dir, &self.net)?;
+        let socket = c.socket.clone();
+        self.containerd = Some(c);
+        self.kubelet = Some(kubelet::start(
+            &self.dir,
+            &self.net,
+            &self.name,
+            &cp.kubeconfig_of(&format!("system:node:{}", self.name)),
+            &cp.dir().join("ca.crt"),
+            &socket,
+            assets,
+        )?);
+        self.wait_ready(cp).await?;
+        Ok(dead)
+    }
+
+    /// Wait until the API server says this node is Ready.
+    async fn wait_ready(&mut self, cp: &ControlPlane) -> anyhow::Result<()> {
+        let client = cp.client().await?;
+        let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client);
+        let name = self.name.clone();
+        self.until("the node to be Ready", Duration::from_secs(120), || {
+            let (nodes, name) = (nodes.clone(), name.clone());
+            async move {
+                let n = nodes.get_opt(&name).await.ok().flatten()?;
+                n.status?
+                    .conditions?
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+                    .then_some(())
             }
         })
         .await
