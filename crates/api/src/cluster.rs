@@ -50,6 +50,11 @@ pub const OPERATOR_OWNED_PARAMETERS: &[&str] = &[
     "rpl_semi_sync_source_timeout",
     "rpl_semi_sync_source_wait_for_replica_count",
     "rpl_semi_sync_source_wait_point",
+    // Off, a primary with no semi-sync replica connected commits without
+    // waiting, whatever the timeout: what `required` rests on
+    // (docs/topology.md, never two writable).
+    "rpl_semi_sync_master_wait_no_slave",
+    "rpl_semi_sync_source_wait_no_replica",
     "plugin_load_add",
     "user",
     "secure_file_priv",

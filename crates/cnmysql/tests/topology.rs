@@ -1021,15 +1021,18 @@ async fn preferred_durability_falls_back_when_no_replica_acknowledges() {
 /// has no such variable and always waits for one).
 async fn ack_count(c: &LocalCluster, primary: &str) -> (bool, u64) {
     let mut a = c.admin(primary).await;
-    let row: (String, u64) = a
+    let row: (String, u64, String) = a
         .query_first(sql(
-            "SELECT @@rpl_semi_sync_master_enabled, 1",
-            "SELECT @@rpl_semi_sync_source_enabled, @@rpl_semi_sync_source_wait_for_replica_count",
+            "SELECT @@rpl_semi_sync_master_enabled, 1, @@rpl_semi_sync_master_wait_no_slave",
+            "SELECT @@rpl_semi_sync_source_enabled, @@rpl_semi_sync_source_wait_for_replica_count, @@rpl_semi_sync_source_wait_no_replica",
         ))
         .await
         .unwrap()
         .unwrap();
-    (row.0 == "1" || row.0.eq_ignore_ascii_case("ON"), row.1)
+    let on = |v: &str| v == "1" || v.eq_ignore_ascii_case("ON");
+    // With no replica connected a commit still waits (never two writable).
+    assert!(on(&row.2), "{primary} commits without a replica connected");
+    (on(&row.0), row.1)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -519,6 +519,8 @@ pub fn render_mycnf(c: &InstanceConfig) -> String {
                     if semi.enabled { "ON" } else { "OFF" }.to_string(),
                 ),
                 ("rpl_semi_sync_master_wait_point", "AFTER_SYNC".to_string()),
+                // A primary with no semi-sync replica still waits.
+                ("rpl_semi_sync_master_wait_no_slave", "ON".to_string()),
                 (
                     "rpl_semi_sync_master_timeout",
                     // The start-up floor; the operator adjusts it at run time.
@@ -542,6 +544,7 @@ pub fn render_mycnf(c: &InstanceConfig) -> String {
                     if semi.enabled { "ON" } else { "OFF" }.to_string(),
                 ),
                 ("rpl_semi_sync_source_wait_point", "AFTER_SYNC".to_string()),
+                ("rpl_semi_sync_source_wait_no_replica", "ON".to_string()),
                 (
                     "rpl_semi_sync_source_timeout",
                     cnmysql_core::semisync::desired(&c.spec, 0)
@@ -724,6 +727,7 @@ pub(crate) mod tests {
         c.spec.mysql.semi_sync.timeout_millis = 1000;
         let never = cnmysql_core::semisync::NEVER_FALL_BACK_MS;
         assert!(render_mycnf(&c).contains(&format!("rpl_semi_sync_master_timeout = {never}\n")));
+        assert!(render_mycnf(&c).contains("rpl_semi_sync_master_wait_no_slave = ON\n"));
         c.spec.mysql.semi_sync.data_durability = DataDurability::Required;
         assert!(render_mycnf(&c).contains(&format!("rpl_semi_sync_master_timeout = {never}\n")));
     }
