@@ -728,7 +728,9 @@ mod parameter_tests {
             );
             let e = super::parse_cluster(&m).unwrap_err().to_string();
             assert!(
-                e.contains(&format!("spec.mysql.parameters.{name}: is owned by the operator")),
+                e.contains(&format!(
+                    "spec.mysql.parameters.{name}: is owned by the operator"
+                )),
                 "{e}"
             );
         }

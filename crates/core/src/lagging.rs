@@ -124,7 +124,9 @@ mod tests {
     #[test]
     fn a_replica_clusters_designated_primary_is_never_lagging() {
         let mut s = with_lag(&[("db-1", Some(600)), ("db-2", Some(120))], &["db-1"], 60);
-        s.spec.replica = Some(serde_json::from_str(r#"{"enabled": true, "source": {"host": "east-rw"}}"#).unwrap());
+        s.spec.replica = Some(
+            serde_json::from_str(r#"{"enabled": true, "source": {"host": "east-rw"}}"#).unwrap(),
+        );
         let o = s.instances.iter_mut().find(|o| o.name == "db-1").unwrap();
         let st = o.status.as_mut().unwrap();
         st.role = crate::status::Role::Replica;

@@ -284,8 +284,7 @@ async fn run_plan(durability: &str, seed: u64, plan: Vec<(Fault, u64)>) {
             }
             Fault::NodeRestarted => {
                 let dead = k.restart_node_of(NS, &primary).await.unwrap();
-                run.died
-                    .extend((1..=3).map(|i| (format!("db-{i}"), dead)));
+                run.died.extend((1..=3).map(|i| (format!("db-{i}"), dead)));
             }
             Fault::CpuStarved => {
                 let hogs = cnmysql_kubetest::CpuHogs::start();
