@@ -111,6 +111,27 @@ impl KubeCluster {
         self.node.node_mut(&node)?.restart(&self.cp, &assets).await
     }
 
+    /// The nodes' names, the first (whose link carries the control
+    /// plane's address) first.
+    pub fn node_names(&self) -> Vec<String> {
+        self.node.nodes().iter().map(|w| w.name.clone()).collect()
+    }
+
+    /// Put a fault on a whole node: `freeze` (every Pod and the node's own
+    /// processes stopped), `cut` (its link down), `heal` (both undone).
+    pub fn node_fault(&self, node: &str, kind: &str) -> anyhow::Result<()> {
+        let w = self.node.node(node)?;
+        match kind {
+            "freeze" => w.freeze(true),
+            "cut" => w.cut_off(true),
+            "heal" => {
+                w.freeze(false)?;
+                w.cut_off(false)
+            }
+            other => bail!("unknown node fault {other}"),
+        }
+    }
+
     /// Where a claim's data is on this machine.
     pub async fn claim_path(&self, namespace: &str, claim: &str) -> anyhow::Result<PathBuf> {
         use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};

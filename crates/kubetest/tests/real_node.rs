@@ -444,3 +444,124 @@ async fn kubectl_drain_of_the_primarys_node_completes_after_a_handover_and_loses
     );
     healthy_with(&k, "dr", &out.acked, Duration::from_secs(240)).await;
 }
+
+/// Three nodes, the instances spread by anti-affinity, the primary moved
+/// off the first node (its link carries the control plane's address).
+async fn spread_cluster(k: &KubeCluster, ns: &str) -> String {
+    let mut primary = durable_cluster(k, ns).await;
+    let first = k.node_names()[0].clone();
+    let mut placed = Vec::new();
+    for pod in all("db") {
+        placed.push(node_of(k, ns, &pod).await.unwrap());
+    }
+    eprintln!("instances on {placed:?}");
+    let distinct: std::collections::BTreeSet<&String> = placed.iter().collect();
+    assert_eq!(distinct.len(), 3, "anti-affinity spreads the instances");
+    if node_of(k, ns, &primary).await.as_deref() == Some(first.as_str()) {
+        let target = all("db")
+            .into_iter()
+            .find(|p| *p != primary)
+            .unwrap();
+        k.plugin(&cnmysql_exe(), &["cnmsql", "-n", ns, "promote", "db", &target])
+            .unwrap();
+        primary = k.wait_healthy(ns, "db", 3, Duration::from_secs(120)).await.unwrap();
+    }
+    primary
+}
+
+/// The primary's whole node lost under a writer (`freeze`: every process
+/// on it stopped; `cut`: its link down) for 25 s: a writable primary again
+/// within the lease's TTL + 2 s, and the lost instance back once its node
+/// returns, nothing acknowledged lost.
+async fn lose_the_primarys_node(kind: &str) {
+    let k = KubeCluster::start_nodes(&cnmysql_exe(), &[], 3)
+        .await
+        .unwrap();
+    let ns = "nl";
+    let old = spread_cluster(&k, ns).await;
+    let node = node_of(&k, ns, &old).await.unwrap();
+    let w = writer(&k, ns, "db").await;
+    let t = Instant::now();
+    k.node_fault(&node, kind).unwrap();
+    let new = until("another primary", Duration::from_secs(90), || async {
+        let p = k.cluster_status(ns, "db").await.ok()?.current_primary?;
+        (p != old).then_some(p)
+    })
+    .await
+    .unwrap();
+    w.wait_for_more(30, Duration::from_secs(60)).await;
+    let lost_for = Duration::from_secs(25).saturating_sub(t.elapsed());
+    tokio::time::sleep(lost_for).await;
+    k.node_fault(&node, "heal").unwrap();
+    let (took, acked) = outage(w, t).await;
+    eprintln!(
+        "node {node} {kind}: {old} → {new} on {:?}, first write acknowledged {took:?} after the fault",
+        node_of(&k, ns, &new).await
+    );
+    let bound = Duration::from_millis(cnmysql_core::lease::TTL_MS as u64 + 2_000);
+    assert!(took <= bound, "writes stopped for {took:?}, over {bound:?}");
+    healthy_with(&k, ns, &acked, Duration::from_secs(240)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
+async fn a_frozen_node_of_three_costs_at_most_the_lease_and_its_instance_rejoins() {
+    lose_the_primarys_node("freeze").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
+async fn a_node_of_three_cut_off_costs_at_most_the_lease_and_its_instance_rejoins() {
+    lose_the_primarys_node("cut").await;
+}
+
+/// `kubectl drain` of every node in turn, as a rolling node upgrade does,
+/// under a writer: each drain completes, writes keep flowing (the primary
+/// hands over before its eviction, no failover), every instance comes back
+/// once its node is uncordoned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
+async fn kubectl_drain_of_each_node_in_turn_keeps_writes_flowing() {
+    let k = KubeCluster::start_nodes(&cnmysql_exe(), &[], 3)
+        .await
+        .unwrap();
+    let ns = "dn";
+    spread_cluster(&k, ns).await;
+    let w = writer(&k, ns, "db").await;
+    for node in k.node_names() {
+        let t = Instant::now();
+        let out = k.cp.kubectl(
+            &[
+                "drain",
+                &node,
+                "--ignore-daemonsets",
+                "--delete-emptydir-data",
+                "--timeout=240s",
+            ],
+            None,
+        );
+        assert!(out.is_ok(), "kubectl drain {node}: {out:?}");
+        eprintln!("drain of {node} completed in {:?}", t.elapsed());
+        k.cp.kubectl(&["uncordon", &node], None).unwrap();
+        k.wait_healthy(ns, "db", 3, Duration::from_secs(240))
+            .await
+            .unwrap();
+    }
+    w.wait_for_more(30, Duration::from_secs(90)).await;
+    let out = w.stop().await;
+    eprintln!(
+        "three drains: longest stretch without an acknowledged write {:?}",
+        out.longest_gap
+    );
+    let r = reasons(&k, ns).await;
+    assert!(
+        !r.iter().any(|r| r == "FailingOver"),
+        "a drain caused a failover: {r:?}"
+    );
+    assert!(
+        out.longest_gap < Duration::from_secs(5),
+        "writes stopped for {:?}",
+        out.longest_gap
+    );
+    healthy_with(&k, ns, &out.acked, Duration::from_secs(240)).await;
+}

@@ -139,6 +139,52 @@ impl Worker {
         Ok(dead)
     }
 
+    /// The whole node hung (`true`) or running again: every Pod's
+    /// processes in the freezer, the kubelet, containerd and kube-proxy
+    /// stopped (SIGSTOP), as a machine that stalls.
+    pub fn freeze(&self, frozen: bool) -> anyhow::Result<()> {
+        use nix::sys::signal::{Signal, kill};
+        let signal = if frozen { Signal::SIGSTOP } else { Signal::SIGCONT };
+        let mut pids: Vec<i32> = [&self.kubelet, &self.proxy]
+            .into_iter()
+            .flatten()
+            .map(|c| c.id() as i32)
+            .collect();
+        if let Some(c) = &self.containerd {
+            pids.extend(c.child.as_ref().map(|c| c.id() as i32));
+        }
+        // Stopped before the Pods freeze, resumed after they thaw: the
+        // kubelet never sees a Pod of its own stalled.
+        if frozen {
+            for p in &pids {
+                let _ = kill(nix::unistd::Pid::from_raw(*p), signal);
+            }
+        }
+        for h in crate::cgroups::hierarchies() {
+            let root = h.join(kubelet::cgroup_root(&self.net).trim_start_matches('/'));
+            let (file, value) = if root.join("cgroup.freeze").exists() {
+                ("cgroup.freeze", if frozen { "1" } else { "0" })
+            } else if root.join("freezer.state").exists() {
+                ("freezer.state", if frozen { "FROZEN" } else { "THAWED" })
+            } else {
+                continue;
+            };
+            std::fs::write(root.join(file), value)?;
+        }
+        if !frozen {
+            for p in &pids {
+                let _ = kill(nix::unistd::Pid::from_raw(*p), signal);
+            }
+        }
+        Ok(())
+    }
+
+    /// The node's link to the host, the other nodes and the control plane
+    /// down (`true`) or up again: a node cut off the network.
+    pub fn cut_off(&self, cut: bool) -> anyhow::Result<()> {
+        self.net.set_link(!cut)
+    }
+
     /// Wait until the API server says this node is Ready.
     async fn wait_ready(&mut self, cp: &ControlPlane) -> anyhow::Result<()> {
         let client = cp.client().await?;
