@@ -15,6 +15,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use cnmysql_bench::load::Load;
 use cnmysql_kubetest::KubeCluster;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
@@ -133,11 +134,16 @@ async fn primary_ip(k: &KubeCluster) -> String {
 }
 
 /// One fault on the primary; (seconds until writes flow, rows lost).
-async fn fault_run(k: &KubeCluster, kind: &str) -> anyhow::Result<(f64, usize, String)> {
+async fn fault_run(
+    k: &KubeCluster,
+    kind: &str,
+    load: usize,
+) -> anyhow::Result<(f64, usize, String)> {
     let old = k
         .wait_healthy(NS, "db", 3, Duration::from_secs(180))
         .await?;
     let w = writer(k).await?;
+    let load = Load::start(load_opts(k).await?, load).await?;
     w.wait_for_more(200, Duration::from_secs(30)).await;
     let at = Instant::now();
     let mut probe = None;
@@ -171,6 +177,7 @@ async fn fault_run(k: &KubeCluster, kind: &str) -> anyhow::Result<(f64, usize, S
     }
     // Writes flow again: 200 more acknowledged after the fault.
     w.wait_for_more(200, Duration::from_secs(120)).await;
+    load.stop().await;
     let o = w.stop().await;
     let secs = o.outage_after(at).as_secs_f64();
     if secs > 1.0 {
@@ -203,6 +210,13 @@ async fn fault_run(k: &KubeCluster, kind: &str) -> anyhow::Result<(f64, usize, S
         .await?;
     }
     Ok((secs, lost, format!("{old} → {new}")))
+}
+
+/// Where the load connects: rw, as the write checker.
+async fn load_opts(k: &KubeCluster) -> anyhow::Result<mysql_async::Opts> {
+    let rw = k.wait_service(NS, "db-rw").await?;
+    let pw = k.app_password(NS, "db").await?;
+    Ok(cnmysql_bench::writer::app_opts_at(rw, pw))
 }
 
 /// What a new TCP connection to `rw` meets, opened every 25 ms for `span`
@@ -252,12 +266,17 @@ async fn greetings(rw: std::net::SocketAddr, span: Duration) -> String {
     out
 }
 
-async fn switchover_run(k: &KubeCluster, cnmysql: &Path) -> anyhow::Result<(f64, usize)> {
+async fn switchover_run(
+    k: &KubeCluster,
+    cnmysql: &Path,
+    load: usize,
+) -> anyhow::Result<(f64, usize)> {
     let old = k
         .wait_healthy(NS, "db", 3, Duration::from_secs(180))
         .await?;
     let target = instances().into_iter().find(|i| *i != old).unwrap();
     let w = writer(k).await?;
+    let load = Load::start(load_opts(k).await?, load).await?;
     w.wait_for_more(200, Duration::from_secs(30)).await;
     k.plugin(cnmysql, &["cnmsql", "-n", NS, "promote", "db", &target])?;
     let now = k
@@ -265,6 +284,7 @@ async fn switchover_run(k: &KubeCluster, cnmysql: &Path) -> anyhow::Result<(f64,
         .await?;
     anyhow::ensure!(now == target, "switchover ended on {now}, not {target}");
     w.wait_for_more(200, Duration::from_secs(30)).await;
+    load.stop().await;
     let o = w.stop().await;
     let lost = k.rows_missing(NS, "db", &instances(), &o.acked).await?;
     Ok((o.longest_gap.as_secs_f64(), lost))
@@ -275,6 +295,7 @@ pub fn kube(
     slow_runs: usize,
     cases: &[String],
     cnmysql: &Path,
+    load: usize,
 ) -> anyhow::Result<Value> {
     let wanted = |case: &str| cases.is_empty() || cases.iter().any(|c| c == case);
     let rt = tokio::runtime::Runtime::new()?;
@@ -289,9 +310,10 @@ pub fn kube(
         let manifest = cnmysql_kubetest::cluster_manifest(NS, "db", "required");
         k.cp.kubectl(&["apply", "-f", "-"], Some(&manifest))?;
         let mut out = serde_json::Map::new();
+        out.insert("load_writers".into(), json!(load));
         let (mut gaps, mut lost) = (Vec::new(), Vec::new());
         for i in 0..if wanted("switchover") { runs } else { 0 } {
-            let (g, l) = switchover_run(&k, cnmysql).await?;
+            let (g, l) = switchover_run(&k, cnmysql, load).await?;
             eprintln!("kube switchover run {}: longest write gap {g:.3}s, {l} rows lost", i + 1);
             gaps.push(g);
             lost.push(l as f64);
@@ -308,7 +330,7 @@ pub fn kube(
         ] {
             let (mut secs, mut lost) = (Vec::new(), Vec::new());
             for i in 0..if wanted(kind) { n } else { 0 } {
-                let (s, l, how) = fault_run(&k, kind).await?;
+                let (s, l, how) = fault_run(&k, kind, load).await?;
                 eprintln!(
                     "kube failover ({label}) run {}: writes flow {s:.3}s after the fault ({how}), {l} rows lost",
                     i + 1

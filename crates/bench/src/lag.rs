@@ -5,8 +5,6 @@
 //! replica's apply rate over the same window, and how long each replica
 //! took to hold every row once the writers stopped.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use mysql_async::prelude::*;
@@ -92,15 +90,11 @@ impl Run {
     }
 }
 
-const TABLE: &str = "CREATE TABLE IF NOT EXISTS app.lag (id BIGINT AUTO_INCREMENT PRIMARY KEY, \
-     at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), pad VARCHAR(100) NOT NULL, KEY (at))";
-
 async fn one_run(b: &Bench, writers: usize, window: Duration) -> anyhow::Result<Run> {
     let port = b.ports()["services"]["rw"].as_u64().unwrap() as u16;
     let opts = cnmysql_bench::writer::app_opts(port, b.secret("app-password"));
+    let load = cnmysql_bench::load::Load::start(opts.clone(), writers).await?;
     let mut c = mysql_async::Conn::new(opts.clone()).await?;
-    c.query_drop("CREATE DATABASE IF NOT EXISTS app").await?;
-    c.query_drop(TABLE).await?;
     let primary = b.current_primary();
     let replicas: Vec<String> = (1..=3)
         .map(|n| format!("lag-{n}"))
@@ -117,25 +111,10 @@ async fn one_run(b: &Bench, writers: usize, window: Duration) -> anyhow::Result<
         }
         admins.push(a);
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let committed = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for _ in 0..writers {
-        let (stop, committed, opts) = (stop.clone(), committed.clone(), opts.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut c = mysql_async::Conn::new(opts).await?;
-            while !stop.load(Ordering::Relaxed) {
-                c.query_drop("INSERT INTO app.lag (pad) VALUES (REPEAT('x', 100))")
-                    .await?;
-                committed.fetch_add(1, Ordering::Relaxed);
-            }
-            anyhow::Ok(())
-        }));
-    }
     // Warm up: the writers connected and the appliers under way.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let start = Instant::now();
-    let first_commits = committed.load(Ordering::Relaxed);
+    let first_commits = load.committed();
     let mut first_applied = Vec::new();
     for a in admins.iter_mut() {
         first_applied.push(rows(a).await?);
@@ -148,18 +127,15 @@ async fn one_run(b: &Bench, writers: usize, window: Duration) -> anyhow::Result<
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let secs = start.elapsed().as_secs_f64();
-    let commit_rate = (committed.load(Ordering::Relaxed) - first_commits) as f64 / secs;
+    let commit_rate = (load.committed() - first_commits) as f64 / secs;
     let mut apply_rates = Vec::new();
     for (a, first) in admins.iter_mut().zip(&first_applied) {
         apply_rates.push((rows(a).await? - first) as f64 / secs);
     }
-    stop.store(true, Ordering::Relaxed);
-    for t in tasks {
-        t.await??;
-    }
+    load.stop().await;
     let stopped = Instant::now();
     let total: u64 = c
-        .query_first("SELECT COUNT(*) FROM app.lag")
+        .query_first("SELECT COUNT(*) FROM app.load")
         .await?
         .unwrap_or(0);
     for a in admins.iter_mut() {
@@ -180,7 +156,7 @@ async fn one_run(b: &Bench, writers: usize, window: Duration) -> anyhow::Result<
 /// Rows a replica holds (ids are given in commit order closely enough:
 /// the count is what is compared).
 async fn rows(c: &mut mysql_async::Conn) -> anyhow::Result<u64> {
-    Ok(c.query_first("SELECT COUNT(*) FROM app.lag")
+    Ok(c.query_first("SELECT COUNT(*) FROM app.load")
         .await?
         .unwrap_or(0))
 }
@@ -188,7 +164,7 @@ async fn rows(c: &mut mysql_async::Conn) -> anyhow::Result<u64> {
 /// How old the newest row this replica holds is, in seconds.
 async fn lag_of(c: &mut mysql_async::Conn) -> anyhow::Result<f64> {
     let us: Option<Option<i64>> = c
-        .query_first("SELECT TIMESTAMPDIFF(MICROSECOND, MAX(at), NOW(6)) FROM app.lag")
+        .query_first("SELECT TIMESTAMPDIFF(MICROSECOND, MAX(at), NOW(6)) FROM app.load")
         .await?;
     Ok(us.flatten().unwrap_or(0) as f64 / 1e6)
 }

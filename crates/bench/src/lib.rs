@@ -4,4 +4,5 @@ pub mod broken_image;
 pub mod fault_plan;
 pub mod faults;
 pub mod lagging_refusal;
+pub mod load;
 pub mod writer;

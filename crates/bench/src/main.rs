@@ -45,6 +45,11 @@ struct Cli {
         default_value = "mariadb,mysql"
     )]
     flavor: Vec<BenchFlavor>,
+    /// Connections writing flat out through rw during every failover and
+    /// switchover measured (local and Kubernetes), beside the write
+    /// checker: the load the fault meets.
+    #[arg(long, default_value = "0", global = true)]
+    load: usize,
 }
 
 #[derive(Subcommand, Clone)]
@@ -140,7 +145,7 @@ fn startup(runs: usize) -> anyhow::Result<Value> {
     )
 }
 
-fn failover(runs: usize) -> anyhow::Result<Value> {
+fn failover(runs: usize, load: usize) -> anyhow::Result<Value> {
     let rt = tokio::runtime::Runtime::new()?;
     let (mut times, mut lost_all) = (Vec::new(), Vec::new());
     let (mut all_ready, mut recloned) = (Vec::new(), Vec::new());
@@ -152,6 +157,8 @@ fn failover(runs: usize) -> anyhow::Result<Value> {
             .block_on(async {
                 let w = cnmysql_bench::writer::WriteChecker::start(port, b.secret("app-password"))
                     .await;
+                let opts = cnmysql_bench::writer::app_opts(port, b.secret("app-password"));
+                let load = cnmysql_bench::load::Load::start(opts, load).await?;
                 w.wait_for_more(200, Duration::from_secs(20)).await;
                 let old = b.current_primary();
                 let dir = b.state().join("instances").join(&old);
@@ -190,6 +197,7 @@ fn failover(runs: usize) -> anyhow::Result<Value> {
                     .as_array()
                     .map_or(0, Vec::len);
                 w.wait_for_more(100, Duration::from_secs(30)).await;
+                load.stop().await;
                 let o = w.stop().await;
                 let first = o
                     .first_ack_after(killed)
@@ -217,6 +225,7 @@ fn failover(runs: usize) -> anyhow::Result<Value> {
         lost_all.push(lost as f64);
     }
     Ok(json!({
+        "load_writers": load,
         "kill9_to_first_write_seconds": stats(times),
         "kill9_to_all_ready_seconds": stats(all_ready),
         "old_primary_recloned": stats(recloned),
@@ -228,7 +237,7 @@ fn unsafe_kill(pid: i32) {
     let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
 }
 
-fn switchover(runs: usize) -> anyhow::Result<Value> {
+fn switchover(runs: usize, load: usize) -> anyhow::Result<Value> {
     let rt = tokio::runtime::Runtime::new()?;
     let b = Bench::new();
     b.up_durable("so")?;
@@ -243,6 +252,8 @@ fn switchover(runs: usize) -> anyhow::Result<Value> {
         let (gap, lost) = rt.block_on(async {
             let w =
                 cnmysql_bench::writer::WriteChecker::start(port, b.secret("app-password")).await;
+            let opts = cnmysql_bench::writer::app_opts(port, b.secret("app-password"));
+            let load = cnmysql_bench::load::Load::start(opts, load).await?;
             w.wait_for_more(200, Duration::from_secs(20)).await;
             let out = Command::new(cnmysql_bin())
                 .args(["local", "promote", "so", target, "--state-dir"])
@@ -254,6 +265,7 @@ fn switchover(runs: usize) -> anyhow::Result<Value> {
                 String::from_utf8_lossy(&out.stderr)
             );
             w.wait_for_more(200, Duration::from_secs(20)).await;
+            load.stop().await;
             let o = w.stop().await;
             say_where_the_longest_gap_ended(&o)?;
             let lost = b.lost_on(target, &o.acked).await?;
@@ -266,7 +278,9 @@ fn switchover(runs: usize) -> anyhow::Result<Value> {
         gaps.push(gap);
         lost_all.push(lost as f64);
     }
-    Ok(json!({"longest_write_gap_seconds": stats(gaps), "acknowledged_rows_lost": stats(lost_all)}))
+    Ok(
+        json!({"load_writers": load, "longest_write_gap_seconds": stats(gaps), "acknowledged_rows_lost": stats(lost_all)}),
+    )
 }
 
 fn memory(runs: usize) -> anyhow::Result<Value> {
@@ -397,10 +411,10 @@ fn measure(
         results.insert("observe".into(), observe::observe(cli.runs)?);
     }
     if all || matches!(cli.what, What::Failover) {
-        results.insert("failover".into(), failover(cli.runs)?);
+        results.insert("failover".into(), failover(cli.runs, cli.load)?);
     }
     if all || matches!(cli.what, What::Switchover) {
-        results.insert("switchover".into(), switchover(cli.runs)?);
+        results.insert("switchover".into(), switchover(cli.runs, cli.load)?);
     }
     if let What::Lag { seconds } = cli.what {
         results.insert("lag".into(), lag::lag(cli.runs, seconds)?);
@@ -429,11 +443,11 @@ fn measure(
     {
         results.insert(
             "kubernetes".into(),
-            kube::kube(cli.runs, *slow_runs, cases, &cnmysql_bin())?,
+            kube::kube(cli.runs, *slow_runs, cases, &cnmysql_bin(), cli.load)?,
         );
         if !*no_local {
-            results.insert("local_failover".into(), failover(cli.runs)?);
-            results.insert("local_switchover".into(), switchover(cli.runs)?);
+            results.insert("local_failover".into(), failover(cli.runs, cli.load)?);
+            results.insert("local_switchover".into(), switchover(cli.runs, cli.load)?);
         }
     }
     if matches!(cli.what, What::Operator) {

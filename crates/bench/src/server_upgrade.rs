@@ -143,6 +143,9 @@ pub fn server_upgrade(runs: usize) -> anyhow::Result<Value> {
             }),
         );
     }
-    out.insert("switchover_for_comparison".into(), crate::switchover(runs)?);
+    out.insert(
+        "switchover_for_comparison".into(),
+        crate::switchover(runs, 0)?,
+    );
     Ok(Value::Object(out))
 }

@@ -258,7 +258,7 @@ pub fn upgrade(runs: usize) -> anyhow::Result<Value> {
     }
     drop(b);
     // The yardstick: a planned switchover on its own.
-    let switchover = crate::switchover(runs)?;
+    let switchover = crate::switchover(runs, 0)?;
     Ok(json!({
         "switchover_for_comparison": switchover,
         "in_place": {

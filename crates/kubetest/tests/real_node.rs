@@ -458,13 +458,16 @@ async fn spread_cluster(k: &KubeCluster, ns: &str) -> String {
     let distinct: std::collections::BTreeSet<&String> = placed.iter().collect();
     assert_eq!(distinct.len(), 3, "anti-affinity spreads the instances");
     if node_of(k, ns, &primary).await.as_deref() == Some(first.as_str()) {
-        let target = all("db")
-            .into_iter()
-            .find(|p| *p != primary)
+        let target = all("db").into_iter().find(|p| *p != primary).unwrap();
+        k.plugin(
+            &cnmysql_exe(),
+            &["cnmsql", "-n", ns, "promote", "db", &target],
+        )
+        .unwrap();
+        primary = k
+            .wait_healthy(ns, "db", 3, Duration::from_secs(120))
+            .await
             .unwrap();
-        k.plugin(&cnmysql_exe(), &["cnmsql", "-n", ns, "promote", "db", &target])
-            .unwrap();
-        primary = k.wait_healthy(ns, "db", 3, Duration::from_secs(120)).await.unwrap();
     }
     primary
 }

@@ -144,7 +144,11 @@ impl Worker {
     /// stopped (SIGSTOP), as a machine that stalls.
     pub fn freeze(&self, frozen: bool) -> anyhow::Result<()> {
         use nix::sys::signal::{Signal, kill};
-        let signal = if frozen { Signal::SIGSTOP } else { Signal::SIGCONT };
+        let signal = if frozen {
+            Signal::SIGSTOP
+        } else {
+            Signal::SIGCONT
+        };
         let mut pids: Vec<i32> = [&self.kubelet, &self.proxy]
             .into_iter()
             .flatten()
