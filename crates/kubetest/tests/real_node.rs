@@ -485,6 +485,10 @@ async fn lose_the_primarys_node(kind: &str) {
     let node = node_of(&k, ns, &old).await.unwrap();
     let w = writer(&k, ns, "db").await;
     let t = Instant::now();
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64();
     k.node_fault(&node, kind).unwrap();
     let new = until("another primary", Duration::from_secs(90), || async {
         let p = k.cluster_status(ns, "db").await.ok()?.current_primary?;
@@ -502,7 +506,11 @@ async fn lose_the_primarys_node(kind: &str) {
         node_of(&k, ns, &new).await
     );
     let bound = Duration::from_millis(cnmysql_core::lease::TTL_MS as u64 + 2_000);
-    assert!(took <= bound, "writes stopped for {took:?}, over {bound:?}");
+    assert!(
+        took <= bound,
+        "writes stopped for {took:?}, over {bound:?} (fault at {wall:.3} s since the epoch)\n{}",
+        k.diagnose(ns, "db")
+    );
     healthy_with(&k, ns, &acked, Duration::from_secs(240)).await;
 }
 
