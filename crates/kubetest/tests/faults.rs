@@ -490,7 +490,14 @@ async fn run_plan(durability: &str, seed: u64, plan: Vec<(Fault, u64)>) {
         .unwrap()
         .current_primary
         .unwrap();
-    k.same_rows(NS, "db", &primary, &all).await.unwrap();
+    let same = k.same_rows(NS, "db", &primary, &all).await;
+    if missing > 0 || same.is_err() {
+        // What a person needs to find out how: every instance's history,
+        // the status and the managers' last words.
+        dump(&k, &pods).await;
+        eprintln!("{}", k.diagnose(NS, "db"));
+    }
+    same.unwrap();
     let saved = k.cluster_status(NS, "db").await.unwrap().saved_transactions;
     for s in &saved {
         eprintln!(
