@@ -180,7 +180,11 @@ fn durability_allows(s: &Snapshot, old: &str) -> Result<(), String> {
         .map(|o| o.name.as_str())
         .collect();
     let restarted: Vec<&str> = others()
-        .filter(|o| o.status.as_ref().is_some_and(|st| restarted_since_failure(s, st)))
+        .filter(|o| {
+            o.status
+                .as_ref()
+                .is_some_and(|st| restarted_since_failure(s, st))
+        })
         .map(|o| o.name.as_str())
         .collect();
     let min = s.spec.min_sync_replicas.max(1) as usize;
@@ -225,7 +229,10 @@ fn restarted_since_failure(s: &Snapshot, st: &crate::status::InstanceStatus) -> 
     let Some(up) = st.uptime_seconds else {
         return false;
     };
-    let started = s.now_ms - i64::try_from(up).unwrap_or(i64::MAX / 2).saturating_mul(1000);
+    let started = s.now_ms
+        - i64::try_from(up)
+            .unwrap_or(i64::MAX / 2)
+            .saturating_mul(1000);
     started >= since - RESTART_BLIND_MS
 }
 

@@ -51,22 +51,7 @@ impl Worker {
         archives: &[(PathBuf, String)],
         stop: tokio::sync::watch::Receiver<bool>,
     ) -> anyhow::Result<()> {
-        let c = containerd::Containerd::start(&self.dir, &self.net)?;
-        for (archive, name) in archives {
-            c.import(archive, name)?;
-        }
-        let socket = c.socket.clone();
-        self.containerd = Some(c);
-        self.kubelet = Some(kubelet::start(
-            &self.dir,
-            &self.net,
-            &self.name,
-            &cp.kubeconfig_of(&format!("system:node:{}", self.name)),
-            &cp.dir().join("ca.crt"),
-            &socket,
-            assets,
-        )?);
-        self.wait_ready(cp).await?;
+        self.start_runtime(cp, assets, archives).await?;
         let client = cp.client().await?;
         self.proxy = Some(kubelet::start_proxy(
             &self.dir,
@@ -123,7 +108,22 @@ impl Worker {
         for sub in ["kubelet", "containerd"] {
             crate::unmount_under(&self.dir.join(sub));
         }
+        self.start_runtime(cp, assets, &[]).await?;
+        Ok(dead)
+    }
+
+    /// Start containerd (importing `archives`) and the kubelet; return
+    /// once the node is Ready.
+    async fn start_runtime(
+        &mut self,
+        cp: &ControlPlane,
+        assets: &Path,
+        archives: &[(PathBuf, String)],
+    ) -> anyhow::Result<()> {
         let c = containerd::Containerd::start(&self.dir, &self.net)?;
+        for (archive, name) in archives {
+            c.import(archive, name)?;
+        }
         let socket = c.socket.clone();
         self.containerd = Some(c);
         self.kubelet = Some(kubelet::start(
@@ -135,8 +135,7 @@ impl Worker {
             &socket,
             assets,
         )?);
-        self.wait_ready(cp).await?;
-        Ok(dead)
+        self.wait_ready(cp).await
     }
 
     /// The whole node hung (`true`) or running again: every Pod's
