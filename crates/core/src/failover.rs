@@ -170,21 +170,11 @@ fn durability_allows(s: &Snapshot, old: &str) -> Result<(), String> {
     if !semi.enabled || semi.data_durability != cnmysql_api::DataDurability::Required {
         return Ok(());
     }
-    let others = || {
-        s.instances
-            .iter()
-            .filter(|o| o.name != old && !s.is_diverged(&o.name))
-    };
-    let unseen: Vec<&str> = others()
+    let unseen: Vec<&str> = s
+        .instances
+        .iter()
+        .filter(|o| o.name != old && !s.is_diverged(&o.name))
         .filter(|o| o.status.as_ref().is_none_or(|st| !st.mysqld_running))
-        .map(|o| o.name.as_str())
-        .collect();
-    let restarted: Vec<&str> = others()
-        .filter(|o| {
-            o.status
-                .as_ref()
-                .is_some_and(|st| restarted_since_failure(s, st))
-        })
         .map(|o| o.name.as_str())
         .collect();
     let min = s.spec.min_sync_replicas.max(1) as usize;
@@ -195,45 +185,7 @@ fn durability_allows(s: &Snapshot, old: &str) -> Result<(), String> {
             unseen.join(", ")
         ));
     }
-    if unseen.len() + restarted.len() >= min {
-        return Err(format!(
-            "dataDurability is required and {} restarted when {old} failed: a replica's server that starts again loses what it received but had not applied yet, which may be acknowledged writes; waiting for {old}",
-            restarted.join(", ")
-        ));
-    }
     Ok(())
-}
-
-/// How long before the primary was found failing a replica's server may
-/// have started and still be blind to what it received before: it
-/// reconnected, but may not have fetched again all it had acknowledged.
-pub const RESTART_BLIND_MS: i64 = 10_000;
-
-/// Whether a replica's server started around or after the primary's
-/// failure (by its uptime). What such a replica acknowledged before is
-/// gone from it: MariaDB throws a replica's relay log away when
-/// replication starts again after a restart, MySQL at start-up
-/// (`relay_log_recovery`), and both then report only what they applied.
-/// Only the old primary's binary log still holds those writes (a
-/// whole-cluster crash; found by the Kubernetes fault suite, seed
-/// 7316166684586105572: one acknowledged row lost).
-fn restarted_since_failure(s: &Snapshot, st: &crate::status::InstanceStatus) -> bool {
-    let Some(since) = s
-        .status
-        .primary_failing_since
-        .as_deref()
-        .and_then(crate::time::parse_ms)
-    else {
-        return false;
-    };
-    let Some(up) = st.uptime_seconds else {
-        return false;
-    };
-    let started = s.now_ms
-        - i64::try_from(up)
-            .unwrap_or(i64::MAX / 2)
-            .saturating_mul(1000);
-    started >= since - RESTART_BLIND_MS
 }
 
 /// Histories of every observed instance but the old primary (candidates or
@@ -687,43 +639,6 @@ mod tests {
             d => panic!("{d:?}"),
         }
         s.instances[2] = replica("db-3", "0-1-100");
-        assert!(matches!(decide(&s, None, true), Decision::Promote { .. }));
-    }
-
-    #[test]
-    fn required_durability_blocks_while_a_replica_restarted_when_the_primary_failed() {
-        let up = |name: &str, secs: u64| {
-            let mut r = replica(name, "0-1-100");
-            r.status.as_mut().unwrap().uptime_seconds = Some(secs);
-            r
-        };
-        // Every instance killed at once: the replicas' servers are 3 s
-        // old, the primary found failing 2 s ago.
-        let mut s = snap(
-            vec![dead_primary(), up("db-2", 3), up("db-3", 3)],
-            Some(T0),
-            t0_ms() + 2_000,
-            0,
-        );
-        s.spec.min_sync_replicas = 1;
-        s.spec.mysql.semi_sync.enabled = true;
-        s.spec.mysql.semi_sync.data_durability = cnmysql_api::DataDurability::Required;
-        match decide(&s, None, true) {
-            Decision::Blocked { reason } => assert!(
-                reason.contains("db-2, db-3 restarted when db-1 failed"),
-                "{reason}"
-            ),
-            d => panic!("{d:?}"),
-        }
-        // Up long before the failure: they hold what they acknowledged.
-        s.instances[1] = up("db-2", 600);
-        s.instances[2] = up("db-3", 600);
-        assert!(matches!(decide(&s, None, true), Decision::Promote { .. }));
-        // One restarted just before the failure (within the blind time).
-        s.instances[2] = up("db-3", 9);
-        assert!(matches!(decide(&s, None, true), Decision::Blocked { .. }));
-        // Under preferred nothing acknowledged is promised.
-        s.spec.mysql.semi_sync.data_durability = cnmysql_api::DataDurability::Preferred;
         assert!(matches!(decide(&s, None, true), Decision::Promote { .. }));
     }
 
