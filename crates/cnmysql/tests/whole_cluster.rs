@@ -114,3 +114,109 @@ async fn every_instance_killed_at_once_comes_back_with_nothing_lost_and_never_tw
     }
     Arc::try_unwrap(c).ok().expect("one owner").destroy();
 }
+
+/// The loss the Kubernetes fault suite found (seed 7316166684586105572):
+/// a replica acknowledges a write once it is in its relay log, and a
+/// restart empties that log. Here the only acknowledging replica holds the
+/// writes unapplied (its applier stopped, as a slow one would be), the
+/// primary freezes and that replica restarts. Promoting either replica
+/// would lose acknowledged rows: the failover must wait, say why, and the
+/// primary, once back, must still hold them and hand them on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_restarted_while_the_primary_is_away_is_not_promoted_without_what_it_acknowledged()
+ {
+    use mysql_async::prelude::*;
+    use nix::sys::signal::kill;
+    use nix::unistd::Pid;
+    let c = LocalCluster::start("ack", &format!("{}{DURABLE}", manifest("ack", 3)));
+    let mut rw = c.app(c.service_port("rw")).await.unwrap();
+    rw.query_drop("CREATE TABLE app.acked (id INT PRIMARY KEY)")
+        .await
+        .unwrap();
+    let primary = c.current_primary();
+    let replicas: Vec<String> = (1..=3)
+        .map(|n| format!("ack-{n}"))
+        .filter(|n| n != &primary)
+        .collect();
+    let (holder, other) = (&replicas[0], &replicas[1]);
+    wait_for("replicas to catch up", Duration::from_secs(20), || async {
+        let g = c.status()["gtidExecutedByInstance"].clone();
+        replicas.iter().all(|r| g[r] == g[&primary]).then_some(())
+    })
+    .await;
+    // Nothing may restart replication behind the test's back: both
+    // replicas' managers are frozen. `other` receives nothing; `holder`
+    // receives (and so acknowledges) but applies nothing.
+    let stopped = |n: &str| Pid::from_raw(c.instance_pids(n).0);
+    let frozen_other = stopped(other);
+    kill(stopped(holder), Signal::SIGSTOP).unwrap();
+    kill(frozen_other, Signal::SIGSTOP).unwrap();
+    c.admin(other)
+        .await
+        .query_drop(stop_io_thread())
+        .await
+        .unwrap();
+    c.admin(holder)
+        .await
+        .query_drop(sql("STOP SLAVE SQL_THREAD", "STOP REPLICA SQL_THREAD"))
+        .await
+        .unwrap();
+    for id in 1..=5 {
+        rw.query_drop(format!("INSERT INTO app.acked VALUES ({id})"))
+            .await
+            .unwrap();
+    }
+    drop(rw);
+    // The primary goes away (frozen: its lease runs out) and the only
+    // replica that holds the writes restarts, emptying its relay log.
+    c.signal_instance(&primary, Signal::SIGSTOP);
+    let before = c.instance_pids(holder).1;
+    c.signal_instance(holder, Signal::SIGKILL);
+    kill(frozen_other, Signal::SIGCONT).unwrap();
+    let e = wait_for(
+        "the failover blocked for the restarted replica",
+        Duration::from_secs(60),
+        || async {
+            c.events().into_iter().find(|e| {
+                e["reason"] == "FailoverBlocked"
+                    && e["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains(&format!("{holder} restarted")))
+            })
+        },
+    )
+    .await;
+    assert_ne!(c.instance_pids(holder).1, before, "{holder} restarted: {e}");
+    assert_eq!(
+        c.current_primary(),
+        primary,
+        "promoted past the writes: {e}"
+    );
+    // Back: the primary keeps its role and every instance gets the rows.
+    c.signal_instance(&primary, Signal::SIGCONT);
+    wait_for("all three ready again", Duration::from_secs(60), || async {
+        let st = c.status();
+        (st["readyInstances"] == 3 && st["currentPrimary"] == primary.as_str()).then_some(())
+    })
+    .await;
+    for n in 1..=3 {
+        let name = format!("ack-{n}");
+        let rows = wait_for(
+            &format!("the five acknowledged rows on {name}"),
+            Duration::from_secs(60),
+            || async {
+                let mut a = c.admin(&name).await;
+                let n: Option<i64> = a
+                    .query_first("SELECT COUNT(*) FROM app.acked")
+                    .await
+                    .ok()
+                    .flatten();
+                (n == Some(5)).then_some(n)
+            },
+        )
+        .await;
+        assert_eq!(rows, Some(5));
+    }
+    assert_eq!(c.writable_instances().await, vec![primary]);
+    c.destroy();
+}

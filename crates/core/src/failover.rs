@@ -170,10 +170,12 @@ fn durability_allows(s: &Snapshot, old: &str) -> Result<(), String> {
     if !semi.enabled || semi.data_durability != cnmysql_api::DataDurability::Required {
         return Ok(());
     }
-    let unseen: Vec<&str> = s
-        .instances
-        .iter()
-        .filter(|o| o.name != old && !s.is_diverged(&o.name))
+    let others = || {
+        s.instances
+            .iter()
+            .filter(|o| o.name != old && !s.is_diverged(&o.name))
+    };
+    let unseen: Vec<&str> = others()
         .filter(|o| o.status.as_ref().is_none_or(|st| !st.mysqld_running))
         .map(|o| o.name.as_str())
         .collect();
@@ -183,6 +185,24 @@ fn durability_allows(s: &Snapshot, old: &str) -> Result<(), String> {
             "dataDurability is required and {} replica(s) that may hold acknowledged writes cannot be seen ({})",
             unseen.len(),
             unseen.join(", ")
+        ));
+    }
+    // What a replica acknowledged is in its relay log until applied; a
+    // restart empties that log, and until the replica has fetched again
+    // what its source held, those writes may be in the old primary's
+    // binary log alone. Such a replica is as good as unseen.
+    let refilling: Vec<&str> = others()
+        .filter(|o| {
+            o.status
+                .as_ref()
+                .is_some_and(|st| st.mysqld_running && st.relay_refilling)
+        })
+        .map(|o| o.name.as_str())
+        .collect();
+    if unseen.len() + refilling.len() >= min {
+        return Err(format!(
+            "dataDurability is required and {} restarted and has not fetched again from {old} what it may have acknowledged before (a restart empties a replica's relay log); waiting for {old}",
+            refilling.join(", ")
         ));
     }
     Ok(())
@@ -639,6 +659,48 @@ mod tests {
             d => panic!("{d:?}"),
         }
         s.instances[2] = replica("db-3", "0-1-100");
+        assert!(matches!(decide(&s, None, true), Decision::Promote { .. }));
+    }
+
+    #[test]
+    fn required_durability_blocks_while_a_restarted_replica_has_not_fetched_again() {
+        let refilling = |name: &str, yes: bool| {
+            let mut r = replica(name, "0-1-100");
+            r.status.as_mut().unwrap().relay_refilling = yes;
+            r
+        };
+        // Every instance killed at once: both replicas' servers started
+        // again, the primary is not back.
+        let mut s = snap(
+            vec![
+                dead_primary(),
+                refilling("db-2", true),
+                refilling("db-3", true),
+            ],
+            Some(T0),
+            t0_ms() + 60_000,
+            0,
+        );
+        s.spec.min_sync_replicas = 1;
+        s.spec.mysql.semi_sync.enabled = true;
+        s.spec.mysql.semi_sync.data_durability = cnmysql_api::DataDurability::Required;
+        match decide(&s, None, true) {
+            Decision::Blocked { reason } => assert!(
+                reason.contains("db-2, db-3 restarted and has not fetched again from db-1"),
+                "{reason}"
+            ),
+            d => panic!("{d:?}"),
+        }
+        // One of two: the other may lack what that one acknowledged.
+        s.instances[2] = refilling("db-3", false);
+        assert!(matches!(decide(&s, None, true), Decision::Blocked { .. }));
+        // Both fetched again all their source held after their restart
+        // (or never restarted): they hold what they acknowledged.
+        s.instances[1] = refilling("db-2", false);
+        assert!(matches!(decide(&s, None, true), Decision::Promote { .. }));
+        // Under preferred nothing acknowledged is promised.
+        s.instances[1] = refilling("db-2", true);
+        s.spec.mysql.semi_sync.data_durability = cnmysql_api::DataDurability::Preferred;
         assert!(matches!(decide(&s, None, true), Decision::Promote { .. }));
     }
 

@@ -210,6 +210,12 @@ pub struct InstanceStatus {
     pub holds_lease: bool,
     /// Seconds mysqld has been up (survives a manager re-exec).
     pub uptime_seconds: Option<u64>,
+    /// A replica whose relay log may have been emptied (its server or its
+    /// replication started again) and that has not yet fetched again all
+    /// its source held since: a write it acknowledged before may now be
+    /// in the source's binary log alone (`relay_refill` in the manager).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub relay_refilling: bool,
     pub manager_version: String,
     pub manager_pid: u32,
     /// When this image of the manager started (RFC 3339): changes on a
@@ -301,6 +307,20 @@ pub fn received_history(flavor: Flavor, st: &InstanceStatus) -> Result<History, 
         }
         History::Mysql(set) => History::Mysql(set.union(&received.parse::<mysql::GtidSet>()?)),
     })
+}
+
+/// Has the instance received (applied or not) everything up to `position`
+/// (another server's `gtid_position`)? False on anything unreadable.
+pub fn received_reaches(flavor: Flavor, st: &InstanceStatus, position: &str) -> bool {
+    match received_history(flavor, st) {
+        Ok(History::Mariadb(state)) => position
+            .parse::<mariadb::GtidPos>()
+            .is_ok_and(|p| state.contains_pos(&p)),
+        Ok(History::Mysql(set)) => position
+            .parse::<mysql::GtidSet>()
+            .is_ok_and(|p| p.is_subset(&set)),
+        Err(_) => false,
+    }
 }
 
 /// Does the executed history (`@@gtid_binlog_state` / `@@gtid_executed`)

@@ -298,6 +298,10 @@ impl<C: ClusterState> Manager<C> {
                 sql::exec_all(conn, &[flavor::reset_replica(f)]).await?;
             }
             Action::StartReplication => {
+                // MariaDB empties the relay log when both threads start.
+                if f == Flavor::Mariadb && both_threads_stopped(view) {
+                    self.relay_log_emptied();
+                }
                 sql::exec_all(conn, &[flavor::start_replica(f)]).await?;
             }
             Action::Reconnect => {
@@ -369,6 +373,8 @@ impl<C: ClusterState> Manager<C> {
             verify_host: peer.tls_name.is_none() && !self.cfg.server_tls_paths().users,
         };
         sql::stop_replication(conn, f, receiving(view)).await?;
+        // Changing the source empties the relay log.
+        self.relay_log_emptied();
         sql::exec_all(
             conn,
             &[flavor::change_source(f, &spec), flavor::start_replica(f)],
@@ -576,4 +582,11 @@ pub(super) fn receiving(view: &sql::ServerView) -> bool {
     view.replication
         .as_ref()
         .is_some_and(|r| r.io_state == "Yes")
+}
+
+/// Neither replication thread runs (nor tries to connect).
+fn both_threads_stopped(view: &sql::ServerView) -> bool {
+    view.replication
+        .as_ref()
+        .is_none_or(|r| r.io_state == "No" && !r.sql_running)
 }

@@ -16,6 +16,7 @@ mod obtain;
 mod primary_lease;
 pub mod recovery;
 mod reinit;
+mod relay_refill;
 mod replay;
 mod replica_cluster;
 mod sql_objects;
@@ -31,7 +32,9 @@ use cnmysql_api::Flavor;
 use cnmysql_api::names::REPLICATION_USER;
 use cnmysql_core::flavor::{self, SourceSpec};
 use cnmysql_core::role::{self, Action, Bootstrap, Desired, Local};
-use cnmysql_core::status::{InstancePhase, InstanceStatus, Role, history_reaches, parse_history};
+use cnmysql_core::status::{
+    InstancePhase, InstanceStatus, Role, history_reaches, parse_history, received_reaches,
+};
 use cnmysql_core::{
     isolation, lease, readiness, replica_durability, self_fence, semisync, switchover,
 };
@@ -126,6 +129,9 @@ pub struct Manager<C: ClusterState> {
     /// Set once a promotion from an archive has finished: no batch starts
     /// after it (held while a batch starts).
     archive_gate: tokio::sync::Mutex<bool>,
+    /// Whether the relay log is proven to hold again what it held before
+    /// it was last emptied (`relay_refill`).
+    refill: Mutex<relay_refill::Refill>,
 }
 
 impl<C: ClusterState> Manager<C> {
@@ -157,6 +163,7 @@ impl<C: ClusterState> Manager<C> {
             archive: Default::default(),
             archive_replica: Default::default(),
             archive_gate: Default::default(),
+            refill: Default::default(),
             cfg,
         }))
     }
@@ -301,8 +308,10 @@ impl<C: ClusterState> Manager<C> {
                     let archiving = tokio::spawn(me.clone().archive_loop().in_current_span());
                     let following =
                         tokio::spawn(me.clone().archive_replica_loop().in_current_span());
+                    let refill = tokio::spawn(me.clone().relay_refill_loop().in_current_span());
                     me.reconcile_loop().await;
                     watchdog.abort();
+                    refill.abort();
                     let _ = archiving.await;
                     let _ = following.await;
                 }

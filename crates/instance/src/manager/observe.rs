@@ -179,6 +179,12 @@ impl<C: ClusterState> Manager<C> {
                     .is_some_and(|a| a.error.is_none()),
             },
         );
+        // Unknown (no desired role yet) counts as unproven.
+        st.relay_refilling = !matches!(
+            desired,
+            Some(Desired::Primary | Desired::DesignatedPrimary { .. })
+        ) && st.role != Role::Primary
+            && self.relay_refilling();
         st.replication = view.replication;
         st
     }
