@@ -242,14 +242,14 @@ fn switchover(runs: usize, load: usize) -> anyhow::Result<Value> {
     let b = Bench::new();
     b.up_durable("so")?;
     let port = b.ports()["services"]["rw"].as_u64().unwrap() as u16;
-    let (mut gaps, mut lost_all) = (Vec::new(), Vec::new());
+    let (mut gaps, mut lost_all, mut given_up) = (Vec::new(), Vec::new(), 0usize);
     for i in 0..runs {
-        b.wait("all instances ready", Duration::from_secs(60), |s| {
+        b.wait("all instances ready", Duration::from_secs(600), |s| {
             s["readyInstances"] == 3
         })?;
         let old = b.current_primary();
         let target = if old == "so-2" { "so-3" } else { "so-2" };
-        let (gap, lost) = rt.block_on(async {
+        let (gap, lost, refused) = rt.block_on(async {
             let w =
                 cnmysql_bench::writer::WriteChecker::start(port, b.secret("app-password")).await;
             let opts = cnmysql_bench::writer::app_opts(port, b.secret("app-password"));
@@ -259,27 +259,47 @@ fn switchover(runs: usize, load: usize) -> anyhow::Result<Value> {
                 .args(["local", "promote", "so", target, "--state-dir"])
                 .arg(b.state())
                 .output()?;
+            // A target that cannot keep up is given up on (with the
+            // primary still serving): a measured outcome, not a failure.
+            let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+            let refused = (!out.status.success())
+                .then(|| stderr.lines().last().unwrap_or_default().to_string());
             anyhow::ensure!(
-                out.status.success(),
-                "promote failed: {}",
-                String::from_utf8_lossy(&out.stderr)
+                out.status.success() || stderr.contains("given up") || stderr.contains("refused"),
+                "promote failed: {stderr}"
             );
             w.wait_for_more(200, Duration::from_secs(20)).await;
             load.stop().await;
             let o = w.stop().await;
             say_where_the_longest_gap_ended(&o)?;
-            let lost = b.lost_on(target, &o.acked).await?;
-            anyhow::Ok((o.longest_gap.as_secs_f64(), lost))
+            let holder = if refused.is_some() {
+                old.as_str()
+            } else {
+                target
+            };
+            let lost = b.lost_on(holder, &o.acked).await?;
+            anyhow::Ok((o.longest_gap.as_secs_f64(), lost, refused))
         })?;
-        eprintln!(
-            "switchover run {} ({old} -> {target}): longest write gap {gap:.3}s, {lost} acknowledged rows lost",
-            i + 1
-        );
-        gaps.push(gap);
+        match refused {
+            Some(why) => {
+                eprintln!(
+                    "switchover run {} ({old} -> {target}) given up, writes kept flowing (longest gap {gap:.3}s, {lost} rows lost): {why}",
+                    i + 1
+                );
+                given_up += 1;
+            }
+            None => {
+                eprintln!(
+                    "switchover run {} ({old} -> {target}): longest write gap {gap:.3}s, {lost} acknowledged rows lost",
+                    i + 1
+                );
+                gaps.push(gap);
+            }
+        }
         lost_all.push(lost as f64);
     }
     Ok(
-        json!({"load_writers": load, "longest_write_gap_seconds": stats(gaps), "acknowledged_rows_lost": stats(lost_all)}),
+        json!({"load_writers": load, "longest_write_gap_seconds": stats(gaps), "acknowledged_rows_lost": stats(lost_all), "given_up": given_up}),
     )
 }
 

@@ -389,6 +389,9 @@ pub fn progress(s: &Snapshot) -> Progress {
         .as_deref()
         .and_then(crate::time::parse_ms)
         .unwrap_or(s.now_ms);
+    if let Some(reason) = fell_behind(s, current, target) {
+        return Progress::Abort { reason };
+    }
     let limit = s.spec.max_switchover_delay.max(0).saturating_mul(1000);
     if s.now_ms > requested.saturating_add(limit) {
         Progress::Abort {
@@ -400,6 +403,22 @@ pub fn progress(s: &Snapshot) -> Progress {
     } else {
         Progress::Waiting
     }
+}
+
+/// A target that became a lagging replica (`lagging.rs`: more than
+/// `maxReplicaLagSeconds` behind) while the primary waits for it to catch
+/// up: the primary commits faster than the target applies, and waiting
+/// (up to `maxSwitchoverDelay`) would only let its backlog grow. Given up
+/// at once, with the reason; the primary never stopped serving.
+fn fell_behind(s: &Snapshot, current: &str, target: &str) -> Option<String> {
+    if !crate::lagging::instances(s).iter().any(|l| l == target) {
+        return None;
+    }
+    let lag = s.get(target)?.status.as_ref()?.lag_seconds?;
+    Some(format!(
+        "switchover to {target} given up: it fell {lag} s behind {current} while waiting to take over (more than maxReplicaLagSeconds, {} s: {current} commits faster than {target} applies); {current} stays primary",
+        s.spec.max_replica_lag_seconds
+    ))
 }
 
 #[cfg(test)]
@@ -467,6 +486,32 @@ mod tests {
             st.ready = true;
         }
         s.status.instance_states.get_mut(name).unwrap().lag_seconds = Some(lag);
+    }
+
+    #[test]
+    fn a_switchover_whose_target_falls_behind_while_waiting_is_given_up_at_once() {
+        // Found by the benchmark under 16 flat-out writers (MySQL, 2
+        // cores): accepted while caught up, the target then applied at half
+        // the primary's commit rate, and the primary waited for it (writable)
+        // toward maxSwitchoverDelay's hour.
+        let mut s = healthy();
+        s.spec.max_replica_lag_seconds = 60;
+        s.spec.max_switchover_delay = 3600;
+        s.status.target_primary = Some("db-2".into());
+        s.status.target_primary_timestamp = Some(crate::time::timestamp(s.now_ms));
+        set_lag(&mut s, "db-2", 20);
+        assert_eq!(progress(&s), Progress::Waiting, "behind, not a backlog");
+        set_lag(&mut s, "db-2", 61);
+        match progress(&s) {
+            Progress::Abort { reason } => assert!(
+                reason.contains("fell 61 s behind db-1") && reason.contains("db-1 stays primary"),
+                "{reason}"
+            ),
+            p => panic!("{p:?}"),
+        }
+        // No limit set: only maxSwitchoverDelay gives up.
+        s.spec.max_replica_lag_seconds = 0;
+        assert_eq!(progress(&s), Progress::Waiting);
     }
 
     #[test]
