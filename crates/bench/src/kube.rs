@@ -285,17 +285,20 @@ async fn switchover_run(
         .plugin(cnmysql, &["cnmsql", "-n", NS, "promote", "db", &target])
         .err()
         .map(|e| e.to_string());
+    // `promote` returns once rw routes to the target (or with why not).
+    w.wait_for_more(200, Duration::from_secs(30)).await;
+    load.stop().await;
+    let o = w.stop().await;
+    // Health is waited for without the load: replicas that cannot keep up
+    // with it (MySQL, 16 writers, 2 cores) would otherwise never be ready.
     let now = k
-        .wait_healthy(NS, "db", 3, Duration::from_secs(120))
+        .wait_healthy(NS, "db", 3, Duration::from_secs(180))
         .await?;
     let given_up = match refused {
         Some(why) => Some(why),
         None if now != target => Some(format!("the switchover ended on {now}")),
         None => None,
     };
-    w.wait_for_more(200, Duration::from_secs(30)).await;
-    load.stop().await;
-    let o = w.stop().await;
     let lost = k.rows_missing(NS, "db", &instances(), &o.acked).await?;
     Ok((
         given_up.is_none().then_some(o.longest_gap.as_secs_f64()),

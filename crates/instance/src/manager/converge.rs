@@ -300,7 +300,7 @@ impl<C: ClusterState> Manager<C> {
             Action::StartReplication => {
                 // MariaDB empties the relay log when both threads start.
                 if f == Flavor::Mariadb && both_threads_stopped(view) {
-                    self.relay_log_emptied();
+                    self.relay_log_emptied(relay_refill::emptying(f, view));
                 }
                 sql::exec_all(conn, &[flavor::start_replica(f)]).await?;
             }
@@ -373,8 +373,13 @@ impl<C: ClusterState> Manager<C> {
             verify_host: peer.tls_name.is_none() && !self.cfg.server_tls_paths().users,
         };
         sql::stop_replication(conn, f, receiving(view)).await?;
-        // Changing the source empties the relay log.
-        self.relay_log_emptied();
+        // Changing the source empties the relay log: judged with both
+        // threads stopped.
+        let stopped = match view.replication {
+            Some(_) => relay_refill::emptying(f, &sql::observe(conn, f).await?),
+            None => relay_refill::Emptying::NothingConfigured,
+        };
+        self.relay_log_emptied(stopped);
         sql::exec_all(
             conn,
             &[flavor::change_source(f, &spec), flavor::start_replica(f)],

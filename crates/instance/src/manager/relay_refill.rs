@@ -33,11 +33,51 @@ pub(super) struct Refill {
     proven: Option<(u32, u64)>,
 }
 
+/// What emptying the relay log now can throw away.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Emptying {
+    /// No replication was ever set up on this server (a fresh copy, a
+    /// former primary): it acknowledged nothing as a replica.
+    NothingConfigured,
+    /// Both threads are stopped and everything received is applied: the
+    /// relay log holds nothing that is not in the data.
+    AllApplied,
+    /// It may hold received transactions not yet applied.
+    Unapplied,
+}
+
+/// What emptying the relay log of the server seen in `view` would lose.
+pub(super) fn emptying(f: Flavor, view: &sql::ServerView) -> Emptying {
+    let Some(r) = &view.replication else {
+        return Emptying::NothingConfigured;
+    };
+    let stopped = r.io_state == "No" && !r.sql_running;
+    let received = r.received_gtid.trim();
+    if stopped && (received.is_empty() || history_reaches(f, &view.gtid_executed, received)) {
+        Emptying::AllApplied
+    } else {
+        Emptying::Unapplied
+    }
+}
+
 impl<C: ClusterState> Manager<C> {
     /// Replication is about to start with its relay log emptied (see the
-    /// module): what it acknowledged is unproven until fetched again.
-    pub(super) fn relay_log_emptied(&self) {
-        self.refill.lock().unwrap().starts += 1;
+    /// module): what it acknowledged is unproven until fetched again —
+    /// unless nothing was configured, or a proof held for this server and
+    /// the emptying throws away nothing unapplied.
+    pub(super) fn relay_log_emptied(&self, what: Emptying) {
+        let before = self.refill_key();
+        let mut refill = self.refill.lock().unwrap();
+        let was_proven = before.is_some() && refill.proven == before;
+        refill.starts += 1;
+        let keep = match what {
+            Emptying::NothingConfigured => true,
+            Emptying::AllApplied => was_proven,
+            Emptying::Unapplied => false,
+        };
+        if keep && let Some((pid, _)) = before {
+            refill.proven = Some((pid, refill.starts));
+        }
     }
 
     /// The emptying this proof is about: the server's pid and the starts.
@@ -103,5 +143,72 @@ impl<C: ClusterState> Manager<C> {
             refill.proven = Some(key);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cnmysql_core::status::ReplicationStatus;
+
+    fn view(io: &str, sql: bool, executed: &str, received: &str) -> sql::ServerView {
+        sql::ServerView {
+            gtid_executed: executed.into(),
+            replication: Some(ReplicationStatus {
+                io_state: io.into(),
+                sql_running: sql,
+                received_gtid: received.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_a_stopped_replica_that_applied_all_it_received_loses_nothing() {
+        let f = Flavor::Mariadb;
+        let fresh = sql::ServerView::default();
+        assert_eq!(emptying(f, &fresh), Emptying::NothingConfigured);
+        assert_eq!(
+            emptying(f, &view("No", false, "0-1-100", "0-1-100")),
+            Emptying::AllApplied
+        );
+        // Received 102, applied 100: emptying throws away two that may
+        // have been acknowledged.
+        assert_eq!(
+            emptying(f, &view("No", false, "0-1-100", "0-1-102")),
+            Emptying::Unapplied
+        );
+        // Still running: what it receives next is not judged.
+        assert_eq!(
+            emptying(f, &view("Yes", true, "0-1-100", "0-1-100")),
+            Emptying::Unapplied
+        );
+        let m = Flavor::Mysql;
+        let uuid = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+        assert_eq!(
+            emptying(
+                m,
+                &view(
+                    "No",
+                    false,
+                    &format!("{uuid}:1-100"),
+                    &format!("{uuid}:90-100")
+                )
+            ),
+            Emptying::AllApplied
+        );
+        assert_eq!(
+            emptying(
+                m,
+                &view(
+                    "No",
+                    false,
+                    &format!("{uuid}:1-100"),
+                    &format!("{uuid}:90-101")
+                )
+            ),
+            Emptying::Unapplied
+        );
     }
 }
