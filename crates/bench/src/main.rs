@@ -392,6 +392,10 @@ fn main() -> anyhow::Result<()> {
     );
     for f in if local {
         cli.flavor.clone()
+    } else if std::env::var("CNMYSQL_TEST_FLAVOR").as_deref() == Ok("mysql") {
+        // The Kubernetes measurements take the flavour the test clusters
+        // do: labelled so.
+        vec![BenchFlavor::Mysql]
     } else {
         vec![BenchFlavor::Mariadb]
     } {
