@@ -312,36 +312,25 @@ pub fn received_history(flavor: Flavor, st: &InstanceStatus) -> Result<History, 
 /// Has the instance received (applied or not) everything up to `position`
 /// (another server's `gtid_position`)? False on anything unreadable.
 pub fn received_reaches(flavor: Flavor, st: &InstanceStatus, position: &str) -> bool {
-    match received_history(flavor, st) {
-        Ok(History::Mariadb(state)) => position
-            .parse::<mariadb::GtidPos>()
-            .is_ok_and(|p| state.contains_pos(&p)),
-        Ok(History::Mysql(set)) => position
-            .parse::<mysql::GtidSet>()
-            .is_ok_and(|p| p.is_subset(&set)),
-        Err(_) => false,
-    }
+    received_history(flavor, st).is_ok_and(|h| reaches(&h, position))
 }
 
 /// Does the executed history (`@@gtid_binlog_state` / `@@gtid_executed`)
 /// include everything up to `position` (a position / GTID set)? False on
 /// anything unreadable.
 pub fn history_reaches(flavor: Flavor, history: &str, position: &str) -> bool {
-    match flavor {
-        Flavor::Mariadb => match (
-            history.parse::<mariadb::BinlogState>(),
-            position.parse::<mariadb::GtidPos>(),
-        ) {
-            (Ok(h), Ok(p)) => h.contains_pos(&p),
-            _ => false,
-        },
-        Flavor::Mysql => match (
-            history.parse::<mysql::GtidSet>(),
-            position.parse::<mysql::GtidSet>(),
-        ) {
-            (Ok(h), Ok(p)) => p.is_subset(&h),
-            _ => false,
-        },
+    parse_history(flavor, history).is_ok_and(|h| reaches(&h, position))
+}
+
+/// Does `history` hold everything up to `position`, read in its flavour?
+fn reaches(history: &History, position: &str) -> bool {
+    match history {
+        History::Mariadb(state) => position
+            .parse::<mariadb::GtidPos>()
+            .is_ok_and(|p| state.contains_pos(&p)),
+        History::Mysql(set) => position
+            .parse::<mysql::GtidSet>()
+            .is_ok_and(|p| p.is_subset(set)),
     }
 }
 

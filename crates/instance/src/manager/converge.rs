@@ -299,7 +299,7 @@ impl<C: ClusterState> Manager<C> {
             }
             Action::StartReplication => {
                 // MariaDB empties the relay log when both threads start.
-                if f == Flavor::Mariadb && both_threads_stopped(view) {
+                if f == Flavor::Mariadb && relay_refill::both_threads_stopped(view) {
                     self.relay_log_emptied(relay_refill::emptying(f, view));
                 }
                 sql::exec_all(conn, &[flavor::start_replica(f)]).await?;
@@ -587,11 +587,4 @@ pub(super) fn receiving(view: &sql::ServerView) -> bool {
     view.replication
         .as_ref()
         .is_some_and(|r| r.io_state == "Yes")
-}
-
-/// Neither replication thread runs (nor tries to connect).
-fn both_threads_stopped(view: &sql::ServerView) -> bool {
-    view.replication
-        .as_ref()
-        .is_none_or(|r| r.io_state == "No" && !r.sql_running)
 }

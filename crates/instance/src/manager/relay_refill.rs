@@ -51,13 +51,21 @@ pub(super) fn emptying(f: Flavor, view: &sql::ServerView) -> Emptying {
     let Some(r) = &view.replication else {
         return Emptying::NothingConfigured;
     };
-    let stopped = r.io_state == "No" && !r.sql_running;
     let received = r.received_gtid.trim();
-    if stopped && (received.is_empty() || history_reaches(f, &view.gtid_executed, received)) {
+    if both_threads_stopped(view)
+        && (received.is_empty() || history_reaches(f, &view.gtid_executed, received))
+    {
         Emptying::AllApplied
     } else {
         Emptying::Unapplied
     }
+}
+
+/// Neither replication thread runs (nor tries to connect).
+pub(super) fn both_threads_stopped(view: &sql::ServerView) -> bool {
+    view.replication
+        .as_ref()
+        .is_none_or(|r| r.io_state == "No" && !r.sql_running)
 }
 
 impl<C: ClusterState> Manager<C> {
@@ -166,49 +174,47 @@ mod tests {
 
     #[test]
     fn only_a_stopped_replica_that_applied_all_it_received_loses_nothing() {
-        let f = Flavor::Mariadb;
         let fresh = sql::ServerView::default();
-        assert_eq!(emptying(f, &fresh), Emptying::NothingConfigured);
         assert_eq!(
-            emptying(f, &view("No", false, "0-1-100", "0-1-100")),
-            Emptying::AllApplied
+            emptying(Flavor::Mariadb, &fresh),
+            Emptying::NothingConfigured
         );
-        // Received 102, applied 100: emptying throws away two that may
-        // have been acknowledged.
-        assert_eq!(
-            emptying(f, &view("No", false, "0-1-100", "0-1-102")),
-            Emptying::Unapplied
+        let u = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+        let (m, d) = (Flavor::Mysql, Flavor::Mariadb);
+        let (mysql_100, mysql_90_100, mysql_90_101) = (
+            format!("{u}:1-100"),
+            format!("{u}:90-100"),
+            format!("{u}:90-101"),
         );
-        // Still running: what it receives next is not judged.
-        assert_eq!(
-            emptying(f, &view("Yes", true, "0-1-100", "0-1-100")),
-            Emptying::Unapplied
-        );
-        let m = Flavor::Mysql;
-        let uuid = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
-        assert_eq!(
-            emptying(
+        for (f, io, sql, executed, received, want) in [
+            (d, "No", false, "0-1-100", "0-1-100", Emptying::AllApplied),
+            // Received 102, applied 100: emptying throws away two that
+            // may have been acknowledged.
+            (d, "No", false, "0-1-100", "0-1-102", Emptying::Unapplied),
+            // Still running: what it receives next is not judged.
+            (d, "Yes", true, "0-1-100", "0-1-100", Emptying::Unapplied),
+            (
                 m,
-                &view(
-                    "No",
-                    false,
-                    &format!("{uuid}:1-100"),
-                    &format!("{uuid}:90-100")
-                )
+                "No",
+                false,
+                &mysql_100,
+                &mysql_90_100,
+                Emptying::AllApplied,
             ),
-            Emptying::AllApplied
-        );
-        assert_eq!(
-            emptying(
+            (
                 m,
-                &view(
-                    "No",
-                    false,
-                    &format!("{uuid}:1-100"),
-                    &format!("{uuid}:90-101")
-                )
+                "No",
+                false,
+                &mysql_100,
+                &mysql_90_101,
+                Emptying::Unapplied,
             ),
-            Emptying::Unapplied
-        );
+        ] {
+            assert_eq!(
+                emptying(f, &view(io, sql, executed, received)),
+                want,
+                "{f:?} io {io} sql {sql}: executed {executed}, received {received}"
+            );
+        }
     }
 }
