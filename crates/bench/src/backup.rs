@@ -111,7 +111,7 @@ pub fn backup(runs: usize, megabytes: u64) -> anyhow::Result<Value> {
     // 30 s, the primary's report sampled every 250 ms.
     let rt = tokio::runtime::Runtime::new()?;
     let port = b.ports()["services"]["rw"].as_u64().unwrap() as u16;
-    let w = rt.block_on(cnmysql_bench::writer::WriteChecker::start(
+    let w = rt.block_on(cnmysql_workload::writer::WriteChecker::start(
         port,
         b.secret("app-password"),
     ));

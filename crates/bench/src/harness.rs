@@ -132,7 +132,7 @@ impl Drop for Bench {
 /// For a look at the logs: when (wall clock) the longest interval without
 /// an acknowledged write ended.
 pub(crate) fn say_where_the_longest_gap_ended(
-    o: &cnmysql_bench::writer::Outcome,
+    o: &cnmysql_workload::writer::Outcome,
 ) -> anyhow::Result<()> {
     if let Some(end) = o
         .ack_times

@@ -15,7 +15,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use cnmysql_bench::load::Load;
+use cnmysql_workload::load::Load;
 use cnmysql_kubetest::KubeCluster;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
@@ -29,7 +29,7 @@ fn instances() -> Vec<String> {
     ["db-1", "db-2", "db-3"].map(String::from).to_vec()
 }
 
-async fn writer(k: &KubeCluster) -> anyhow::Result<cnmysql_bench::writer::WriteChecker> {
+async fn writer(k: &KubeCluster) -> anyhow::Result<cnmysql_workload::writer::WriteChecker> {
     let rw = k.wait_service(NS, "db-rw").await?;
     let pw = k.app_password(NS, "db").await?;
     // Wait until rw reaches the writable primary: kube-proxy follows a
@@ -41,7 +41,7 @@ async fn writer(k: &KubeCluster) -> anyhow::Result<cnmysql_bench::writer::WriteC
         || async {
             use mysql_async::prelude::Queryable as _;
             let seen = async {
-                let mut c = cnmysql_kubetest::connect_within(cnmysql_bench::writer::app_opts_at(
+                let mut c = cnmysql_kubetest::connect_within(cnmysql_workload::writer::app_opts_at(
                     rw,
                     pw.clone(),
                 ))
@@ -94,7 +94,7 @@ async fn writer(k: &KubeCluster) -> anyhow::Result<cnmysql_bench::writer::WriteC
             ]),
         );
     }
-    Ok(cnmysql_bench::writer::WriteChecker::start_at(rw, pw).await)
+    Ok(cnmysql_workload::writer::WriteChecker::start_at(rw, pw).await)
 }
 
 /// What the nodes' kube-proxy programmed for rw, their neighbours and the
@@ -216,7 +216,7 @@ async fn fault_run(
 async fn load_opts(k: &KubeCluster) -> anyhow::Result<mysql_async::Opts> {
     let rw = k.wait_service(NS, "db-rw").await?;
     let pw = k.app_password(NS, "db").await?;
-    Ok(cnmysql_bench::writer::app_opts_at(rw, pw))
+    Ok(cnmysql_workload::writer::app_opts_at(rw, pw))
 }
 
 /// What a new TCP connection to `rw` meets, opened every 25 ms for `span`

@@ -92,8 +92,8 @@ impl Run {
 
 async fn one_run(b: &Bench, writers: usize, window: Duration) -> anyhow::Result<Run> {
     let port = b.ports()["services"]["rw"].as_u64().unwrap() as u16;
-    let opts = cnmysql_bench::writer::app_opts(port, b.secret("app-password"));
-    let load = cnmysql_bench::load::Load::start(opts.clone(), writers).await?;
+    let opts = cnmysql_workload::writer::app_opts(port, b.secret("app-password"));
+    let load = cnmysql_workload::load::Load::start(opts.clone(), writers).await?;
     let mut c = mysql_async::Conn::new(opts.clone()).await?;
     let primary = b.current_primary();
     let replicas: Vec<String> = (1..=3)

@@ -155,10 +155,10 @@ fn failover(runs: usize, load: usize) -> anyhow::Result<Value> {
         let port = b.ports()["services"]["rw"].as_u64().unwrap() as u16;
         let (secs, lost) = rt
             .block_on(async {
-                let w = cnmysql_bench::writer::WriteChecker::start(port, b.secret("app-password"))
+                let w = cnmysql_workload::writer::WriteChecker::start(port, b.secret("app-password"))
                     .await;
-                let opts = cnmysql_bench::writer::app_opts(port, b.secret("app-password"));
-                let load = cnmysql_bench::load::Load::start(opts, load).await?;
+                let opts = cnmysql_workload::writer::app_opts(port, b.secret("app-password"));
+                let load = cnmysql_workload::load::Load::start(opts, load).await?;
                 w.wait_for_more(200, Duration::from_secs(20)).await;
                 let old = b.current_primary();
                 let dir = b.state().join("instances").join(&old);
@@ -178,7 +178,7 @@ fn failover(runs: usize, load: usize) -> anyhow::Result<Value> {
                 // Measure from the moment both processes are gone to the first
                 // acknowledged write sent after it, so no answer of the old
                 // primary counts as a write after the failover.
-                while !pids.iter().all(|p| cnmysql_bench::faults::process_gone(*p)) {
+                while !pids.iter().all(|p| cnmysql_workload::faults::process_gone(*p)) {
                     std::thread::sleep(Duration::from_micros(200));
                 }
                 let killed = Instant::now();
@@ -251,9 +251,9 @@ fn switchover(runs: usize, load: usize) -> anyhow::Result<Value> {
         let target = if old == "so-2" { "so-3" } else { "so-2" };
         let (gap, lost, refused) = rt.block_on(async {
             let w =
-                cnmysql_bench::writer::WriteChecker::start(port, b.secret("app-password")).await;
-            let opts = cnmysql_bench::writer::app_opts(port, b.secret("app-password"));
-            let load = cnmysql_bench::load::Load::start(opts, load).await?;
+                cnmysql_workload::writer::WriteChecker::start(port, b.secret("app-password")).await;
+            let opts = cnmysql_workload::writer::app_opts(port, b.secret("app-password"));
+            let load = cnmysql_workload::load::Load::start(opts, load).await?;
             w.wait_for_more(200, Duration::from_secs(20)).await;
             let out = Command::new(cnmysql_bin())
                 .args(["local", "promote", "so", target, "--state-dir"])

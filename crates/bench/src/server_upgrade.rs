@@ -62,7 +62,7 @@ fn once(
     b.up_with(&manifest(name, f, from))?;
     let rw = b.ports()["services"]["rw"].as_u64().unwrap() as u16;
     let (secs, o) = rt.block_on(async {
-        let w = cnmysql_bench::writer::WriteChecker::start(rw, b.secret("app-password")).await;
+        let w = cnmysql_workload::writer::WriteChecker::start(rw, b.secret("app-password")).await;
         w.wait_for_more(200, Duration::from_secs(20)).await;
         let m = b.dir.path().join("to.yaml");
         std::fs::write(&m, manifest(name, f, to))?;

@@ -51,7 +51,7 @@ impl Prober {
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let task = tokio::spawn(async move {
-            let opts = cnmysql_bench::writer::app_opts(port, password);
+            let opts = cnmysql_workload::writer::app_opts(port, password);
             let (mut last, mut longest, mut failed, mut ok) =
                 (Instant::now(), Duration::ZERO, 0u64, 0u64);
             let mut conn: Option<mysql_async::Conn> = None;
@@ -175,7 +175,7 @@ pub fn upgrade(runs: usize) -> anyhow::Result<Value> {
         let before: BTreeMap<&str, (String, String)> =
             instances.iter().map(|n| (*n, pids(&b, n))).collect();
         let (secs, per, w, switched) = rt.block_on(async {
-            let w = cnmysql_bench::writer::WriteChecker::start(rw, b.secret("app-password")).await;
+            let w = cnmysql_workload::writer::WriteChecker::start(rw, b.secret("app-password")).await;
             let probes: Vec<(&str, Prober)> = instances
                 .iter()
                 .map(|n| {
@@ -236,7 +236,7 @@ pub fn upgrade(runs: usize) -> anyhow::Result<Value> {
         })?;
         let exe = variant(b.dir.path(), 100 + i)?;
         let (secs, o, switched) = rt.block_on(async {
-            let w = cnmysql_bench::writer::WriteChecker::start(rw, b.secret("app-password")).await;
+            let w = cnmysql_workload::writer::WriteChecker::start(rw, b.secret("app-password")).await;
             w.wait_for_more(100, Duration::from_secs(20)).await;
             let (secs, switched) = tokio::task::block_in_place(|| upgrade_to(&b, &exe))?;
             w.wait_for_more(100, Duration::from_secs(20)).await;

@@ -46,7 +46,7 @@ async fn a_canary_from_a_file_fails_on_a_wrong_hash_is_retried_once_fixed_and_mo
         .unwrap()
         .to_string();
     let w =
-        cnmysql_bench::writer::WriteChecker::start(c.service_port("rw"), c.app_password()).await;
+        cnmysql_workload::writer::WriteChecker::start(c.service_port("rw"), c.app_password()).await;
     w.wait_for_more(50, Duration::from_secs(20)).await;
 
     // Bad input is refused with the way to write it, and nothing is kept.
@@ -155,7 +155,7 @@ async fn the_cluster_annotation_walks_every_instance_the_primary_last_and_loses_
     let primary = c.current_primary();
     let before = c.instances();
     let w =
-        cnmysql_bench::writer::WriteChecker::start(c.service_port("rw"), c.app_password()).await;
+        cnmysql_workload::writer::WriteChecker::start(c.service_port("rw"), c.app_password()).await;
     w.wait_for_more(50, Duration::from_secs(20)).await;
     let asked = format!("cnmysql.io/upgrade-to=manager=file://{}", file.display());
     ok(

@@ -16,7 +16,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cnmysql_bench::faults::{self, Fault, Target};
+use cnmysql_workload::faults::{self, Fault, Target};
 use common::writer::{start as start_writer, verify_on};
 use common::*;
 use mysql_async::prelude::*;
@@ -266,14 +266,14 @@ async fn suite(name: &'static str, durability: &str) {
                 let said = String::from_utf8_lossy(&out.stderr).to_string();
                 // A target behind is refused at once, naming one that is
                 // caught up: the suite then does what a user would.
-                match cnmysql_bench::lagging_refusal::lagging_refusal(&said) {
+                match cnmysql_workload::lagging_refusal::lagging_refusal(&said) {
                     _ if out.status.success() => {}
                     Some(Some(instead)) => {
                         eprintln!("{what}: {replica} lags; switching over to {instead}");
                         let out = c.local(&["promote", name, &instead]);
                         assert!(
                             out.status.success()
-                                || cnmysql_bench::lagging_refusal::lagging_refusal(
+                                || cnmysql_workload::lagging_refusal::lagging_refusal(
                                     &String::from_utf8_lossy(&out.stderr)
                                 )
                                 .is_some(),

@@ -576,7 +576,7 @@ async fn the_force_annotation_moves_an_upgrade_past_a_broken_replica() {
 #[ignore = "needs root and the server images mariadb:10.11.18, mariadb:10.11.19, mariadb:11.8: run scripts/test as root (it builds them)"]
 async fn an_annotated_server_canary_fails_on_a_broken_image_is_retried_once_fixed_then_the_cluster_follows()
  {
-    let broken = cnmysql_bench::broken_image::BrokenImage::new(
+    let broken = cnmysql_workload::broken_image::BrokenImage::new(
         "10.11.19",
         &format!("broken-{}", std::process::id()),
     )

@@ -151,7 +151,7 @@ async fn in_place_upgrade_keeps_every_mysqld_running_and_loses_no_write() {
     // the upgrade re-executes first: the connection is handed across the
     // exec, so not one write may fail.
     let w =
-        cnmysql_bench::writer::WriteChecker::start(c.service_port("rw"), c.app_password()).await;
+        cnmysql_workload::writer::WriteChecker::start(c.service_port("rw"), c.app_password()).await;
     w.wait_for_more(50, Duration::from_secs(20)).await;
     let before = c.instances();
     let log = c.instance_dir("inp-2").join("manager.log");

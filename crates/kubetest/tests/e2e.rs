@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use cnmysql_api::Cluster;
-use cnmysql_bench::writer::WriteChecker;
+use cnmysql_workload::writer::WriteChecker;
 use cnmysql_kubetest::{KubeCluster, until};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, DeleteParams, ListParams};
@@ -1150,7 +1150,7 @@ impl Env {
 
     /// Let `w` write on a little, stop it, say what it saw, and check
     /// that every acknowledged row is on every instance.
-    async fn finish(&self, w: WriteChecker, what: &str) -> cnmysql_bench::writer::Outcome {
+    async fn finish(&self, w: WriteChecker, what: &str) -> cnmysql_workload::writer::Outcome {
         w.wait_for_more(50, Duration::from_secs(30)).await;
         let out = w.stop().await;
         eprintln!(
@@ -1341,7 +1341,7 @@ async fn an_annotated_server_canary_fails_on_a_broken_image_is_retried_once_the_
     ) {
         return;
     }
-    let broken = cnmysql_bench::broken_image::BrokenImage::new(
+    let broken = cnmysql_workload::broken_image::BrokenImage::new(
         "10.11.19",
         &format!("broken-{}", std::process::id()),
     )

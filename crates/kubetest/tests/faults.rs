@@ -20,8 +20,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cnmysql_bench::faults::{self, Fault, Target};
-use cnmysql_bench::writer::WriteChecker;
+use cnmysql_workload::faults::{self, Fault, Target};
+use cnmysql_workload::writer::WriteChecker;
 use cnmysql_kubetest::{KubeCluster, until};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams};
@@ -306,10 +306,10 @@ async fn run_plan(durability: &str, seed: u64, plan: Vec<(Fault, u64)>) {
                     // A target behind is refused at once, naming one that
                     // is caught up: the suite does what a user would.
                     Err(e)
-                        if cnmysql_bench::lagging_refusal::lagging_refusal(&e.to_string())
+                        if cnmysql_workload::lagging_refusal::lagging_refusal(&e.to_string())
                             .is_some() =>
                     {
-                        match cnmysql_bench::lagging_refusal::lagging_refusal(&e.to_string())
+                        match cnmysql_workload::lagging_refusal::lagging_refusal(&e.to_string())
                             .flatten()
                         {
                             Some(instead) => {
@@ -319,7 +319,7 @@ async fn run_plan(durability: &str, seed: u64, plan: Vec<(Fault, u64)>) {
                                 {
                                     let e = e.to_string();
                                     if !e.contains("did not happen")
-                                        && cnmysql_bench::lagging_refusal::lagging_refusal(&e)
+                                        && cnmysql_workload::lagging_refusal::lagging_refusal(&e)
                                             .is_none()
                                     {
                                         dump(&k, &pods).await;

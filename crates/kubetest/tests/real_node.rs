@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use cnmysql_bench::writer::WriteChecker;
+use cnmysql_workload::writer::WriteChecker;
 use cnmysql_kubetest::{KubeCluster, until};
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, DeleteParams, ListParams};

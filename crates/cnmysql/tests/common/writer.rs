@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use mysql_async::prelude::*;
 
-pub use cnmysql_bench::writer::WriteChecker;
+pub use cnmysql_workload::writer::WriteChecker;
 
 use super::{LocalCluster, wait_for};
 

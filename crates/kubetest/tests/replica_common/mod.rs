@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use cnmysql_api::{Cluster, ClusterStatus};
-use cnmysql_bench::writer::WriteChecker;
+use cnmysql_workload::writer::WriteChecker;
 use cnmysql_kubetest::{KubeCluster, until};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;

@@ -1,4 +1,4 @@
-//! Shared pieces of the benchmarks and end-to-end tests.
+//! The workloads the benchmarks and the end-to-end and fault tests share.
 
 pub mod broken_image;
 pub mod fault_plan;
