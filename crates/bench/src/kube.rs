@@ -15,8 +15,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use cnmysql_workload::load::Load;
 use cnmysql_kubetest::KubeCluster;
+use cnmysql_workload::load::Load;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
@@ -41,10 +41,9 @@ async fn writer(k: &KubeCluster) -> anyhow::Result<cnmysql_workload::writer::Wri
         || async {
             use mysql_async::prelude::Queryable as _;
             let seen = async {
-                let mut c = cnmysql_kubetest::connect_within(cnmysql_workload::writer::app_opts_at(
-                    rw,
-                    pw.clone(),
-                ))
+                let mut c = cnmysql_kubetest::connect_within(
+                    cnmysql_workload::writer::app_opts_at(rw, pw.clone()),
+                )
                 .await
                 .map_err(|e| format!("connecting: {e}"))?;
                 c.query_first::<(u8, String), _>("SELECT @@read_only, @@hostname")

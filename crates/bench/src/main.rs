@@ -155,8 +155,9 @@ fn failover(runs: usize, load: usize) -> anyhow::Result<Value> {
         let port = b.ports()["services"]["rw"].as_u64().unwrap() as u16;
         let (secs, lost) = rt
             .block_on(async {
-                let w = cnmysql_workload::writer::WriteChecker::start(port, b.secret("app-password"))
-                    .await;
+                let w =
+                    cnmysql_workload::writer::WriteChecker::start(port, b.secret("app-password"))
+                        .await;
                 let opts = cnmysql_workload::writer::app_opts(port, b.secret("app-password"));
                 let load = cnmysql_workload::load::Load::start(opts, load).await?;
                 w.wait_for_more(200, Duration::from_secs(20)).await;
@@ -178,7 +179,10 @@ fn failover(runs: usize, load: usize) -> anyhow::Result<Value> {
                 // Measure from the moment both processes are gone to the first
                 // acknowledged write sent after it, so no answer of the old
                 // primary counts as a write after the failover.
-                while !pids.iter().all(|p| cnmysql_workload::faults::process_gone(*p)) {
+                while !pids
+                    .iter()
+                    .all(|p| cnmysql_workload::faults::process_gone(*p))
+                {
                     std::thread::sleep(Duration::from_micros(200));
                 }
                 let killed = Instant::now();

@@ -175,7 +175,8 @@ pub fn upgrade(runs: usize) -> anyhow::Result<Value> {
         let before: BTreeMap<&str, (String, String)> =
             instances.iter().map(|n| (*n, pids(&b, n))).collect();
         let (secs, per, w, switched) = rt.block_on(async {
-            let w = cnmysql_workload::writer::WriteChecker::start(rw, b.secret("app-password")).await;
+            let w =
+                cnmysql_workload::writer::WriteChecker::start(rw, b.secret("app-password")).await;
             let probes: Vec<(&str, Prober)> = instances
                 .iter()
                 .map(|n| {
@@ -236,7 +237,8 @@ pub fn upgrade(runs: usize) -> anyhow::Result<Value> {
         })?;
         let exe = variant(b.dir.path(), 100 + i)?;
         let (secs, o, switched) = rt.block_on(async {
-            let w = cnmysql_workload::writer::WriteChecker::start(rw, b.secret("app-password")).await;
+            let w =
+                cnmysql_workload::writer::WriteChecker::start(rw, b.secret("app-password")).await;
             w.wait_for_more(100, Duration::from_secs(20)).await;
             let (secs, switched) = tokio::task::block_in_place(|| upgrade_to(&b, &exe))?;
             w.wait_for_more(100, Duration::from_secs(20)).await;

@@ -64,7 +64,7 @@ impl StopSignals {
     }
 }
 
-async fn supervise<C: cnmysql_instance::ClusterState>(
+async fn supervise<C: cnmysql_control::ClusterState>(
     signals: StopSignals,
     cfg: cnmysql_instance::InstanceConfig,
     state: C,

@@ -7,15 +7,22 @@
 //! - [`requests`]: typed calls (semi-sync settings, system tables);
 //! - [`upgrade`]: the upgrade push, the upgrade from a file on the
 //!   instance, the in-place restart;
-//! - [`base_backup`]: a base backup streamed from a manager into the store.
+//! - [`base_backup`]: a base backup streamed from a manager into the store;
+//! - [`cluster_state`]: the other side of the boundary, what a manager asks
+//!   of its platform (the cluster status, the lease, where its peers are),
+//!   implemented by `cnmysql-k8s` and `cnmysql-local`;
+//! - [`peer`]: where another instance answers.
 
 pub mod base_backup;
 pub mod client;
+pub mod cluster_state;
 pub mod contract;
+pub mod peer;
 pub mod requests;
 pub mod upgrade;
 
 pub use client::ControlClient;
+pub use cluster_state::ClusterState;
 
 /// The SHA-256 of the running executable, as a manager reports it and as
 /// the control plane compares it (the rollout target); empty when it

@@ -21,7 +21,8 @@ use crate::client::ControlClient;
 use crate::clone_progress::{
     ProgressCell, Tail, log_progress, log_throughput, report, tail_lines, tail_text,
 };
-use crate::config::{InstanceConfig, PeerAddr, render_backup_cnf};
+use crate::config::{InstanceConfig, render_backup_cnf};
+use cnmysql_control::peer::PeerAddr;
 
 /// Header carrying the source's data directory size, for progress and ETA.
 pub use cnmysql_control::contract::{HISTORY_HEADER, SIZE_HEADER};

@@ -18,8 +18,9 @@ use mysql_async::prelude::*;
 
 use crate::bootstrap::read_secret;
 use crate::clone_progress::{ProgressCell, report, tail_lines, tail_text};
-use crate::config::{InstanceConfig, PeerAddr};
+use crate::config::InstanceConfig;
 use crate::sql;
+use cnmysql_control::peer::PeerAddr;
 
 /// The source is copying itself to another instance already: MySQL allows
 /// one clone at a time. Not a failure; the clone is tried again shortly.

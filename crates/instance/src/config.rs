@@ -7,22 +7,9 @@ use std::path::{Path, PathBuf};
 
 use cnmysql_api::validation::fold_parameter_name;
 use cnmysql_api::{ClusterSpec, Flavor};
+use cnmysql_control::peer::PeerAddr;
 use cnmysql_tls::TlsPaths;
 use serde::{Deserialize, Serialize};
-
-/// How to reach one instance of the cluster.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct PeerAddr {
-    pub host: String,
-    pub mysql_port: u16,
-    pub control_port: u16,
-    /// The name its certificate carries, when `host` is an address the
-    /// certificate cannot name (a Pod IP): the control API verifies this
-    /// name instead, and replication verifies the chain only.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tls_name: Option<String>,
-}
 
 /// The server programs an instance manager runs, and where they come from.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]

@@ -7,7 +7,6 @@ pub mod bootstrap;
 pub mod clone;
 pub mod clone_plugin;
 pub mod clone_progress;
-pub mod cluster_state;
 pub mod config;
 pub mod donor;
 pub mod inherit;
@@ -30,7 +29,7 @@ pub mod upgrade;
 // manager's peers use it too.
 use cnmysql_control::client;
 
-pub use cluster_state::ClusterState;
+pub use cnmysql_control::ClusterState;
 pub use config::InstanceConfig;
 pub use manager::Manager;
 

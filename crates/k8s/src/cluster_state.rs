@@ -29,10 +29,10 @@ use kube::{Api, Client, ResourceExt};
 
 use cnmysql_api::names::{CONTROL_PORT, MYSQL_PORT};
 use cnmysql_api::{Cluster, ClusterStatus};
+use cnmysql_control::ClusterState;
+use cnmysql_control::peer::PeerAddr;
 use cnmysql_core::event::Event;
 use cnmysql_core::lease::Lease;
-use cnmysql_instance::ClusterState;
-use cnmysql_instance::config::PeerAddr;
 
 use crate::cluster_handle::ClusterHandle;
 use crate::events::{self, Kind};

@@ -20,9 +20,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use cnmysql_kubetest::{KubeCluster, until};
 use cnmysql_workload::faults::{self, Fault, Target};
 use cnmysql_workload::writer::WriteChecker;
-use cnmysql_kubetest::{KubeCluster, until};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams};
 

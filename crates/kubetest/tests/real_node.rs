@@ -9,8 +9,8 @@
 
 use std::time::{Duration, Instant};
 
-use cnmysql_workload::writer::WriteChecker;
 use cnmysql_kubetest::{KubeCluster, until};
+use cnmysql_workload::writer::WriteChecker;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, DeleteParams, ListParams};
 use mysql_async::prelude::*;

@@ -3,8 +3,8 @@
 //! under its lock.
 
 use cnmysql_api::ClusterStatus;
+use cnmysql_control::ClusterState;
 use cnmysql_core::event::Event;
-use cnmysql_instance::ClusterState;
 
 use crate::state::StateDir;
 

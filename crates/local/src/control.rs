@@ -292,7 +292,7 @@ impl ControlPlane {
                     continue;
                 }
                 _ = tokio::time::sleep(period) => {}
-                _ = cnmysql_instance::ClusterState::changed(&status_seen) => {}
+                _ = cnmysql_control::ClusterState::changed(&status_seen) => {}
             }
             let current = self.dir.read_status();
             match (&current, status_unreadable) {

@@ -18,8 +18,9 @@ use std::path::{Path, PathBuf};
 
 use cnmysql_api::names::{OPERATOR_IDENTITY, instance_name};
 use cnmysql_api::{Cluster, ClusterStatus, ServiceRole};
+use cnmysql_control::peer::PeerAddr;
 use cnmysql_core::lease::Lease;
-use cnmysql_instance::config::{InstanceConfig, PeerAddr, Programs, SecretFiles};
+use cnmysql_instance::config::{InstanceConfig, Programs, SecretFiles};
 use cnmysql_tls::{Material, TlsPaths};
 use nix::fcntl::{Flock, FlockArg};
 use rand::Rng;

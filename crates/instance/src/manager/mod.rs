@@ -47,10 +47,11 @@ use crate::api::{self, Backend};
 use crate::bootstrap::{self, read_secret};
 use crate::clone;
 use crate::clone_progress::ProgressCell;
-use crate::cluster_state::ClusterState;
-use crate::config::{InstanceConfig, PeerAddr, render_mycnf};
+use crate::config::{InstanceConfig, render_mycnf};
 use crate::mysqld::{self, ServerState, Supervisor};
 use crate::sql;
+use cnmysql_control::ClusterState;
+use cnmysql_control::peer::PeerAddr;
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use cnmysql_api::ClusterStatus;
 use cnmysql_core::event::Event;
 
-use crate::config::PeerAddr;
+use crate::peer::PeerAddr;
 
 pub trait ClusterState: Send + Sync + 'static {
     /// The cluster status as last written.
