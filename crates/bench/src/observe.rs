@@ -26,7 +26,7 @@ pub(crate) fn observe(runs: usize) -> anyhow::Result<Value> {
         let mut c = b.admin("obs-1").await?;
         let figures_query = format!(
             "SHOW GLOBAL STATUS WHERE Variable_name IN ({})",
-            cnmysql_core::server_metrics::status_variables()
+            cnmysql_view::server_metrics::status_variables()
                 .map(|v| format!("'{v}'"))
                 .collect::<Vec<_>>()
                 .join(", ")

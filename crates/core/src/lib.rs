@@ -20,7 +20,6 @@ pub mod isolation;
 pub mod lagging;
 pub mod lease;
 pub mod memory;
-pub mod metrics;
 pub mod pause;
 pub mod phase;
 pub mod readiness;
@@ -28,18 +27,15 @@ pub mod reconcile;
 pub mod reinit;
 pub mod replica_cluster;
 pub mod replica_durability;
-mod replica_metrics;
 pub mod role;
 pub mod self_fence;
 pub mod semisync;
-pub mod server_metrics;
 pub mod services;
 pub mod sql_objects;
 pub mod status;
 pub mod status_change;
-pub mod status_view;
 pub mod switchover;
-#[cfg(test)]
-mod testutil;
+#[cfg(any(test, feature = "testutil"))]
+pub mod testutil;
 pub mod time;
 pub mod upgrade;

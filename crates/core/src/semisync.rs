@@ -3,7 +3,7 @@
 
 use cnmysql_api::{ClusterSpec, DataDurability, Flavor};
 
-use crate::status::Snapshot;
+use crate::status::{InstanceStatus, Role, Snapshot};
 
 /// What the primary's semi-sync settings should be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,6 +109,24 @@ pub fn healthy_replicas(s: &Snapshot) -> u32 {
                 .is_some_and(|st| st.replication.as_ref().is_some_and(|r| r.healthy()))
         })
         .count() as u32
+}
+
+/// Semi-sync as a reader wants it: on a primary, how many acknowledgements
+/// each commit waits for out of the replicas connected, or that it fell
+/// back to asynchronous; on a replica, whether it acknowledges.
+pub fn summary(s: &InstanceStatus) -> String {
+    let Some(semi) = &s.semi_sync else {
+        return "-".into();
+    };
+    match s.role {
+        Role::Primary if semi.source_active => {
+            format!("waits {} of {}", semi.wait_for_count.max(1), semi.clients)
+        }
+        Role::Primary if semi.source_enabled => "fell back to async".into(),
+        Role::Replica if semi.replica_active => "acks".into(),
+        Role::Replica if semi.replica_enabled => "enabled".into(),
+        _ => "off".into(),
+    }
 }
 
 #[cfg(test)]

@@ -386,7 +386,7 @@ pub fn report(s: &Snapshot, memory: &Memory) -> Report {
                     ready: st.ready,
                     read_only: st.read_only,
                     lag_seconds: st.lag_seconds,
-                    semi_sync: crate::status_view::semi_sync_cell(st),
+                    semi_sync: crate::semisync::summary(st),
                     tls_trust: st.tls_trust.clone(),
                     tls_issuer: st.tls_issuer.clone(),
                 },

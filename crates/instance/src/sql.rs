@@ -285,7 +285,7 @@ fn global_status_query() -> String {
     ];
     let names: Vec<String> = own
         .into_iter()
-        .chain(cnmysql_core::server_metrics::status_variables())
+        .chain(cnmysql_view::server_metrics::status_variables())
         .map(|n| format!("'{n}'"))
         .collect();
     format!(
@@ -297,7 +297,7 @@ fn global_status_query() -> String {
 /// The server's figures: the numeric status variables read, and the size
 /// of its binary logs (left out when they cannot be listed).
 async fn server_figures(conn: &mut Conn, vars: &[(String, String)]) -> BTreeMap<String, u64> {
-    let mut out: BTreeMap<String, u64> = cnmysql_core::server_metrics::status_variables()
+    let mut out: BTreeMap<String, u64> = cnmysql_view::server_metrics::status_variables()
         .filter_map(|name| {
             let (_, v) = vars.iter().find(|(k, _)| k.eq_ignore_ascii_case(name))?;
             Some((name.to_string(), v.parse().ok()?))
@@ -308,7 +308,7 @@ async fn server_figures(conn: &mut Conn, vars: &[(String, String)]) -> BTreeMap<
             .iter()
             .filter_map(|r| r.get_opt::<u64, _>(1).and_then(Result::ok))
             .sum();
-        out.insert(cnmysql_core::server_metrics::BINLOG_BYTES.into(), bytes);
+        out.insert(cnmysql_view::server_metrics::BINLOG_BYTES.into(), bytes);
     }
     out
 }

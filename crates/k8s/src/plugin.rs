@@ -258,7 +258,7 @@ pub fn switchover_wait_limit(cluster: &Cluster) -> Duration {
 /// local status`) of what the Cluster status says.
 pub fn render_status(cluster: &Cluster, color: bool) -> String {
     let st = cluster.status.clone().unwrap_or_default();
-    let mut view = cnmysql_core::status_view::View::from_status(
+    let mut view = cnmysql_view::status_table::View::from_status(
         &cluster.name_any(),
         cluster.spec.instances,
         &st,

@@ -39,7 +39,7 @@ pub async fn serve(
                         })
                         .await
                         .unwrap_or_default();
-                        let page = cnmysql_core::metrics::encode_cluster(&s, &events);
+                        let page = cnmysql_view::metrics::encode_cluster(&s, &events);
                         ([(CONTENT_TYPE, OPENMETRICS)], page).into_response()
                     }
                     None => (

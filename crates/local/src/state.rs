@@ -540,8 +540,8 @@ impl StateDir {
 
     /// Record an event (the local stand-in for Kubernetes Events).
     /// How many events of each (reason, type) were recorded so far.
-    pub fn event_counts(&self) -> cnmysql_core::metrics::EventCounts {
-        let mut counts = cnmysql_core::metrics::EventCounts::new();
+    pub fn event_counts(&self) -> cnmysql_view::metrics::EventCounts {
+        let mut counts = cnmysql_view::metrics::EventCounts::new();
         let Ok(text) = std::fs::read_to_string(self.events_file()) else {
             return counts;
         };

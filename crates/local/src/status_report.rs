@@ -121,7 +121,7 @@ pub async fn status_report(dir: &StateDir) -> anyhow::Result<StatusReport> {
 pub fn render_status(r: &StatusReport) -> String {
     let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let declared = r.instances.len() as i32;
-    let mut view = cnmysql_core::status_view::View::from_status(&r.cluster, declared, &r.status);
+    let mut view = cnmysql_view::status_table::View::from_status(&r.cluster, declared, &r.status);
     view.place = if r.running { "running" } else { "stopped" }.into();
     view.status_error = r.status_error.clone();
     let eps: Vec<String> = r

@@ -1,7 +1,7 @@
 //! The operator's Prometheus metrics: its own (reconciles by result, errors
 //! by kind, reconcile durations, whether this replica leads) and, on the
 //! same page, the core's cluster series for every Cluster it polls, labelled
-//! with `namespace` and `cluster` (see `cnmysql_core::metrics`).
+//! with `namespace` and `cluster` (see `cnmysql_view::metrics`).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicI64;
@@ -15,8 +15,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use cnmysql_core::metrics::{EventCounts, Labelled};
 use cnmysql_core::status::Snapshot;
+use cnmysql_view::metrics::{EventCounts, Labelled};
 
 type Labels = Vec<(String, String)>;
 
@@ -137,7 +137,7 @@ impl Metrics {
         }
         // One page: the operator's families, then the clusters'.
         let own = out.strip_suffix("# EOF\n").unwrap_or(&out).to_string();
-        own + &cnmysql_core::metrics::encode_clusters(&pages)
+        own + &cnmysql_view::metrics::encode_clusters(&pages)
     }
 }
 

@@ -30,7 +30,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::status::InstanceStatus;
+use cnmysql_core::status::InstanceStatus;
 
 type Labels = Vec<(String, String)>;
 type Gauges = Family<Labels, Gauge<f64, AtomicU64>>;
@@ -265,7 +265,7 @@ mod tests {
             ]),
             ..Default::default()
         };
-        st.clone = Some(crate::status::CloneProgress {
+        st.clone = Some(cnmysql_core::status::CloneProgress {
             bytes: 10,
             expected_bytes: Some(100),
             ..Default::default()

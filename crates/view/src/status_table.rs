@@ -6,7 +6,7 @@
 
 use cnmysql_api::ClusterStatus;
 
-use crate::status::{InstanceStatus, Role};
+use cnmysql_core::status::{InstanceStatus, Role};
 
 /// One instance's row. `None` or `-` where the reader cannot know.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -129,7 +129,7 @@ impl View {
                     s.gtid_position.clone()
                 },
                 lag_seconds: s.lag_seconds,
-                semi_sync: semi_sync_cell(s),
+                semi_sync: cnmysql_core::semisync::summary(s),
                 manager: s.executable_hash.clone(),
                 version: if s.server_version.is_empty() {
                     row.version.clone()
@@ -480,24 +480,6 @@ fn short(s: &str, n: usize) -> String {
     }
 }
 
-/// Semi-sync as a reader wants it: on a primary, how many acknowledgements
-/// each commit waits for out of the replicas connected, or that it fell
-/// back to asynchronous; on a replica, whether it acknowledges.
-pub(crate) fn semi_sync_cell(s: &InstanceStatus) -> String {
-    let Some(semi) = &s.semi_sync else {
-        return "-".into();
-    };
-    match s.role {
-        Role::Primary if semi.source_active => {
-            format!("waits {} of {}", semi.wait_for_count.max(1), semi.clients)
-        }
-        Role::Primary if semi.source_enabled => "fell back to async".into(),
-        Role::Replica if semi.replica_active => "acks".into(),
-        Role::Replica if semi.replica_enabled => "enabled".into(),
-        _ => "off".into(),
-    }
-}
-
 /// `s` in the terminal colour `code` when `color`.
 fn paint(color: bool, code: &str, s: &str) -> String {
     if color {
@@ -510,7 +492,7 @@ fn paint(color: bool, code: &str, s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::{primary, replica};
+    use cnmysql_core::testutil::{primary, replica};
 
     fn status() -> ClusterStatus {
         let mut st = ClusterStatus {

@@ -9,7 +9,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::status::Snapshot;
+use cnmysql_core::status::Snapshot;
 
 type Labels = Vec<(String, String)>;
 type Gauges = Family<Labels, Gauge<f64, AtomicU64>>;
@@ -68,7 +68,9 @@ mod tests {
 
     #[test]
     fn a_replica_cluster_exports_following_receiving_and_lag() {
-        let mut s = crate::testutil::snapshot(vec![crate::testutil::primary("db-1", "0-1-5")]);
+        let mut s = cnmysql_core::testutil::snapshot(vec![cnmysql_core::testutil::primary(
+            "db-1", "0-1-5",
+        )]);
         s.status.replica = Some(cnmysql_api::replica::ReplicaStatus {
             enabled: true,
             source: "east:3306".into(),

@@ -53,7 +53,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::status::{Role, Snapshot};
+use cnmysql_core::status::{Role, Snapshot};
 
 type Labels = Vec<(String, String)>;
 type Values = Family<Labels, Gauge<f64, AtomicU64>>;
@@ -135,7 +135,7 @@ fn instance_samples(f: &Families, c: &Labelled) {
         f.diverged
             .get_or_create(&l)
             .set(flag(s.is_diverged(&o.name)));
-        if let Some(cur) = crate::upgrade::rollout::is_current(s, &o.name) {
+        if let Some(cur) = cnmysql_core::upgrade::rollout::is_current(s, &o.name) {
             f.current.get_or_create(&l).set(flag(cur));
         }
         let Some(st) = &o.status else { continue };
@@ -150,14 +150,14 @@ fn instance_samples(f: &Families, c: &Labelled) {
         if let Some(ms) = st
             .certificate_expires_at
             .as_deref()
-            .and_then(crate::time::parse_ms)
+            .and_then(cnmysql_core::time::parse_ms)
         {
             f.cert_expiry.get_or_create(&l).set(ms as f64 / 1000.0);
         }
         if let Some(ms) = st
             .last_transaction_at
             .as_deref()
-            .and_then(crate::time::parse_ms)
+            .and_then(cnmysql_core::time::parse_ms)
         {
             f.last_transaction.get_or_create(&l).set(ms as f64 / 1000.0);
         }
@@ -201,7 +201,7 @@ fn cluster_samples(f: &Families, c: &Labelled, cluster: &Labels) {
     f.stale_n.get_or_create(cluster).set(
         s.instances
             .iter()
-            .filter(|o| crate::upgrade::rollout::is_stale(s, &o.name))
+            .filter(|o| cnmysql_core::upgrade::rollout::is_stale(s, &o.name))
             .count() as f64,
     );
     f.ready_n
@@ -210,7 +210,7 @@ fn cluster_samples(f: &Families, c: &Labelled, cluster: &Labels) {
     f.updated_n.get_or_create(cluster).set(
         s.instances
             .iter()
-            .filter(|o| !crate::upgrade::rollout::is_stale(s, &o.name))
+            .filter(|o| !cnmysql_core::upgrade::rollout::is_stale(s, &o.name))
             .count() as f64,
     );
     if let Some(t) = s.declared.operator_certificate_expires_at {
@@ -220,7 +220,7 @@ fn cluster_samples(f: &Families, c: &Labelled, cluster: &Labels) {
         .status
         .last_rollout_step_time
         .as_deref()
-        .and_then(crate::time::parse_ms)
+        .and_then(cnmysql_core::time::parse_ms)
     {
         f.last_step.get_or_create(cluster).set(t as f64 / 1000.0);
     }
@@ -296,7 +296,7 @@ fn upgrade_samples(f: &Families, c: &Labelled, cluster: &Labels) {
 /// The last base backups.
 fn backup_samples(f: &Families, s: &Snapshot, cluster: &Labels) {
     if let Some(b) = &s.status.backup {
-        let secs = |t: &str| crate::time::parse_ms(t).map(|ms| ms as f64 / 1000.0);
+        let secs = |t: &str| cnmysql_core::time::parse_ms(t).map(|ms| ms as f64 / 1000.0);
         if let Some(ok) = &b.last_successful_backup {
             if let Some(t) = secs(&ok.stopped_at) {
                 f.backup_ok.get_or_create(cluster).set(t);
@@ -521,8 +521,8 @@ pub fn metric_names() -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::SemiSyncStatus;
-    use crate::testutil::{primary, replica, snapshot};
+    use cnmysql_core::status::SemiSyncStatus;
+    use cnmysql_core::testutil::{primary, replica, snapshot};
 
     /// The `cnmysql_…` names in a text.
     fn named(text: &str) -> std::collections::BTreeSet<String> {
@@ -582,7 +582,7 @@ mod tests {
         });
         let mut r = replica("db-2", "0-1-10");
         r.status.as_mut().unwrap().lag_seconds = Some(3);
-        let dead = crate::status::Observed {
+        let dead = cnmysql_core::status::Observed {
             name: "db-3".into(),
             ordinal: 3,
             status: None,
@@ -641,7 +641,7 @@ mod tests {
         }
         p.status.as_mut().unwrap().certificate_expires_at = Some("2028-01-01T00:00:00Z".into());
         p.status.as_mut().unwrap().last_transaction_at = Some("2026-11-26T10:00:00Z".into());
-        let gone = crate::status::Observed {
+        let gone = cnmysql_core::status::Observed {
             name: "db-3".into(),
             ordinal: 3,
             status: None,
