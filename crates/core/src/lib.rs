@@ -20,6 +20,7 @@ pub mod isolation;
 pub mod lagging;
 pub mod lease;
 pub mod memory;
+pub mod outcome;
 pub mod pause;
 pub mod phase;
 pub mod readiness;

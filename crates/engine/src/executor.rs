@@ -2,10 +2,12 @@
 //! then release the lease, then retarget), with the events each one
 //! records when it took effect.
 
+use std::collections::VecDeque;
+
 use cnmysql_core::action::Action;
 use cnmysql_core::event::Event;
 use cnmysql_core::memory::Memory;
-use cnmysql_core::status_change::StatusChange;
+use cnmysql_core::outcome::{Outcome, advance};
 use cnmysql_core::upgrade::rollout::Source;
 
 use crate::platform::{ControlRequest, Platform};
@@ -13,87 +15,128 @@ use crate::platform::{ControlRequest, Platform};
 /// Carry `actions` out on `platform`. Stops at the first platform error
 /// (what follows may depend on it: a lease released only after a fence);
 /// the next pass decides again.
+///
+/// Where an outcome needs a decision (an upgrade step that failed), the
+/// core's [`advance`] says what follows, at `now_ms` (the pass's snapshot
+/// time), and that is carried out next.
 pub async fn carry_out<P: Platform>(
     platform: &mut P,
     actions: Vec<Action>,
     memory: &Memory,
+    now_ms: i64,
 ) -> anyhow::Result<()> {
-    for action in actions {
-        match action {
-            Action::Event(e) => platform.record(&e).await,
-            Action::Status { change, then } => {
-                if platform.change_status(&change).await? {
-                    for e in &then {
-                        platform.record(e).await;
-                    }
-                }
+    let mut queue = VecDeque::from(actions);
+    while let Some(action) = queue.pop_front() {
+        if let Some(o) = carry_one(platform, action, memory).await? {
+            for next in advance(o, now_ms).into_iter().rev() {
+                queue.push_front(next);
             }
-            Action::FenceOut(instance) => platform.fence_out(&instance, memory).await?,
-            Action::ReleaseLease { holder } => platform.release_lease(&holder).await?,
-            Action::Restart(instance) => {
-                tracing::info!(instance = %instance, "letting the held-down instance start again");
-                platform.allow_start(&instance, memory).await?
+        }
+    }
+    Ok(())
+}
+
+/// One action; the outcome, when what follows is the core's to decide.
+async fn carry_one<P: Platform>(
+    platform: &mut P,
+    action: Action,
+    memory: &Memory,
+) -> anyhow::Result<Option<Outcome>> {
+    match action {
+        Action::UpgradeInPlace {
+            instance,
+            source,
+            attempt,
+            then,
+        } => {
+            let request = match source {
+                Source::Operator => ControlRequest::Upgrade {
+                    hash: platform.executable_hash().to_string(),
+                },
+                Source::File { path, sha256 } => ControlRequest::UpgradeFromFile { path, sha256 },
+            };
+            Ok(Some(match platform.control(&instance, &request).await {
+                Ok(hash) => Outcome::UpgradedInPlace {
+                    instance,
+                    attempt,
+                    hash,
+                    then,
+                },
+                Err(e) => Outcome::UpgradeFailed {
+                    instance,
+                    attempt,
+                    error: format!("{e:#}"),
+                },
+            }))
+        }
+        Action::Recreate {
+            instance,
+            primary,
+            attempt,
+            then,
+        } => match platform.recreate(&instance, primary, memory).await {
+            Ok(true) => {
+                platform.record(&then).await;
+                Ok(None)
             }
-            Action::SemiSync {
+            Ok(false) => Ok(None),
+            Err(e) if attempt.is_some() => Ok(Some(Outcome::UpgradeFailed {
                 instance,
-                settings,
-                then,
-            } => match platform
-                .control(&instance, &ControlRequest::SemiSync(settings))
-                .await
-            {
-                Ok(_) => platform.record(&then).await,
-                // Sent again after `SEMI_SYNC_RETRY_MS` while it differs.
-                Err(e) => {
-                    tracing::warn!(instance = %instance, error = %e, "semi-sync adjustment failed")
-                }
-            },
-            Action::UpgradeInPlace {
-                instance,
-                source,
                 attempt,
-                then,
-            } => {
-                let request = match source {
-                    Source::Operator => ControlRequest::Upgrade {
-                        hash: platform.executable_hash().to_string(),
-                    },
-                    Source::File { path, sha256 } => {
-                        ControlRequest::UpgradeFromFile { path, sha256 }
-                    }
-                };
-                match platform.control(&instance, &request).await {
-                    Ok(hash) => {
-                        // A file named without its hash: the hash the
-                        // manager found is what it must report from now on.
-                        if let Some(a) = attempt.filter(|a| a.manager_hash.is_none()) {
-                            let record = cnmysql_api::InstanceUpgrade {
-                                manager_hash: Some(hash.trim().to_string()),
-                                ..a
-                            };
-                            platform
-                                .change_status(&StatusChange::InstanceUpgrade {
-                                    instance: instance.clone(),
-                                    record: Some(record),
-                                })
-                                .await?;
-                        }
-                        platform.record(&then).await
-                    }
-                    Err(e) => match attempt {
-                        Some(a) => attempt_failed(platform, &instance, &a, &e).await?,
-                        None => platform.record(&upgrade_failed(&instance, &e)).await,
-                    },
+                error: format!("{e:#}"),
+            })),
+            Err(e) => Err(e),
+        },
+        other => {
+            carry_plain(platform, other, memory).await?;
+            Ok(None)
+        }
+    }
+}
+
+/// An action whose outcome needs no decision.
+async fn carry_plain<P: Platform>(
+    platform: &mut P,
+    action: Action,
+    memory: &Memory,
+) -> anyhow::Result<()> {
+    match action {
+        Action::Event(e) => platform.record(&e).await,
+        Action::Status { change, then } => {
+            if platform.change_status(&change).await? {
+                for e in &then {
+                    platform.record(e).await;
                 }
             }
-            Action::Annotate { instance, set } => {
-                // Mirrors and marks are compared again on the next pass.
-                if let Err(e) = platform.annotate(instance.as_deref(), &set).await {
-                    tracing::warn!(instance = ?instance, error = %format!("{e:#}"), "cannot annotate");
-                }
+        }
+        Action::FenceOut(instance) => platform.fence_out(&instance, memory).await?,
+        Action::ReleaseLease { holder } => platform.release_lease(&holder).await?,
+        Action::Restart(instance) => {
+            tracing::info!(instance = %instance, "letting the held-down instance start again");
+            platform.allow_start(&instance, memory).await?
+        }
+        Action::SemiSync {
+            instance,
+            settings,
+            then,
+        } => match platform
+            .control(&instance, &ControlRequest::SemiSync(settings))
+            .await
+        {
+            Ok(_) => platform.record(&then).await,
+            // Sent again after `SEMI_SYNC_RETRY_MS` while it differs.
+            Err(e) => {
+                tracing::warn!(instance = %instance, error = %e, "semi-sync adjustment failed")
             }
-            Action::UpgradeSystemTables { instance, then } => {
-                match platform
+        },
+        Action::Annotate { instance, set } => {
+            // Mirrors and marks are compared again on the next pass.
+            if let Err(e) = platform.annotate(instance.as_deref(), &set).await {
+                tracing::warn!(instance = ?instance, error = %format!("{e:#}"), "cannot annotate");
+            }
+        }
+        Action::UpgradeSystemTables { instance, then } => {
+            match platform
                     .control(&instance, &ControlRequest::UpgradeSystemTables)
                     .await
                 {
@@ -112,74 +155,19 @@ pub async fn carry_out<P: Platform>(
                             .await
                     }
                 }
-            }
-            Action::Recreate {
-                instance,
-                primary,
-                attempt,
-                then,
-            } => match platform.recreate(&instance, primary, memory).await {
-                Ok(true) => platform.record(&then).await,
-                Ok(false) => {}
-                Err(e) => match attempt {
-                    Some(a) => attempt_failed(platform, &instance, &a, &e).await?,
-                    None => return Err(e),
-                },
-            },
+        }
+        Action::UpgradeInPlace { .. } | Action::Recreate { .. } => {
+            unreachable!("carried by carry_one")
         }
     }
     Ok(())
-}
-
-/// An annotation-driven attempt whose step failed outright: recorded
-/// failed (retried after the back-off while the annotation stays), with
-/// its mirror on the instance and an event.
-async fn attempt_failed<P: Platform>(
-    platform: &mut P,
-    instance: &str,
-    attempt: &cnmysql_api::InstanceUpgrade,
-    e: &anyhow::Error,
-) -> anyhow::Result<()> {
-    use cnmysql_core::upgrade::annotated as iu;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default();
-    let record = iu::failed_now(attempt, &format!("{e:#}"), now);
-    let event = iu::failed_event(instance, &record);
-    if platform
-        .change_status(&StatusChange::InstanceUpgrade {
-            instance: instance.to_string(),
-            record: Some(record.clone()),
-        })
-        .await?
-    {
-        platform.record(&event).await;
-    }
-    if let Err(e) = platform
-        .annotate(Some(instance), &iu::mirror(Some(&record)))
-        .await
-    {
-        tracing::warn!(instance, error = %format!("{e:#}"), "cannot annotate");
-    }
-    Ok(())
-}
-
-/// The event of an in-place upgrade that did not take: the rollout tries
-/// again.
-pub fn upgrade_failed(instance: &str, e: &anyhow::Error) -> Event {
-    Event {
-        warning: true,
-        reason: "UpgradeFailed",
-        instance: Some(instance.to_string()),
-        message: format!("in-place upgrade of {instance} failed (retried later): {e:#}"),
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use cnmysql_core::lease::Lease;
+    use cnmysql_core::status_change::StatusChange;
 
     /// A platform that records what it was asked, in order.
     #[derive(Default)]
@@ -265,7 +253,7 @@ mod tests {
             status_applies: true,
             ..Default::default()
         };
-        futures::executor::block_on(carry_out(&mut p, failover(), &memory)).unwrap();
+        futures::executor::block_on(carry_out(&mut p, failover(), &memory, 0)).unwrap();
         assert_eq!(
             p.calls,
             [
@@ -277,7 +265,7 @@ mod tests {
         );
         // A change that no longer applies records no event.
         let mut p = Recorder::default();
-        futures::executor::block_on(carry_out(&mut p, failover(), &memory)).unwrap();
+        futures::executor::block_on(carry_out(&mut p, failover(), &memory, 0)).unwrap();
         assert_eq!(p.calls.last().map(String::as_str), Some("status"));
     }
 
@@ -293,7 +281,7 @@ mod tests {
             attempt: None,
             then: event("UpgradingInstanceManager"),
         }];
-        futures::executor::block_on(carry_out(&mut p, actions, &Memory::default())).unwrap();
+        futures::executor::block_on(carry_out(&mut p, actions, &Memory::default(), 0)).unwrap();
         assert_eq!(
             p.calls,
             [

@@ -21,5 +21,5 @@ pub mod poller;
 pub mod sql_objects;
 
 pub use executor::carry_out;
-pub use pass::{Facts, pass};
+pub use pass::pass;
 pub use platform::{ControlRequest, Platform};

@@ -3,40 +3,23 @@
 
 use cnmysql_core::memory::Memory;
 use cnmysql_core::reconcile::{self, Observation};
-use cnmysql_core::status::Snapshot;
 use cnmysql_core::status_change::StatusChange;
 
 use crate::executor::carry_out;
 use crate::platform::Platform;
 
-/// What a platform observed for one pass.
-pub struct Facts<'a> {
-    pub snapshot: &'a Snapshot,
-    /// See [`Observation::absent`].
-    pub absent: &'a [String],
-    /// See [`Observation::fence_early`].
-    pub fence_early: bool,
-    /// See [`Observation::primary_restarted_at_ms`].
-    pub primary_restarted_at_ms: Option<i64>,
-    /// See [`Observation::primary_down_in_place`].
-    pub primary_down_in_place: bool,
-    /// See [`Observation::leaving`].
-    pub leaving: &'a [String],
-    /// See [`Observation::cordoned`].
-    pub cordoned: &'a [String],
-}
-
-/// Read the Lease if the step needs it, take the core's step, carry its
-/// actions out, then report the summary (a report computed before a
+/// One pass over what the platform observed (`observed.lease` is left
+/// `None`: the pass reads the Lease itself, only if the step needs it):
+/// take the core's step, carry its actions out, then report the summary (a report computed before a
 /// primary change this pass wrote is stale and not applied; the next
 /// pass reports).
-#[tracing::instrument(name = "pass", skip_all, fields(cluster = %facts.snapshot.cluster))]
+#[tracing::instrument(name = "pass", skip_all, fields(cluster = %observed.snapshot.cluster))]
 pub async fn pass<P: Platform>(
     platform: &mut P,
-    facts: &Facts<'_>,
+    observed: &Observation<'_>,
     memory: &mut Memory,
 ) -> anyhow::Result<()> {
-    let s = facts.snapshot;
+    let s = observed.snapshot;
     let lease = if reconcile::needs_lease(s) {
         platform.lease().await?
     } else {
@@ -44,18 +27,12 @@ pub async fn pass<P: Platform>(
     };
     let actions = reconcile::step(
         &Observation {
-            snapshot: s,
             lease: lease.as_ref(),
-            absent: facts.absent,
-            fence_early: facts.fence_early,
-            primary_restarted_at_ms: facts.primary_restarted_at_ms,
-            primary_down_in_place: facts.primary_down_in_place,
-            leaving: facts.leaving,
-            cordoned: facts.cordoned,
+            ..*observed
         },
         memory,
     );
-    carry_out(platform, actions, memory).await?;
+    carry_out(platform, actions, memory, s.now_ms).await?;
     if s.status.target_primary.is_some() {
         let report = StatusChange::Report(cnmysql_core::status_change::report(s, memory));
         platform.change_status(&report).await?;

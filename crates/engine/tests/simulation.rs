@@ -48,13 +48,14 @@ use cnmysql_api::{ClusterSpec, ClusterStatus, Phase};
 use cnmysql_core::event::Event;
 use cnmysql_core::lease::{self, Lease};
 use cnmysql_core::memory::Memory;
+use cnmysql_core::reconcile::Observation;
 use cnmysql_core::role::{self, Desired};
 use cnmysql_core::status::{
     InstancePhase, InstanceStatus, Observed, ReplicationStatus, Role, Snapshot,
 };
 use cnmysql_core::status_change::StatusChange;
 use cnmysql_core::{fencing, switchover};
-use cnmysql_engine::{ControlRequest, Facts, Platform};
+use cnmysql_engine::{ControlRequest, Platform};
 use cnmysql_gtid::History;
 use cnmysql_gtid::mariadb::{BinlogState, Gtid};
 
@@ -531,7 +532,8 @@ impl World {
             .collect();
         self.tick = Some(s.clone());
         let mut memory = std::mem::take(&mut self.memory);
-        let facts = Facts {
+        let facts = Observation {
+            lease: None,
             snapshot: &s,
             absent: &absent,
             fence_early: self.fence_early,

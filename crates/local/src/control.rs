@@ -339,7 +339,8 @@ impl ControlPlane {
                     supervisor: &mut supervisor,
                     defs: &mut self.defs,
                 };
-                let facts = cnmysql_engine::Facts {
+                let facts = cnmysql_core::reconcile::Observation {
+                    lease: None,
                     snapshot: &snapshot,
                     absent: &absent,
                     // Fencing is instant here: the lease is waited for.

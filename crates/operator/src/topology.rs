@@ -31,10 +31,11 @@ use cnmysql_core::cadence::Cadence;
 use cnmysql_core::event::Event;
 use cnmysql_core::lease::Lease;
 use cnmysql_core::memory::Memory;
+use cnmysql_core::reconcile::Observation;
 use cnmysql_core::status::{Observed, Snapshot};
 use cnmysql_core::status_change::StatusChange;
 use cnmysql_engine::poller::{self, Target};
-use cnmysql_engine::{ControlRequest, Facts, Platform};
+use cnmysql_engine::{ControlRequest, Platform};
 use cnmysql_k8s::cluster_handle::ClusterHandle;
 use cnmysql_k8s::cluster_state::{lease_from, release_lease_of};
 use cnmysql_k8s::events::Kind;
@@ -427,7 +428,8 @@ pub async fn step(
         written: None,
         released: false,
     };
-    let facts = Facts {
+    let facts = Observation {
+        lease: None,
         snapshot: &snapshot,
         absent: &absent,
         // A Pod's termination takes time: it starts while the lease runs out.
