@@ -13,7 +13,6 @@ use cnmysql_control::client::ControlClient;
 use cnmysql_control::executable_hash;
 use cnmysql_core::cadence::Cadence;
 use cnmysql_core::memory::Memory;
-use cnmysql_core::services::desired_routes;
 use cnmysql_core::status::{Observed, Snapshot};
 use cnmysql_engine::poller::{self, Target};
 use tokio::sync::watch;
@@ -23,9 +22,10 @@ use crate::definition::Definitions;
 use crate::platform::LocalPlatform;
 use crate::progress::Progress;
 pub use crate::progress::Reporter;
-use crate::proxy::{self, Endpoints, RouteTable};
+use crate::proxy::{Endpoints, RouteTable};
 use crate::state::{Ports, StateDir};
 use crate::supervisor::Supervisor;
+use crate::wakes::{Wake, Wakes};
 
 /// The Services of a cluster with their roles, in a stable order.
 pub fn services(cluster: &Cluster) -> Vec<(String, ServiceRole)> {
@@ -57,6 +57,26 @@ pub struct ControlPlane {
     client: ControlClient,
     /// When the operator's certificate expires (Unix s), for the metrics.
     operator_cert_expiry: Option<i64>,
+}
+
+/// What the control plane's loop keeps between its turns.
+pub(crate) struct Running {
+    started: Instant,
+    pub(crate) services: Vec<(String, ServiceRole)>,
+    handover: std::sync::Arc<crate::proxy::Handover>,
+    pub(crate) routes: watch::Sender<RouteTable>,
+    metrics: watch::Sender<Option<Snapshot>>,
+    pub(crate) supervisor: Supervisor,
+    progress: Progress,
+    /// Whether the user was told the cluster is healthy.
+    announced: bool,
+    /// The core's memory of this cluster.
+    memory: Memory,
+    status_seen: crate::cluster_state::FileClusterState,
+    period: Duration,
+    status_unreadable: bool,
+    certificates_checked: Option<Instant>,
+    pub(crate) grace: crate::route_grace::RouteGrace,
 }
 
 impl ControlPlane {
@@ -235,151 +255,176 @@ impl ControlPlane {
     }
 
     async fn serve(mut self, endpoints: Option<Endpoints>) -> anyhow::Result<()> {
+        let mut run = self.start(endpoints).await?;
+        let mut wakes = Wakes::new()?;
+        loop {
+            match wakes.next(run.period, &run.status_seen).await {
+                Wake::Stop => break,
+                Wake::Replace => self.replace(&run).await,
+                Wake::Tick => self.tick(&mut run).await,
+            }
+        }
+        self.stop_cluster(&mut run.supervisor, &self.name()).await;
+        Ok(())
+    }
+
+    /// Everything the loop keeps from one tick to the next, once the
+    /// endpoints, metrics and side tasks serve and the managers still
+    /// running (after a re-exec) are adopted.
+    async fn start(&mut self, endpoints: Option<Endpoints>) -> anyhow::Result<Running> {
         let started = Instant::now();
-        let name = self.name();
         let names = self.instance_names();
         self.defs
             .write_all(&names, &self.dir.read_status().unwrap_or_default())?;
-        let svc = services(&self.cluster);
-        let Endpoints {
-            handover,
-            routes: routes_tx,
-        } = match endpoints {
+        let Endpoints { handover, routes } = match endpoints {
             Some(e) => e,
             None => Endpoints::start(&self.ports, RouteTable::new(), None).await?,
         };
-        let (metrics_tx, metrics_rx) = watch::channel(None);
+        let (metrics, metrics_rx) = watch::channel(None);
         if let Some(port) = self.ports.metrics {
             crate::metrics::serve(&self.ports.host, port, metrics_rx, self.dir.clone()).await?;
         }
         tokio::spawn(crate::scheduled_backups::run(self.dir.clone()).in_current_span());
         tokio::spawn(crate::sql_objects::run(self.dir.clone()).in_current_span());
-        self.record_start(&name)?;
-
+        self.record_start(&self.name())?;
         // After `cnmysql local upgrade` re-executed this control plane: the
         // managers still running are its children, supervised as before.
         let adopted = crate::process::adopted_managers();
-        let mut supervisor = Supervisor::new(
-            self.dir.clone(),
-            self.reporter,
-            self.instance_names(),
-            &adopted,
-        );
-
-        let mut sigterm =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
-        let mut sighup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+        let supervisor = Supervisor::new(self.dir.clone(), self.reporter, names, &adopted);
         self.say_adopted(&adopted);
-        let mut progress = Progress::default();
-        let mut announced = false;
-        let mut memory = Memory::default();
-        let status_seen = crate::cluster_state::FileClusterState::new(self.dir.clone());
-        let mut period = Duration::from_millis(Cadence::LOCAL.steady_ms);
-        let mut status_unreadable = false;
-        let mut certificates_checked = None;
-        let mut grace = crate::route_grace::RouteGrace::default();
-        loop {
-            tokio::select! {
-                _ = sigterm.recv() => break,
-                _ = sigint.recv() => break,
-                _ = sighup.recv() => {
-                    // `cnmysql local upgrade`: replace this control plane
-                    // with the new executable; the instances keep running.
-                    let e = crate::reexec::reexec(&self.dir, &self.reporter, &supervisor, &handover).await;
-                    tracing::error!(error = %e, "the control plane was not replaced");
-                    self.dir.event(true, "OperatorUpgradeFailed", None, &format!("the control plane was not replaced: {e}"));
-                    continue;
-                }
-                _ = tokio::time::sleep(period) => {}
-                _ = cnmysql_control::ClusterState::changed(&status_seen) => {}
-            }
-            let current = self.dir.read_status();
-            match (&current, status_unreadable) {
-                // Decisions need the recorded primary, fencing and
-                // divergence: none are taken without them.
-                (Err(e), false) => {
-                    tracing::error!(error = %e, "the cluster status cannot be read; no topology decisions until it can");
-                    self.dir.event(true, "StatusUnreadable", None, &format!("the cluster status cannot be read ({e}); failover, switchover and fencing wait until it can"));
-                }
-                (Ok(_), true) => tracing::info!("the cluster status can be read again"),
-                _ => {}
-            }
-            status_unreadable = current.is_err();
-            let status = current.unwrap_or_default();
-            self.reload_manifest();
-            self.renew_certificates(&mut certificates_checked, &status);
-            self.keep_managers(&mut supervisor, &memory, &status).await;
-            let observed = self.poll(&status).await;
-            supervisor.check_liveness(&observed).await;
-            let mut snapshot = Snapshot {
-                cluster: name.clone(),
-                spec: self.cluster.spec.clone(),
-                status,
-                instances: observed.clone(),
-                now_ms: jiff::Timestamp::now().as_millisecond(),
-                declared: self.defs.declared(),
-            };
-            snapshot.declared.operator_certificate_expires_at = self.operator_cert_expiry;
-            match self.defs.asked() {
-                Ok(a) => snapshot.declared.asked = a,
-                // Unknown: every instance's record is left as it is.
-                Err(e) => {
-                    tracing::warn!(error = %format!("{e:#}"), "the annotations cannot be read")
-                }
-            }
-            if !status_unreadable {
-                let absent = supervisor.absent();
-                let mut platform = LocalPlatform {
-                    dir: &self.dir,
-                    ports: &self.ports,
-                    client: &self.client,
-                    reporter: &self.reporter,
-                    hash: &self.hash,
-                    supervisor: &mut supervisor,
-                    defs: &mut self.defs,
-                };
-                let facts = cnmysql_core::reconcile::Observation {
-                    lease: None,
-                    snapshot: &snapshot,
-                    absent: &absent,
-                    // Fencing is instant here: the lease is waited for.
-                    fence_early: false,
-                    primary_restarted_at_ms: None,
-                    primary_down_in_place: false,
-                    leaving: &[],
-                    cordoned: &[],
-                };
-                if let Err(e) = cnmysql_engine::pass(&mut platform, &facts, &mut memory).await {
-                    tracing::warn!(error = %e, "topology pass failed");
-                }
-            }
-            metrics_tx.send_replace(Some(snapshot.clone()));
-            // Routing follows the status the pass left.
-            snapshot.status = self.dir.read_status().unwrap_or_default();
-            snapshot.now_ms = jiff::Timestamp::now().as_millisecond();
-            let status = snapshot.status.clone();
-            period = Duration::from_millis(Cadence::LOCAL.next_poll_ms(&status));
-            let routes = desired_routes(&grace.fill(&snapshot, &supervisor.absent()));
-            let table = proxy::table(&routes, &svc);
-            if *routes_tx.borrow() != table {
-                tracing::info!(routes = ?table, "routing changed");
-                routes_tx.send_replace(table.clone());
-                let _ = cnmysql_tls::write_private(
-                    &self.dir.routes_file(),
-                    &serde_json::to_string_pretty(&table).unwrap_or_default(),
-                    false,
-                );
-            }
-            let summary = cnmysql_core::status_change::report(&snapshot, &memory).summary;
-            progress.report(&self.reporter, &observed, &summary);
-            if !announced && summary.phase == cnmysql_api::Phase::Healthy {
-                announced = true;
-                self.announce(&status, started.elapsed());
-            }
+        Ok(Running {
+            started,
+            services: services(&self.cluster),
+            handover,
+            routes,
+            metrics,
+            supervisor,
+            progress: Progress::default(),
+            announced: false,
+            memory: Memory::default(),
+            status_seen: crate::cluster_state::FileClusterState::new(self.dir.clone()),
+            period: Duration::from_millis(Cadence::LOCAL.steady_ms),
+            status_unreadable: false,
+            certificates_checked: None,
+            grace: crate::route_grace::RouteGrace::default(),
+        })
+    }
+
+    /// `cnmysql local upgrade`: replace this control plane with the new
+    /// executable; the instances keep running. Returns only if it failed.
+    async fn replace(&self, run: &Running) {
+        let e =
+            crate::reexec::reexec(&self.dir, &self.reporter, &run.supervisor, &run.handover).await;
+        tracing::error!(error = %e, "the control plane was not replaced");
+        self.dir.event(
+            true,
+            "OperatorUpgradeFailed",
+            None,
+            &format!("the control plane was not replaced: {e}"),
+        );
+    }
+
+    /// One turn of the loop, what the operator and the kubelet do on
+    /// Kubernetes.
+    async fn tick(&mut self, run: &mut Running) {
+        let status = self.read_status(run);
+        self.reload_manifest();
+        self.renew_certificates(&mut run.certificates_checked, &status);
+        self.keep_managers(&mut run.supervisor, &run.memory, &status)
+            .await;
+        let observed = self.poll(&status).await;
+        run.supervisor.check_liveness(&observed).await;
+        let mut snapshot = self.snapshot(status, observed.clone());
+        if !run.status_unreadable {
+            self.pass(run, &snapshot).await;
         }
-        self.stop_cluster(&mut supervisor, &name).await;
-        Ok(())
+        run.metrics.send_replace(Some(snapshot.clone()));
+        // Routing follows the status the pass left.
+        snapshot.status = self.dir.read_status().unwrap_or_default();
+        snapshot.now_ms = jiff::Timestamp::now().as_millisecond();
+        run.period = Duration::from_millis(Cadence::LOCAL.next_poll_ms(&snapshot.status));
+        crate::routing::route(&self.dir, run, &snapshot);
+        self.tell(run, &observed, &snapshot);
+    }
+
+    /// The cluster status; said once when it cannot be read, and again
+    /// when it can.
+    fn read_status(&self, run: &mut Running) -> cnmysql_api::ClusterStatus {
+        let current = self.dir.read_status();
+        match (&current, run.status_unreadable) {
+            // Decisions need the recorded primary, fencing and
+            // divergence: none are taken without them.
+            (Err(e), false) => {
+                tracing::error!(error = %e, "the cluster status cannot be read; no topology decisions until it can");
+                self.dir.event(true, "StatusUnreadable", None, &format!("the cluster status cannot be read ({e}); failover, switchover and fencing wait until it can"));
+            }
+            (Ok(_), true) => tracing::info!("the cluster status can be read again"),
+            _ => {}
+        }
+        run.status_unreadable = current.is_err();
+        current.unwrap_or_default()
+    }
+
+    /// What the core decides from: the spec, the status, the instances as
+    /// polled, the declarations and annotations.
+    fn snapshot(
+        &mut self,
+        status: cnmysql_api::ClusterStatus,
+        instances: Vec<Observed>,
+    ) -> Snapshot {
+        let mut snapshot = Snapshot {
+            cluster: self.name(),
+            spec: self.cluster.spec.clone(),
+            status,
+            instances,
+            now_ms: jiff::Timestamp::now().as_millisecond(),
+            declared: self.defs.declared(),
+        };
+        snapshot.declared.operator_certificate_expires_at = self.operator_cert_expiry;
+        match self.defs.asked() {
+            Ok(a) => snapshot.declared.asked = a,
+            // Unknown: every instance's record is left as it is.
+            Err(e) => tracing::warn!(error = %format!("{e:#}"), "the annotations cannot be read"),
+        }
+        snapshot
+    }
+
+    /// The topology engine's pass with this machine as its platform.
+    async fn pass(&mut self, run: &mut Running, snapshot: &Snapshot) {
+        let absent = run.supervisor.absent();
+        let mut platform = LocalPlatform {
+            dir: &self.dir,
+            ports: &self.ports,
+            client: &self.client,
+            reporter: &self.reporter,
+            hash: &self.hash,
+            supervisor: &mut run.supervisor,
+            defs: &mut self.defs,
+        };
+        let observed = cnmysql_core::reconcile::Observation {
+            lease: None,
+            snapshot,
+            absent: &absent,
+            // Fencing is instant here: the lease is waited for.
+            fence_early: false,
+            primary_restarted_at_ms: None,
+            primary_down_in_place: false,
+            leaving: &[],
+            cordoned: &[],
+        };
+        if let Err(e) = cnmysql_engine::pass(&mut platform, &observed, &mut run.memory).await {
+            tracing::warn!(error = %e, "topology pass failed");
+        }
+    }
+
+    /// Progress for the human watching; once healthy, how to connect.
+    fn tell(&self, run: &mut Running, observed: &[Observed], snapshot: &Snapshot) {
+        let summary = cnmysql_core::status_change::report(snapshot, &run.memory).summary;
+        run.progress.report(&self.reporter, observed, &summary);
+        if !run.announced && summary.phase == cnmysql_api::Phase::Healthy {
+            run.announced = true;
+            self.announce(&snapshot.status, run.started.elapsed());
+        }
     }
 
     /// One manager per instance running, like a kubelet; none while the

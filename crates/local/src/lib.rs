@@ -25,12 +25,14 @@ pub mod reexec;
 pub mod reinit;
 pub mod report;
 pub mod route_grace;
+mod routing;
 pub mod scheduled_backups;
 pub mod sql_objects;
 pub mod state;
 pub mod status_report;
 pub mod supervisor;
 pub mod template;
+mod wakes;
 
 pub use backups::*;
 pub use lifecycle::*;
