@@ -29,6 +29,7 @@ pub mod reinit;
 pub mod replica_cluster;
 pub mod replica_durability;
 pub mod role;
+pub mod role_gate;
 pub mod self_fence;
 pub mod semisync;
 pub mod services;

@@ -4,6 +4,8 @@
 //! (self-fencing, with the watchdog of `watchdog.rs`), semi-sync.
 
 use super::*;
+use cnmysql_api::ClusterStatus;
+use cnmysql_core::role_gate::{self, First};
 
 impl<C: ClusterState> Manager<C> {
     pub(super) async fn reconcile_loop(&self) {
@@ -41,6 +43,9 @@ impl<C: ClusterState> Manager<C> {
         }
     }
 
+    /// One turn: read the cluster's intent, look at the server, take the
+    /// first step the core names (`role_gate::first`), then converge the
+    /// server to its role (`role::reconcile`).
     pub(super) async fn reconcile_once(&self) -> anyhow::Result<()> {
         let status =
             cnmysql_core::replica_cluster::with_declared(self.cluster.get().await?, &self.cfg.spec);
@@ -48,39 +53,22 @@ impl<C: ClusterState> Manager<C> {
         self.set_recovery(&status);
         let desired = role::desired(&self.cfg.instance, &status);
         *self.desired.lock().unwrap() = Some(desired.clone());
-        let Some(pool) = self.pool() else {
+        let Some((mut conn, view)) = self.running_server().await? else {
             return Ok(());
         };
-        if !matches!(self.supervisor.state(), ServerState::Running { .. }) {
-            self.set_phase(InstancePhase::Restarting, "waiting for mysqld");
-            return Ok(());
-        }
-        let mut conn = pool.get_conn().await?;
-        let f = self.cfg.flavor();
-        let view = sql::observe(&mut conn, f).await?;
         // Only a read-only server is ever stopped to be re-cloned: a
         // writable one is made read-only (below) first.
         if view.read_only && self.reinit_if_due(&status, &view).await? {
             return Ok(());
         }
-        // A switchover's primary keeps serving, lease and all, until its
-        // target has caught up: its writes stop only for what is left.
-        let mut waiting_to_hand_over = String::new();
-        let desired = match desired {
-            Desired::HandOver { to } if !view.read_only => {
-                let target = self.peer_status(&to).await;
-                match switchover::ready_to_hand_over(&to, target.as_ref()) {
-                    Ok(()) => Desired::HandOver { to },
-                    Err(why) => {
-                        waiting_to_hand_over = format!(
-                            "handing the primary role over to {to} once it has caught up ({why})"
-                        );
-                        Desired::Primary
-                    }
-                }
-            }
-            d => d,
+        let target = match &desired {
+            Desired::HandOver { to } if !view.read_only => Some(switchover::ready_to_hand_over(
+                to,
+                self.peer_status(to).await.as_ref(),
+            )),
+            _ => None,
         };
+        let (desired, waiting) = role_gate::hand_over_when_caught_up(desired, target);
         // A primary handing over keeps its semi-sync source side until it
         // follows the new primary: switching it off stops MySQL's
         // acknowledgement receiver, which takes up to a second, and its
@@ -94,100 +82,78 @@ impl<C: ClusterState> Manager<C> {
         {
             return Ok(());
         }
-        match &desired {
-            Desired::Promote => {
-                if !view.read_only {
-                    drop(conn);
-                    self.make_read_only(
-                        self_fence::Cause::Demotion,
-                        "not yet the accepted primary",
-                    )
-                    .await?;
-                    return Ok(());
+        let facts = role_gate::Facts {
+            me: &self.cfg.instance,
+            read_only: view.read_only,
+            lease_lapsed: self.lease_lapsed(),
+            failover_from: status.failover_from.as_deref(),
+        };
+        let mut first = role_gate::first(&desired, &facts);
+        if first == First::RenewLease && !self.keep_lease().await {
+            first = role_gate::lease_not_renewed(view.read_only);
+        }
+        match first {
+            First::ReadOnly { cause, why } => {
+                if cause == self_fence::Cause::Deposed {
+                    tracing::error!(reason = %why, "making this server read-only");
                 }
-                return self.promote(&mut conn, &status, &view).await;
+                drop(conn);
+                self.make_read_only(cause, &why).await?;
+                return Ok(());
             }
-            Desired::Primary => {
-                // Writable with a lease that lapsed since this manager last
-                // renewed it (it woke from a freeze, say): read-only first,
-                // before any renewal is tried — that call may take seconds,
-                // and another primary may already be writing.
-                if !view.read_only && self.lease_lapsed() {
-                    tracing::error!(
-                        "the primary lease is no longer proven: making this primary read-only before renewing it"
-                    );
-                    drop(conn);
-                    self.make_read_only(
-                        self_fence::Cause::Deposed,
-                        "self-fenced: the primary lease was not renewed in time",
-                    )
-                    .await?;
-                    return Ok(());
-                }
-                if !self.keep_lease().await {
-                    if !view.read_only {
-                        tracing::error!(
-                            "cannot renew the primary lease in time: making this primary read-only"
-                        );
-                        drop(conn);
-                        self.make_read_only(
-                            self_fence::Cause::Deposed,
-                            "self-fenced: the primary lease could not be renewed",
-                        )
-                        .await?;
-                    }
-                    self.set_phase(
-                        InstancePhase::Running,
-                        "self-fenced: cannot renew the primary lease",
-                    );
-                    return Ok(());
-                }
-            }
-            Desired::HoldReadOnly(_) | Desired::HandOver { .. } => {
-                let why = match &desired {
-                    Desired::HandOver { to } => format!("handing the primary role over to {to}"),
-                    Desired::HoldReadOnly(why) => why.clone(),
-                    _ => unreachable!(),
-                };
-                if !view.read_only {
-                    drop(conn);
-                    // A primary failed over from (it woke from a freeze, say)
-                    // is deposed: a commit it holds must not complete.
-                    let cause =
-                        if status.failover_from.as_deref() == Some(self.cfg.instance.as_str()) {
-                            self_fence::Cause::Deposed
-                        } else {
-                            self_fence::Cause::Demotion
-                        };
-                    self.make_read_only(cause, &why).await?;
-                    return Ok(());
-                }
+            First::Promote => return self.promote(&mut conn, &status, &view).await,
+            First::Hold(why) => {
                 self.set_phase(InstancePhase::Running, why);
                 return Ok(());
             }
-            Desired::Replica { .. }
-            | Desired::Detached { .. }
-            | Desired::DesignatedPrimary { .. } => {}
+            First::RenewLease | First::Converge => {}
         }
+        self.converge(&desired, &mut conn, &status, &view).await?;
+        self.set_phase(InstancePhase::Running, waiting);
+        Ok(())
+    }
+
+    /// A connection to the server and what it reports, once mysqld runs.
+    async fn running_server(&self) -> anyhow::Result<Option<(mysql_async::Conn, sql::ServerView)>> {
+        let Some(pool) = self.pool() else {
+            return Ok(None);
+        };
+        if !matches!(self.supervisor.state(), ServerState::Running { .. }) {
+            self.set_phase(InstancePhase::Restarting, "waiting for mysqld");
+            return Ok(None);
+        }
+        let mut conn = pool.get_conn().await?;
+        let view = sql::observe(&mut conn, self.cfg.flavor()).await?;
+        Ok(Some((conn, view)))
+    }
+
+    /// The server to its role: a replica cluster's checks first, then the
+    /// core's role actions in order, then the claim of `currentPrimary`.
+    async fn converge(
+        &self,
+        desired: &Desired,
+        conn: &mut mysql_async::Conn,
+        status: &ClusterStatus,
+        view: &sql::ServerView,
+    ) -> anyhow::Result<()> {
         if !self
-            .replica_cluster_may_go_on(&desired, &mut conn, &status, &view)
+            .replica_cluster_may_go_on(desired, conn, status, view)
             .await?
         {
             return Ok(());
         }
-        let local = self.local_state(&desired, &view).await;
-        for action in role::reconcile(&desired, &local) {
+        let local = self.local_state(desired, view).await;
+        for action in role::reconcile(desired, &local) {
             tracing::info!(action = ?action, "role change");
-            if !self.take_role_step(&mut conn, action, &view).await? {
+            if !self.take_role_step(conn, action, view).await? {
                 return Ok(());
             }
         }
-        if desired == Desired::Primary
+        if *desired == Desired::Primary
             && status.current_primary.as_deref() != Some(self.cfg.instance.as_str())
         {
             self.cluster.claim_primary(&self.cfg.instance).await?;
         }
-        self.set_phase(InstancePhase::Running, waiting_to_hand_over);
         Ok(())
     }
 
