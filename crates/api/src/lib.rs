@@ -2,29 +2,41 @@
 
 pub mod backup;
 pub mod backup_resources;
-pub mod bootstrap;
-pub mod cluster;
-pub mod field_error;
-pub mod flavor;
+mod bootstrap;
+mod cluster;
+mod field_error;
+mod flavor;
 pub mod import;
-pub mod instance_upgrade;
+mod instance_upgrade;
 pub mod names;
 pub mod own_secrets;
-pub mod reinit;
+mod reinit;
 pub mod replica;
 mod schema_check;
 pub mod sql_objects;
 pub mod sql_privileges;
-pub mod status;
-pub mod upgrade;
+mod status;
+mod upgrade;
 pub mod validation;
 
-pub use cluster::*;
+pub use cluster::{
+    AdditionalService, AffinitySpec, AntiAffinityType, BinlogStorageSpec, Cluster, ClusterSpec,
+    DataDurability, ManagedServices, ManagedSpec, MysqlSpec, OPERATOR_OWNED_PARAMETERS,
+    PrimaryUpdateMethod, PrimaryUpdateStrategy, SecretsSpec, SemiSyncSpec, ServiceRole,
+    ServiceTemplate, ServiceTemplateMeta, ServiceTemplateSpec, ServiceType, ServiceUpdateStrategy,
+    SessionAffinity, StorageSpec, TrafficPolicy,
+};
 pub use flavor::Flavor;
-pub use instance_upgrade::*;
-pub use reinit::*;
-pub use status::*;
-pub use upgrade::*;
+pub use instance_upgrade::{
+    InstanceUpdateStrategy, InstanceUpgrade, InstanceUpgrades, OrchestratedUpgrade,
+};
+pub use reinit::{DivergedInstances, SavedTransactions};
+pub use status::{ClusterStatus, InstanceState, Phase};
+pub use upgrade::{
+    CatalogDocument, CatalogImage, CatalogKind, ClusterImageCatalog, ClusterImageCatalogSpec,
+    ImageCatalog, ImageCatalogRef, ImageCatalogSpec, MaintenanceWindow, UpgradeCondition,
+    UpgradePhase, UpgradeRecord, Weekday,
+};
 pub use validation::{
     FieldError, InvalidCluster, Manifest, parse_cluster, parse_manifest, validate,
 };

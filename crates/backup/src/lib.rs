@@ -3,11 +3,11 @@
 //! compressed and read back (`stored_stream.rs`), and what a MariaDB base
 //! backup is consistent with, read as it passes (`mbstream.rs`).
 
-pub mod archive;
+mod archive;
 pub mod archive_mirror;
 pub mod archiver;
 pub mod base_backup;
-pub mod binlog;
+mod binlog;
 pub mod destination;
 pub mod mbstream;
 pub mod recovery;

@@ -17,7 +17,7 @@ pub mod handover;
 pub mod hibernation;
 pub mod hold_down;
 pub mod isolation;
-pub mod lagging;
+mod lagging;
 pub mod lease;
 pub mod memory;
 pub mod outcome;

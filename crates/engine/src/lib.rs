@@ -14,9 +14,9 @@
 //! [`backup::BackupPlatform`].
 
 pub mod backup;
-pub mod executor;
+mod executor;
 pub mod pass;
-pub mod platform;
+mod platform;
 pub mod poller;
 pub mod sql_objects;
 

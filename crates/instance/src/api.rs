@@ -46,7 +46,6 @@ impl Peer {
 /// What the API needs from the manager.
 pub trait Backend: Send + Sync + 'static {
     fn status(&self) -> impl Future<Output = InstanceStatus> + Send;
-    fn cluster(&self) -> &str;
     fn config(&self) -> &crate::config::InstanceConfig;
     fn apply_semi_sync(
         &self,

@@ -1,27 +1,27 @@
 //! The instance manager of cloudnative-mysql: PID 1 of every database pod
 //! (and one process per instance on the local platform).
 
-pub mod api;
+mod api;
 mod binlog_files;
 pub mod bootstrap;
 pub mod clone;
-pub mod clone_plugin;
-pub mod clone_progress;
+mod clone_plugin;
+mod clone_progress;
 pub mod config;
 pub mod donor;
 pub mod inherit;
 pub mod logical_import;
 pub mod manager;
-pub mod mysql_backup;
+mod mysql_backup;
 pub mod mysqld;
-pub mod private_server;
-pub mod run_dir;
-pub mod saved_transactions;
-pub mod serve;
+mod private_server;
+mod run_dir;
+mod saved_transactions;
+mod serve;
 pub mod server_image;
-pub mod server_tls;
-pub mod server_version;
-pub mod source_account;
+mod server_tls;
+mod server_version;
+mod source_account;
 pub mod sql;
 pub mod upgrade;
 

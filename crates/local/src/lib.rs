@@ -6,36 +6,38 @@
 //! (`backups.rs`, `scheduled_backups.rs`).
 
 pub mod annotations;
-pub mod backups;
+mod backups;
 pub mod cluster_state;
-pub mod control;
-pub mod definition;
-pub mod lifecycle;
+mod control;
+mod definition;
+mod lifecycle;
 pub mod logs;
-pub mod lookup;
-pub mod metrics;
-pub mod operations;
-pub mod periodic;
-pub mod pki;
-pub mod platform;
-pub mod process;
-pub mod progress;
-pub mod proxy;
-pub mod reexec;
+mod lookup;
+mod metrics;
+mod operations;
+mod periodic;
+mod pki;
+mod platform;
+mod process;
+mod progress;
+mod proxy;
+mod reexec;
 pub mod reinit;
 pub mod report;
-pub mod route_grace;
+mod route_grace;
 mod routing;
-pub mod scheduled_backups;
-pub mod sql_objects;
+mod scheduled_backups;
+mod sql_objects;
 pub mod state;
 pub mod status_report;
-pub mod supervisor;
-pub mod template;
+mod supervisor;
+mod template;
 mod wakes;
 
-pub use backups::*;
-pub use lifecycle::*;
-pub use lookup::*;
-pub use operations::*;
-pub use status_report::*;
+pub use backups::{Outcome, apply_retention, backup, backup_destination};
+pub use lifecycle::{DETACHED_ENV, UpOptions, destroy, down, up};
+pub use lookup::{existing_state_dir, resolve_state_dir};
+pub use operations::{apply, fence, promote, restart_inplace, upgrade};
+pub use status_report::{
+    InstanceReport, ObjectReport, StatusReport, render_status, snapshot, status_report,
+};

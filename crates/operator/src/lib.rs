@@ -10,31 +10,31 @@
 
 // Their order along the pipeline, each importing only earlier ones, is in
 // docs/architecture.md (rustfmt sorts the declarations).
-pub mod apply;
-pub mod backup_store;
-pub mod backups;
-pub mod catalog;
-pub mod certificates;
+mod apply;
+mod backup_store;
+mod backups;
+mod catalog;
+mod certificates;
 pub mod context;
 mod controllers;
 pub mod deploy;
-pub mod error;
-pub mod events;
-pub mod http;
+mod error;
+mod events;
+mod http;
 pub mod instance_upgrade;
-pub mod labels;
+mod labels;
 mod leadership;
-pub mod memory;
+mod memory;
 pub mod metrics;
-pub mod nodes;
+mod nodes;
 pub mod objects;
 pub mod pods;
-pub mod reconcile;
-pub mod restart;
-pub mod scheduled_backups;
-pub mod sql_objects;
+mod reconcile;
+mod restart;
+mod scheduled_backups;
+mod sql_objects;
 mod startup;
-pub mod storage_growth;
+mod storage_growth;
 pub mod topology;
 
 use std::net::SocketAddr;

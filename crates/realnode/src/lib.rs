@@ -11,15 +11,15 @@
 //! Debian's containerd, runc, containernetworking-plugins, umoci, nftables
 //! and conntrack (`scripts/setup --kube` installs them).
 
-pub mod cgroups;
-pub mod cmd;
+mod cgroups;
+mod cmd;
 pub mod containerd;
 pub mod faults;
 pub mod images;
-pub mod kubelet;
-pub mod leftovers;
-pub mod net;
-pub mod storage;
+mod kubelet;
+mod leftovers;
+mod net;
+mod storage;
 pub mod worker;
 
 use std::path::{Path, PathBuf};

@@ -13,7 +13,10 @@ use std::time::{Duration, Instant};
 use mysql_async::prelude::*;
 use mysql_async::{Conn, OptsBuilder};
 
-pub use crate::fault_plan::*;
+pub use crate::fault_plan::{
+    FREEZE, Fault, KUBERNETES, LOCAL, RECOVERY_BOUND, RESUME_GRACE, WHOLE_BOUND, WHOLE_CLUSTER,
+    count, plan, seed,
+};
 
 /// Where an instance's server answers, for the watcher and the writer.
 #[derive(Clone, Debug, PartialEq, Eq)]

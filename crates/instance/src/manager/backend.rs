@@ -8,9 +8,6 @@ impl<C: ClusterState> Backend for Manager<C> {
     async fn status(&self) -> InstanceStatus {
         self.observe().await
     }
-    fn cluster(&self) -> &str {
-        &self.cfg.cluster
-    }
     async fn cluster_status(&self) -> anyhow::Result<cnmysql_api::ClusterStatus> {
         self.cluster.get().await
     }
