@@ -1,0 +1,155 @@
+//! Claims grown in place, binary logs on claims of their own.
+
+use super::*;
+
+/// Each claim's requested size and capacity (`status.capacity`).
+pub(crate) async fn claim_sizes(e: &Env) -> std::collections::BTreeMap<String, (String, String)> {
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(e.k.client.clone(), NS);
+    let list = claims.list(&ListParams::default()).await.unwrap();
+    list.items
+        .into_iter()
+        .map(|c| {
+            let name = c.metadata.name.clone().unwrap_or_default();
+            let asked = c
+                .spec
+                .and_then(|s| s.resources?.requests?.get("storage").map(|q| q.0.clone()))
+                .unwrap_or_default();
+            let has = c
+                .status
+                .and_then(|s| s.capacity?.get("storage").map(|q| q.0.clone()))
+                .unwrap_or_default();
+            (name, (asked, has))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
+pub(crate) async fn raising_the_storage_size_grows_the_claims_one_at_a_time_and_shrinking_is_refused()
+ {
+    let e = env("required").await;
+    let primary = e.status().await.current_primary.unwrap();
+    let w = e.writer().await;
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+    e.patch_cluster(r#"{"spec":{"storage":{"size":"2Gi"}}}"#);
+    // Watch the claims: never two growing at once, the primary's last.
+    let seen = std::sync::Mutex::new(Vec::<String>::new());
+    let grown = until("every claim at 2Gi", Duration::from_secs(180), || async {
+        let sizes = claim_sizes(&e).await;
+        let growing = sizes.values().filter(|(asked, has)| asked != has).count();
+        assert!(growing <= 1, "two claims growing at once: {sizes:?}");
+        let mut order = seen.lock().unwrap();
+        for (n, (asked, _)) in &sizes {
+            if asked == "2Gi" && !order.contains(n) {
+                order.push(n.clone());
+            }
+        }
+        sizes
+            .values()
+            .all(|(a, h)| a == "2Gi" && h == "2Gi")
+            .then_some(())
+    })
+    .await;
+    let order = seen.into_inner().unwrap();
+    grown.unwrap_or_else(|err| panic!("{err}: {order:?}\n{}", e.k.diagnose(NS, "db")));
+    assert_eq!(
+        order.last(),
+        Some(&primary),
+        "the primary's claim last: {order:?}"
+    );
+    let condition = |st: &cnmysql_api::ClusterStatus| {
+        st.conditions
+            .iter()
+            .find(|c| c.type_ == "StorageExpanding")
+            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+    };
+    until(
+        "the condition to say done",
+        Duration::from_secs(30),
+        || async {
+            let c = condition(&e.status().await)?;
+            (c.0 == "False" && c.1 == "AsRequested").then_some(())
+        },
+    )
+    .await
+    .unwrap();
+    // Smaller than the claims: refused, naming the field; nothing touched.
+    e.patch_cluster(r#"{"spec":{"storage":{"size":"1Gi"}}}"#);
+    let refused = until("the shrink refused", Duration::from_secs(30), || async {
+        let c = condition(&e.status().await)?;
+        (c.1 == "Refused").then_some(c.2)
+    })
+    .await
+    .unwrap();
+    assert!(
+        refused.contains("spec.storage.size is 1Gi") && refused.contains("cannot shrink"),
+        "{refused}"
+    );
+    assert!(e.events_named("StorageExpansionRefused").await >= 1);
+    assert!(claim_sizes(&e).await.values().all(|(a, _)| a == "2Gi"));
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+    let o = w.stop().await;
+    assert_eq!(o.errors, 0, "writes failed while the claims grew");
+    for n in ["db-1", "db-2", "db-3"] {
+        assert_eq!(e.restarts(n).await, 0, "{n} was restarted");
+    }
+    e.verify(&o.acked).await;
+    eprintln!(
+        "storage growth order: {order:?}; {} rows acknowledged",
+        o.acked.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
+pub(crate) async fn binary_logs_on_claims_of_their_own_are_written_there_and_grow_apart_from_the_data()
+ {
+    let yaml = cluster_yaml("required").replace(
+        "  failoverDelay: 0\n",
+        "  failoverDelay: 0\n  storage:\n    binlogs:\n      size: 1Gi\n",
+    );
+    let e = env_with_manifest(&yaml, &[]).await;
+    let sizes = claim_sizes(&e).await;
+    for n in ["db-1", "db-2", "db-3"] {
+        assert!(sizes.contains_key(&format!("{n}-binlog")), "{sizes:?}");
+    }
+    let rw = e.k.wait_service(NS, "db-rw").await.unwrap();
+    let mut conn = e.admin(rw).await;
+    let base: Option<String> = conn.query_first("SELECT @@log_bin_basename").await.unwrap();
+    assert_eq!(
+        base.as_deref(),
+        Some("/var/lib/cnmysql-binlog/binlog/mysql-bin")
+    );
+    drop(conn);
+    let w = e.writer().await;
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+    e.patch_cluster(r#"{"spec":{"storage":{"binlogs":{"size":"2Gi"}}}}"#);
+    let grown = until(
+        "the binlog claims at 2Gi",
+        Duration::from_secs(180),
+        || async {
+            let sizes = claim_sizes(&e).await;
+            sizes
+                .iter()
+                .all(|(n, (a, h))| {
+                    let want = if n.ends_with("-binlog") { "2Gi" } else { "1Gi" };
+                    a == want && h == want
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    if let Err(err) = grown {
+        panic!(
+            "{err}: {:?}\n{}",
+            claim_sizes(&e).await,
+            e.k.diagnose(NS, "db")
+        );
+    }
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+    let o = w.stop().await;
+    assert_eq!(o.errors, 0, "writes failed while the binlog claims grew");
+    e.healthy(3, Duration::from_secs(30)).await;
+    e.verify(&o.acked).await;
+}
