@@ -168,18 +168,28 @@ fn final_status(running: BackupObjectStatus, o: &Outcome) -> BackupObjectStatus 
     }
 }
 
-/// Take one Backup, once.
-async fn reconcile_backup(b: Arc<Backup>, ctx: Arc<Context>) -> Result<Action, kube::Error> {
-    let done = b
-        .status
+/// Whether a Backup was taken (or failed) already: it is never taken again.
+fn finished(b: &Backup) -> bool {
+    b.status
         .as_ref()
-        .is_some_and(|s| s.phase == "completed" || s.phase == "failed");
-    if done {
+        .is_some_and(|s| s.phase == "completed" || s.phase == "failed")
+}
+
+/// Take one Backup, once.
+async fn reconcile_backup(cached: Arc<Backup>, ctx: Arc<Context>) -> Result<Action, kube::Error> {
+    if finished(&cached) {
         return Ok(Action::await_change());
     }
-    let ns = b.namespace().unwrap_or_default();
-    let name = b.name_any();
+    let ns = cached.namespace().unwrap_or_default();
+    let name = cached.name_any();
     let api: Api<Backup> = Api::namespaced(ctx.client.clone(), &ns);
+    // The cache may still hold the object as it was before this
+    // controller's own last write: the reconcile its "running" status
+    // queued runs once the take that completed it is done, and would take
+    // the Backup a second time. Decided on a fresh read.
+    let Some(b) = api.get_opt(&name).await?.filter(|b| !finished(b)) else {
+        return Ok(Action::await_change());
+    };
     let clusters: Api<Cluster> = Api::namespaced(ctx.client.clone(), &ns);
     let fail = |why: String| BackupObjectStatus {
         phase: "failed".into(),

@@ -33,3 +33,26 @@ pub struct Context {
     /// True once the operator stops leading or shuts down: every task ends.
     pub stop: tokio::sync::watch::Sender<bool>,
 }
+
+impl Context {
+    /// A context with empty caches and memory, before any controller runs.
+    pub fn new(
+        client: kube::Client,
+        env: Environment,
+        operator_hash: String,
+        metrics: Metrics,
+    ) -> Context {
+        Context {
+            client,
+            env,
+            operator_hash,
+            metrics,
+            memory: Default::default(),
+            clusters: Default::default(),
+            pods: Default::default(),
+            secrets: Default::default(),
+            nodes: Default::default(),
+            stop: tokio::sync::watch::channel(false).0,
+        }
+    }
+}

@@ -47,18 +47,12 @@ pub async fn context(client: &Client, opts: &Options, metrics: &Metrics) -> Arc<
         .await
         .unwrap_or_else(|| opts.operator_image.clone());
     tracing::info!(image = %operator_image, "instance Pods take their manager from this image");
-    Arc::new(Context {
-        memory: Default::default(),
-        clusters: Default::default(),
-        pods: Default::default(),
-        secrets: Default::default(),
-        nodes: Default::default(),
-        stop: tokio::sync::watch::channel(false).0,
-        client: client.clone(),
-        env: Environment { operator_image },
+    Arc::new(Context::new(
+        client.clone(),
+        Environment { operator_image },
         operator_hash,
-        metrics: metrics.clone(),
-    })
+        metrics.clone(),
+    ))
 }
 
 /// The image of the container this operator runs in, read from its own

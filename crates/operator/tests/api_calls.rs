@@ -11,20 +11,14 @@ use cnmysql_operator::objects::Environment;
 use serde_json::json;
 
 fn context(api: &FakeApi) -> Context {
-    Context {
-        client: api.client("prod"),
-        env: Environment {
+    Context::new(
+        api.client("prod"),
+        Environment {
             operator_image: "registry.example/cnmysql:test".into(),
         },
-        operator_hash: "0".repeat(64),
-        metrics: Metrics::default(),
-        memory: Default::default(),
-        clusters: Default::default(),
-        pods: Default::default(),
-        secrets: Default::default(),
-        nodes: Default::default(),
-        stop: tokio::sync::watch::channel(false).0,
-    }
+        "0".repeat(64),
+        Metrics::default(),
+    )
 }
 
 fn cluster(api: &FakeApi) -> Cluster {

@@ -1,0 +1,206 @@
+//! Semi-sync durability: a stopping primary's waiting commit, preferred falling back, the acknowledgement count.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_primary_whose_commit_waits_for_an_acknowledgement_stops_at_once_without_acknowledging_it()
+ {
+    // Issue 18: a primary told to stop while a commit waited for a
+    // semi-sync acknowledgement that would never come stayed writable until
+    // its grace period ran out (its read-only request waited behind the
+    // commit). Now the request has 500 ms, then mysqld is killed: the
+    // manager stops at once and the waiting client gets an error.
+    let c = LocalCluster::start("stk", &durable("stk", 2));
+    wait_for(
+        "semi-sync on the primary",
+        Duration::from_secs(20),
+        || async {
+            let st = c.status_json();
+            (instances_by_name(&st)["stk-1"]["semiSync"]["sourceEnabled"] == true).then_some(())
+        },
+    )
+    .await;
+    let mut app = c.app(c.instance_port("stk-1")).await.unwrap();
+    app.query_drop("CREATE DATABASE IF NOT EXISTS stuck")
+        .await
+        .unwrap();
+    app.query_drop("CREATE TABLE stuck.t (i INT PRIMARY KEY)")
+        .await
+        .unwrap();
+    // The only replica stops acknowledging: the next commit waits.
+    c.signal_instance("stk-2", Signal::SIGSTOP);
+    let waiting =
+        tokio::spawn(async move { app.query_drop("INSERT INTO stuck.t VALUES (1)").await });
+    wait_for("the commit to wait for an acknowledgement", Duration::from_secs(10), || async {
+        let mut a = c.admin("stk-1").await;
+        let n: Option<i64> = a
+            .query_first(
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE LIKE 'Waiting for semi-sync ACK%'",
+            )
+            .await
+            .ok()
+            .flatten();
+        (n == Some(1)).then_some(())
+    })
+    .await;
+    let (manager, _) = c.instance_pids("stk-1");
+    let asked = Instant::now();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(manager), Signal::SIGTERM).unwrap();
+    wait_for("the manager to stop", Duration::from_secs(10), || async {
+        (!std::path::Path::new(&format!("/proc/{manager}")).exists()
+            || std::fs::read_to_string(format!("/proc/{manager}/stat"))
+                .is_ok_and(|s| s.contains(") Z ")))
+        .then_some(())
+    })
+    .await;
+    let took = asked.elapsed();
+    let answer = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the waiting client is answered")
+        .unwrap();
+    assert!(
+        answer.is_err(),
+        "a commit no replica acknowledged was acknowledged"
+    );
+    eprintln!("stopped {took:?} after SIGTERM with a commit waiting; the client got {answer:?}");
+    c.signal_instance("stk-2", Signal::SIGCONT);
+    assert!(
+        took < Duration::from_secs(5),
+        "the manager took {took:?} to stop"
+    );
+    c.destroy();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preferred_durability_falls_back_when_no_replica_acknowledges() {
+    // With `preferred` the server never falls back by itself (a primary
+    // frozen with a commit waiting would acknowledge it the moment it ran
+    // again, deposed or not). Semi-sync is switched off instead — by the
+    // control plane once no replica is healthy, or by the manager, holding
+    // the lease, once a commit has waited timeoutMillis — which releases the
+    // waiting commit.
+    let m = format!(
+        "{}    semiSync:\n      enabled: true\n      timeoutMillis: 1000\n      dataDurability: preferred\n  minSyncReplicas: 1\n  maxSyncReplicas: 1\n  failoverDelay: 0\n",
+        manifest("pfb", 2)
+    );
+    let c = LocalCluster::start("pfb", &m);
+    wait_for(
+        "semi-sync on the primary",
+        Duration::from_secs(20),
+        || async {
+            let st = c.status_json();
+            (instances_by_name(&st)["pfb-1"]["semiSync"]["sourceEnabled"] == true).then_some(())
+        },
+    )
+    .await;
+    let mut app = c.app(c.instance_port("pfb-1")).await.unwrap();
+    app.query_drop("CREATE DATABASE IF NOT EXISTS fb")
+        .await
+        .unwrap();
+    app.query_drop("CREATE TABLE fb.t (i INT PRIMARY KEY)")
+        .await
+        .unwrap();
+    c.signal_instance("pfb-2", Signal::SIGSTOP);
+    let began = Instant::now();
+    let r = tokio::time::timeout(
+        Duration::from_secs(10),
+        app.query_drop("INSERT INTO fb.t VALUES (1)"),
+    )
+    .await
+    .expect("the commit is released once semi-sync falls back");
+    let took = began.elapsed();
+    c.signal_instance("pfb-2", Signal::SIGCONT);
+    r.unwrap();
+    eprintln!("commit released after {took:?}");
+    // The server's own timeout is never what released it.
+    let st = c.status_json();
+    assert_eq!(
+        instances_by_name(&st)["pfb-1"]["semiSync"]["timeoutMillis"],
+        4294967295u64,
+        "{st}"
+    );
+    c.destroy();
+}
+
+/// The acknowledgement count the primary's server really uses, read from
+/// the server: `rpl_semi_sync_source_wait_for_replica_count` (MySQL; MariaDB
+/// has no such variable and always waits for one).
+async fn ack_count(c: &LocalCluster, primary: &str) -> (bool, u64) {
+    let mut a = c.admin(primary).await;
+    let row: (String, u64, String) = a
+        .query_first(sql(
+            "SELECT @@rpl_semi_sync_master_enabled, 1, @@rpl_semi_sync_master_wait_no_slave",
+            "SELECT @@rpl_semi_sync_source_enabled, @@rpl_semi_sync_source_wait_for_replica_count, @@rpl_semi_sync_source_wait_no_replica",
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    let on = |v: &str| v == "1" || v.eq_ignore_ascii_case("ON");
+    // With no replica connected a commit still waits (never two writable).
+    assert!(on(&row.2), "{primary} commits without a replica connected");
+    (on(&row.0), row.1)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_acknowledgement_count_follows_data_durability_as_replicas_stop_and_start() {
+    // minSyncReplicas 2 of 2 replicas. `required` pins the count at 2 even
+    // with a replica stopped; `preferred` lowers it to the healthy replicas
+    // (never below one) and raises it again once the replica is back.
+    for durability in ["required", "preferred"] {
+        let name = format!("ack{}", &durability[..3]);
+        let m = format!(
+            "{}    semiSync:\n      enabled: true\n      timeoutMillis: 1000\n      dataDurability: {durability}\n  minSyncReplicas: 2\n  maxSyncReplicas: 2\n  failoverDelay: 0\n",
+            manifest(&name, 3)
+        );
+        let c = LocalCluster::start(&name, &m);
+        let primary = format!("{name}-1");
+        let full = sql_count(2);
+        wait_for(
+            "the full acknowledgement count",
+            Duration::from_secs(20),
+            || async { (ack_count(&c, &primary).await == (true, full)).then_some(()) },
+        )
+        .await;
+        let stopped = format!("{name}-3");
+        c.signal_instance(&stopped, Signal::SIGSTOP);
+        let expected = if durability == "required" {
+            full
+        } else {
+            sql_count(1)
+        };
+        // The control plane sees the replica unhealthy within a few polls.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut seen = ack_count(&c, &primary).await;
+        while seen != (true, expected) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            seen = ack_count(&c, &primary).await;
+        }
+        assert_eq!(
+            seen,
+            (true, expected),
+            "{durability}: with {stopped} stopped"
+        );
+        if durability == "required" {
+            // And it stays pinned.
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            assert_eq!(ack_count(&c, &primary).await, (true, full));
+        }
+        eprintln!("{durability}: count {} with {stopped} stopped", seen.1);
+        c.signal_instance(&stopped, Signal::SIGCONT);
+        wait_for(
+            "the count raised again",
+            Duration::from_secs(30),
+            || async { (ack_count(&c, &primary).await == (true, full)).then_some(()) },
+        )
+        .await;
+        c.destroy();
+    }
+}
+
+/// A MySQL acknowledgement count; MariaDB always waits for one.
+fn sql_count(n: u64) -> u64 {
+    match flavor() {
+        Flavor::Mysql => n,
+        Flavor::Mariadb => 1,
+    }
+}

@@ -1,0 +1,140 @@
+//! Switchover under continuous writes; a lagging target refused at once.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switchover_under_continuous_writes_loses_nothing() {
+    // Semi-sync with required durability, and two switchovers in a row: a
+    // demoted primary must stop waiting for acknowledgements itself, or its
+    // applier stalls and the next switchover never completes.
+    let c = LocalCluster::start("swo", &durable("swo", 3));
+    let w = start_writer(&c).await;
+    w.wait_for_more(50, Duration::from_secs(10)).await;
+    // The second switchover goes through the kubectl plugin's local mode.
+    for target in ["swo-2", "swo-1"] {
+        let out = if target == "swo-2" {
+            c.local(&["promote", "swo", target])
+        } else {
+            c.plugin("kubectl-cnmsql", &["promote", "swo", target])
+        };
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(c.current_primary(), target);
+        w.wait_for_more(50, Duration::from_secs(10)).await;
+        wait_ready(&c, 3, Duration::from_secs(30)).await;
+    }
+    let o = w.stop().await;
+    assert!(c.has_event("SwitchoverCompleted").is_some());
+    assert_eq!(c.writable_instances().await, vec!["swo-1".to_string()]);
+    // What a dashboard sees: the primary, and two completed switchovers.
+    let page = wait_for(
+        "metrics after the switchovers",
+        Duration::from_secs(10),
+        || async {
+            let page = c.metrics().await;
+            page.contains("cnmysql_instance_primary{instance=\"swo-1\"} 1.0")
+                .then_some(page)
+        },
+    )
+    .await;
+    assert!(
+        page.contains("cnmysql_instance_primary{instance=\"swo-2\"} 0.0"),
+        "{page}"
+    );
+    assert!(
+        page.contains("cnmysql_events_total{reason=\"SwitchoverCompleted\",type=\"Normal\"} 2"),
+        "{page}"
+    );
+    assert!(
+        page.contains("cnmysql_instance_semi_sync_waiting{instance=\"swo-1\"} 1.0"),
+        "{page}"
+    );
+    for i in ["swo-1", "swo-2", "swo-3"] {
+        verify_on(&c, i, &o.acked).await;
+    }
+    // The primary syncs its binary log at every commit, the replicas do
+    // not (replica_durability), swo-2 again since it was demoted.
+    for (i, want) in [("swo-1", 1), ("swo-2", 0), ("swo-3", 0)] {
+        let mut conn = c.admin(i).await;
+        let v: Option<u32> = conn.query_first("SELECT @@sync_binlog").await.unwrap();
+        assert_eq!(v, Some(want), "{i}");
+    }
+    eprintln!(
+        "switchover: {} acknowledged, {} errors, longest gap {:?}",
+        o.acked.len(),
+        o.errors,
+        o.longest_gap
+    );
+
+    // Refusals name the reason: not an instance, already primary.
+    let out = c.local(&["promote", "swo", "swo-9"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not an instance"));
+    let out = c.local(&["promote", "swo", "swo-1"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already the primary"));
+    a_lagging_target_is_refused_at_once(&c).await;
+    c.destroy();
+}
+
+/// swo-3 applies 20 s late (a delayed applier) under writes: a switchover
+/// to it is refused at once, naming swo-2, which is caught up; nothing
+/// changes.
+async fn a_lagging_target_is_refused_at_once(c: &LocalCluster) {
+    // One round trip: the manager restarts a stopped applier as soon as
+    // it sees it, so the three statements go together (and again if the
+    // manager came in between).
+    let delay = |secs: u32| {
+        format!(
+            "{}; {}; {}",
+            sql("STOP SLAVE", "STOP REPLICA"),
+            match flavor() {
+                Flavor::Mariadb => format!("CHANGE MASTER TO MASTER_DELAY = {secs}"),
+                Flavor::Mysql => format!("CHANGE REPLICATION SOURCE TO SOURCE_DELAY = {secs}"),
+            },
+            sql("START SLAVE", "START REPLICA")
+        )
+    };
+    let set_delay = |secs: u32| async move {
+        wait_for(
+            "the applier's delay set",
+            Duration::from_secs(20),
+            || async {
+                let mut conn = c.admin("swo-3").await;
+                conn.query_drop(delay(secs)).await.ok()
+            },
+        )
+        .await;
+    };
+    set_delay(20).await;
+    let w = start_writer(c).await;
+    wait_for(
+        "swo-3 to lag more than 2 s",
+        Duration::from_secs(60),
+        || async {
+            let lag = c.status()["instanceStates"]["swo-3"]["lagSeconds"].as_u64();
+            lag.filter(|l| *l > 2).map(|_| ())
+        },
+    )
+    .await;
+    let asked = Instant::now();
+    let out = c.local(&["promote", "swo", "swo-3"]);
+    let said = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("TargetLagging") && said.contains("swo-2 is caught up"),
+        "{said}"
+    );
+    assert!(
+        asked.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert_eq!(c.current_primary(), "swo-1");
+    w.wait_for_more(50, Duration::from_secs(10)).await;
+    let o = w.stop().await;
+    assert_eq!(o.errors, 0, "{}", o.failures_report());
+    set_delay(0).await;
+}
