@@ -6,7 +6,7 @@
 //! primary Lease when a failover needs it, take the core's step, carry its
 //! actions out in order ([`executor`]), and report the status. It also polls
 //! the instances' `/status` ([`poller`]). The local control plane, the
-//! Kubernetes operator and the simulation (`tests/simulation.rs`) are its
+//! Kubernetes operator and the simulation (`tests/simulation/`) are its
 //! platforms; each only observes and carries out single actions.
 //!
 //! Backups go the same way: [`backup::take`] is the one workflow (open the

@@ -1,5 +1,5 @@
 //! The security suite on a real node (issue 45; the local part is
-//! `crates/cnmysql/tests/security.rs`). Two Clusters named `db` in two
+//! `crates/cnmysql/tests/security/`). Two Clusters named `db` in two
 //! namespaces share one CA, as Clusters given the same cert-manager issuer
 //! do. Each attack passes only while its hole stays closed:
 //! - mysqld reads neither the ServiceAccount token nor a mounted password;
