@@ -84,7 +84,7 @@ impl<C: ClusterState> Manager<C> {
             return Want::Nothing;
         };
         let store = status.replica.as_ref().and_then(|r| r.object_store.clone());
-        let desired = self.desired.lock().unwrap().clone();
+        let desired = self.link.role();
         match (desired, store) {
             (Some(Desired::DesignatedPrimary { .. }), Some(store)) => {
                 *self.archive_gate.lock().await = false;

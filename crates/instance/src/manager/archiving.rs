@@ -8,6 +8,8 @@ use super::*;
 use cnmysql_api::backup::ArchiveStatus;
 use cnmysql_backup::archiver::{Archiver, Begin, Source};
 
+use super::link::Link;
+
 /// How often the archiver reads the binary log.
 pub const ARCHIVE_INTERVAL: Duration = Duration::from_millis(1000);
 
@@ -59,11 +61,25 @@ impl Source for Server {
     }
 }
 
-impl<C: ClusterState> Manager<C> {
+/// The archiving concern: it owns the archiver while this instance is
+/// the writable primary, and the status `/status` reports.
+pub(super) struct Archiving {
+    link: Link,
+    status: Arc<Mutex<ArchiveStatus>>,
+}
+
+impl Archiving {
+    pub fn new(link: Link) -> Self {
+        Archiving {
+            link,
+            status: Default::default(),
+        }
+    }
+
     /// The archiving status to report, when this instance archives (or
     /// tried to).
-    pub(super) fn archive_status(&self) -> Option<ArchiveStatus> {
-        let st = self.archive.lock().unwrap().clone();
+    pub fn status(&self) -> Option<ArchiveStatus> {
+        let st = self.status.lock().unwrap().clone();
         (!st.run.is_empty() || !st.error.is_empty()).then_some(st)
     }
 
@@ -71,16 +87,16 @@ impl<C: ClusterState> Manager<C> {
     /// holding its lease.
     async fn should_archive(&self) -> bool {
         let primary = matches!(
-            *self.desired.lock().unwrap(),
+            self.link.role(),
             Some(Desired::Primary) | Some(Desired::HandOver { .. })
         );
-        if !primary || !self.lease_proven() || *self.shutdown.borrow() {
+        if !primary || !self.link.lease.proven() || self.link.stopping() {
             return false;
         }
-        if !matches!(self.supervisor.state(), ServerState::Running { .. }) {
+        if !self.link.server_running() {
             return false;
         }
-        let Some(pool) = self.pool() else {
+        let Some(pool) = self.link.pool() else {
             return false;
         };
         let ro = tokio::time::timeout(Duration::from_secs(2), async {
@@ -96,11 +112,8 @@ impl<C: ClusterState> Manager<C> {
     /// so the archive ends with the demoted primary's last transaction —
     /// the promotion token a cluster following the archive waits for.
     async fn until_demoted_read_only(&self) {
-        let demoted = matches!(
-            *self.desired.lock().unwrap(),
-            Some(Desired::DesignatedPrimary { .. })
-        );
-        let Some(pool) = self.pool().filter(|_| demoted) else {
+        let demoted = matches!(self.link.role(), Some(Desired::DesignatedPrimary { .. }));
+        let Some(pool) = self.link.pool().filter(|_| demoted) else {
             return;
         };
         let _ = tokio::time::timeout(Duration::from_secs(5), async {
@@ -118,8 +131,15 @@ impl<C: ClusterState> Manager<C> {
 
     /// Start and stop the archiver as this instance becomes and stops
     /// being the primary.
-    pub(super) async fn archive_loop(self: Arc<Self>) {
-        let Some(backup) = self.cfg.spec.backup.clone().filter(|b| b.archive_binlogs) else {
+    pub async fn run(self: Arc<Self>) {
+        let Some(backup) = self
+            .link
+            .cfg
+            .spec
+            .backup
+            .clone()
+            .filter(|b| b.archive_binlogs)
+        else {
             return;
         };
         let mut running: Option<(watch::Sender<bool>, tokio::task::JoinHandle<()>)> = None;
@@ -129,21 +149,21 @@ impl<C: ClusterState> Manager<C> {
                 (false, true) => {
                     match cnmysql_backup::destination::open_for_cluster(
                         &backup.object_store,
-                        self.cfg.secrets.backup_dir.as_deref(),
-                        &self.cfg.cluster,
+                        self.link.cfg.secrets.backup_dir.as_deref(),
+                        &self.link.cfg.cluster,
                     ) {
                         Ok(dest) => {
                             let (tx, rx) = watch::channel(false);
                             let archiver = Archiver {
                                 dest,
-                                flavor: self.cfg.flavor(),
-                                instance: self.cfg.instance.clone(),
-                                dir: self.cfg.binlog_dir(),
+                                flavor: self.link.cfg.flavor(),
+                                instance: self.link.cfg.instance.clone(),
+                                dir: self.link.cfg.binlog_dir(),
                                 source: Server {
-                                    pool: self.pool().expect("checked by should_archive"),
-                                    flavor: self.cfg.flavor(),
+                                    pool: self.link.pool().expect("checked by should_archive"),
+                                    flavor: self.link.cfg.flavor(),
                                 },
-                                status: self.archive.clone(),
+                                status: self.status.clone(),
                                 interval: ARCHIVE_INTERVAL,
                             };
                             let task = tokio::spawn(
@@ -152,7 +172,7 @@ impl<C: ClusterState> Manager<C> {
                             running = Some((tx, task));
                         }
                         Err(e) => {
-                            let mut st = self.archive.lock().unwrap();
+                            let mut st = self.status.lock().unwrap();
                             if st.error != e {
                                 tracing::warn!(error = e, "binlog archiving cannot start");
                             }
@@ -169,11 +189,11 @@ impl<C: ClusterState> Manager<C> {
                     tracing::info!("no longer the writable primary: binlog archiving stops");
                     tx.send_replace(true);
                     let _ = task.await;
-                    *self.archive.lock().unwrap() = ArchiveStatus::default();
+                    *self.status.lock().unwrap() = ArchiveStatus::default();
                 }
                 _ => {}
             }
-            if self.sleep_or_stop(Duration::from_millis(500)).await {
+            if self.link.sleep_or_stop(Duration::from_millis(500)).await {
                 if let Some((tx, task)) = running.take() {
                     tx.send_replace(true);
                     let _ = task.await;

@@ -15,10 +15,10 @@ impl<C: ClusterState> Backend for Manager<C> {
         &self.cfg
     }
     async fn apply_semi_sync(&self, s: &semisync::Settings) -> anyhow::Result<()> {
-        if *self.desired.lock().unwrap() != Some(Desired::Primary) {
+        if self.link.role() != Some(Desired::Primary) {
             anyhow::bail!("{} is not the primary", self.cfg.instance);
         }
-        Manager::apply_semi_sync(self, s).await
+        semi_sync::apply(&self.link, s).await
     }
     async fn reconcile_sql_objects(
         &self,

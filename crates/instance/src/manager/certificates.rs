@@ -123,13 +123,20 @@ impl Certificates {
     }
 }
 
-impl<C: super::ClusterState> super::Manager<C> {
+/// The renewal concern: it takes renewed certificates into use and has
+/// mysqld load them.
+pub(super) struct Renewal {
+    pub link: super::link::Link,
+    pub certs: Arc<Certificates>,
+}
+
+impl Renewal {
     /// Every two seconds: take renewed certificates into use, and have
     /// mysqld load them (again on the next round if it could not).
-    pub(super) async fn certificate_loop(self: Arc<Self>) {
+    pub async fn run(self) {
         let mut server_behind = false;
         loop {
-            if self.sleep_or_stop(Duration::from_secs(2)).await {
+            if self.link.sleep_or_stop(Duration::from_secs(2)).await {
                 return;
             }
             match self.certs.refresh() {
@@ -156,7 +163,7 @@ impl<C: super::ClusterState> super::Manager<C> {
     /// for the peers' bundle) into the files mysqld reads: true when they
     /// changed. An unusable Secret keeps the installed files and says why.
     fn refresh_users_certificate(&self) -> bool {
-        match crate::server_tls::install(&self.cfg) {
+        match crate::server_tls::install(&self.link.cfg) {
             Ok(done) => {
                 self.certs.set_server_expiry(done.expires_at);
                 if done.changed {
@@ -176,8 +183,10 @@ impl<C: super::ClusterState> super::Manager<C> {
     /// Have mysqld load its certificate files again; true once done (or
     /// when it is not running: it reads them when it starts).
     async fn reload_server_tls(&self) -> bool {
-        let Some(pool) = self.pool() else { return true };
-        let sql = cnmysql_core::flavor::reload_tls(self.cfg.flavor());
+        let Some(pool) = self.link.pool() else {
+            return true;
+        };
+        let sql = cnmysql_core::flavor::reload_tls(self.link.cfg.flavor());
         let r = async {
             let mut c = pool.get_conn().await?;
             c.query_drop(&sql.text).await

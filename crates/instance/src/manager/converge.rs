@@ -3,6 +3,7 @@
 //! carries them out — follow, promote, drain, hand over, become read-only
 //! (self-fencing, with the watchdog of `watchdog.rs`), semi-sync.
 
+use super::acked_alone;
 use super::*;
 use cnmysql_api::ClusterStatus;
 use cnmysql_core::role_gate::{self, First};
@@ -24,7 +25,7 @@ impl<C: ClusterState> Manager<C> {
             // Periodic, but at once when the cluster status changes, and
             // quickly while a primary change is in flight.
             let busy = matches!(
-                *self.desired.lock().unwrap(),
+                self.link.role(),
                 Some(Desired::Promote)
                     | Some(Desired::HoldReadOnly(_))
                     | Some(Desired::HandOver { .. })
@@ -52,7 +53,7 @@ impl<C: ClusterState> Manager<C> {
         *self.last_cluster_ok.lock().unwrap() = Instant::now();
         self.set_recovery(&status);
         let desired = role::desired(&self.cfg.instance, &status);
-        *self.desired.lock().unwrap() = Some(desired.clone());
+        self.owners.role.send_replace(Some(desired.clone()));
         let Some((mut conn, view)) = self.running_server().await? else {
             return Ok(());
         };
@@ -64,7 +65,7 @@ impl<C: ClusterState> Manager<C> {
         let target = match &desired {
             Desired::HandOver { to } if !view.read_only => Some(switchover::ready_to_hand_over(
                 to,
-                self.peer_status(to).await.as_ref(),
+                self.peers.status(to).await.as_ref(),
             )),
             _ => None,
         };
@@ -85,7 +86,7 @@ impl<C: ClusterState> Manager<C> {
         let facts = role_gate::Facts {
             me: &self.cfg.instance,
             read_only: view.read_only,
-            lease_lapsed: self.lease_lapsed(),
+            lease_lapsed: self.link.lease.lapsed(),
             failover_from: status.failover_from.as_deref(),
         };
         let mut first = role_gate::first(&desired, &facts);
@@ -98,7 +99,7 @@ impl<C: ClusterState> Manager<C> {
                     tracing::error!(reason = %why, "making this server read-only");
                 }
                 drop(conn);
-                self.make_read_only(cause, &why).await?;
+                self.fencer.make_read_only(cause, &why).await?;
                 return Ok(());
             }
             First::Promote => return self.promote(&mut conn, &status, &view).await,
@@ -182,7 +183,7 @@ impl<C: ClusterState> Manager<C> {
             // their clients they committed, with no replica holding
             // them. They must never complete: the server is killed.
             if super::fence::commits_wait(conn, f).await {
-                self.kill_deposed_server(
+                self.fencer.kill_deposed_server(
                     "commits wait for acknowledgements on a server that is no longer the primary",
                 );
                 return Ok(false);
@@ -232,7 +233,8 @@ impl<C: ClusterState> Manager<C> {
             && local.source.as_deref() == Some(source.as_str())
         {
             local.io_retrying_a_ready_source = self
-                .peer_status(source)
+                .peers
+                .status(source)
                 .await
                 .is_some_and(|p| p.mysqld_running && p.ready);
         }
@@ -251,6 +253,7 @@ impl<C: ClusterState> Manager<C> {
             Action::SetReadOnly(true) => {
                 // Writable while another instance is the primary: deposed.
                 if self
+                    .fencer
                     .make_read_only(self_fence::Cause::Deposed, "replica")
                     .await?
                     == Fenced::Killed
@@ -266,7 +269,7 @@ impl<C: ClusterState> Manager<C> {
             Action::StartReplication => {
                 // MariaDB empties the relay log when both threads start.
                 if f == Flavor::Mariadb && relay_refill::both_threads_stopped(view) {
-                    self.relay_log_emptied(relay_refill::emptying(f, view));
+                    self.refill.emptied(relay_refill::emptying(f, view));
                 }
                 sql::exec_all(conn, &[flavor::start_replica(f)]).await?;
             }
@@ -280,7 +283,7 @@ impl<C: ClusterState> Manager<C> {
                     "a failover is under way: receiving nothing more from the failed primary",
                 );
             }
-            Action::Follow(source) if self.peer(&source).is_none() => {
+            Action::Follow(source) if self.peers.get(&source).is_none() => {
                 return self.follow_external(conn, &source, view).await;
             }
             Action::Follow(source) => return self.follow(conn, &source, view).await,
@@ -302,7 +305,7 @@ impl<C: ClusterState> Manager<C> {
         // manager that answers before reaching its mysqld (just
         // restarted) reports none, and every replica would take
         // itself for diverged.
-        let Some(src) = self.peer_status(source).await.filter(|s| s.mysqld_running) else {
+        let Some(src) = self.peers.status(source).await.filter(|s| s.mysqld_running) else {
             self.set_phase(
                 InstancePhase::Running,
                 format!("waiting for {source} to answer"),
@@ -321,7 +324,8 @@ impl<C: ClusterState> Manager<C> {
             return Ok(false);
         }
         let peer = self
-            .peer(source)
+            .peers
+            .get(source)
             .ok_or_else(|| anyhow::anyhow!("no address known for {source}"))?;
         let spec = SourceSpec {
             // A peer of this cluster: applied as the server.
@@ -345,7 +349,7 @@ impl<C: ClusterState> Manager<C> {
             Some(_) => relay_refill::emptying(f, &sql::observe(conn, f).await?),
             None => relay_refill::Emptying::NothingConfigured,
         };
-        self.relay_log_emptied(stopped);
+        self.refill.emptied(stopped);
         sql::exec_all(
             conn,
             &[flavor::change_source(f, &spec), flavor::start_replica(f)],
@@ -358,7 +362,7 @@ impl<C: ClusterState> Manager<C> {
             &replica_durability::relax(&self.cfg.spec.mysql.parameters),
         )
         .await?;
-        self.clear_acked_alone();
+        acked_alone::clear(&self.cfg);
         Ok(true)
     }
 
@@ -379,7 +383,7 @@ impl<C: ClusterState> Manager<C> {
             .clone()
             .filter(|c| c != &self.cfg.instance);
         let wait_for = match old {
-            Some(old) => match self.peer_status(&old).await {
+            Some(old) => match self.peers.status(&old).await {
                 Some(st) if st.mysqld_running && !st.read_only => {
                     self.set_phase(
                         InstancePhase::Running,
@@ -432,7 +436,7 @@ impl<C: ClusterState> Manager<C> {
         if self.cfg.spec.enable_primary_lease {
             let attempt = Instant::now();
             self.cluster.acquire_lease(&self.cfg.instance).await?;
-            *self.last_renew.lock().unwrap() = Some(attempt);
+            self.owners.lease.renewed(attempt);
         }
         if !self.cluster.claim_primary(&self.cfg.instance).await? {
             tracing::warn!("the target primary changed while promoting; staying read-only");
@@ -440,7 +444,7 @@ impl<C: ClusterState> Manager<C> {
             return Ok(());
         }
         // The accepted primary again: a crash now keeps what it wrote.
-        self.deposed.store(false, Ordering::SeqCst);
+        self.fencer.reinstated();
         if let Some(source) = role::replica_source(status) {
             // A replica cluster's: it follows the source, never writable.
             tracing::info!(source, "promoted: the replica cluster's designated primary");
@@ -460,7 +464,7 @@ impl<C: ClusterState> Manager<C> {
         self.durable_binlog(conn).await?;
         let settings = semisync::at_promotion(&self.cfg.spec);
         if !settings.enabled {
-            self.record_acked_alone("writes opened with semi-sync off")?;
+            acked_alone::record(&self.cfg, "writes opened with semi-sync off")?;
         }
         sql::exec_all(conn, &sql::semi_sync_source(f, &settings)).await?;
         sql::exec_all(conn, &flavor::read_only(f, false)).await
@@ -477,74 +481,6 @@ impl<C: ClusterState> Manager<C> {
         let cfg = self.cfg.clone();
         tokio::task::spawn_blocking(move || crate::binlog_files::sync_all(&cfg)).await??;
         Ok(())
-    }
-
-    /// `preferred` semi-sync: the primary falls back to asynchronous
-    /// replication itself once a commit has waited `timeoutMillis`, and only
-    /// while it provably holds the lease (`semisync::fall_back`).
-    pub(super) async fn fall_back_if_due(&self) {
-        let spec = &self.cfg.spec;
-        if semisync::fallback_after_ms(spec).is_none()
-            || !matches!(
-                *self.desired.lock().unwrap(),
-                Some(Desired::Primary) | Some(Desired::HandOver { .. })
-            )
-            || !matches!(self.supervisor.state(), ServerState::Running { .. })
-        {
-            return;
-        }
-        // Only a primary that proves its lease may fall back: without it,
-        // not even the processlist is read (a primary resumed from a freeze
-        // has more urgent work).
-        if !self.lease_proven() {
-            return;
-        }
-        let Some(pool) = self.pool() else { return };
-        let f = self.cfg.flavor();
-        let waited = tokio::time::timeout(Duration::from_millis(500), async {
-            let mut c = pool.get_conn().await?;
-            let ms: Option<u64> = c.query_first(flavor::longest_ack_wait_ms(f).text).await?;
-            anyhow::Ok(ms.unwrap_or(0))
-        })
-        .await;
-        let Ok(Ok(waited)) = waited else { return };
-        if !semisync::fall_back(spec, self.lease_proven(), waited) {
-            return;
-        }
-        let off = semisync::off(semisync::NEVER_FALL_BACK_MS);
-        if let Err(e) = self.record_acked_alone(&format!(
-            "fell back to asynchronous replication after a commit waited {waited} ms"
-        )) {
-            tracing::error!(error = %e, "cannot record the fallback; staying semi-synchronous");
-            return;
-        }
-        match self.apply_semi_sync(&off).await {
-            Ok(()) => tracing::warn!(
-                waited_ms = waited,
-                "no replica acknowledged in time: falling back to asynchronous replication (dataDurability: preferred)"
-            ),
-            Err(e) => tracing::warn!(error = %e, "cannot fall back to asynchronous replication"),
-        }
-    }
-
-    /// Apply semi-sync settings on this primary (the operator's steady-state adjustment).
-    pub async fn apply_semi_sync(&self, settings: &semisync::Settings) -> anyhow::Result<()> {
-        let pool = self
-            .pool()
-            .ok_or_else(|| anyhow::anyhow!("mysqld is not connected"))?;
-        let primary = matches!(
-            *self.desired.lock().unwrap(),
-            Some(Desired::Primary) | Some(Desired::Promote) | Some(Desired::HandOver { .. })
-        );
-        if primary && !settings.enabled {
-            self.record_acked_alone("semi-sync switched off (no replica to acknowledge)")?;
-        }
-        let mut conn = pool.get_conn().await?;
-        sql::exec_all(
-            &mut conn,
-            &sql::semi_sync_source(self.cfg.flavor(), settings),
-        )
-        .await
     }
 }
 

@@ -5,44 +5,87 @@
 //! commit waits for a semi-sync acknowledgement (MySQL turns read-only
 //! meanwhile): that commit must never complete.
 
+use super::link::Link;
 use super::*;
+use std::sync::atomic::AtomicBool;
 
-impl<C: ClusterState> Manager<C> {
+/// How a request to become read-only ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Fenced {
+    ReadOnly,
+    /// mysqld was killed instead (it starts again read-only).
+    Killed,
+}
+
+/// Fencing, shared by convergence (demotion, a writable replica), the
+/// watchdog (a lease that cannot be proven) and the stop. It owns whether
+/// this instance was deposed while writable.
+pub(super) struct Fencer {
+    link: Link,
+    /// mysqld was killed because this instance was deposed while writable:
+    /// its next start recovers as a replica (rolls back what waited for an
+    /// acknowledgement), whatever an older view of the status says.
+    deposed: AtomicBool,
+}
+
+impl Fencer {
+    pub fn new(link: Link) -> Fencer {
+        Fencer {
+            link,
+            deposed: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether this instance was deposed while writable (and has not been
+    /// the accepted primary since).
+    pub fn deposed(&self) -> bool {
+        self.deposed.load(Ordering::SeqCst)
+    }
+
+    /// The accepted primary again (it took or renewed the lease, or it
+    /// claimed the primary): a crash now keeps what it wrote.
+    pub fn reinstated(&self) {
+        self.deposed.store(false, Ordering::SeqCst);
+    }
+
     /// Deposed: when mysqld starts again it recovers as a replica (the
     /// transactions that waited are rolled back where the flavour can).
     fn mark_deposed(&self) {
         self.deposed.store(true, Ordering::SeqCst);
-        self.supervisor
+        let cfg = &self.link.cfg;
+        self.link
+            .supervisor
             .set_start_options(cnmysql_core::flavor::recovery_options(
-                self.cfg.flavor(),
+                cfg.flavor(),
                 role::Recovery::AsReplica,
-                self.cfg.spec.mysql.semi_sync.enabled,
+                cfg.spec.mysql.semi_sync.enabled,
             ));
     }
 
     /// Kill mysqld of a deposed primary whose waiting commits must never
     /// complete; it starts again read-only, recovering as a replica.
-    pub(super) fn kill_deposed_server(&self, why: &str) {
+    pub fn kill_deposed_server(&self, why: &str) {
         self.mark_deposed();
         tracing::error!(
             why,
             "killing mysqld: nothing it holds unacknowledged may be acknowledged"
         );
-        self.supervisor.kill_to_fence(*self.shutdown.borrow());
+        self.link.supervisor.kill_to_fence(self.link.stopping());
     }
 
     /// Make mysqld read-only and close the writers' sessions, within
     /// [`self_fence::READ_ONLY_BUDGET_MS`]; past it, escalate as
     /// [`self_fence::escalation`] says for `cause`.
-    pub(super) async fn make_read_only(
+    pub async fn make_read_only(
         &self,
         cause: self_fence::Cause,
         why: &str,
     ) -> anyhow::Result<Fenced> {
         let pool = self
+            .link
             .pool()
             .ok_or_else(|| anyhow::anyhow!("no connection to mysqld yet"))?;
-        let f = self.cfg.flavor();
+        let f = self.link.cfg.flavor();
         let budget = Duration::from_millis(self_fence::READ_ONLY_BUDGET_MS);
         let began = Instant::now();
         let mut conn = match tokio::time::timeout(budget, pool.get_conn()).await {
@@ -54,7 +97,7 @@ impl<C: ClusterState> Manager<C> {
         {
             self.kill_deposed_server(&format!(
                 "{why}: still writable {} ms after the primary lease was last renewed, past its expiry (the manager did not run: frozen, stopped or starved)",
-                self.lease_age_ms().unwrap_or_default()
+                self.link.lease.age_ms().unwrap_or_default()
             ));
             return Ok(Fenced::Killed);
         }
@@ -91,7 +134,7 @@ impl<C: ClusterState> Manager<C> {
                         "mysqld did not become read-only in time (commits wait for acknowledgements that will not come); killing it"
                     );
                     // Not started again when the manager is stopping anyway.
-                    self.supervisor.kill_to_fence(*self.shutdown.borrow());
+                    self.link.supervisor.kill_to_fence(self.link.stopping());
                     return Ok(Fenced::Killed);
                 }
                 self_fence::Escalation::CloseSessionsAndRetry => {
@@ -125,7 +168,7 @@ impl<C: ClusterState> Manager<C> {
         cause: self_fence::Cause,
         conn: &mut mysql_async::Conn,
     ) -> bool {
-        let age = self.lease_age_ms();
+        let age = self.link.lease.age_ms();
         if !self_fence::kill_at_once(cause, age, true) {
             return false;
         }

@@ -4,6 +4,7 @@
 //! primary lease (`primary_lease.rs`) and observation (`observe.rs`). mysqld's
 //! supervision is `crate::mysqld`.
 
+mod acked_alone;
 mod archive_replica;
 mod archiving;
 mod backend;
@@ -11,14 +12,18 @@ mod certificates;
 mod converge;
 mod fence;
 pub mod import;
+mod lease_proof;
+mod link;
 mod observe;
 mod obtain;
+mod peers;
 mod primary_lease;
 pub mod recovery;
 mod reinit;
 mod relay_refill;
 mod replay;
 mod replica_cluster;
+mod semi_sync;
 mod sql_objects;
 mod watchdog;
 
@@ -73,25 +78,24 @@ fn current_exe_path() -> std::path::PathBuf {
 /// SHA-256 of the running executable, hex encoded.
 pub use cnmysql_control::executable_hash;
 
-/// How a request to become read-only ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Fenced {
-    ReadOnly,
-    /// mysqld was killed instead (it starts again read-only).
-    Killed,
-}
+use fence::{Fenced, Fencer};
+use link::{Link, Owners};
 
 pub struct Manager<C: ClusterState> {
     cfg: Arc<InstanceConfig>,
-    cluster: C,
+    cluster: Arc<C>,
+    /// The other instances: addresses and status.
+    peers: Arc<peers::Peers<C>>,
     supervisor: Arc<Supervisor>,
-    pool: Mutex<Option<Pool>>,
+    /// What the concerns read of each other (`link.rs`).
+    link: Link,
+    /// The writing ends of the link's values: the server connection, the
+    /// role and the lease proof, written by convergence alone.
+    owners: Owners,
+    /// Fencing, which owns whether this instance was deposed.
+    fencer: Arc<Fencer>,
     phase: Mutex<(InstancePhase, String)>,
     progress: ProgressCell,
-    desired: Mutex<Option<Desired>>,
-    /// When the lease was last taken or renewed (monotonic: a wall-clock
-    /// step must not postpone self-fencing).
-    last_renew: Mutex<Option<Instant>>,
     /// When mysqld last wrote a log line.
     mysqld_output: Mutex<Option<Arc<Mutex<Instant>>>>,
     /// Last successful read of the cluster state.
@@ -113,17 +117,13 @@ pub struct Manager<C: ClusterState> {
     /// The GTID history last observed, and when it was first seen so
     /// (none for the first observation: its age is unknown).
     history_seen: Mutex<Option<(String, Option<String>)>>,
-    /// Its certificates, loaded again when renewed.
-    certs: certificates::Certificates,
+    /// Its certificates, loaded again when renewed (`certificates::Renewal`).
+    certs: Arc<certificates::Certificates>,
     shutdown: watch::Sender<bool>,
-    /// mysqld was killed because this instance was deposed while writable:
-    /// its next start recovers as a replica (rolls back what waited for an
-    /// acknowledgement), whatever an older view of the status says.
-    deposed: std::sync::atomic::AtomicBool,
     /// The version of the running server (`VERSION()`), once it runs.
     server_version: Mutex<Option<String>>,
     /// Continuous binlog archiving, while this instance is the primary.
-    archive: Arc<Mutex<cnmysql_api::backup::ArchiveStatus>>,
+    archiving: Arc<archiving::Archiving>,
     /// Following a binlog archive, as a replica cluster's designated
     /// primary (`archive_replica`).
     archive_replica: Mutex<archive_replica::Shared>,
@@ -131,22 +131,34 @@ pub struct Manager<C: ClusterState> {
     /// after it (held while a batch starts).
     archive_gate: tokio::sync::Mutex<bool>,
     /// Whether the relay log is proven to hold again what it held before
-    /// it was last emptied (`relay_refill`).
-    refill: Mutex<relay_refill::Refill>,
+    /// it was last emptied.
+    refill: Arc<relay_refill::RelayRefill<C>>,
 }
 
 impl<C: ClusterState> Manager<C> {
     pub fn new(cfg: InstanceConfig, cluster: C) -> anyhow::Result<Arc<Self>> {
         let cfg = Arc::new(cfg);
-        let certs = certificates::Certificates::load(cfg.tls.clone())?;
+        let certs = Arc::new(certificates::Certificates::load(cfg.tls.clone())?);
+        let supervisor = Supervisor::new(cfg.clone());
+        let shutdown = watch::channel(false).0;
+        let (link, owners) = Link::new(cfg.clone(), supervisor.clone(), shutdown.subscribe());
+        let cluster = Arc::new(cluster);
+        let peers = Arc::new(peers::Peers::new(
+            cfg.clone(),
+            cluster.clone(),
+            certs.clone(),
+        ));
         Ok(Arc::new(Manager {
-            supervisor: Supervisor::new(cfg.clone()),
+            supervisor,
             cluster,
-            pool: Mutex::new(None),
+            refill: Arc::new(relay_refill::RelayRefill::new(link.clone(), peers.clone())),
+            archiving: Arc::new(archiving::Archiving::new(link.clone())),
+            peers,
+            fencer: Arc::new(Fencer::new(link.clone())),
+            link,
+            owners,
             phase: Mutex::new((InstancePhase::Initializing, String::new())),
             progress: Arc::new(Mutex::new(None)),
-            desired: Mutex::new(None),
-            last_renew: Mutex::new(None),
             mysqld_output: Mutex::new(None),
             last_cluster_ok: Mutex::new(Instant::now()),
             exe_hash: executable_hash(),
@@ -158,13 +170,10 @@ impl<C: ClusterState> Manager<C> {
             gate: Default::default(),
             certs,
             history_seen: Mutex::new(None),
-            shutdown: watch::channel(false).0,
-            deposed: Default::default(),
+            shutdown,
             server_version: Mutex::new(None),
-            archive: Default::default(),
             archive_replica: Default::default(),
             archive_gate: Default::default(),
-            refill: Default::default(),
             cfg,
         }))
     }
@@ -188,7 +197,7 @@ impl<C: ClusterState> Manager<C> {
     }
 
     fn pool(&self) -> Option<Pool> {
-        self.pool.lock().unwrap().clone()
+        self.link.pool()
     }
 
     /// Run until shutdown is requested; then stop mysqld cleanly. Logs
@@ -299,17 +308,25 @@ impl<C: ClusterState> Manager<C> {
             "instance manager started"
         );
 
-        let renewals = tokio::spawn(self.clone().certificate_loop().in_current_span());
+        let renewal = certificates::Renewal {
+            link: self.link.clone(),
+            certs: self.certs.clone(),
+        };
+        let renewals = tokio::spawn(renewal.run().in_current_span());
         let mut stop = self.shutdown.subscribe();
         let work = {
             let me = self.clone();
             async move {
                 if me.obtain_data().await? {
-                    let watchdog = tokio::spawn(me.clone().self_fence_watchdog().in_current_span());
-                    let archiving = tokio::spawn(me.clone().archive_loop().in_current_span());
+                    let watchdog = watchdog::Watchdog {
+                        link: me.link.clone(),
+                        fencer: me.fencer.clone(),
+                    };
+                    let watchdog = tokio::spawn(watchdog.run().in_current_span());
+                    let archiving = tokio::spawn(me.archiving.clone().run().in_current_span());
                     let following =
                         tokio::spawn(me.clone().archive_replica_loop().in_current_span());
-                    let refill = tokio::spawn(me.clone().relay_refill_loop().in_current_span());
+                    let refill = tokio::spawn(me.refill.clone().run().in_current_span());
                     me.reconcile_loop().await;
                     watchdog.abort();
                     refill.abort();
@@ -332,8 +349,7 @@ impl<C: ClusterState> Manager<C> {
         self.release_lease_if_held().await;
         self.supervisor.shutdown().await;
         logs.drain().await;
-        let pool = self.pool.lock().unwrap().take();
-        if let Some(p) = pool {
+        if let Some(p) = self.owners.server.send_replace(None) {
             let _ = tokio::time::timeout(Duration::from_secs(1), p.disconnect()).await;
         }
         self.shutdown.send_replace(true);
@@ -352,12 +368,12 @@ impl<C: ClusterState> Manager<C> {
         // request held up by commits that wait for acknowledgements kills
         // mysqld (self_fence.rs); clients get errors, never a false
         // acknowledgement.
-        let cause = if self.lease_proven() {
+        let cause = if self.link.lease.proven() {
             self_fence::Cause::Stopping
         } else {
             self_fence::Cause::Deposed
         };
-        let fenced = match self.make_read_only(cause, "shutting down").await {
+        let fenced = match self.fencer.make_read_only(cause, "shutting down").await {
             Ok(f) => f,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot make mysqld read-only before stopping it");
@@ -382,11 +398,7 @@ impl<C: ClusterState> Manager<C> {
     }
 
     async fn sleep_or_stop(&self, d: Duration) -> bool {
-        let mut stop = self.shutdown.subscribe();
-        tokio::select! {
-            _ = tokio::time::sleep(d) => *self.shutdown.borrow(),
-            _ = crate::stopped(&mut stop) => true,
-        }
+        self.link.sleep_or_stop(d).await
     }
 }
 

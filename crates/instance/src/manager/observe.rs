@@ -5,26 +5,12 @@ use super::*;
 
 impl<C: ClusterState> Manager<C> {
     pub(super) fn local_source_name(&self, host: &str, port: u16) -> Option<String> {
-        self.all_peers()
+        self.peers
+            .all()
             .into_iter()
             .find(|(_, p)| p.host == host && p.mysql_port == port)
             .map(|(n, _)| n)
             .or_else(|| Some(format!("{host}:{port}")))
-    }
-
-    /// Status of a peer instance over the control API, if it answers quickly.
-    pub(super) async fn peer_status(&self, name: &str) -> Option<InstanceStatus> {
-        let peer = self.peer(name)?;
-        tokio::time::timeout(
-            Duration::from_millis(1500),
-            self.certs
-                .peers()
-                .with_server_name(peer.tls_name.clone())
-                .get_json::<InstanceStatus>(&peer.host, peer.control_port, "/status"),
-        )
-        .await
-        .ok()?
-        .ok()
     }
 
     /// The liveness isolation check: cluster state unreachable for long and
@@ -44,7 +30,7 @@ impl<C: ClusterState> Manager<C> {
             return false;
         }
         let mut any_peer = false;
-        for (name, peer) in &self.all_peers() {
+        for (name, peer) in &self.peers.all() {
             if name == &self.cfg.instance {
                 continue;
             }
@@ -113,7 +99,7 @@ impl<C: ClusterState> Manager<C> {
             crate::server_version::system_tables_version(self.cfg.flavor(), data)
                 .unwrap_or_default();
         st.isolated = self.isolated().await;
-        st.archive = self.archive_status();
+        st.archive = self.archiving.status();
         st.archive_replica = self.archive_shared().status.clone();
         st.recovered = super::recovery::recovered(&self.cfg.data_dir);
         let Some(pool) = self.pool() else { return st };
@@ -137,9 +123,9 @@ impl<C: ClusterState> Manager<C> {
         st.read_only = view.read_only;
         st.source_id = view.source_id.clone();
         st.holds_lease = self
-            .last_renew
-            .lock()
-            .unwrap()
+            .link
+            .lease
+            .last_renewed()
             .is_some_and(|t| (t.elapsed().as_millis() as i64) < lease::TTL_MS);
         st.last_transaction_at = self.note_history(&view.gtid_executed);
         st.gtid_executed = view.gtid_executed;
@@ -148,7 +134,7 @@ impl<C: ClusterState> Manager<C> {
         st.semi_sync = Some(view.semi_sync);
         st.server = view.server;
         st.lag_seconds = view.replication.as_ref().and_then(|r| r.seconds_behind);
-        let desired = self.desired.lock().unwrap().clone();
+        let desired = self.link.role();
         st.role = match (&view.replication, &desired) {
             (Some(_), _) => Role::Replica,
             (None, _) if !view.read_only => Role::Primary,
@@ -184,7 +170,7 @@ impl<C: ClusterState> Manager<C> {
             desired,
             Some(Desired::Primary | Desired::DesignatedPrimary { .. })
         ) && st.role != Role::Primary
-            && self.relay_refilling();
+            && self.refill.refilling();
         st.replication = view.replication;
         st
     }

@@ -7,7 +7,7 @@ impl<C: ClusterState> Manager<C> {
     /// How the next start of mysqld recovers from a crash, from the
     /// latest cluster status (see [`role::recovery`]).
     pub(super) fn set_recovery(&self, status: &cnmysql_api::ClusterStatus) {
-        let recovery = if self.deposed.load(Ordering::SeqCst) {
+        let recovery = if self.fencer.deposed() {
             role::Recovery::AsReplica
         } else {
             role::recovery(&self.cfg.instance, status)
@@ -75,7 +75,9 @@ impl<C: ClusterState> Manager<C> {
                 cnmysql_core::upgrade::version::Version::parse(&v).map(|v| v.to_string());
         }
         conn.disconnect().await.ok();
-        *self.pool.lock().unwrap() = Some(sql::admin_pool(&self.cfg.socket(), &admin));
+        self.owners
+            .server
+            .send_replace(Some(sql::admin_pool(&self.cfg.socket(), &admin)));
         Ok(())
     }
 
@@ -222,24 +224,10 @@ impl<C: ClusterState> Manager<C> {
         Ok(true)
     }
 
-    /// Every instance's address: the platform's current view (Pod IPs on
-    /// Kubernetes) over the static configuration.
-    pub(super) fn all_peers(&self) -> BTreeMap<String, PeerAddr> {
-        let mut all = self.cfg.peers.clone();
-        all.extend(self.cluster.peers());
-        all
-    }
-
-    pub(super) fn peer(&self, name: &str) -> Option<PeerAddr> {
-        self.cluster
-            .peers()
-            .remove(name)
-            .or_else(|| self.cfg.peers.get(name).cloned())
-    }
-
     pub(super) async fn clone_replica(&self, source: &str) -> anyhow::Result<()> {
         let peer = self
-            .peer(source)
+            .peers
+            .get(source)
             .ok_or_else(|| anyhow::anyhow!("no address known for {source}"))?;
         self.set_phase(InstancePhase::Cloning, format!("cloning from {source}"));
         let copied = clone::clone_from(

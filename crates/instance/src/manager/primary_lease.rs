@@ -1,14 +1,15 @@
 //! The primary lease as this instance holds it: renewed while it is the
-//! primary, released when it stops being one, and proven before writes.
+//! primary, released when it stops being one, and proven before writes
+//! (the proof itself: `lease_proof.rs`).
 
 use super::*;
 
 impl<C: ClusterState> Manager<C> {
     pub(super) async fn release_lease_if_held(&self) {
-        if self.last_renew.lock().unwrap().is_some() {
+        if self.link.lease.held() {
             match self.cluster.release_lease(&self.cfg.instance).await {
                 Ok(()) => {
-                    *self.last_renew.lock().unwrap() = None;
+                    self.owners.lease.released();
                     tracing::info!("released the primary lease");
                 }
                 Err(e) => tracing::warn!(error = %e, "cannot release the primary lease"),
@@ -22,7 +23,7 @@ impl<C: ClusterState> Manager<C> {
         if !self.cfg.spec.enable_primary_lease {
             return true;
         }
-        let last = *self.last_renew.lock().unwrap();
+        let last = self.link.lease.last_renewed();
         if last.is_none_or(|t| t.elapsed().as_millis() as i64 >= lease::RENEW_EVERY_MS) {
             let attempt = Instant::now();
             // Bounded: a cut-off network must not hold the loop up.
@@ -34,43 +35,12 @@ impl<C: ClusterState> Manager<C> {
             .unwrap_or_else(|_| Err(anyhow::anyhow!("timed out")));
             match renewal {
                 Ok(()) => {
-                    *self.last_renew.lock().unwrap() = Some(attempt);
-                    self.deposed.store(false, Ordering::SeqCst);
+                    self.owners.lease.renewed(attempt);
+                    self.fencer.reinstated();
                 }
                 Err(e) => tracing::warn!(error = %e, "cannot renew the primary lease"),
             }
         }
-        self.renewal_fresh() == Some(true)
-    }
-
-    /// This manager renewed the primary lease once, but too long ago to
-    /// prove it still holds it (never renewed — a manager just started —
-    /// is not lapsed: it renews before it judges).
-    pub(super) fn lease_lapsed(&self) -> bool {
-        self.cfg.spec.enable_primary_lease && self.renewal_fresh() == Some(false)
-    }
-
-    /// The primary lease is provably this instance's: renewed within the
-    /// time after which it fences itself (leases off: always).
-    pub(super) fn lease_proven(&self) -> bool {
-        !self.cfg.spec.enable_primary_lease || self.renewal_fresh() == Some(true)
-    }
-
-    /// How long ago this manager last renewed the lease (None: it holds
-    /// none), on the monotonic clock.
-    pub(super) fn lease_age_ms(&self) -> Option<u64> {
-        self.last_renew
-            .lock()
-            .unwrap()
-            .map(|t| t.elapsed().as_millis() as u64)
-    }
-
-    /// Whether this manager's last renewal is recent enough to prove the
-    /// lease; None when it never renewed.
-    fn renewal_fresh(&self) -> Option<bool> {
-        self.last_renew
-            .lock()
-            .unwrap()
-            .map(|t| !lease::must_self_fence(0, t.elapsed().as_millis() as i64))
+        self.link.lease.fresh() == Some(true)
     }
 }

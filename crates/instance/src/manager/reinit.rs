@@ -1,53 +1,16 @@
 //! Re-initialisation as the instance carries it out (the decision is
 //! `cnmysql_core::reinit`): claim the one slot, save what only this
 //! instance holds, stop the server, replace the data with a clone of the
-//! primary, rejoin. Also the record of a primary that may have
-//! acknowledged commits without a replica, which keeps such an instance
-//! from healing itself.
+//! primary, rejoin. A primary that may have acknowledged commits without
+//! a replica (`acked_alone.rs`) does not heal itself.
 
+use super::acked_alone;
 use super::*;
 use cnmysql_api::SavedTransactions;
 use cnmysql_core::event::Event;
 use cnmysql_core::reinit::{self, Next};
 
-/// The record, in the data directory, that this instance as primary may
-/// have acknowledged commits no replica had.
-const ACKED_ALONE: &str = "cnmysql-acked-alone";
-
 impl<C: ClusterState> Manager<C> {
-    pub(super) fn acked_alone(&self) -> Option<String> {
-        std::fs::read_to_string(self.cfg.data_dir.join(ACKED_ALONE))
-            .ok()
-            .map(|s| s.trim().to_string())
-    }
-
-    /// Record, durably and before the server may do it, that commits may
-    /// now be acknowledged without a replica.
-    pub(super) fn record_acked_alone(&self, why: &str) -> anyhow::Result<()> {
-        if self.acked_alone().is_some() {
-            return Ok(());
-        }
-        let path = self.cfg.data_dir.join(ACKED_ALONE);
-        let text = format!("{why} at {}", jiff::Timestamp::now());
-        let f = std::fs::File::create(&path)?;
-        std::io::Write::write_all(&mut &f, text.as_bytes())?;
-        f.sync_all()?;
-        std::fs::File::open(&self.cfg.data_dir)?.sync_all()?;
-        tracing::warn!(
-            why,
-            "commits may be acknowledged without a replica: recorded"
-        );
-        Ok(())
-    }
-
-    /// Its whole history is now held by the primary it follows: nothing it
-    /// acknowledged alone can be lost any more.
-    pub(super) fn clear_acked_alone(&self) {
-        if std::fs::remove_file(self.cfg.data_dir.join(ACKED_ALONE)).is_ok() {
-            tracing::info!("following a primary that holds all of this instance's history");
-        }
-    }
-
     /// Re-initialise this instance when asked, or when it is diverged and
     /// may heal itself; otherwise record why not. True when the data was
     /// replaced in this pass (the caller starts over).
@@ -57,7 +20,7 @@ impl<C: ClusterState> Manager<C> {
         view: &sql::ServerView,
     ) -> anyhow::Result<bool> {
         let me = self.cfg.instance.as_str();
-        let acked_alone = self.acked_alone();
+        let acked_alone = acked_alone::read(&self.cfg);
         let diverged = status.diverged_instances.iter().any(|n| n == me);
         let holds_others_writes = if diverged {
             match self.holds_others_writes(status, view).await {
@@ -119,7 +82,8 @@ impl<C: ClusterState> Manager<C> {
             return Ok(false);
         };
         let Some(theirs) = self
-            .peer_status(&primary)
+            .peers
+            .status(&primary)
             .await
             .filter(|s| s.mysqld_running)
         else {
@@ -155,7 +119,8 @@ impl<C: ClusterState> Manager<C> {
         let f = self.cfg.flavor();
         let primary = status.current_primary.as_deref()?;
         let theirs = self
-            .peer_status(primary)
+            .peers
+            .status(primary)
             .await
             .filter(|s| s.mysqld_running)?;
         let mine = parse_history(f, &view.gtid_executed).ok()?;
@@ -223,7 +188,8 @@ impl<C: ClusterState> Manager<C> {
     ) -> anyhow::Result<()> {
         let f = self.cfg.flavor();
         let theirs = self
-            .peer_status(primary)
+            .peers
+            .status(primary)
             .await
             .filter(|s| s.mysqld_running)
             .ok_or_else(|| {

@@ -18,6 +18,8 @@
 //! binary log held every write acknowledged before the emptying, and it
 //! sends them again in order.
 
+use super::link::Link;
+use super::peers::Peers;
 use super::*;
 
 /// How often an unproven replica compares itself with its source.
@@ -25,7 +27,7 @@ const EVERY: Duration = Duration::from_millis(250);
 
 /// The emptyings seen and the last one proven refilled.
 #[derive(Default)]
-pub(super) struct Refill {
+struct Refill {
     /// Replication started or pointed anew by this manager.
     starts: u64,
     /// (mysqld's pid, `starts`) when the received history was last shown
@@ -68,14 +70,31 @@ pub(super) fn both_threads_stopped(view: &sql::ServerView) -> bool {
         .is_none_or(|r| r.io_state == "No" && !r.sql_running)
 }
 
-impl<C: ClusterState> Manager<C> {
+/// The relay refill concern: it owns the emptyings seen and the proofs,
+/// told of each emptying by convergence, proving refills in its own loop,
+/// and read by convergence and `/status`.
+pub(super) struct RelayRefill<C: ClusterState> {
+    link: Link,
+    peers: Arc<Peers<C>>,
+    state: Mutex<Refill>,
+}
+
+impl<C: ClusterState> RelayRefill<C> {
+    pub fn new(link: Link, peers: Arc<Peers<C>>) -> Self {
+        RelayRefill {
+            link,
+            peers,
+            state: Default::default(),
+        }
+    }
+
     /// Replication is about to start with its relay log emptied (see the
     /// module): what it acknowledged is unproven until fetched again —
     /// unless nothing was configured, or a proof held for this server and
     /// the emptying throws away nothing unapplied.
-    pub(super) fn relay_log_emptied(&self, what: Emptying) {
-        let before = self.refill_key();
-        let mut refill = self.refill.lock().unwrap();
+    pub fn emptied(&self, what: Emptying) {
+        let before = self.key();
+        let mut refill = self.state.lock().unwrap();
         let was_proven = before.is_some() && refill.proven == before;
         refill.starts += 1;
         let keep = match what {
@@ -89,64 +108,69 @@ impl<C: ClusterState> Manager<C> {
     }
 
     /// The emptying this proof is about: the server's pid and the starts.
-    fn refill_key(&self) -> Option<(u32, u64)> {
-        match self.supervisor.state() {
-            ServerState::Running { pid } => Some((pid, self.refill.lock().unwrap().starts)),
+    fn key(&self) -> Option<(u32, u64)> {
+        match self.link.supervisor.state() {
+            ServerState::Running { pid } => Some((pid, self.state.lock().unwrap().starts)),
             _ => None,
         }
     }
 
-    /// For `/status`: true unless the current server's relay log is
-    /// proven refilled since it was last emptied.
-    pub(super) fn relay_refilling(&self) -> bool {
-        let key = self.refill_key();
-        key.is_none() || self.refill.lock().unwrap().proven != key
+    /// True unless the current server's relay log is proven refilled since
+    /// it was last emptied.
+    pub fn refilling(&self) -> bool {
+        let key = self.key();
+        key.is_none() || self.state.lock().unwrap().proven != key
     }
 
     /// Proves refills as they happen, while the manager runs.
-    pub(super) async fn relay_refill_loop(self: Arc<Self>) {
+    pub async fn run(self: Arc<Self>) {
         loop {
-            if let Err(e) = self.prove_refilled().await {
+            if let Err(e) = self.prove().await {
                 tracing::debug!(error = %e, "relay log refill not proven yet");
             }
-            if self.sleep_or_stop(EVERY).await {
+            if self.link.sleep_or_stop(EVERY).await {
                 return;
             }
         }
     }
 
-    async fn prove_refilled(&self) -> anyhow::Result<()> {
-        let Some(key) = self.refill_key() else {
+    async fn prove(&self) -> anyhow::Result<()> {
+        let Some(key) = self.key() else {
             return Ok(());
         };
-        if self.refill.lock().unwrap().proven == Some(key) {
+        if self.state.lock().unwrap().proven == Some(key) {
             return Ok(());
         }
-        let desired = self.desired.lock().unwrap().clone();
-        let Some(Desired::Replica { source }) = desired else {
+        let Some(Desired::Replica { source }) = self.link.role() else {
             return Ok(());
         };
         // Read after the emptying (the key was taken before): the source's
         // binary log holds all that was acknowledged before it.
-        let Some(src) = self.peer_status(&source).await.filter(|s| s.mysqld_running) else {
+        let Some(src) = self
+            .peers
+            .status(&source)
+            .await
+            .filter(|s| s.mysqld_running)
+        else {
             return Ok(());
         };
-        let Some(pool) = self.pool() else {
+        let Some(pool) = self.link.pool() else {
             return Ok(());
         };
+        let f = self.link.cfg.flavor();
         let mut conn = pool.get_conn().await?;
-        let view = sql::observe(&mut conn, self.cfg.flavor()).await?;
+        let view = sql::observe(&mut conn, f).await?;
         let mine = InstanceStatus {
             gtid_executed: view.gtid_executed,
             replication: view.replication,
             ..Default::default()
         };
-        if !received_reaches(self.cfg.flavor(), &mine, &src.gtid_position) {
+        if !received_reaches(f, &mine, &src.gtid_position) {
             return Ok(());
         }
         // Unless it was emptied again meanwhile.
-        let now = self.refill_key();
-        let mut refill = self.refill.lock().unwrap();
+        let now = self.key();
+        let mut refill = self.state.lock().unwrap();
         if now == Some(key) && refill.starts == key.1 {
             refill.proven = Some(key);
         }

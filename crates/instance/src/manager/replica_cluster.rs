@@ -151,11 +151,12 @@ impl<C: ClusterState> Manager<C> {
     ) -> anyhow::Result<bool> {
         match desired {
             Desired::DesignatedPrimary { source } if !view.read_only => {
-                self.make_read_only(
-                    self_fence::Cause::Demotion,
-                    &format!("demoted: the cluster now follows {source}"),
-                )
-                .await?;
+                self.fencer
+                    .make_read_only(
+                        self_fence::Cause::Demotion,
+                        &format!("demoted: the cluster now follows {source}"),
+                    )
+                    .await?;
                 Ok(false)
             }
             // Only a cluster that was a replica cluster: any other primary
@@ -184,7 +185,7 @@ impl<C: ClusterState> Manager<C> {
             .as_ref()
             .filter(|r| !r.source_host.is_empty())
             .and_then(|r| self.local_source_name(&r.source_host, r.source_port))
-            .is_some_and(|n| self.peer(&n).is_none())
+            .is_some_and(|n| self.peers.get(&n).is_none())
     }
 
     /// A promoted replica cluster's primary, still following its source:

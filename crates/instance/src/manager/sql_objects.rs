@@ -18,7 +18,7 @@ impl<C: ClusterState> Manager<C> {
         &self,
         mut objects: Vec<SqlObject>,
     ) -> anyhow::Result<Vec<SqlObjectResult>> {
-        if *self.desired.lock().unwrap() != Some(Desired::Primary) {
+        if self.link.role() != Some(Desired::Primary) {
             anyhow::bail!("{} is not the primary", self.cfg.instance);
         }
         let pool = self

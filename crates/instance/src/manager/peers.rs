@@ -1,0 +1,56 @@
+//! The other instances: their addresses (the platform's current view, Pod
+//! IPs on Kubernetes, over the static configuration) and their `/status`
+//! over the control API, asked with this instance's peer certificate.
+
+use super::*;
+
+pub(super) struct Peers<C: ClusterState> {
+    cfg: Arc<InstanceConfig>,
+    cluster: Arc<C>,
+    certs: Arc<certificates::Certificates>,
+}
+
+impl<C: ClusterState> Peers<C> {
+    pub fn new(
+        cfg: Arc<InstanceConfig>,
+        cluster: Arc<C>,
+        certs: Arc<certificates::Certificates>,
+    ) -> Self {
+        Peers {
+            cfg,
+            cluster,
+            certs,
+        }
+    }
+
+    /// Every instance's address.
+    pub fn all(&self) -> BTreeMap<String, PeerAddr> {
+        let mut all = self.cfg.peers.clone();
+        all.extend(self.cluster.peers());
+        all
+    }
+
+    /// One instance's address.
+    pub fn get(&self, name: &str) -> Option<PeerAddr> {
+        self.cluster
+            .peers()
+            .remove(name)
+            .or_else(|| self.cfg.peers.get(name).cloned())
+    }
+
+    /// Status of a peer instance over the control API, if it answers
+    /// quickly.
+    pub async fn status(&self, name: &str) -> Option<InstanceStatus> {
+        let peer = self.get(name)?;
+        tokio::time::timeout(
+            Duration::from_millis(1500),
+            self.certs
+                .peers()
+                .with_server_name(peer.tls_name.clone())
+                .get_json::<InstanceStatus>(&peer.host, peer.control_port, "/status"),
+        )
+        .await
+        .ok()?
+        .ok()
+    }
+}
