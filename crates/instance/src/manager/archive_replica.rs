@@ -9,6 +9,7 @@
 //! token (or, without one, everything archived), then removes the channel
 //! before writes open. Any other role removes a channel left behind.
 
+use super::link::Link;
 use super::*;
 use cnmysql_api::backup::ObjectStore;
 use cnmysql_backup::archive_mirror::ArchiveMirror;
@@ -20,14 +21,36 @@ use cnmysql_core::status::ArchiveReplicaStatus;
 /// How often the archive is read.
 const READ_EVERY: Duration = Duration::from_secs(2);
 
-/// What the loop and the converge pass share.
+/// What the loop reports, and what a promotion reads of it.
 #[derive(Default)]
-pub(super) struct Shared {
-    pub status: Option<ArchiveReplicaStatus>,
-    pub following: Option<Following>,
+struct Shared {
+    status: Option<ArchiveReplicaStatus>,
+    following: Option<Following>,
     /// When a promotion was first seen: only a read after it counts as
     /// having read the archive to its end.
-    pub promotion_seen: Option<Instant>,
+    promotion_seen: Option<Instant>,
+}
+
+/// The archive follower: it owns its loop's report and the gate a
+/// promotion closes. Convergence asks it whether a promotion may open
+/// writes ([`ArchiveFollower::promotion_done`]); `/status` reads its
+/// report.
+pub(super) struct ArchiveFollower<C: ClusterState> {
+    link: Link,
+    cluster: Arc<C>,
+    shared: Mutex<Shared>,
+    /// Set once a promotion from the archive has finished: no batch starts
+    /// after it (held while a batch starts).
+    gate: tokio::sync::Mutex<bool>,
+}
+
+/// Where a promotion from the archive stands.
+pub(super) enum Promoted {
+    /// The archive is applied and its channel gone: writes may open.
+    Done,
+    /// Not yet, and why (for the instance's phase) when there is a reason
+    /// to say.
+    Waiting(Option<String>),
 }
 
 /// The loop's own state.
@@ -51,9 +74,28 @@ enum Want {
     Remove,
 }
 
-impl<C: ClusterState> Manager<C> {
+impl<C: ClusterState> ArchiveFollower<C> {
+    pub fn new(link: Link, cluster: Arc<C>) -> Self {
+        ArchiveFollower {
+            link,
+            cluster,
+            shared: Default::default(),
+            gate: Default::default(),
+        }
+    }
+
+    /// What `/status` reports of following the archive.
+    pub fn status(&self) -> Option<ArchiveReplicaStatus> {
+        self.shared().status.clone()
+    }
+
+    /// The loop reports following the archive (with or without an error).
+    pub fn reporting(&self) -> bool {
+        self.shared().status.is_some()
+    }
+
     /// The loop, for the manager's life.
-    pub(super) async fn archive_replica_loop(self: Arc<Self>) {
+    pub async fn run(self: Arc<Self>) {
         let mut me = Follower::default();
         loop {
             let result = match self.archive_want().await {
@@ -67,7 +109,7 @@ impl<C: ClusterState> Manager<C> {
                 me.batch = None;
                 self.archive_error(format!("{e:#}"));
             }
-            if self.sleep_or_stop(Duration::from_millis(500)).await {
+            if self.link.sleep_or_stop(Duration::from_millis(500)).await {
                 return;
             }
         }
@@ -77,7 +119,7 @@ impl<C: ClusterState> Manager<C> {
     /// cluster that follows one, or its primary being promoted while the
     /// channel is still there; removal for any other role that has one.
     async fn archive_want(&self) -> Want {
-        if !matches!(self.supervisor.state(), ServerState::Running { .. }) {
+        if !self.link.server_running() {
             return Want::Nothing;
         }
         let Ok(status) = self.cluster.get().await else {
@@ -87,14 +129,14 @@ impl<C: ClusterState> Manager<C> {
         let desired = self.link.role();
         match (desired, store) {
             (Some(Desired::DesignatedPrimary { .. }), Some(store)) => {
-                *self.archive_gate.lock().await = false;
+                *self.gate.lock().await = false;
                 Want::Follow {
                     store,
                     promoting: false,
                 }
             }
             (Some(Desired::Primary), Some(store))
-                if !*self.archive_gate.lock().await && self.was_following().await =>
+                if !*self.gate.lock().await && self.was_following().await =>
             {
                 Want::Follow {
                     store,
@@ -104,18 +146,18 @@ impl<C: ClusterState> Manager<C> {
             (None, _) => Want::Nothing,
             _ if status.replica.is_some() && self.has_channel().await == Some(true) => Want::Remove,
             _ => {
-                self.archive_shared().status = None;
+                self.shared().status = None;
                 Want::Nothing
             }
         }
     }
 
-    pub(super) fn archive_shared(&self) -> std::sync::MutexGuard<'_, Shared> {
-        self.archive_replica.lock().unwrap()
+    fn shared(&self) -> std::sync::MutexGuard<'_, Shared> {
+        self.shared.lock().unwrap()
     }
 
     fn archive_error(&self, e: String) {
-        let mut sh = self.archive_shared();
+        let mut sh = self.shared();
         let st = sh.status.get_or_insert_with(Default::default);
         if st.error.as_deref() != Some(&e) {
             tracing::warn!(error = e, "following the binlog archive");
@@ -128,14 +170,14 @@ impl<C: ClusterState> Manager<C> {
     /// This instance followed the archive until now: its loop reported,
     /// or its channel is there (after a restart). A promotion applies the
     /// rest of the archive first.
-    pub(super) async fn was_following(&self) -> bool {
-        self.archive_shared().status.is_some() || self.has_channel().await == Some(true)
+    pub async fn was_following(&self) -> bool {
+        self.shared().status.is_some() || self.has_channel().await == Some(true)
     }
 
     /// The channel exists on the server (None: the server did not say).
-    pub(super) async fn has_channel(&self) -> Option<bool> {
-        let mut c = self.pool()?.get_conn().await.ok()?;
-        match c.query_iter(ar::status(self.cfg.flavor()).text).await {
+    async fn has_channel(&self) -> Option<bool> {
+        let mut c = self.link.pool()?.get_conn().await.ok()?;
+        match c.query_iter(ar::status(self.link.cfg.flavor()).text).await {
             Ok(mut r) => Some(!r.collect::<mysql_async::Row>().await.ok()?.is_empty()),
             Err(mysql_async::Error::Server(e)) if ar::NO_CHANNEL_ERRORS.contains(&e.code) => {
                 Some(false)
@@ -145,17 +187,18 @@ impl<C: ClusterState> Manager<C> {
     }
 
     /// Remove the channel and take the instance's own server id back.
-    pub(super) async fn remove_channel(&self) -> anyhow::Result<()> {
+    pub async fn remove_channel(&self) -> anyhow::Result<()> {
         let pool = self
+            .link
             .pool()
             .ok_or_else(|| anyhow::anyhow!("no connection yet"))?;
         let mut c = pool.get_conn().await?;
         if self.has_channel().await == Some(true) {
-            sql::exec_all(&mut c, &ar::remove(self.cfg.flavor())).await?;
+            sql::exec_all(&mut c, &ar::remove(self.link.cfg.flavor())).await?;
             tracing::info!("the binlog archive's channel is removed");
         }
-        sql::exec_all(&mut c, &[ar::own_server_id(self.cfg.server_id())]).await?;
-        self.archive_shared().status = None;
+        sql::exec_all(&mut c, &[ar::own_server_id(self.link.cfg.server_id())]).await?;
+        self.shared().status = None;
         Ok(())
     }
 
@@ -167,8 +210,9 @@ impl<C: ClusterState> Manager<C> {
         store: &ObjectStore,
         promoting: bool,
     ) -> anyhow::Result<()> {
-        let f = self.cfg.flavor();
+        let f = self.link.cfg.flavor();
         let pool = self
+            .link
             .pool()
             .ok_or_else(|| anyhow::anyhow!("no connection yet"))?;
         let mut c = pool.get_conn().await?;
@@ -177,12 +221,12 @@ impl<C: ClusterState> Manager<C> {
             read_only == Some(1),
             "the server is writable: the binlog archive is applied to a read-only server only"
         );
-        let executed = self.reached(&mut c).await?;
+        let executed = super::replay::reached(f, &mut c).await?;
         if let Some((position, _)) = me.batch.clone() {
             if !recovery_plan::position_within(f, &position, &executed) {
                 return self.batch_running(&mut c).await;
             }
-            sql::exec_all(&mut c, &[ar::own_server_id(self.cfg.server_id())]).await?;
+            sql::exec_all(&mut c, &[ar::own_server_id(self.link.cfg.server_id())]).await?;
             tracing::info!(position, "a batch from the binlog archive is applied");
             me.batch = None;
             self.set_following(false, None, promoting, &position);
@@ -204,7 +248,7 @@ impl<C: ClusterState> Manager<C> {
         let mirror = &me.mirror.as_ref().expect("read_archive made it").1;
         sql::exec_all(&mut c, &ar::remove(f)).await.ok();
         let naming = relay_log::Naming {
-            base: self.cfg.data_dir.join(ar::RELAY_BASE),
+            base: self.link.cfg.data_dir.join(ar::RELAY_BASE),
             keep_sources: true,
             in_data_dir: true,
         };
@@ -223,7 +267,7 @@ impl<C: ClusterState> Manager<C> {
         let first = relay.files.first().and_then(|r| r.path.file_name());
         let first = first.and_then(|n| n.to_str()).unwrap_or_default();
         // Never after a promotion has finished (it may open writes now).
-        let finished = self.archive_gate.lock().await;
+        let finished = self.gate.lock().await;
         if *finished {
             return Ok(());
         }
@@ -250,12 +294,15 @@ impl<C: ClusterState> Manager<C> {
         store: &ObjectStore,
     ) -> anyhow::Result<Vec<recovery_plan::RunArchive>> {
         let server = store.server_name.clone().unwrap_or_default();
-        let dest =
-            destination::open_for_cluster(store, self.cfg.secrets.backup_dir.as_deref(), &server)
-                .map_err(|e| anyhow::anyhow!(e.replace("spec.backup.", "spec.replica.source.")))?;
+        let dest = destination::open_for_cluster(
+            store,
+            self.link.cfg.secrets.backup_dir.as_deref(),
+            &server,
+        )
+        .map_err(|e| anyhow::anyhow!(e.replace("spec.backup.", "spec.replica.source.")))?;
         let address = format!("{}/{server}", store.destination_path);
         if me.mirror.as_ref().is_none_or(|(a, _)| *a != address) {
-            let dir = self.cfg.data_dir.with_extension("archive-replica");
+            let dir = self.link.cfg.data_dir.with_extension("archive-replica");
             let mut m = ArchiveMirror::new(&dir);
             m.clear()?;
             me.mirror = Some((address, m));
@@ -268,7 +315,7 @@ impl<C: ClusterState> Manager<C> {
 
     /// The batch's applier: running (fine), or stopped with its error.
     async fn batch_running(&self, c: &mut mysql_async::Conn) -> anyhow::Result<()> {
-        let rows: Vec<mysql_async::Row> = c.query(ar::status(self.cfg.flavor()).text).await?;
+        let rows: Vec<mysql_async::Row> = c.query(ar::status(self.link.cfg.flavor()).text).await?;
         let row = rows
             .first()
             .ok_or_else(|| anyhow::anyhow!("the archive's channel is gone"))?;
@@ -295,7 +342,7 @@ impl<C: ClusterState> Manager<C> {
         promoting: bool,
         position: &str,
     ) {
-        let mut sh = self.archive_shared();
+        let mut sh = self.shared();
         let read_to_end =
             promoting && !applying && sh.promotion_seen.is_some_and(|t| t.elapsed() > READ_EVERY);
         sh.following = Some(Following {
@@ -318,26 +365,26 @@ impl<C: ClusterState> Manager<C> {
 
     /// A promoted primary still holding the archive's channel: true once
     /// it may remove it and open writes (`archive_replica::promotion`).
-    pub(super) async fn archive_promotion_done(
+    pub async fn promotion_done(
         &self,
         status: &cnmysql_api::ClusterStatus,
         view: &sql::ServerView,
-    ) -> anyhow::Result<bool> {
+    ) -> anyhow::Result<Promoted> {
         let token = status
             .replica
             .as_ref()
             .and_then(|r| r.promotion_token.as_deref());
         // Decided while no batch starts (`archive_step` holds it too).
-        let mut finished = self.archive_gate.lock().await;
+        let mut finished = self.gate.lock().await;
         let at = {
-            let mut sh = self.archive_shared();
+            let mut sh = self.shared();
             sh.promotion_seen.get_or_insert_with(Instant::now);
             sh.following.unwrap_or(Following {
                 applying: true,
                 read_to_end: false,
             })
         };
-        match ar::promotion(self.cfg.flavor(), &view.gtid_executed, token, at) {
+        match ar::promotion(self.link.cfg.flavor(), &view.gtid_executed, token, at) {
             Promotion::Ready => {
                 // No batch starts from here on (`archive_step`).
                 *finished = true;
@@ -346,13 +393,12 @@ impl<C: ClusterState> Manager<C> {
                     position = view.gtid_executed,
                     "promotion: the binlog archive is applied and no longer followed"
                 );
-                Ok(true)
+                Ok(Promoted::Done)
             }
             Promotion::AwaitToken(why) | Promotion::Applying(why) => {
-                self.set_phase(InstancePhase::Running, why);
-                Ok(false)
+                Ok(Promoted::Waiting(Some(why.to_string())))
             }
-            Promotion::StopReceiving => Ok(false),
+            Promotion::StopReceiving => Ok(Promoted::Waiting(None)),
         }
     }
 }

@@ -24,10 +24,10 @@ impl<C: ClusterState> Backend for Manager<C> {
         &self,
         objects: Vec<cnmysql_control::contract::SqlObject>,
     ) -> anyhow::Result<Vec<cnmysql_control::contract::SqlObjectResult>> {
-        Manager::reconcile_sql_objects(self, objects).await
+        sql_objects::reconcile(&self.link, objects).await
     }
     async fn upgrade_system_tables(&self) -> anyhow::Result<String> {
-        let phase = self.phase.lock().unwrap().0;
+        let phase = self.link.phase().0;
         anyhow::ensure!(
             phase == InstancePhase::Running && self.pool().is_some(),
             "not now: the instance is {phase:?}; try again once it is running"
@@ -38,14 +38,11 @@ impl<C: ClusterState> Backend for Manager<C> {
         Ok(done)
     }
     fn executable_path(&self) -> &std::path::Path {
-        &self.exe_path
+        &self.reexec.exe_path
     }
     fn may_reexec(&self) -> Result<(), String> {
-        let (phase, message) = self.phase.lock().unwrap().clone();
-        if self
-            .reexec_pending
-            .load(std::sync::atomic::Ordering::SeqCst)
-        {
+        let (phase, message) = self.link.phase();
+        if self.reexec.pending() {
             return Err("a re-exec is already under way".into());
         }
         match phase {
@@ -66,38 +63,8 @@ impl<C: ClusterState> Backend for Manager<C> {
         upgraded: bool,
         answered: tokio::sync::oneshot::Receiver<()>,
     ) {
-        use std::sync::atomic::Ordering;
-        if self.reexec_pending.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        tokio::spawn(async move {
-            // The answer is written (or the caller left, or it took too
-            // long); a moment more for the TLS layer to flush it.
-            let _ = tokio::time::timeout(crate::upgrade::ANSWER_TIMEOUT, answered).await;
-            tokio::time::sleep(crate::upgrade::FLUSH_GRACE).await;
-            let mysqld = match self.supervisor.state() {
-                ServerState::Running { pid } => Some(pid),
-                _ => None,
-            };
-            let Some(fd) = *self.log_fd.lock().unwrap() else {
-                tracing::error!("cannot re-exec: the log FIFO is not open");
-                self.reexec_pending.store(false, Ordering::SeqCst);
-                return;
-            };
-            // Requests already being served finish first; new ones wait in
-            // the backlog for the next image.
-            let open = self.gate.quiesce(crate::upgrade::QUIESCE_TIMEOUT).await;
-            if open > 0 {
-                tracing::warn!(open, "re-executing with control API connections still open");
-            }
-            let listeners = self.listen_fds.lock().unwrap().clone();
-            let e = crate::upgrade::reexec(&exe, mysqld, fd, &listeners);
-            self.gate.release();
-            tracing::error!(error = %e, "re-exec failed; this manager goes on supervising mysqld");
-            if upgraded {
-                crate::upgrade::restore_previous(&exe);
-            }
-            self.reexec_pending.store(false, Ordering::SeqCst);
-        });
+        self.reexec
+            .clone()
+            .start(self.supervisor.clone(), exe, upgraded, answered);
     }
 }

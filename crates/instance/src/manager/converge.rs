@@ -50,7 +50,7 @@ impl<C: ClusterState> Manager<C> {
     pub(super) async fn reconcile_once(&self) -> anyhow::Result<()> {
         let status =
             cnmysql_core::replica_cluster::with_declared(self.cluster.get().await?, &self.cfg.spec);
-        *self.last_cluster_ok.lock().unwrap() = Instant::now();
+        self.owners.cluster_seen.send_replace(Instant::now());
         self.set_recovery(&status);
         let desired = role::desired(&self.cfg.instance, &status);
         self.owners.role.send_replace(Some(desired.clone()));
@@ -219,7 +219,7 @@ impl<C: ClusterState> Manager<C> {
         // (`archive_replica`), not the replication threads.
         if let Desired::DesignatedPrimary { source } = desired
             && view.replication.is_none()
-            && self.archive_shared().status.is_some()
+            && self.archive_follower.reporting()
         {
             local.source = Some(source.clone());
             local.io_running = true;

@@ -1,11 +1,12 @@
 //! What the manager's concerns share. The configuration and the server's
-//! supervision are read by all; three values are each written by one
-//! concern and only read by the others, through the receivers here: the
-//! connection to the running server (written by obtaining the data, which
-//! starts the server), the role convergence works towards (written by
-//! convergence) and the lease proof (`lease_proof.rs`, written by
-//! convergence, which renews the lease). A concern gets a clone of the
-//! link: it can read these, never write them.
+//! supervision are read by all; the other values are written by the
+//! convergence loop alone (it holds the [`Owners`]) and only read by the
+//! other loops and the control API, through the receivers here: the
+//! connection to the running server (made by obtaining the data, which
+//! starts the server), the role convergence works towards, the lease proof
+//! (`lease_proof.rs`), the phase, when the cluster state was last read and
+//! the server's version. A concern gets a clone of the link: it can read
+//! these, never write them.
 
 use super::lease_proof::LeaseView;
 use super::*;
@@ -18,6 +19,9 @@ pub(super) struct Link {
     role: watch::Receiver<Option<Desired>>,
     pub lease: LeaseView,
     stop: watch::Receiver<bool>,
+    phase: watch::Receiver<(InstancePhase, String)>,
+    cluster_seen: watch::Receiver<Instant>,
+    server_version: watch::Receiver<Option<String>>,
 }
 
 /// The writing ends of the link's values, kept by their owners.
@@ -25,6 +29,12 @@ pub(super) struct Owners {
     pub server: watch::Sender<Option<Pool>>,
     pub role: watch::Sender<Option<Desired>>,
     pub lease: super::lease_proof::LeaseKeeper,
+    /// The instance's phase and why.
+    pub phase: watch::Sender<(InstancePhase, String)>,
+    /// When the cluster state was last read.
+    pub cluster_seen: watch::Sender<Instant>,
+    /// The running server's version (`VERSION()`), once it runs.
+    pub server_version: watch::Sender<Option<String>>,
 }
 
 impl Link {
@@ -39,6 +49,9 @@ impl Link {
         let (role, role_rx) = watch::channel(None);
         let (lease, lease_view) =
             super::lease_proof::LeaseKeeper::new(cfg.spec.enable_primary_lease);
+        let (phase, phase_rx) = watch::channel((InstancePhase::Initializing, String::new()));
+        let (cluster_seen, seen_rx) = watch::channel(Instant::now());
+        let (server_version, version_rx) = watch::channel(None);
         let link = Link {
             cfg,
             supervisor,
@@ -46,15 +59,19 @@ impl Link {
             role: role_rx,
             lease: lease_view,
             stop,
+            phase: phase_rx,
+            cluster_seen: seen_rx,
+            server_version: version_rx,
         };
-        (
-            link,
-            Owners {
-                server,
-                role,
-                lease,
-            },
-        )
+        let owners = Owners {
+            server,
+            role,
+            lease,
+            phase,
+            cluster_seen,
+            server_version,
+        };
+        (link, owners)
     }
 
     /// The pool of admin connections to the running server, once connected.
@@ -65,6 +82,21 @@ impl Link {
     /// The role convergence works towards (none before its first turn).
     pub fn role(&self) -> Option<Desired> {
         self.role.borrow().clone()
+    }
+
+    /// The instance's phase and why.
+    pub fn phase(&self) -> (InstancePhase, String) {
+        self.phase.borrow().clone()
+    }
+
+    /// How long ago convergence last read the cluster state.
+    pub fn cluster_unseen_for(&self) -> Duration {
+        self.cluster_seen.borrow().elapsed()
+    }
+
+    /// The running server's version, once known.
+    pub fn server_version(&self) -> Option<String> {
+        self.server_version.borrow().clone()
     }
 
     /// The server runs (as its supervisor last saw).

@@ -19,6 +19,7 @@ mod obtain;
 mod peers;
 mod primary_lease;
 pub mod recovery;
+mod reexec;
 mod reinit;
 mod relay_refill;
 mod replay;
@@ -94,25 +95,14 @@ pub struct Manager<C: ClusterState> {
     owners: Owners,
     /// Fencing, which owns whether this instance was deposed.
     fencer: Arc<Fencer>,
-    phase: Mutex<(InstancePhase, String)>,
     progress: ProgressCell,
     /// When mysqld last wrote a log line.
     mysqld_output: Mutex<Option<Arc<Mutex<Instant>>>>,
-    /// Last successful read of the cluster state.
-    last_cluster_ok: Mutex<Instant>,
     exe_hash: String,
     started_at: String,
-    /// The manager's own binary (its private copy): what an in-place
-    /// upgrade replaces.
-    exe_path: std::path::PathBuf,
-    /// The log FIFO's descriptor, handed on across a re-exec.
-    log_fd: Mutex<Option<std::os::fd::RawFd>>,
-    /// A re-exec is scheduled: no second one meanwhile.
-    reexec_pending: std::sync::atomic::AtomicBool,
-    /// The listening sockets (control API, probes), handed on across a
-    /// re-exec so that nobody is refused during it.
-    listen_fds: Mutex<Vec<(&'static str, std::os::fd::RawFd)>>,
-    /// Holds the control API still just before a re-exec.
+    /// The in-place re-exec and what it hands on.
+    reexec: Arc<reexec::Reexec>,
+    /// Holds the control API still around a re-exec.
     gate: Arc<crate::serve::Gate>,
     /// The GTID history last observed, and when it was first seen so
     /// (none for the first observation: its age is unknown).
@@ -120,16 +110,11 @@ pub struct Manager<C: ClusterState> {
     /// Its certificates, loaded again when renewed (`certificates::Renewal`).
     certs: Arc<certificates::Certificates>,
     shutdown: watch::Sender<bool>,
-    /// The version of the running server (`VERSION()`), once it runs.
-    server_version: Mutex<Option<String>>,
     /// Continuous binlog archiving, while this instance is the primary.
     archiving: Arc<archiving::Archiving>,
     /// Following a binlog archive, as a replica cluster's designated
-    /// primary (`archive_replica`).
-    archive_replica: Mutex<archive_replica::Shared>,
-    /// Set once a promotion from an archive has finished: no batch starts
-    /// after it (held while a batch starts).
-    archive_gate: tokio::sync::Mutex<bool>,
+    /// primary.
+    archive_follower: Arc<archive_replica::ArchiveFollower<C>>,
     /// Whether the relay log is proven to hold again what it held before
     /// it was last emptied.
     refill: Arc<relay_refill::RelayRefill<C>>,
@@ -143,6 +128,7 @@ impl<C: ClusterState> Manager<C> {
         let shutdown = watch::channel(false).0;
         let (link, owners) = Link::new(cfg.clone(), supervisor.clone(), shutdown.subscribe());
         let cluster = Arc::new(cluster);
+        let gate = Arc::new(crate::serve::Gate::default());
         let peers = Arc::new(peers::Peers::new(
             cfg.clone(),
             cluster.clone(),
@@ -150,30 +136,26 @@ impl<C: ClusterState> Manager<C> {
         ));
         Ok(Arc::new(Manager {
             supervisor,
-            cluster,
+            cluster: cluster.clone(),
             refill: Arc::new(relay_refill::RelayRefill::new(link.clone(), peers.clone())),
             archiving: Arc::new(archiving::Archiving::new(link.clone())),
+            archive_follower: Arc::new(archive_replica::ArchiveFollower::new(
+                link.clone(),
+                cluster,
+            )),
             peers,
             fencer: Arc::new(Fencer::new(link.clone())),
             link,
             owners,
-            phase: Mutex::new((InstancePhase::Initializing, String::new())),
             progress: Arc::new(Mutex::new(None)),
             mysqld_output: Mutex::new(None),
-            last_cluster_ok: Mutex::new(Instant::now()),
             exe_hash: executable_hash(),
             started_at: jiff::Timestamp::now().to_string(),
-            exe_path: current_exe_path(),
-            log_fd: Mutex::new(None),
-            reexec_pending: Default::default(),
-            listen_fds: Mutex::new(Vec::new()),
-            gate: Default::default(),
+            reexec: Arc::new(reexec::Reexec::new(current_exe_path(), gate.clone())),
+            gate,
             certs,
             history_seen: Mutex::new(None),
             shutdown,
-            server_version: Mutex::new(None),
-            archive_replica: Default::default(),
-            archive_gate: Default::default(),
             cfg,
         }))
     }
@@ -185,11 +167,14 @@ impl<C: ClusterState> Manager<C> {
 
     fn set_phase(&self, phase: InstancePhase, message: impl Into<String>) {
         let message = message.into();
-        let mut p = self.phase.lock().unwrap();
-        if p.0 != phase || p.1 != message {
-            tracing::info!(phase = ?phase, reason = %message, "instance phase");
-        }
-        *p = (phase, message);
+        self.owners.phase.send_if_modified(|p| {
+            let changed = p.0 != phase || p.1 != message;
+            if changed {
+                tracing::info!(phase = ?phase, reason = %message, "instance phase");
+                *p = (phase, message);
+            }
+            changed
+        });
         if phase != InstancePhase::Starting {
             // After a re-exec: the state is known, the control API answers.
             self.gate.adopted();
@@ -229,7 +214,7 @@ impl<C: ClusterState> Manager<C> {
         // log FIFO the previous image handed on.
         let adopted = crate::upgrade::adopt(&cfg);
         let logs = mysqld::start_log_forwarder(&cfg.log_fifo(), adopted.log_fifo)?;
-        *self.log_fd.lock().unwrap() = Some(logs.fd());
+        self.reexec.set_log_fd(logs.fd());
         *self.mysqld_output.lock().unwrap() = Some(logs.last_output());
         match adopted.mysqld_pid {
             Some(pid) => {
@@ -257,10 +242,7 @@ impl<C: ClusterState> Manager<C> {
             "control API",
         )
         .await?;
-        self.listen_fds
-            .lock()
-            .unwrap()
-            .push(("control", listener.as_raw_fd()));
+        self.reexec.add_listener("control", listener.as_raw_fd());
         let api_task = tokio::spawn(
             crate::serve::serve(
                 listener,
@@ -280,10 +262,7 @@ impl<C: ClusterState> Manager<C> {
                 "probes",
             )
             .await?;
-            self.listen_fds
-                .lock()
-                .unwrap()
-                .push(("probes", probes.as_raw_fd()));
+            self.reexec.add_listener("probes", probes.as_raw_fd());
             let app = api::probe_router(self.clone());
             // Probes are short: a kubelet holds a connection a second or
             // two, and nobody else gets to keep one.
@@ -325,7 +304,7 @@ impl<C: ClusterState> Manager<C> {
                     let watchdog = tokio::spawn(watchdog.run().in_current_span());
                     let archiving = tokio::spawn(me.archiving.clone().run().in_current_span());
                     let following =
-                        tokio::spawn(me.clone().archive_replica_loop().in_current_span());
+                        tokio::spawn(me.archive_follower.clone().run().in_current_span());
                     let refill = tokio::spawn(me.refill.clone().run().in_current_span());
                     me.reconcile_loop().await;
                     watchdog.abort();

@@ -20,12 +20,12 @@ impl<C: ClusterState> Manager<C> {
         // cluster state is not read: that is no isolation (a long recovery
         // of a single instance has no peer to answer either).
         if matches!(
-            self.phase.lock().unwrap().0,
+            self.link.phase().0,
             InstancePhase::Initializing | InstancePhase::Cloning | InstancePhase::Preparing
         ) {
             return false;
         }
-        let unreachable_for = self.last_cluster_ok.lock().unwrap().elapsed();
+        let unreachable_for = self.link.cluster_unseen_for();
         if unreachable_for < isolation::UNREACHABLE_FOR {
             return false;
         }
@@ -63,7 +63,7 @@ impl<C: ClusterState> Manager<C> {
 
     /// A fresh look at the server for `/status`.
     pub async fn observe(&self) -> InstanceStatus {
-        let (phase, message) = self.phase.lock().unwrap().clone();
+        let (phase, message) = self.link.phase();
         let mut st = InstanceStatus {
             instance: self.cfg.instance.clone(),
             flavor: Some(self.cfg.flavor()),
@@ -87,12 +87,7 @@ impl<C: ClusterState> Manager<C> {
         if let ServerState::Running { pid } = self.supervisor.state() {
             st.mysqld_pid = Some(pid);
         }
-        st.server_version = self
-            .server_version
-            .lock()
-            .unwrap()
-            .clone()
-            .unwrap_or_default();
+        st.server_version = self.link.server_version().unwrap_or_default();
         let data = &self.cfg.data_dir;
         st.data_version = crate::server_version::data_version(data).unwrap_or_default();
         st.system_tables_version =
@@ -100,7 +95,7 @@ impl<C: ClusterState> Manager<C> {
                 .unwrap_or_default();
         st.isolated = self.isolated().await;
         st.archive = self.archiving.status();
-        st.archive_replica = self.archive_shared().status.clone();
+        st.archive_replica = self.archive_follower.status();
         st.recovered = super::recovery::recovered(&self.cfg.data_dir);
         let Some(pool) = self.pool() else { return st };
         let observed = tokio::time::timeout(Duration::from_secs(2), async {
@@ -159,9 +154,8 @@ impl<C: ClusterState> Manager<C> {
                 read_only: view.read_only,
                 replication,
                 archive_following: self
-                    .archive_shared()
-                    .status
-                    .as_ref()
+                    .archive_follower
+                    .status()
                     .is_some_and(|a| a.error.is_none()),
             },
         );

@@ -71,8 +71,9 @@ impl<C: ClusterState> Manager<C> {
             if let Err(e) = crate::server_version::record(&self.cfg.data_dir, &v) {
                 tracing::warn!(error = %e, "cannot record the server version in the data directory");
             }
-            *self.server_version.lock().unwrap() =
-                cnmysql_core::upgrade::version::Version::parse(&v).map(|v| v.to_string());
+            self.owners.server_version.send_replace(
+                cnmysql_core::upgrade::version::Version::parse(&v).map(|v| v.to_string()),
+            );
         }
         conn.disconnect().await.ok();
         self.owners

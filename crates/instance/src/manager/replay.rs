@@ -131,7 +131,7 @@ impl<C: ClusterState> Manager<C> {
             sql::exec_all(conn, &flavor::adopt_history(f, base_gtid, base_gtid)).await?;
         } else {
             // The copy carries its GTID set; it must be the manifest's.
-            let held = self.reached(conn).await?;
+            let held = reached(self.cfg.flavor(), conn).await?;
             anyhow::ensure!(
                 recovery_plan::position_within(f, base_gtid, &held),
                 "the restored backup holds {held:?}, its manifest says {base_gtid:?}"
@@ -151,7 +151,7 @@ impl<C: ClusterState> Manager<C> {
     ) -> anyhow::Result<f64> {
         let f = self.cfg.flavor();
         let secs = self.replay_relay_logs(conn, relay, plan).await?;
-        let reached = self.reached(conn).await?;
+        let reached = reached(self.cfg.flavor(), conn).await?;
         anyhow::ensure!(
             recovery_plan::position_within(f, &plan.position, &reached),
             "after the replay the server is at {reached:?}, the plan reaches {:?}",
@@ -189,7 +189,7 @@ impl<C: ClusterState> Manager<C> {
         let mut shown: Option<u64> = None;
         let mut last: Option<String> = None;
         loop {
-            let reached = self.reached(conn).await?;
+            let reached = reached(self.cfg.flavor(), conn).await?;
             if recovery_plan::position_within(f, &plan.position, &reached) {
                 break;
             }
@@ -249,16 +249,16 @@ impl<C: ClusterState> Manager<C> {
         );
         Ok(secs)
     }
+}
 
-    /// The private server's history, as the plan's position is written.
-    pub(super) async fn reached(&self, conn: &mut mysql_async::Conn) -> anyhow::Result<String> {
-        let reached: String = conn
-            .query_first(match self.cfg.flavor() {
-                Flavor::Mariadb => "SELECT @@gtid_binlog_pos",
-                Flavor::Mysql => "SELECT @@gtid_executed",
-            })
-            .await?
-            .unwrap_or_default();
-        Ok(reached.replace('\n', ""))
-    }
+/// The private server's history, as the plan's position is written.
+pub(super) async fn reached(f: Flavor, conn: &mut mysql_async::Conn) -> anyhow::Result<String> {
+    let reached: String = conn
+        .query_first(match f {
+            Flavor::Mariadb => "SELECT @@gtid_binlog_pos",
+            Flavor::Mysql => "SELECT @@gtid_executed",
+        })
+        .await?
+        .unwrap_or_default();
+    Ok(reached.replace('\n', ""))
 }

@@ -170,9 +170,18 @@ impl<C: ClusterState> Manager<C> {
                     .replica
                     .as_ref()
                     .is_some_and(|r| r.object_store.is_some())
-                    && self.was_following().await =>
+                    && self.archive_follower.was_following().await =>
             {
-                self.archive_promotion_done(status, view).await
+                use super::archive_replica::Promoted;
+                match self.archive_follower.promotion_done(status, view).await? {
+                    Promoted::Done => Ok(true),
+                    Promoted::Waiting(why) => {
+                        if let Some(why) = why {
+                            self.set_phase(InstancePhase::Running, why);
+                        }
+                        Ok(false)
+                    }
+                }
             }
             _ => Ok(true),
         }

@@ -11,46 +11,45 @@ use cnmysql_core::sql_objects::{Observed, ObservedUser, ledger, plan};
 
 use super::*;
 
-impl<C: ClusterState> Manager<C> {
-    /// Make this primary hold `objects`; what was done for each. Refused
-    /// unless this instance is the writable primary.
-    pub(super) async fn reconcile_sql_objects(
-        &self,
-        mut objects: Vec<SqlObject>,
-    ) -> anyhow::Result<Vec<SqlObjectResult>> {
-        if self.link.role() != Some(Desired::Primary) {
-            anyhow::bail!("{} is not the primary", self.cfg.instance);
-        }
-        let pool = self
-            .pool()
-            .ok_or_else(|| anyhow::anyhow!("the server is not running"))?;
-        let mut conn = pool.get_conn().await?;
-        let read_only: i64 = conn.query_first("SELECT @@read_only").await?.unwrap_or(1);
-        anyhow::ensure!(read_only == 0, "{} is not writable yet", self.cfg.instance);
-        objects.sort_by_key(|o| o.declared.order());
-        let mut observed = observe(&mut conn).await?;
-        let mut read_after_users = false;
-        let mut ledger_there = !observed.ledger_missing;
-        let mut out = Vec::new();
-        for o in objects {
-            if o.declared.order() >= 2 && !read_after_users {
-                observed = observe(&mut conn).await?;
-                read_after_users = true;
-            }
-            let r = carry_out(&mut conn, &o, &observed, &mut ledger_there).await;
-            if !r.applied.is_empty() || r.error.is_some() || r.note.is_some() {
-                tracing::info!(
-                    object = %r.key,
-                    statements = ?r.applied,
-                    error = r.error.as_deref().unwrap_or(""),
-                    note = r.note.as_deref().unwrap_or(""),
-                    "declared object reconciled"
-                );
-            }
-            out.push(r);
-        }
-        Ok(out)
+/// Make this primary hold `objects`; what was done for each. Refused
+/// unless this instance is the writable primary. It reads the role and the
+/// connection from the link and keeps no state of its own.
+pub(super) async fn reconcile(
+    link: &super::link::Link,
+    mut objects: Vec<SqlObject>,
+) -> anyhow::Result<Vec<SqlObjectResult>> {
+    if link.role() != Some(Desired::Primary) {
+        anyhow::bail!("{} is not the primary", link.cfg.instance);
     }
+    let pool = link
+        .pool()
+        .ok_or_else(|| anyhow::anyhow!("the server is not running"))?;
+    let mut conn = pool.get_conn().await?;
+    let read_only: i64 = conn.query_first("SELECT @@read_only").await?.unwrap_or(1);
+    anyhow::ensure!(read_only == 0, "{} is not writable yet", link.cfg.instance);
+    objects.sort_by_key(|o| o.declared.order());
+    let mut observed = observe(&mut conn).await?;
+    let mut read_after_users = false;
+    let mut ledger_there = !observed.ledger_missing;
+    let mut out = Vec::new();
+    for o in objects {
+        if o.declared.order() >= 2 && !read_after_users {
+            observed = observe(&mut conn).await?;
+            read_after_users = true;
+        }
+        let r = carry_out(&mut conn, &o, &observed, &mut ledger_there).await;
+        if !r.applied.is_empty() || r.error.is_some() || r.note.is_some() {
+            tracing::info!(
+                object = %r.key,
+                statements = ?r.applied,
+                error = r.error.as_deref().unwrap_or(""),
+                note = r.note.as_deref().unwrap_or(""),
+                "declared object reconciled"
+            );
+        }
+        out.push(r);
+    }
+    Ok(out)
 }
 
 /// Plan one object (the core refuses what no declaration may do, whoever
