@@ -1,8 +1,12 @@
-//! The instance manager: its state and lifecycle (this file), the backend
-//! of its control API including the in-place re-exec (`backend.rs`),
-//! obtaining data (`obtain.rs`), role convergence (`converge.rs`), the
-//! primary lease (`primary_lease.rs`) and observation (`observe.rs`). mysqld's
-//! supervision is `crate::mysqld`.
+//! The instance manager: this file starts its loops and stops them. The
+//! convergence loop (`converge.rs`, with obtaining the data, reinit,
+//! import and the lease) is the only writer of the values the others read
+//! through the link (`link.rs`). The self-fence watchdog, archiving, the
+//! archive follower, the relay refill proof and certificate renewal are
+//! structs that own their state and run loops of their own. The control
+//! API's backend is `backend.rs` and `observe.rs`. docs/architecture.md
+//! has a table of the loops and what each owns. mysqld's supervision is
+//! `crate::mysqld`.
 
 mod acked_alone;
 mod archive_replica;
