@@ -63,7 +63,7 @@ fn defaults_follow_the_spec() {
 fn every_invalid_spec_is_refused_naming_the_field() {
     for (what, patch, field, _) in cases() {
         let text = manifest(patch);
-        let e = parse_cluster(&text).expect_err(what);
+        let e = parse_cluster(&text).expect_err(&what);
         let msg = e.to_string();
         assert!(
             e.0.iter().any(|fe| fe.field == field),
@@ -77,7 +77,7 @@ fn every_invalid_spec_is_refused_naming_the_field() {
 #[test]
 fn oversized_specs_are_refused_naming_the_field() {
     for (what, patch, field) in oversized() {
-        let e = parse_cluster(&manifest(patch)).expect_err(what);
+        let e = parse_cluster(&manifest(patch)).expect_err(&what);
         assert!(
             e.0.iter()
                 .any(|fe| fe.field == field && fe.message.contains("at most")),

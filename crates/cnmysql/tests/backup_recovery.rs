@@ -57,6 +57,25 @@ async fn recovery_to_a_time_and_to_the_latest_state_across_a_switchover() {
     let store_dir = tempfile::tempdir().unwrap();
     let store = format!("file://{}", store_dir.path().display());
     let c = LocalCluster::start("src", &with_backup("src", 2, &store));
+    let h = write_history_across_a_switchover(&c).await;
+    the_status_carries_the_archive(&c, &h.new).await;
+    recoveries_reach_their_targets(&store, &h).await;
+    a_damaged_archive_is_refused(store_dir.path()).await;
+    retention_keeps_what_recovery_needs(&c, &store).await;
+}
+
+/// What the source cluster wrote: the time after row 100, the GTID
+/// position after row 150 and the primary after the switchover.
+struct History {
+    t1: jiff::Timestamp,
+    gtid150: String,
+    new: String,
+}
+
+/// A backup, rows 1–200 with a quiet second after row 100, a transaction
+/// larger than a piece, and a switchover after row 150; the archive holds
+/// it all.
+async fn write_history_across_a_switchover(c: &LocalCluster) -> History {
     {
         let mut a = c.admin(&c.current_primary()).await;
         a.query_drop("CREATE DATABASE shop").await.unwrap();
@@ -64,7 +83,7 @@ async fn recovery_to_a_time_and_to_the_latest_state_across_a_switchover() {
             .await
             .unwrap();
     }
-    insert(&c, 1, 50).await;
+    insert(c, 1, 50).await;
     let out = c.local(&["backup"]);
     assert!(
         out.status.success(),
@@ -81,7 +100,7 @@ async fn recovery_to_a_time_and_to_the_latest_state_across_a_switchover() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    insert(&c, 51, 100).await;
+    insert(c, 51, 100).await;
     // One transaction larger than a piece (16 MiB of binary log).
     {
         let mut a = c.admin(&c.current_primary()).await;
@@ -114,7 +133,7 @@ async fn recovery_to_a_time_and_to_the_latest_state_across_a_switchover() {
     next_second(last_write).await;
     let t1 = jiff::Timestamp::now();
     next_second(t1.as_second()).await;
-    insert(&c, 101, 150).await;
+    insert(c, 101, 150).await;
     // The GTID position (MariaDB) or set (MySQL) the 150th row ends.
     let gtid150: String = c
         .admin(&c.current_primary())
@@ -146,16 +165,23 @@ async fn recovery_to_a_time_and_to_the_latest_state_across_a_switchover() {
         },
     )
     .await;
-    insert(&c, 151, 200).await;
+    insert(c, 151, 200).await;
     let written = jiff::Timestamp::now();
     wait_for(
         "the archive to reach the last write",
         Duration::from_secs(30),
-        || async { complete_until(&c).filter(|t| *t > written) },
+        || async { complete_until(c).filter(|t| *t > written) },
     )
     .await;
+    History {
+        t1,
+        gtid150,
+        new: new.to_string(),
+    }
+}
 
-    // The Cluster's status says what the primary archives.
+/// The Cluster's status says what the primary archives.
+async fn the_status_carries_the_archive(c: &LocalCluster, new: &str) {
     wait_for(
         "the status to carry the archive",
         Duration::from_secs(30),
@@ -171,14 +197,19 @@ async fn recovery_to_a_time_and_to_the_latest_state_across_a_switchover() {
     )
     .await;
     assert!(c.status()["backup"]["lastSuccessfulBackup"]["gtid"].is_string());
+}
 
+/// To a time, to a GTID position and to the latest state: exactly the rows
+/// written until then.
+async fn recoveries_reach_their_targets(store: &str, h: &History) {
+    let (t1, gtid150) = (h.t1, &h.gtid150);
     // To a time between the writes: exactly the first 100 rows.
     let r1 = LocalCluster::start(
         "pitr",
         &recovering(
             "pitr",
             1,
-            &store,
+            store,
             &format!("      recoveryTarget:\n        targetTime: \"{t1}\"\n"),
         ),
     );
@@ -208,7 +239,7 @@ async fn recovery_to_a_time_and_to_the_latest_state_across_a_switchover() {
         &recovering(
             "bygtid",
             1,
-            &store,
+            store,
             &format!("      recoveryTarget:\n        targetGTID: \"{gtid150}\"\n"),
         ),
     );
@@ -216,7 +247,7 @@ async fn recovery_to_a_time_and_to_the_latest_state_across_a_switchover() {
     rg.down();
 
     // To the latest state: every row, on the replica cloned from it too.
-    let r2 = LocalCluster::start("latest", &recovering("latest", 2, &store, ""));
+    let r2 = LocalCluster::start("latest", &recovering("latest", 2, store, ""));
     let p = r2.current_primary();
     assert_eq!(rows(&r2, &p).await, (200, 200));
     let big: u64 = r2
@@ -241,12 +272,16 @@ async fn recovery_to_a_time_and_to_the_latest_state_across_a_switchover() {
     // The recovered cluster takes writes.
     insert(&r2, 201, 201).await;
     r2.down();
+}
 
+/// A piece of the archive changed or gone: recovery refused, the piece
+/// named, nothing half-made.
+async fn a_damaged_archive_is_refused(store_dir: &std::path::Path) {
     // A piece of the first run gone from the middle of its file.
     let damaged = tempfile::tempdir().unwrap();
     let copy = std::process::Command::new("cp")
         .arg("-a")
-        .arg(format!("{}/.", store_dir.path().display()))
+        .arg(format!("{}/.", store_dir.display()))
         .arg(damaged.path())
         .status()
         .unwrap();
@@ -312,11 +347,12 @@ async fn recovery_to_a_time_and_to_the_latest_state_across_a_switchover() {
             .exists(),
         "nothing half-made"
     );
+}
 
-    // Retention: a second backup, then a policy of an hour applied two
-    // hours on. The first backup goes, with the run the second one no
-    // longer needs; the newest run stays, and recovery still reaches
-    // every row.
+/// Retention: a second backup, then a policy of an hour applied two hours
+/// on. The first backup goes, with the run the second one no longer needs;
+/// the newest run stays, and recovery still reaches every row.
+async fn retention_keeps_what_recovery_needs(c: &LocalCluster, store: &str) {
     let out = c.local(&["backup", "--backup-target", "primary"]);
     assert!(
         out.status.success(),
@@ -346,7 +382,7 @@ async fn recovery_to_a_time_and_to_the_latest_state_across_a_switchover() {
         cnmysql_backup::retention::heads(&dest).await.unwrap().len(),
         1
     );
-    let r4 = LocalCluster::start("kept", &recovering("kept", 1, &store, ""));
+    let r4 = LocalCluster::start("kept", &recovering("kept", 1, store, ""));
     assert_eq!(rows(&r4, &r4.current_primary()).await, (200, 200));
 }
 

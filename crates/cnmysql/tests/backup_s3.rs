@@ -13,6 +13,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use cnmysql_envtest::object_store::{ACCESS_KEY_ID, S3Server, SECRET_ACCESS_KEY};
+use cnmysql_workload::writer::WriteChecker;
 use common::writer::start as start_writer;
 use common::*;
 use mysql_async::prelude::*;
@@ -111,42 +112,7 @@ async fn archiving_to_s3_survives_an_outage_and_a_failover_and_recovers_exactly(
     );
     w.wait_for_more(200, Duration::from_secs(30)).await;
 
-    // The store hangs: writes go on, the primary says archiving fails.
-    s3.pause();
-    let paused = Instant::now();
-    let why = wait_for(
-        "archiving to report the store",
-        Duration::from_secs(90),
-        || async {
-            let a = archive(&c);
-            let e = a["error"].as_str().unwrap_or("").to_string();
-            (!e.is_empty()).then_some(e)
-        },
-    )
-    .await;
-    eprintln!("store frozen: reported after {:?}: {why}", paused.elapsed());
-    wait_for(
-        "the Cluster to say archiving fails",
-        Duration::from_secs(30),
-        || async { condition(&c).filter(|(on, reason)| on == "False" && reason == "Failing") },
-    )
-    .await;
-    assert!(!why.contains(SECRET_ACCESS_KEY), "{why}");
-    w.wait_for_more(200, Duration::from_secs(30)).await;
-    s3.resume();
-    let resumed = jiff::Timestamp::now();
-    let back = Instant::now();
-    wait_for("archiving to catch up", Duration::from_secs(90), || async {
-        complete_past(&c, resumed)
-    })
-    .await;
-    eprintln!("store back: caught up in {:?}", back.elapsed());
-    wait_for(
-        "the Cluster to say archiving works",
-        Duration::from_secs(30),
-        || async { condition(&c).filter(|(on, _)| on == "True") },
-    )
-    .await;
+    the_archive_survives_a_store_outage(&c, &s3, &w).await;
 
     // A time to recover to, with rows on both sides of it.
     w.wait_for_more(100, Duration::from_secs(30)).await;
@@ -199,14 +165,67 @@ async fn archiving_to_s3_survives_an_outage_and_a_failover_and_recovers_exactly(
     assert_eq!(rows(&latest, "s3latest-1", None).await, live);
     latest.down();
 
+    a_recovery_to_a_time_holds_the_rows_begun_before_it(&c, &s3, &primary, t, live).await;
+}
+
+/// The store hangs: writes go on, the primary says archiving fails, and
+/// without the store's secret; back, archiving catches up.
+async fn the_archive_survives_a_store_outage(c: &LocalCluster, s3: &S3Server, w: &WriteChecker) {
+    s3.pause();
+    let paused = Instant::now();
+    let why = wait_for(
+        "archiving to report the store",
+        Duration::from_secs(90),
+        || async {
+            let a = archive(c);
+            let e = a["error"].as_str().unwrap_or("").to_string();
+            (!e.is_empty()).then_some(e)
+        },
+    )
+    .await;
+    eprintln!("store frozen: reported after {:?}: {why}", paused.elapsed());
+    wait_for(
+        "the Cluster to say archiving fails",
+        Duration::from_secs(30),
+        || async { condition(c).filter(|(on, reason)| on == "False" && reason == "Failing") },
+    )
+    .await;
+    assert!(!why.contains(SECRET_ACCESS_KEY), "{why}");
+    w.wait_for_more(200, Duration::from_secs(30)).await;
+    s3.resume();
+    let resumed = jiff::Timestamp::now();
+    let back = Instant::now();
+    wait_for("archiving to catch up", Duration::from_secs(90), || async {
+        complete_past(c, resumed)
+    })
+    .await;
+    eprintln!("store back: caught up in {:?}", back.elapsed());
+    wait_for(
+        "the Cluster to say archiving works",
+        Duration::from_secs(30),
+        || async { condition(c).filter(|(on, _)| on == "True") },
+    )
+    .await;
+}
+
+/// To a time: exactly the rows committed before it (MariaDB, whole
+/// seconds), or a prefix of the live rows with none begun after it
+/// (MySQL).
+async fn a_recovery_to_a_time_holds_the_rows_begun_before_it(
+    c: &LocalCluster,
+    s3: &S3Server,
+    primary: &str,
+    t: jiff::Timestamp,
+    live: (u64, u64, u64),
+) {
     let second = t.as_second() + 1;
-    let want = rows(&c, &primary, Some(second)).await;
-    let live_rows = stamped(&c, &primary).await;
+    let want = rows(c, primary, Some(second)).await;
+    let live_rows = stamped(c, primary).await;
     let pitr = LocalCluster::start(
         "s3pitr",
         &recovering(
             "s3pitr",
-            &s3,
+            s3,
             &format!("      recoveryTarget:\n        targetTime: \"{t}\"\n"),
         ),
     );

@@ -241,165 +241,200 @@ async fn suite(name: &'static str, durability: &str) {
             plan.len(),
             fault.name()
         );
-        match fault {
-            Fault::PrimaryKilled => {
-                // The control plane stops the server its manager left; the
-                // moment it is proven gone bounds what it answered.
-                let server =
-                    std::fs::read_to_string(c.instance_dir(&primary).join("run/mysqld.pid"))
-                        .ok()
-                        .and_then(|p| p.trim().parse::<i32>().ok());
-                kill_manager(&c, &primary);
-                if let Some(pid) = server {
-                    wait_for(
-                        &format!("{what}: {primary}'s mysqld gone"),
-                        Duration::from_secs(15),
-                        || async { faults::process_gone(pid).then_some(()) },
-                    )
-                    .await;
-                    run.died.push((primary.clone(), Instant::now()));
-                }
-            }
-            Fault::ReplicaKilled => kill_manager(&c, &replica),
-            Fault::Switchover => {
-                let out = c.local(&["promote", name, &replica]);
-                let said = String::from_utf8_lossy(&out.stderr).to_string();
-                // A target behind is refused at once, naming one that is
-                // caught up: the suite then does what a user would.
-                match cnmysql_workload::lagging_refusal::lagging_refusal(&said) {
-                    _ if out.status.success() => {}
-                    Some(Some(instead)) => {
-                        eprintln!("{what}: {replica} lags; switching over to {instead}");
-                        let out = c.local(&["promote", name, &instead]);
-                        assert!(
-                            out.status.success()
-                                || cnmysql_workload::lagging_refusal::lagging_refusal(
-                                    &String::from_utf8_lossy(&out.stderr)
-                                )
-                                .is_some(),
-                            "{what}: promote {instead}: {}",
-                            String::from_utf8_lossy(&out.stderr)
-                        );
-                    }
-                    Some(None) => eprintln!("{what}: no replica caught up; no switchover"),
-                    None => panic!("{what}: promote {replica}: {said}"),
-                }
-            }
-            Fault::PrimaryFrozen => {
-                c.signal_instance(&primary, Signal::SIGSTOP);
-                tokio::time::sleep(faults::FREEZE).await;
-                run.resumed.push((primary.clone(), Instant::now()));
-                c.signal_instance(&primary, Signal::SIGCONT);
-            }
-            Fault::FenceReplica => {
-                let out = c.local(&["fence", "on", name, &replica]);
-                assert!(
-                    out.status.success(),
-                    "{what}: fence on: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                wait_for(
-                    &format!("{what}: {replica} fenced"),
-                    Duration::from_secs(30),
-                    || async {
-                        let st = c.status();
-                        (st["fencedInstances"]
-                            .as_array()
-                            .is_some_and(|a| a.iter().any(|n| n == replica.as_str()))
-                            && c.routes().get("ro").is_some_and(|b| !b.contains(&replica)))
-                        .then_some(())
-                    },
-                )
-                .await;
-                let out = c.local(&["fence", "off", name, &replica]);
-                assert!(
-                    out.status.success(),
-                    "{what}: fence off: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            other => unreachable!("{other:?} has no local form"),
-        }
-        // The fault has taken effect before health is judged: a killed
-        // manager was started again (the status may still show the moment
-        // before it).
-        if let Fault::PrimaryKilled | Fault::ReplicaKilled = fault {
-            let victim = if *fault == Fault::PrimaryKilled {
-                &primary
-            } else {
-                &replica
-            };
-            wait_for(
-                &format!("{what}: {victim} started again"),
-                faults::RECOVERY_BOUND,
-                || async {
-                    let m =
-                        std::fs::read_to_string(c.instance_dir(victim).join("manager.pid")).ok()?;
-                    let pid = m.trim().parse::<i32>().ok()?;
-                    (pid != before[victim]
-                        && std::path::Path::new(&format!("/proc/{pid}")).exists())
-                    .then_some(())
-                },
-            )
-            .await;
-        }
-        let ended = Instant::now();
-        let deadline = ended + faults::RECOVERY_BOUND;
-        let mut asked = std::collections::BTreeSet::new();
-        while !healthy(&c) {
-            // Kept out for a person (it may hold acknowledged writes): do
-            // what a person does, once.
-            let reasons = c.status()["divergedReasons"].clone();
-            for (inst, why) in reasons.as_object().into_iter().flatten() {
-                if why.as_str().is_some_and(|w| w.contains("reinit")) && asked.insert(inst.clone())
-                {
-                    eprintln!("{what}: {inst} kept out ({why}); cnmysql local reinit");
-                    let out = c.local(&["reinit", name, inst, "--no-wait"]);
-                    assert!(
-                        out.status.success(),
-                        "{what}: reinit {inst}: {}",
-                        String::from_utf8_lossy(&out.stderr)
-                    );
-                }
-            }
-            if Instant::now() > deadline {
-                panic!(
-                    "{what}: not healthy {:?} after the fault ended\nstatus: {}\n{}",
-                    faults::RECOVERY_BOUND,
-                    c.status(),
-                    c.log_tails()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        inject(&c, name, fault, &primary, &replica, &what, &mut run).await;
+        until_started_again(&c, fault, &primary, &replica, &before, &what).await;
+        until_healthy(&c, name, &what).await;
         // Writes flow again.
         run.rw.wait_for_more(10, Duration::from_secs(20)).await;
         run.fault_done(*fault, &what, (&primary, &c.current_primary()), t0);
     }
 
     follow.abort();
-    // CNMYSQL_WATCH_DEBUG: the control plane's and managers' logs, and every
-    // writable answer of the watcher, for a failing seed.
     if std::env::var_os("CNMYSQL_WATCH_DEBUG").is_some() {
-        let control =
-            std::fs::read_to_string(std::path::Path::new(&c.state_arg()).join("control.log"))
-                .unwrap_or_default();
-        eprintln!("{control}");
-        for i in 1..=3 {
-            let m =
-                std::fs::read_to_string(c.instance_dir(&c.instance_name(i)).join("manager.log"))
-                    .unwrap_or_default();
-            for l in m.lines().filter(|l| !l.contains("\"source\":\"mysqld\"")) {
-                eprintln!("[{}] {l}", c.instance_name(i));
+        print_logs(&c);
+    }
+    judge(&c, run, durability, seed).await;
+    c.destroy();
+}
+
+/// Carry `fault` out on the cluster.
+async fn inject(
+    c: &LocalCluster,
+    name: &str,
+    fault: &Fault,
+    primary: &String,
+    replica: &String,
+    what: &str,
+    run: &mut faults::Run,
+) {
+    match fault {
+        Fault::PrimaryKilled => {
+            // The control plane stops the server its manager left; the
+            // moment it is proven gone bounds what it answered.
+            let server = std::fs::read_to_string(c.instance_dir(primary).join("run/mysqld.pid"))
+                .ok()
+                .and_then(|p| p.trim().parse::<i32>().ok());
+            kill_manager(&c, primary);
+            if let Some(pid) = server {
+                wait_for(
+                    &format!("{what}: {primary}'s mysqld gone"),
+                    Duration::from_secs(15),
+                    || async { faults::process_gone(pid).then_some(()) },
+                )
+                .await;
+                run.died.push((primary.clone(), Instant::now()));
             }
         }
+        Fault::ReplicaKilled => kill_manager(&c, replica),
+        Fault::Switchover => {
+            let out = c.local(&["promote", name, replica]);
+            let said = String::from_utf8_lossy(&out.stderr).to_string();
+            // A target behind is refused at once, naming one that is
+            // caught up: the suite then does what a user would.
+            match cnmysql_workload::lagging_refusal::lagging_refusal(&said) {
+                _ if out.status.success() => {}
+                Some(Some(instead)) => {
+                    eprintln!("{what}: {replica} lags; switching over to {instead}");
+                    let out = c.local(&["promote", name, &instead]);
+                    assert!(
+                        out.status.success()
+                            || cnmysql_workload::lagging_refusal::lagging_refusal(
+                                &String::from_utf8_lossy(&out.stderr)
+                            )
+                            .is_some(),
+                        "{what}: promote {instead}: {}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                }
+                Some(None) => eprintln!("{what}: no replica caught up; no switchover"),
+                None => panic!("{what}: promote {replica}: {said}"),
+            }
+        }
+        Fault::PrimaryFrozen => {
+            c.signal_instance(primary, Signal::SIGSTOP);
+            tokio::time::sleep(faults::FREEZE).await;
+            run.resumed.push((primary.clone(), Instant::now()));
+            c.signal_instance(primary, Signal::SIGCONT);
+        }
+        Fault::FenceReplica => {
+            let out = c.local(&["fence", "on", name, replica]);
+            assert!(
+                out.status.success(),
+                "{what}: fence on: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            wait_for(
+                &format!("{what}: {replica} fenced"),
+                Duration::from_secs(30),
+                || async {
+                    let st = c.status();
+                    (st["fencedInstances"]
+                        .as_array()
+                        .is_some_and(|a| a.iter().any(|n| n == replica.as_str()))
+                        && c.routes().get("ro").is_some_and(|b| !b.contains(replica)))
+                    .then_some(())
+                },
+            )
+            .await;
+            let out = c.local(&["fence", "off", name, replica]);
+            assert!(
+                out.status.success(),
+                "{what}: fence off: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        other => unreachable!("{other:?} has no local form"),
     }
+}
+
+/// The fault has taken effect before health is judged: a killed manager
+/// was started again (the status may still show the moment before it).
+async fn until_started_again(
+    c: &LocalCluster,
+    fault: &Fault,
+    primary: &String,
+    replica: &String,
+    before: &std::collections::BTreeMap<String, i32>,
+    what: &str,
+) {
+    if let Fault::PrimaryKilled | Fault::ReplicaKilled = fault {
+        let victim = if *fault == Fault::PrimaryKilled {
+            primary
+        } else {
+            replica
+        };
+        wait_for(
+            &format!("{what}: {victim} started again"),
+            faults::RECOVERY_BOUND,
+            || async {
+                let m = std::fs::read_to_string(c.instance_dir(victim).join("manager.pid")).ok()?;
+                let pid = m.trim().parse::<i32>().ok()?;
+                (pid != before[victim] && std::path::Path::new(&format!("/proc/{pid}")).exists())
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+}
+
+/// Wait until the cluster is healthy again, within the recovery bound;
+/// an instance kept out for a person is re-initialised, once, as a person
+/// would.
+async fn until_healthy(c: &LocalCluster, name: &str, what: &str) {
+    let ended = Instant::now();
+    let deadline = ended + faults::RECOVERY_BOUND;
+    let mut asked = std::collections::BTreeSet::new();
+    while !healthy(c) {
+        // Kept out for a person (it may hold acknowledged writes): do
+        // what a person does, once.
+        let reasons = c.status()["divergedReasons"].clone();
+        for (inst, why) in reasons.as_object().into_iter().flatten() {
+            if why.as_str().is_some_and(|w| w.contains("reinit")) && asked.insert(inst.clone()) {
+                eprintln!("{what}: {inst} kept out ({why}); cnmysql local reinit");
+                let out = c.local(&["reinit", name, inst, "--no-wait"]);
+                assert!(
+                    out.status.success(),
+                    "{what}: reinit {inst}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "{what}: not healthy {:?} after the fault ended\nstatus: {}\n{}",
+                faults::RECOVERY_BOUND,
+                c.status(),
+                c.log_tails()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// CNMYSQL_WATCH_DEBUG: the control plane's and managers' logs, and every
+/// writable answer of the watcher, for a failing seed.
+fn print_logs(c: &LocalCluster) {
+    let control = std::fs::read_to_string(std::path::Path::new(&c.state_arg()).join("control.log"))
+        .unwrap_or_default();
+    eprintln!("{control}");
+    for i in 1..=3 {
+        let m = std::fs::read_to_string(c.instance_dir(&c.instance_name(i)).join("manager.log"))
+            .unwrap_or_default();
+        for l in m.lines().filter(|l| !l.contains("\"source\":\"mysqld\"")) {
+            eprintln!("[{}] {l}", c.instance_name(i));
+        }
+    }
+}
+
+/// Every acknowledged row everywhere (under `required`), the same rows on
+/// every instance, one writable instance.
+async fn judge(c: &LocalCluster, run: faults::Run, durability: &str, seed: u64) {
     let acked = run.finish(&format!("local/{durability}")).await;
     let primary = c.current_primary();
-    same_rows_everywhere(&c, &primary).await;
+    same_rows_everywhere(c, &primary).await;
     if durability == "required" {
         for i in 1..=3 {
-            verify_on(&c, &c.instance_name(i), &acked).await;
+            verify_on(c, &c.instance_name(i), &acked).await;
         }
     } else {
         // `preferred` may lose an acknowledged write when failover cannot
@@ -418,5 +453,4 @@ async fn suite(name: &'static str, durability: &str) {
         eprintln!("seed {seed}: diverged instances saved and re-cloned: {saved}");
     }
     assert_eq!(c.writable_instances().await, vec![primary]);
-    c.destroy();
 }

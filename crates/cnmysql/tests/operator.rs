@@ -11,7 +11,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use cnmysql_api::Cluster;
-use cnmysql_envtest::wait_for;
+use cnmysql_envtest::{ControlPlane, wait_for};
 use common::kube::*;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
@@ -46,36 +46,66 @@ async fn the_operator_creates_corrects_and_deletes_a_clusters_objects() {
     })
     .await;
 
-    // 1. The first reconcile creates exactly the expected objects.
+    let uid = the_first_reconcile_creates_exactly_the_expected_objects(&client).await;
+    every_object_is_owned_and_applied(&client, &uid).await;
+    the_status_targets_the_first_instance(&client).await;
+    an_unchanged_cluster_is_not_written(&client, &op).await;
+    edits_are_corrected_unless_paused(&client, &op).await;
+    pods_are_recreated_on_their_claims_and_scaled_down(&client).await;
+    instances_get_only_the_rights_they_need(&cp);
+    an_invalid_cluster_is_degraded_and_makes_nothing(&client).await;
+
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "prod");
+    // 7. Deleting the Cluster removes its Pods and owned objects.
+    clusters
+        .delete("db", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("garbage collection", Duration::from_secs(90), || async {
+        let left = versions(&client, "db").await;
+        left.is_empty().then_some(())
+    })
+    .await;
+
+    let log = op.log();
+    assert!(
+        !log.contains("BEGIN RSA PRIVATE KEY") && !log.contains("PRIVATE KEY-----"),
+        "a key reached the log"
+    );
+    op.stop().await;
+}
+
+/// The first reconcile creates exactly the expected objects.
+async fn the_first_reconcile_creates_exactly_the_expected_objects(client: &kube::Client) -> String {
     let applied = Instant::now();
-    let cluster = apply_cluster(&client, &cluster_manifest("db", "")).await;
+    let cluster = apply_cluster(client, &cluster_manifest("db", "")).await;
     let uid = cluster.uid().unwrap();
     wait_for(
         "every object of the Cluster",
         Duration::from_secs(60),
         || async {
-            let ok = names::<Pod>(&client, "db").await.len() == 3
-                && names::<PersistentVolumeClaim>(&client, "db").await.len() == 3
-                && names::<Service>(&client, "db").await.len() == 3
-                && names::<Secret>(&client, "db").await.len() == 8
-                && names::<PodDisruptionBudget>(&client, "db").await.len() == 2
-                && names::<RoleBinding>(&client, "db").await.len() == 1;
+            let ok = names::<Pod>(client, "db").await.len() == 3
+                && names::<PersistentVolumeClaim>(client, "db").await.len() == 3
+                && names::<Service>(client, "db").await.len() == 3
+                && names::<Secret>(client, "db").await.len() == 8
+                && names::<PodDisruptionBudget>(client, "db").await.len() == 2
+                && names::<RoleBinding>(client, "db").await.len() == 1;
             ok.then_some(())
         },
     )
     .await;
     eprintln!("kubectl apply -> every object: {:?}", applied.elapsed());
-    assert_eq!(names::<Pod>(&client, "db").await, ["db-1", "db-2", "db-3"]);
+    assert_eq!(names::<Pod>(client, "db").await, ["db-1", "db-2", "db-3"]);
     assert_eq!(
-        names::<PersistentVolumeClaim>(&client, "db").await,
+        names::<PersistentVolumeClaim>(client, "db").await,
         ["db-1", "db-2", "db-3"]
     );
     assert_eq!(
-        names::<Service>(&client, "db").await,
+        names::<Service>(client, "db").await,
         ["db-r", "db-ro", "db-rw"]
     );
     assert_eq!(
-        names::<Secret>(&client, "db").await,
+        names::<Secret>(client, "db").await,
         [
             "db-1-tls",
             "db-2-tls",
@@ -87,17 +117,20 @@ async fn the_operator_creates_corrects_and_deletes_a_clusters_objects() {
             "db-root"
         ]
     );
-    assert_eq!(names::<ServiceAccount>(&client, "db").await, ["db"]);
-    assert_eq!(names::<Role>(&client, "db").await, ["db"]);
+    assert_eq!(names::<ServiceAccount>(client, "db").await, ["db"]);
+    assert_eq!(names::<Role>(client, "db").await, ["db"]);
     assert_eq!(
-        names::<PodDisruptionBudget>(&client, "db").await,
+        names::<PodDisruptionBudget>(client, "db").await,
         ["db", "db-primary"]
     );
+    uid
+}
 
-    // Owner references and server-side apply under one field manager.
+/// Owner references and server-side apply under one field manager.
+async fn every_object_is_owned_and_applied(client: &kube::Client, uid: &str) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "prod");
     let p1 = pods.get("db-1").await.unwrap();
-    assert!(owned_by(p1.owner_references(), &uid));
+    assert!(owned_by(p1.owner_references(), uid));
     let spec = p1.spec.as_ref().unwrap();
     assert_eq!(
         spec.init_containers.as_ref().unwrap()[0].image.as_deref(),
@@ -106,7 +139,7 @@ async fn the_operator_creates_corrects_and_deletes_a_clusters_objects() {
     assert_eq!(spec.service_account_name.as_deref(), Some("db"));
     let svcs: Api<Service> = Api::namespaced(client.clone(), "prod");
     let rw = svcs.get("db-rw").await.unwrap();
-    assert!(owned_by(rw.owner_references(), &uid));
+    assert!(owned_by(rw.owner_references(), uid));
     let managers: Vec<String> = rw
         .metadata
         .managed_fields
@@ -127,15 +160,17 @@ async fn the_operator_creates_corrects_and_deletes_a_clusters_objects() {
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "prod");
     assert!(owned_by(
         claims.get("db-2").await.unwrap().owner_references(),
-        &uid
+        uid
     ));
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "prod");
     assert!(owned_by(
         secrets.get("db-ca").await.unwrap().owner_references(),
-        &uid
+        uid
     ));
+}
 
-    // The status: first instance targeted, the operator's hash published.
+/// The status: first instance targeted, the operator's hash published.
+async fn the_status_targets_the_first_instance(client: &kube::Client) {
     let clusters: Api<Cluster> = Api::namespaced(client.clone(), "prod");
     let st = wait_for("the status", Duration::from_secs(30), || async {
         let c = clusters.get("db").await.ok()?;
@@ -146,9 +181,12 @@ async fn the_operator_creates_corrects_and_deletes_a_clusters_objects() {
     assert_eq!(st.target_primary.as_deref(), Some("db-1"));
     assert_eq!(st.operator_executable_hash.as_ref().unwrap().len(), 64);
     assert_eq!(st.instances, 3);
+}
 
-    // 2. Reconciling an unchanged Cluster writes nothing.
-    let before = versions(&client, "db").await;
+/// Reconciling an unchanged Cluster writes nothing.
+async fn an_unchanged_cluster_is_not_written(client: &kube::Client, op: &Operator) {
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "prod");
+    let before = versions(client, "db").await;
     let reconciles = op.metric("cnmysql_operator_reconciles_total").await;
     // A label on the Cluster changes no spec, but triggers a reconcile.
     clusters
@@ -164,12 +202,18 @@ async fn the_operator_creates_corrects_and_deletes_a_clusters_objects() {
     })
     .await;
     assert_eq!(
-        versions(&client, "db").await,
+        versions(client, "db").await,
         before,
         "a reconcile of an unchanged Cluster wrote"
     );
+}
 
-    // 3. A user's edit of an owned Service is corrected.
+/// A user's edit of an owned Service is corrected; paused for
+/// maintenance, the operator leaves its objects as a person left them, and
+/// says so; resumed, it corrects them.
+async fn edits_are_corrected_unless_paused(client: &kube::Client, op: &Operator) {
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "prod");
+    let svcs: Api<Service> = Api::namespaced(client.clone(), "prod");
     svcs.patch(
         "db-rw",
         &PatchParams::apply("someone-else").force(),
@@ -255,8 +299,13 @@ async fn the_operator_creates_corrects_and_deletes_a_clusters_objects() {
         },
     )
     .await;
+}
 
-    // 4. A deleted Pod is recreated, on the same claim.
+/// A deleted Pod is recreated, on the same claim; scaling down removes the
+/// highest ordinal, its Pod and its claim.
+async fn pods_are_recreated_on_their_claims_and_scaled_down(client: &kube::Client) {
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "prod");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "prod");
     let old = pods.get("db-2").await.unwrap().uid().unwrap();
     pods.delete("db-2", &DeleteParams::default()).await.unwrap();
     let again = wait_for("db-2 to be recreated", Duration::from_secs(30), || async {
@@ -286,13 +335,15 @@ async fn the_operator_creates_corrects_and_deletes_a_clusters_objects() {
         .await
         .unwrap();
     wait_for("db-3 removed", Duration::from_secs(60), || async {
-        (names::<Pod>(&client, "db").await == ["db-1", "db-2"]
-            && names::<PersistentVolumeClaim>(&client, "db").await == ["db-1", "db-2"])
+        (names::<Pod>(client, "db").await == ["db-1", "db-2"]
+            && names::<PersistentVolumeClaim>(client, "db").await == ["db-1", "db-2"])
         .then_some(())
     })
     .await;
+}
 
-    // 5. The instances' RBAC: what they need, and no more.
+/// The instances' RBAC: what they need, and no more.
+fn instances_get_only_the_rights_they_need(cp: &ControlPlane) {
     let sa = "system:serviceaccount:prod:db";
     for (verb, what, allowed) in [
         ("get", "clusters.mysql.cnmysql.io/db", true),
@@ -330,7 +381,7 @@ async fn the_operator_creates_corrects_and_deletes_a_clusters_objects() {
         let mut args = vec!["auth", "can-i", verb];
         args.extend(what.split(' '));
         args.extend(["-n", "prod", "--as", sa]);
-        let out = kubectl(&cp, &args);
+        let out = kubectl(cp, &args);
         let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
         assert_eq!(
             said == "yes",
@@ -339,9 +390,12 @@ async fn the_operator_creates_corrects_and_deletes_a_clusters_objects() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
 
-    // 6. An invalid Cluster: Degraded with the field named, an Event, and
-    // nothing created.
+/// An invalid Cluster: Degraded with the field named, an Event, and
+/// nothing created.
+async fn an_invalid_cluster_is_degraded_and_makes_nothing(client: &kube::Client) {
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "prod");
     apply_cluster(
         &client,
         &cluster_manifest("bad", "  storage:\n    size: ten gigs\n"),
@@ -377,27 +431,9 @@ async fn the_operator_creates_corrects_and_deletes_a_clusters_objects() {
     .await;
     assert!(ev.note.unwrap().contains("spec.storage.size"));
     assert_eq!(ev.regarding.unwrap().name.as_deref(), Some("bad"));
-    assert!(names::<Pod>(&client, "bad").await.is_empty());
-    assert!(names::<Secret>(&client, "bad").await.is_empty());
-    assert!(names::<Service>(&client, "bad").await.is_empty());
-
-    // 7. Deleting the Cluster removes its Pods and owned objects.
-    clusters
-        .delete("db", &DeleteParams::default())
-        .await
-        .unwrap();
-    wait_for("garbage collection", Duration::from_secs(90), || async {
-        let left = versions(&client, "db").await;
-        left.is_empty().then_some(())
-    })
-    .await;
-
-    let log = op.log();
-    assert!(
-        !log.contains("BEGIN RSA PRIVATE KEY") && !log.contains("PRIVATE KEY-----"),
-        "a key reached the log"
-    );
-    op.stop().await;
+    assert!(names::<Pod>(client, "bad").await.is_empty());
+    assert!(names::<Secret>(client, "bad").await.is_empty());
+    assert!(names::<Service>(client, "bad").await.is_empty());
 }
 
 #[tokio::test]

@@ -10,6 +10,7 @@
 
 mod common;
 
+use cnmysql_workload::writer::WriteChecker;
 use std::time::{Duration, Instant};
 
 use common::follow::*;
@@ -41,22 +42,7 @@ async fn a_replica_cluster_follows_switches_over_without_loss_and_is_promoted_af
     );
     w1.wait_for_more(100, Duration::from_secs(30)).await;
 
-    // North follows east from an empty start (east has all its binary logs).
-    let north = LocalCluster::start(
-        "north",
-        &sized("north", 1, 200, &follows(&east, true, None)),
-    );
-    let seen = w1.acked_ids();
-    wait_for(
-        "north to hold east's rows",
-        Duration::from_secs(180),
-        || async {
-            let have = ids(&north, "north-1").await;
-            seen.iter().all(|i| have.contains(i)).then_some(())
-        },
-    )
-    .await;
-    north.destroy();
+    a_cluster_follows_from_an_empty_start(&east, &w1).await;
 
     // West is recovered from east's backup and archive, then follows east.
     let recovery = format!(
@@ -109,33 +95,7 @@ async fn a_replica_cluster_follows_switches_over_without_loss_and_is_promoted_af
         "west's rw routes to its designated primary {designated}"
     );
 
-    // Its designated primary killed: a failover inside west, and the new
-    // designated primary follows east in turn; the old one rejoins.
-    west.signal_instance(&designated, nix::sys::signal::Signal::SIGKILL);
-    let successor = wait_for(
-        "a new designated primary in west",
-        Duration::from_secs(60),
-        || async {
-            let p = west.current_primary();
-            (p != designated && !p.is_empty()).then_some(p)
-        },
-    )
-    .await;
-    wait_for(
-        "the new designated primary to receive from east, and west whole again",
-        Duration::from_secs(240),
-        || async {
-            let st = west.status();
-            (st["replica"]["receiving"] == true && st["readyInstances"] == 2).then_some(())
-        },
-    )
-    .await;
-    w1.wait_for_more(100, Duration::from_secs(30)).await;
-    let so_far = w1.acked_ids();
-    for n in [&successor, &designated] {
-        holds(&west, n, &so_far).await;
-    }
-    assert!(!writable(&west).await, "still no writes after its failover");
+    a_failover_inside_the_replica_cluster(&west, &designated, &w1).await;
 
     // Controlled switchover: east demoted, to follow west ...
     source_secret(secrets.path(), "east", &west);
@@ -185,15 +145,77 @@ async fn a_replica_cluster_follows_switches_over_without_loss_and_is_promoted_af
         downtime.as_secs_f64()
     );
 
-    // West is lost with writes running; east is promoted without a token.
+    let promote_east = east_manifest(false, None);
+    east_is_promoted_after_west_is_lost(&east, west, &promote_east, &[&out1, &out2]).await;
+    east.destroy();
+}
+
+/// North follows east from an empty start (east has all its binary logs).
+async fn a_cluster_follows_from_an_empty_start(east: &LocalCluster, w1: &WriteChecker) {
+    let north = LocalCluster::start("north", &sized("north", 1, 200, &follows(east, true, None)));
+    let seen = w1.acked_ids();
+    wait_for(
+        "north to hold east's rows",
+        Duration::from_secs(180),
+        || async {
+            let have = ids(&north, "north-1").await;
+            seen.iter().all(|i| have.contains(i)).then_some(())
+        },
+    )
+    .await;
+    north.destroy();
+}
+
+/// Its designated primary killed: a failover inside west, and the new
+/// designated primary follows east in turn; the old one rejoins.
+async fn a_failover_inside_the_replica_cluster(
+    west: &LocalCluster,
+    designated: &str,
+    w1: &WriteChecker,
+) {
+    west.signal_instance(designated, nix::sys::signal::Signal::SIGKILL);
+    let successor = wait_for(
+        "a new designated primary in west",
+        Duration::from_secs(60),
+        || async {
+            let p = west.current_primary();
+            (p != designated && !p.is_empty()).then_some(p)
+        },
+    )
+    .await;
+    wait_for(
+        "the new designated primary to receive from east, and west whole again",
+        Duration::from_secs(240),
+        || async {
+            let st = west.status();
+            (st["replica"]["receiving"] == true && st["readyInstances"] == 2).then_some(())
+        },
+    )
+    .await;
+    w1.wait_for_more(100, Duration::from_secs(30)).await;
+    let so_far = w1.acked_ids();
+    for n in [successor.as_str(), designated] {
+        holds(west, n, &so_far).await;
+    }
+    assert!(!writable(west).await, "still no writes after its failover");
+}
+
+/// West is lost with writes running; east is promoted without a token:
+/// every row acknowledged before the loss of west's own writes (`earlier`)
+/// is on east, and what west acknowledged last is counted.
+async fn east_is_promoted_after_west_is_lost(
+    east: &LocalCluster,
+    west: LocalCluster,
+    promote_east: &str,
+    earlier: &[&cnmysql_workload::writer::Outcome],
+) {
     let w3 = writer::start(&west).await;
     w3.wait_for_more(200, Duration::from_secs(30)).await;
-    let promote_east = east_manifest(false, None);
     west.destroy();
     let lost_at = Instant::now();
     let out3 = w3.stop().await;
-    apply(&east, &promote_east);
-    takes_writes(&east, &[], Duration::from_secs(180)).await;
+    apply(east, promote_east);
+    takes_writes(east, &[], Duration::from_secs(180)).await;
     let promoted_in = lost_at.elapsed();
     let primary = east.current_primary();
     let mut a = east.admin(&primary).await;
@@ -205,9 +227,8 @@ async fn a_replica_cluster_follows_switches_over_without_loss_and_is_promoted_af
         promoted_in.as_secs_f64(),
         out3.acked.len()
     );
-    for i in out1.acked.iter().chain(&out2.acked) {
+    for i in earlier.iter().flat_map(|o| o.acked.iter()) {
         assert!(have.contains(i), "row {i}, acknowledged before, is on east");
     }
-    assert_eq!(replica_status(&east)["enabled"], false);
-    east.destroy();
+    assert_eq!(replica_status(east)["enabled"], false);
 }

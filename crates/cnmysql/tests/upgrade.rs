@@ -83,56 +83,7 @@ async fn in_place_upgrade_keeps_every_mysqld_running_and_loses_no_write() {
         .as_str()
         .unwrap()
         .to_string();
-    let (client, control) = control_client(&c);
-
-    // A wrong hash is refused with 400 and nothing on disk changes.
-    let exe = c.instance_dir("inp-2").join("bin/cnmysql");
-    let before_bytes = std::fs::read(&exe).unwrap();
-    let (code, text) = client
-        .post(
-            "127.0.0.1",
-            control["inp-2"],
-            "/instance/manager/upgrade",
-            &[("X-CNMSQL-Manager-Hash", "0".repeat(64))],
-            bytes::Bytes::from_static(b"not the executable"),
-        )
-        .await
-        .unwrap();
-    assert_eq!(code, 400, "{text}");
-    assert!(text.contains("hash mismatch"), "{text}");
-    assert!(std::fs::read(&exe).unwrap() == before_bytes);
-
-    // An executable the kernel cannot run passes the hash check, but the
-    // exec fails: the old manager goes on supervising, its binary is put back.
-    let (m_before, d_before) = c.instance_pids("inp-2");
-    let junk = b"#!/nonexistent/interpreter\n".to_vec();
-    let junk_hash = {
-        use sha2::Digest;
-        hex::encode(sha2::Sha256::digest(&junk))
-    };
-    let (code, text) = client
-        .post(
-            "127.0.0.1",
-            control["inp-2"],
-            "/instance/manager/upgrade",
-            &[("X-CNMSQL-Manager-Hash", junk_hash)],
-            junk.into(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(code, 200, "{text}");
-    wait_for(
-        "the failed exec to be reported and the binary put back",
-        Duration::from_secs(10),
-        || async {
-            let log = std::fs::read_to_string(c.instance_dir("inp-2").join("manager.log")).ok()?;
-            (log.contains("re-exec failed") && std::fs::read(&exe).ok()? == before_bytes)
-                .then_some(())
-        },
-    )
-    .await;
-    assert_eq!(c.instance_pids("inp-2"), (m_before, d_before));
-    assert_eq!(hashes(&c)["inp-2"], old_hash);
+    a_bad_executable_changes_nothing(&c, &old_hash).await;
 
     // restart-inplace: the same binary re-executed; mysqld keeps its PID.
     let before = c.instances()["inp-2"].clone();
@@ -190,27 +141,7 @@ async fn in_place_upgrade_keeps_every_mysqld_running_and_loses_no_write() {
         );
     }
 
-    // mysqld's log still reaches the (new) manager's log: a replica's IO
-    // thread restart logs lines after the swap.
-    let offset = std::fs::metadata(&log).unwrap().len() as usize;
-    let mut a = c.admin("inp-2").await;
-    a.query_drop(stop_io_thread()).await.unwrap();
-    a.query_drop(start_io_thread()).await.unwrap();
-    wait_for(
-        "mysqld log lines in the upgraded manager's log",
-        Duration::from_secs(20),
-        || async {
-            let text = std::fs::read_to_string(&log).ok()?;
-            text[offset..]
-                .lines()
-                .any(|l| {
-                    l.contains("\"source\":\"mysqld\"")
-                        && l.contains(sql("Slave I/O thread", "Replica receiver thread"))
-                })
-                .then_some(())
-        },
-    )
-    .await;
+    mysqld_logs_reach_the_new_manager(&c, &log).await;
 
     let out = w.stop().await;
     assert_eq!(
@@ -224,6 +155,86 @@ async fn in_place_upgrade_keeps_every_mysqld_running_and_loses_no_write() {
     }
     assert!(c.has_event("UpgradeCompleted").is_some());
     c.destroy();
+}
+
+/// A wrong hash is refused and nothing on disk changes; an executable the
+/// kernel cannot run passes the hash check but its exec fails, and the old
+/// manager goes on supervising with its binary put back.
+async fn a_bad_executable_changes_nothing(c: &LocalCluster, old_hash: &str) {
+    let (client, control) = control_client(c);
+
+    // A wrong hash is refused with 400 and nothing on disk changes.
+    let exe = c.instance_dir("inp-2").join("bin/cnmysql");
+    let before_bytes = std::fs::read(&exe).unwrap();
+    let (code, text) = client
+        .post(
+            "127.0.0.1",
+            control["inp-2"],
+            "/instance/manager/upgrade",
+            &[("X-CNMSQL-Manager-Hash", "0".repeat(64))],
+            bytes::Bytes::from_static(b"not the executable"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(code, 400, "{text}");
+    assert!(text.contains("hash mismatch"), "{text}");
+    assert!(std::fs::read(&exe).unwrap() == before_bytes);
+
+    // An executable the kernel cannot run passes the hash check, but the
+    // exec fails: the old manager goes on supervising, its binary is put back.
+    let (m_before, d_before) = c.instance_pids("inp-2");
+    let junk = b"#!/nonexistent/interpreter\n".to_vec();
+    let junk_hash = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(&junk))
+    };
+    let (code, text) = client
+        .post(
+            "127.0.0.1",
+            control["inp-2"],
+            "/instance/manager/upgrade",
+            &[("X-CNMSQL-Manager-Hash", junk_hash)],
+            junk.into(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "{text}");
+    wait_for(
+        "the failed exec to be reported and the binary put back",
+        Duration::from_secs(10),
+        || async {
+            let log = std::fs::read_to_string(c.instance_dir("inp-2").join("manager.log")).ok()?;
+            (log.contains("re-exec failed") && std::fs::read(&exe).ok()? == before_bytes)
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(c.instance_pids("inp-2"), (m_before, d_before));
+    assert_eq!(hashes(c)["inp-2"], old_hash);
+}
+
+/// mysqld's log still reaches the (new) manager's log: a replica's IO
+/// thread restart logs lines after the swap.
+async fn mysqld_logs_reach_the_new_manager(c: &LocalCluster, log: &std::path::Path) {
+    let offset = std::fs::metadata(log).unwrap().len() as usize;
+    let mut a = c.admin("inp-2").await;
+    a.query_drop(stop_io_thread()).await.unwrap();
+    a.query_drop(start_io_thread()).await.unwrap();
+    wait_for(
+        "mysqld log lines in the upgraded manager's log",
+        Duration::from_secs(20),
+        || async {
+            let text = std::fs::read_to_string(log).ok()?;
+            text[offset..]
+                .lines()
+                .any(|l| {
+                    l.contains("\"source\":\"mysqld\"")
+                        && l.contains(sql("Slave I/O thread", "Replica receiver thread"))
+                })
+                .then_some(())
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -270,29 +270,7 @@ async fn a_cluster_is_imported_from_a_server_in_another_namespace_and_cut_over_w
     let k = KubeCluster::start(&cnmysql_kubetest::cnmysql_exe())
         .await
         .unwrap();
-    k.apply_in_new_namespace("legacy", &manifest("legacy", "legacy", 0, ""))
-        .await
-        .unwrap();
-    ready(&k, "legacy", 2, "legacy ready").await;
-    let extra = if mysql {
-        ", BACKUP_ADMIN, SHOW_ROUTINE"
-    } else {
-        // mariadb-backup runs as the account.
-        ", PROCESS"
-    };
-    on_primary(
-        &k,
-        "legacy",
-        &format!(
-            "CREATE USER importer IDENTIFIED BY '{PW}' REQUIRE SSL; \
-             GRANT SELECT, RELOAD, LOCK TABLES, SHOW VIEW, TRIGGER, EVENT, EXECUTE, \
-             REPLICATION CLIENT, REPLICATION SLAVE{extra} ON *.* TO importer; \
-             CREATE DATABASE shop; CREATE TABLE shop.orders (id INT PRIMARY KEY); \
-             INSERT INTO shop.orders VALUES (1), (2), (3); \
-             CREATE FUNCTION shop.twice(x INT) RETURNS INT DETERMINISTIC RETURN 2 * x"
-        ),
-    )
-    .await;
+    a_legacy_cluster_with_an_importer_account(&k, mysql, PW).await;
     let legacy_rw = service_ip(&k, "legacy").await;
     let w1 = writer(&k, "legacy").await;
     w1.wait_for_more(100, Duration::from_secs(60)).await;
@@ -384,30 +362,7 @@ async fn a_cluster_is_imported_from_a_server_in_another_namespace_and_cut_over_w
 
     // Cut-over at legacy's final position.
     let out = w1.stop().await;
-    let token = on_primary(
-        &k,
-        "legacy",
-        if mysql {
-            "SELECT @@gtid_executed"
-        } else {
-            "SELECT @@gtid_binlog_pos"
-        },
-    )
-    .await
-    .replace(['\n', ' '], "");
-    let cut = Instant::now();
-    patch_replica(
-        &k,
-        "fresh",
-        serde_json::json!({"enabled": false, "promotionToken": token}),
-    )
-    .await;
-    until("fresh takes writes", Duration::from_secs(120), || async {
-        writable(&k, "fresh").await.then_some(())
-    })
-    .await
-    .unwrap();
-    let cut_over = cut.elapsed();
+    let cut_over = cut_over_at_the_final_position(&k, mysql).await;
     let missing = k
         .rows_missing("fresh", "fresh", &instances("fresh"), &out.acked)
         .await
@@ -419,4 +374,62 @@ async fn a_cluster_is_imported_from_a_server_in_another_namespace_and_cut_over_w
         out.acked.len(),
         cut_over.as_secs_f64()
     );
+}
+
+/// A cluster in namespace `legacy` standing for a server outside the
+/// operator: an account the import uses (password `pw`), a database with
+/// rows and a function.
+async fn a_legacy_cluster_with_an_importer_account(k: &KubeCluster, mysql: bool, pw: &str) {
+    k.apply_in_new_namespace("legacy", &manifest("legacy", "legacy", 0, ""))
+        .await
+        .unwrap();
+    ready(k, "legacy", 2, "legacy ready").await;
+    let extra = if mysql {
+        ", BACKUP_ADMIN, SHOW_ROUTINE"
+    } else {
+        // mariadb-backup runs as the account.
+        ", PROCESS"
+    };
+    on_primary(
+        k,
+        "legacy",
+        &format!(
+            "CREATE USER importer IDENTIFIED BY '{pw}' REQUIRE SSL; \
+             GRANT SELECT, RELOAD, LOCK TABLES, SHOW VIEW, TRIGGER, EVENT, EXECUTE, \
+             REPLICATION CLIENT, REPLICATION SLAVE{extra} ON *.* TO importer; \
+             CREATE DATABASE shop; CREATE TABLE shop.orders (id INT PRIMARY KEY); \
+             INSERT INTO shop.orders VALUES (1), (2), (3); \
+             CREATE FUNCTION shop.twice(x INT) RETURNS INT DETERMINISTIC RETURN 2 * x"
+        ),
+    )
+    .await;
+}
+
+/// Cut-over at legacy's final position: fresh promoted with it as the
+/// token; how long until fresh takes writes.
+async fn cut_over_at_the_final_position(k: &KubeCluster, mysql: bool) -> Duration {
+    let token = on_primary(
+        k,
+        "legacy",
+        if mysql {
+            "SELECT @@gtid_executed"
+        } else {
+            "SELECT @@gtid_binlog_pos"
+        },
+    )
+    .await
+    .replace(['\n', ' '], "");
+    let cut = Instant::now();
+    patch_replica(
+        k,
+        "fresh",
+        serde_json::json!({"enabled": false, "promotionToken": token}),
+    )
+    .await;
+    until("fresh takes writes", Duration::from_secs(120), || async {
+        writable(k, "fresh").await.then_some(())
+    })
+    .await
+    .unwrap();
+    cut.elapsed()
 }

@@ -13,8 +13,6 @@ pub(crate) fn object_store(s3: &cnmysql_envtest::object_store::S3Server, indent:
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
 pub(crate) async fn backup_objects_archive_and_a_recovered_cluster_hold_every_acknowledged_row() {
-    use cnmysql_api::backup_resources::{Backup, ScheduledBackup};
-    use kube::api::PostParams;
     // A real S3 server (SeaweedFS) on an address of this machine the Pods
     // reach; its credentials in a Secret.
     let mut server = None;
@@ -37,7 +35,19 @@ pub(crate) async fn backup_objects_archive_and_a_recovered_cluster_hold_every_ac
     let w = e.writer().await;
     w.wait_for_more(200, Duration::from_secs(30)).await;
 
-    // A Backup object, taken once, as a user asks for one: the plugin
+    let primary = a_backup_object_is_taken_once(&e).await;
+    let (made, from) = a_scheduled_backup_takes_one_at_once(&e, &primary).await;
+    w.wait_for_more(200, Duration::from_secs(30)).await;
+    let o = w.stop().await;
+    the_archive_passes_the_last_write(&e).await;
+    a_recovery_from_a_backup_not_made_yet_waits(&e).await;
+    a_recovered_cluster_holds_every_acknowledged_row(&e, &made, &from, &o).await;
+}
+
+/// A Backup object, taken once, as a user asks for one: the plugin creates
+/// it and follows it to the end. The primary it was taken from.
+async fn a_backup_object_is_taken_once(e: &Env) -> String {
+    use cnmysql_api::backup_resources::Backup;
     // creates it and follows it to the end.
     let backups: Api<Backup> = Api::namespaced(e.k.client.clone(), NS);
     let said = e.plugin(&[
@@ -79,8 +89,18 @@ pub(crate) async fn backup_objects_archive_and_a_recovered_cluster_hold_every_ac
     let primary = e.status().await.current_primary.unwrap();
     assert_eq!(done.instance, primary, "target primary: {done:?}");
     assert!(done.progress.starts_with("completed: "), "{done:?}");
+    primary
+}
 
-    // A ScheduledBackup asked to take one at once.
+/// A ScheduledBackup asked to take one at once, from a ready replica (its
+/// default target): the Backup's name and status.
+async fn a_scheduled_backup_takes_one_at_once(
+    e: &Env,
+    primary: &str,
+) -> (String, cnmysql_api::backup_resources::BackupObjectStatus) {
+    use cnmysql_api::backup_resources::{Backup, ScheduledBackup};
+    use kube::api::PostParams;
+    let backups: Api<Backup> = Api::namespaced(e.k.client.clone(), NS);
     let scheduled: Api<ScheduledBackup> = Api::namespaced(e.k.client.clone(), NS);
     let sb: ScheduledBackup = serde_json::from_value(serde_json::json!({
         "apiVersion": "mysql.cnmysql.io/v1", "kind": "ScheduledBackup",
@@ -108,9 +128,11 @@ pub(crate) async fn backup_objects_archive_and_a_recovered_cluster_hold_every_ac
         from.message.contains("most caught-up ready replica"),
         "{from:?}"
     );
+    (made.0, from)
+}
 
-    w.wait_for_more(200, Duration::from_secs(30)).await;
-    let o = w.stop().await;
+/// Continuous archiving passes the last write, and the status says so.
+async fn the_archive_passes_the_last_write(e: &Env) {
     let stopped = jiff::Timestamp::now();
     let seen = std::sync::Mutex::new(String::new());
     let passed = until(
@@ -142,8 +164,12 @@ pub(crate) async fn backup_objects_archive_and_a_recovered_cluster_hold_every_ac
     }
     let st = e.status().await.backup.unwrap();
     assert!(st.last_successful_backup.is_some(), "{st:?}");
+}
 
-    // A Cluster naming a Backup that does not exist: not invalid, blocked,
+/// A Cluster naming a Backup that does not exist: not invalid, blocked,
+/// saying why, and nothing made.
+async fn a_recovery_from_a_backup_not_made_yet_waits(e: &Env) {
+    use kube::api::PostParams;
     // saying why, and nothing made.
     let waiting = cnmysql_kubetest::cluster_manifest(NS, "waiting", "required")
         .replace("instances: 3", "instances: 2")
@@ -170,15 +196,25 @@ pub(crate) async fn backup_objects_archive_and_a_recovered_cluster_hold_every_ac
         .delete("waiting", &Default::default())
         .await
         .unwrap();
+}
 
-    // A new Cluster recovered from the scheduled Backup object (its store
+/// A new Cluster recovered from the scheduled Backup object (its store and
+/// id, resolved by the operator) and the archive after it: every
+/// acknowledged row.
+async fn a_recovered_cluster_holds_every_acknowledged_row(
+    e: &Env,
+    made: &str,
+    from: &cnmysql_api::backup_resources::BackupObjectStatus,
+    o: &cnmysql_workload::writer::Outcome,
+) {
+    use kube::api::PostParams;
     // and id, resolved by the operator) and the archive after it: every
     // acknowledged row.
     let restored = cnmysql_kubetest::cluster_manifest(NS, "restored", "required")
         .replace("instances: 3", "instances: 2")
         + &format!(
             "  bootstrap:\n    recovery:\n      source:\n        backup: {{name: {}}}\n",
-            made.0
+            made
         );
     let c = cnmysql_api::parse_cluster(&restored).unwrap();
     e.clusters.create(&PostParams::default(), &c).await.unwrap();
