@@ -246,7 +246,7 @@ async fn suite(name: &'static str, durability: &str) {
         until_healthy(&c, name, &what).await;
         // Writes flow again.
         run.rw.wait_for_more(10, Duration::from_secs(20)).await;
-        run.fault_done(*fault, &what, (&primary, &c.current_primary()), t0);
+        let _ = run.fault_done(*fault, &what, (&primary, &c.current_primary()), t0);
     }
 
     follow.abort();

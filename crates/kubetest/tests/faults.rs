@@ -278,7 +278,17 @@ async fn run_plan(durability: &str, seed: u64, plan: Vec<(Fault, u64)>) {
         }
         reinit_diverged(&k, &exe, &what).await;
         run.rw.wait_for_more(10, Duration::from_secs(30)).await;
-        run.fault_done(*fault, &what, (&primary, &healthy), t0);
+        let outage = run.fault_done(*fault, &what, (&primary, &healthy), t0);
+        if outage > fault.goal() {
+            // Why it was slow, while it is fresh: the operator's events
+            // and last words, and each manager's.
+            eprintln!(
+                "{what}: outage {:.2}s over the goal {:.2}s; what happened:\n{}",
+                outage.as_secs_f64(),
+                fault.goal().as_secs_f64(),
+                k.diagnose(NS, "db")
+            );
+        }
     }
 
     follow.abort();

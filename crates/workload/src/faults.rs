@@ -384,7 +384,15 @@ impl Run {
 
     /// One fault, from `t0` until the cluster was found healthy: its write
     /// outage, logged with `what` and recorded.
-    pub fn fault_done(&mut self, f: Fault, what: &str, primaries: (&str, &str), t0: Instant) {
+    /// A fault ended: its outage (printed, and kept for the report) is
+    /// returned, so that a slow one can be explained by the caller.
+    pub fn fault_done(
+        &mut self,
+        f: Fault,
+        what: &str,
+        primaries: (&str, &str),
+        t0: Instant,
+    ) -> Duration {
         let healthy_at = Instant::now();
         let outage = outage(&self.rw.ack_times(), t0, healthy_at);
         // Rows acknowledged before the fault, so that a missing row found
@@ -399,6 +407,7 @@ impl Run {
             t0.saturating_duration_since(self.started).as_secs_f64()
         );
         self.report.record(f, outage, healthy_at - t0);
+        outage
     }
 
     /// Stop watching; print the table; fail if two instances were ever
