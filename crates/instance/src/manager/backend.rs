@@ -4,7 +4,31 @@
 
 use super::*;
 
-impl<C: ClusterState> Backend for Manager<C> {
+/// The control API's side of the manager: what `/status` and the probes
+/// read, and the requests it carries out. It owns the history last seen
+/// (for `/status`) and reads everything else from the concerns that own
+/// it: the link's watched values, the relay refill proof, archiving, the
+/// archive follower, the certificates, the re-exec.
+pub(super) struct ControlBackend<C: ClusterState> {
+    pub cfg: Arc<InstanceConfig>,
+    pub cluster: Arc<C>,
+    pub peers: Arc<super::peers::Peers<C>>,
+    pub supervisor: Arc<Supervisor>,
+    pub link: Link,
+    pub certs: Arc<certificates::Certificates>,
+    pub progress: ProgressCell,
+    pub refill: Arc<relay_refill::RelayRefill<C>>,
+    pub archiving: Arc<archiving::Archiving>,
+    pub archive_follower: Arc<archive_replica::ArchiveFollower<C>>,
+    pub reexec: Arc<reexec::Reexec>,
+    pub exe_hash: String,
+    pub started_at: String,
+    /// The GTID history last observed, and when it was first seen so
+    /// (none for the first observation: its age is unknown).
+    pub history_seen: Mutex<Option<(String, Option<String>)>>,
+}
+
+impl<C: ClusterState> Backend for ControlBackend<C> {
     async fn status(&self) -> InstanceStatus {
         self.observe().await
     }
@@ -29,7 +53,7 @@ impl<C: ClusterState> Backend for Manager<C> {
     async fn upgrade_system_tables(&self) -> anyhow::Result<String> {
         let phase = self.link.phase().0;
         anyhow::ensure!(
-            phase == InstancePhase::Running && self.pool().is_some(),
+            phase == InstancePhase::Running && self.link.pool().is_some(),
             "not now: the instance is {phase:?}; try again once it is running"
         );
         let admin = read_secret(&self.cfg.secrets.admin_password)?;

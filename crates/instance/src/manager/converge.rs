@@ -207,7 +207,7 @@ impl<C: ClusterState> Manager<C> {
                 .replication
                 .as_ref()
                 .filter(|r| !r.source_host.is_empty())
-                .and_then(|r| self.local_source_name(&r.source_host, r.source_port)),
+                .and_then(|r| self.peers.source_name(&r.source_host, r.source_port)),
             io_running: view
                 .replication
                 .as_ref()

@@ -4,7 +4,8 @@
 //! through the link (`link.rs`). The self-fence watchdog, archiving, the
 //! archive follower, the relay refill proof and certificate renewal are
 //! structs that own their state and run loops of their own. The control
-//! API's backend is `backend.rs` and `observe.rs`. docs/architecture.md
+//! API's side is `ControlBackend` (`backend.rs`, `observe.rs`), which
+//! holds the concerns' handles, never the manager. docs/architecture.md
 //! has a table of the loops and what each owns. mysqld's supervision is
 //! `crate::mysqld`.
 
@@ -102,15 +103,10 @@ pub struct Manager<C: ClusterState> {
     progress: ProgressCell,
     /// When mysqld last wrote a log line.
     mysqld_output: Mutex<Option<Arc<Mutex<Instant>>>>,
-    exe_hash: String,
-    started_at: String,
     /// The in-place re-exec and what it hands on.
     reexec: Arc<reexec::Reexec>,
     /// Holds the control API still around a re-exec.
     gate: Arc<crate::serve::Gate>,
-    /// The GTID history last observed, and when it was first seen so
-    /// (none for the first observation: its age is unknown).
-    history_seen: Mutex<Option<(String, Option<String>)>>,
     /// Its certificates, loaded again when renewed (`certificates::Renewal`).
     certs: Arc<certificates::Certificates>,
     shutdown: watch::Sender<bool>,
@@ -122,6 +118,8 @@ pub struct Manager<C: ClusterState> {
     /// Whether the relay log is proven to hold again what it held before
     /// it was last emptied.
     refill: Arc<relay_refill::RelayRefill<C>>,
+    /// The control API's side (`backend.rs`, `observe.rs`).
+    backend: Arc<backend::ControlBackend<C>>,
 }
 
 impl<C: ClusterState> Manager<C> {
@@ -138,28 +136,47 @@ impl<C: ClusterState> Manager<C> {
             cluster.clone(),
             certs.clone(),
         ));
+        let refill = Arc::new(relay_refill::RelayRefill::new(link.clone(), peers.clone()));
+        let archiving = Arc::new(archiving::Archiving::new(link.clone()));
+        let archive_follower = Arc::new(archive_replica::ArchiveFollower::new(
+            link.clone(),
+            cluster.clone(),
+        ));
+        let progress: ProgressCell = Arc::new(Mutex::new(None));
+        let reexec = Arc::new(reexec::Reexec::new(current_exe_path(), gate.clone()));
+        let backend = Arc::new(backend::ControlBackend {
+            cfg: cfg.clone(),
+            cluster: cluster.clone(),
+            peers: peers.clone(),
+            supervisor: supervisor.clone(),
+            link: link.clone(),
+            certs: certs.clone(),
+            progress: progress.clone(),
+            refill: refill.clone(),
+            archiving: archiving.clone(),
+            archive_follower: archive_follower.clone(),
+            reexec: reexec.clone(),
+            exe_hash: executable_hash(),
+            started_at: jiff::Timestamp::now().to_string(),
+            history_seen: Mutex::new(None),
+        });
         Ok(Arc::new(Manager {
             supervisor,
-            cluster: cluster.clone(),
-            refill: Arc::new(relay_refill::RelayRefill::new(link.clone(), peers.clone())),
-            archiving: Arc::new(archiving::Archiving::new(link.clone())),
-            archive_follower: Arc::new(archive_replica::ArchiveFollower::new(
-                link.clone(),
-                cluster,
-            )),
+            cluster,
+            refill,
+            archiving,
+            archive_follower,
             peers,
             fencer: Arc::new(Fencer::new(link.clone())),
             link,
             owners,
-            progress: Arc::new(Mutex::new(None)),
+            progress,
             mysqld_output: Mutex::new(None),
-            exe_hash: executable_hash(),
-            started_at: jiff::Timestamp::now().to_string(),
-            reexec: Arc::new(reexec::Reexec::new(current_exe_path(), gate.clone())),
+            reexec,
             gate,
             certs,
-            history_seen: Mutex::new(None),
             shutdown,
+            backend,
             cfg,
         }))
     }
@@ -251,7 +268,7 @@ impl<C: ClusterState> Manager<C> {
             crate::serve::serve(
                 listener,
                 self.certs.server(),
-                api::router(self.clone()),
+                api::router(self.backend.clone()),
                 self.shutdown.subscribe(),
                 self.gate.clone(),
                 Default::default(),
@@ -267,7 +284,7 @@ impl<C: ClusterState> Manager<C> {
             )
             .await?;
             self.reexec.add_listener("probes", probes.as_raw_fd());
-            let app = api::probe_router(self.clone());
+            let app = api::probe_router(self.backend.clone());
             // Probes are short: a kubelet holds a connection a second or
             // two, and nobody else gets to keep one.
             let limits = crate::serve::Limits {
@@ -287,7 +304,7 @@ impl<C: ClusterState> Manager<C> {
             instance = cfg.instance,
             control = format!("{}:{}", cfg.control_bind, cfg.control_port),
             version = VERSION,
-            hash = self.exe_hash,
+            hash = self.backend.exe_hash,
             "instance manager started"
         );
 

@@ -1,21 +1,13 @@
 //! Observation: the instance's `/status` — phase, role, GTID history, lag,
 //! semi-sync, readiness — and the isolation check behind its liveness.
 
+use super::backend::ControlBackend;
 use super::*;
 
-impl<C: ClusterState> Manager<C> {
-    pub(super) fn local_source_name(&self, host: &str, port: u16) -> Option<String> {
-        self.peers
-            .all()
-            .into_iter()
-            .find(|(_, p)| p.host == host && p.mysql_port == port)
-            .map(|(n, _)| n)
-            .or_else(|| Some(format!("{host}:{port}")))
-    }
-
+impl<C: ClusterState> ControlBackend<C> {
     /// The liveness isolation check: cluster state unreachable for long and
     /// no peer answering.
-    pub async fn isolated(&self) -> bool {
+    async fn isolated(&self) -> bool {
         // While the data is being obtained (made, cloned, recovered) the
         // cluster state is not read: that is no isolation (a long recovery
         // of a single instance has no peer to answer either).
@@ -62,7 +54,7 @@ impl<C: ClusterState> Manager<C> {
     }
 
     /// A fresh look at the server for `/status`.
-    pub async fn observe(&self) -> InstanceStatus {
+    pub(super) async fn observe(&self) -> InstanceStatus {
         let (phase, message) = self.link.phase();
         let mut st = InstanceStatus {
             instance: self.cfg.instance.clone(),
@@ -97,7 +89,9 @@ impl<C: ClusterState> Manager<C> {
         st.archive = self.archiving.status();
         st.archive_replica = self.archive_follower.status();
         st.recovered = super::recovery::recovered(&self.cfg.data_dir);
-        let Some(pool) = self.pool() else { return st };
+        let Some(pool) = self.link.pool() else {
+            return st;
+        };
         let observed = tokio::time::timeout(Duration::from_secs(2), async {
             let mut conn = pool.get_conn().await?;
             sql::observe(&mut conn, self.cfg.flavor()).await
@@ -137,7 +131,7 @@ impl<C: ClusterState> Manager<C> {
             _ => Role::Unknown,
         };
         let replication = view.replication.as_ref().map(|r| {
-            let from = self.local_source_name(&r.source_host, r.source_port);
+            let from = self.peers.source_name(&r.source_host, r.source_port);
             let desired_source = match &desired {
                 Some(Desired::Replica { source }) | Some(Desired::DesignatedPrimary { source }) => {
                     Some(source)

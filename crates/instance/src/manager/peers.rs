@@ -38,6 +38,16 @@ impl<C: ClusterState> Peers<C> {
             .or_else(|| self.cfg.peers.get(name).cloned())
     }
 
+    /// The instance a replication source address names, or the address
+    /// itself for a server outside the cluster.
+    pub fn source_name(&self, host: &str, port: u16) -> Option<String> {
+        self.all()
+            .into_iter()
+            .find(|(_, p)| p.host == host && p.mysql_port == port)
+            .map(|(n, _)| n)
+            .or_else(|| Some(format!("{host}:{port}")))
+    }
+
     /// Status of a peer instance over the control API, if it answers
     /// quickly.
     pub async fn status(&self, name: &str) -> Option<InstanceStatus> {

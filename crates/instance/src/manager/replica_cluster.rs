@@ -193,7 +193,7 @@ impl<C: ClusterState> Manager<C> {
         view.replication
             .as_ref()
             .filter(|r| !r.source_host.is_empty())
-            .and_then(|r| self.local_source_name(&r.source_host, r.source_port))
+            .and_then(|r| self.peers.source_name(&r.source_host, r.source_port))
             .is_some_and(|n| self.peers.get(&n).is_none())
     }
 
