@@ -2,28 +2,19 @@
 //! (and one process per instance on the local platform).
 
 mod api;
-mod binlog_files;
-pub mod bootstrap;
-pub mod clone;
-mod clone_plugin;
-mod clone_progress;
-pub mod config;
-pub mod donor;
+mod copies;
 pub mod inherit;
-pub mod logical_import;
 pub mod manager;
-mod mysql_backup;
-pub mod mysqld;
-mod private_server;
-mod run_dir;
-mod saved_transactions;
 mod serve;
-pub mod server_image;
-mod server_tls;
-mod server_version;
-mod source_account;
-pub mod sql;
+mod server;
 pub mod upgrade;
+
+// The server and the copies by their own names, as the rest of the crate
+// and the other crates use them.
+pub use copies::{clone, donor, logical_import};
+use copies::{clone_plugin, clone_progress, mysql_backup, saved_transactions, source_account};
+use server::{binlog_files, private_server, run_dir, server_tls, server_version};
+pub use server::{bootstrap, config, mysqld, server_image, sql};
 
 // The control API's client is its callers' (cnmysql-control); the
 // manager's peers use it too.

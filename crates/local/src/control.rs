@@ -60,13 +60,12 @@ pub struct ControlPlane {
 }
 
 /// What the control plane's loop keeps between its turns.
-pub(crate) struct Running {
+struct Running {
     started: Instant,
-    pub(crate) services: Vec<(String, ServiceRole)>,
     handover: std::sync::Arc<crate::proxy::Handover>,
-    pub(crate) routes: watch::Sender<RouteTable>,
+    routing: crate::routing::Routing,
     metrics: watch::Sender<Option<Snapshot>>,
-    pub(crate) supervisor: Supervisor,
+    supervisor: Supervisor,
     progress: Progress,
     /// Whether the user was told the cluster is healthy.
     announced: bool,
@@ -76,7 +75,6 @@ pub(crate) struct Running {
     period: Duration,
     status_unreadable: bool,
     certificates_checked: Option<Instant>,
-    pub(crate) grace: crate::route_grace::RouteGrace,
 }
 
 impl ControlPlane {
@@ -294,9 +292,8 @@ impl ControlPlane {
         self.say_adopted(&adopted);
         Ok(Running {
             started,
-            services: services(&self.cluster),
+            routing: crate::routing::Routing::new(services(&self.cluster), routes),
             handover,
-            routes,
             metrics,
             supervisor,
             progress: Progress::default(),
@@ -306,7 +303,6 @@ impl ControlPlane {
             period: Duration::from_millis(Cadence::LOCAL.steady_ms),
             status_unreadable: false,
             certificates_checked: None,
-            grace: crate::route_grace::RouteGrace::default(),
         })
     }
 
@@ -343,7 +339,8 @@ impl ControlPlane {
         snapshot.status = self.dir.read_status().unwrap_or_default();
         snapshot.now_ms = jiff::Timestamp::now().as_millisecond();
         run.period = Duration::from_millis(Cadence::LOCAL.next_poll_ms(&snapshot.status));
-        crate::routing::route(&self.dir, run, &snapshot);
+        let gone = run.supervisor.absent();
+        run.routing.route(&self.dir, &snapshot, &gone);
         self.tell(run, &observed, &snapshot);
     }
 

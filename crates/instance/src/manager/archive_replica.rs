@@ -273,7 +273,7 @@ impl<C: ClusterState> ArchiveFollower<C> {
         }
         if f == Flavor::Mysql {
             // Another cluster's history: applied as the applier account.
-            super::replica_cluster::make_applier(&mut c).await?;
+            super::applier::make_applier(&mut c).await?;
         }
         sql::exec_all(&mut c, &ar::apply(f, first)).await?;
         tracing::info!(

@@ -10,6 +10,7 @@
 //! `crate::mysqld`.
 
 mod acked_alone;
+mod applier;
 mod archive_replica;
 mod archiving;
 mod backend;

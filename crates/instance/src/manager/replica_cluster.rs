@@ -80,7 +80,7 @@ impl<C: ClusterState> Manager<C> {
         // account's privileges, never the server's own.
         let checks = (f == Flavor::Mysql).then(|| flavor::APPLIER_USER.to_string());
         if checks.is_some() {
-            make_applier(conn).await?;
+            super::applier::make_applier(conn).await?;
         }
         let change = SourceSpec {
             privilege_checks_user: checks,
@@ -257,16 +257,4 @@ async fn source_history(
         server_id.unwrap_or_default(),
         flavor::executed_history(f, &binlog, &applied),
     ))
-}
-
-/// MySQL: the applier account on this server alone (not binary-logged).
-/// The server is read-only throughout: super_read_only is lifted for the
-/// account statements only, read_only stays on.
-pub(super) async fn make_applier(conn: &mut mysql_async::Conn) -> anyhow::Result<()> {
-    conn.query_drop("SET SESSION sql_log_bin = 0").await?;
-    conn.query_drop("SET GLOBAL super_read_only = OFF").await?;
-    let made = sql::exec_all(conn, &flavor::applier_account()).await;
-    conn.query_drop("SET GLOBAL super_read_only = ON").await?;
-    conn.query_drop("SET SESSION sql_log_bin = 1").await?;
-    made
 }
