@@ -77,7 +77,7 @@ fn every_invalid_spec_is_refused_naming_the_field() {
 #[test]
 fn oversized_specs_are_refused_naming_the_field() {
     for (what, patch, field) in oversized() {
-        let e = parse_cluster(&manifest(patch)).expect_err(&what);
+        let e = parse_cluster(&manifest(patch)).expect_err(what);
         assert!(
             e.0.iter()
                 .any(|fe| fe.field == field && fe.message.contains("at most")),

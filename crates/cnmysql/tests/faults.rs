@@ -274,7 +274,7 @@ async fn inject(
             let server = std::fs::read_to_string(c.instance_dir(primary).join("run/mysqld.pid"))
                 .ok()
                 .and_then(|p| p.trim().parse::<i32>().ok());
-            kill_manager(&c, primary);
+            kill_manager(c, primary);
             if let Some(pid) = server {
                 wait_for(
                     &format!("{what}: {primary}'s mysqld gone"),
@@ -285,7 +285,7 @@ async fn inject(
                 run.died.push((primary.clone(), Instant::now()));
             }
         }
-        Fault::ReplicaKilled => kill_manager(&c, replica),
+        Fault::ReplicaKilled => kill_manager(c, replica),
         Fault::Switchover => {
             let out = c.local(&["promote", name, replica]);
             let said = String::from_utf8_lossy(&out.stderr).to_string();

@@ -397,7 +397,7 @@ fn instances_get_only_the_rights_they_need(cp: &ControlPlane) {
 async fn an_invalid_cluster_is_degraded_and_makes_nothing(client: &kube::Client) {
     let clusters: Api<Cluster> = Api::namespaced(client.clone(), "prod");
     apply_cluster(
-        &client,
+        client,
         &cluster_manifest("bad", "  storage:\n    size: ten gigs\n"),
     )
     .await;

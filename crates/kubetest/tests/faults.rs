@@ -337,8 +337,8 @@ async fn inject(
     exe: &std::path::Path,
     pods: &Api<Pod>,
     fault: &Fault,
-    primary: &String,
-    replica: &String,
+    primary: &str,
+    replica: &str,
     what: &str,
     run: &mut faults::Run,
 ) {
@@ -355,7 +355,7 @@ async fn inject(
         }
         Fault::PrimaryKilled => {
             let at = kill_pid1(k, primary).await;
-            run.died.push((primary.clone(), at));
+            run.died.push((primary.to_string(), at));
         }
         Fault::ReplicaKilled => {
             kill_pid1(k, replica).await;
@@ -393,7 +393,7 @@ async fn inject(
             // A frozen process answers what it received while frozen
             // before it can act; a cut-off one fenced itself 10 s in.
             if *fault == Fault::PrimaryFrozen {
-                run.resumed.push((primary.clone(), healing));
+                run.resumed.push((primary.to_string(), healing));
             }
         }
         Fault::FenceReplica => {
@@ -404,7 +404,10 @@ async fn inject(
                 Duration::from_secs(60),
                 || async {
                     let st = k.cluster_status(NS, "db").await.ok()?;
-                    st.fenced_instances.contains(replica).then_some(())
+                    st.fenced_instances
+                        .iter()
+                        .any(|f| f == replica)
+                        .then_some(())
                 },
             )
             .await
@@ -422,7 +425,7 @@ async fn switch_over(
     k: &KubeCluster,
     exe: &std::path::Path,
     pods: &Api<Pod>,
-    replica: &String,
+    replica: &str,
     what: &str,
 ) {
     match k.plugin(exe, &["cnmsql", "-n", NS, "promote", "db", replica]) {
@@ -448,7 +451,7 @@ async fn switch_over(
                         if !e.contains("did not happen")
                             && cnmysql_workload::lagging_refusal::lagging_refusal(&e).is_none()
                         {
-                            dump(k, &pods).await;
+                            dump(k, pods).await;
                             panic!("{what}: promote {instead}: {e}");
                         }
                         eprintln!("{what}: switchover to {instead}: {e}");
@@ -458,7 +461,7 @@ async fn switch_over(
             }
         }
         Err(e) => {
-            dump(k, &pods).await;
+            dump(k, pods).await;
             panic!("{what}: promote {replica}: {e}");
         }
     }
@@ -496,7 +499,7 @@ async fn until_replaced(
         )
         .await;
         if let Err(e) = back {
-            dump(k, &pods).await;
+            dump(k, pods).await;
             panic!("{e:#}");
         }
     }
@@ -516,7 +519,7 @@ async fn until_replaced(
         )
         .await;
         if let Err(e) = all_anew {
-            dump(k, &pods).await;
+            dump(k, pods).await;
             panic!("{e:#}");
         }
     }
@@ -600,7 +603,7 @@ async fn judge(k: &KubeCluster, pods: &Api<Pod>, run: faults::Run, durability: &
     if missing > 0 || same.is_err() {
         // What a person needs to find out how: every instance's history,
         // the status and the managers' last words.
-        dump(k, &pods).await;
+        dump(k, pods).await;
         eprintln!("{}", k.diagnose(NS, "db"));
     }
     same.unwrap();
