@@ -10,10 +10,8 @@ use super::*;
 /// it: the link's watched values, the relay refill proof, archiving, the
 /// archive follower, the certificates, the re-exec.
 pub(super) struct ControlBackend<C: ClusterState> {
-    pub cfg: Arc<InstanceConfig>,
     pub cluster: Arc<C>,
     pub peers: Arc<super::peers::Peers<C>>,
-    pub supervisor: Arc<Supervisor>,
     pub link: Link,
     pub certs: Arc<certificates::Certificates>,
     pub progress: ProgressCell,
@@ -36,11 +34,11 @@ impl<C: ClusterState> Backend for ControlBackend<C> {
         self.cluster.get().await
     }
     fn config(&self) -> &InstanceConfig {
-        &self.cfg
+        &self.link.cfg
     }
     async fn apply_semi_sync(&self, s: &semisync::Settings) -> anyhow::Result<()> {
         if self.link.role() != Some(Desired::Primary) {
-            anyhow::bail!("{} is not the primary", self.cfg.instance);
+            anyhow::bail!("{} is not the primary", self.link.cfg.instance);
         }
         semi_sync::apply(&self.link, s).await
     }
@@ -56,8 +54,8 @@ impl<C: ClusterState> Backend for ControlBackend<C> {
             phase == InstancePhase::Running && self.link.pool().is_some(),
             "not now: the instance is {phase:?}; try again once it is running"
         );
-        let admin = read_secret(&self.cfg.secrets.admin_password)?;
-        let done = crate::server_version::upgrade_system_tables(&self.cfg, &admin).await?;
+        let admin = read_secret(&self.link.cfg.secrets.admin_password)?;
+        let done = crate::server_version::upgrade_system_tables(&self.link.cfg, &admin).await?;
         tracing::info!(result = %done, "system tables upgraded");
         Ok(done)
     }
@@ -89,6 +87,6 @@ impl<C: ClusterState> Backend for ControlBackend<C> {
     ) {
         self.reexec
             .clone()
-            .start(self.supervisor.clone(), exe, upgraded, answered);
+            .start(self.link.supervisor.clone(), exe, upgraded, answered);
     }
 }

@@ -69,6 +69,13 @@ impl LeaseView {
         self.enabled && self.fresh() == Some(false)
     }
 
+    /// Renewed within the lease's time to live: what `/status` reports as
+    /// holding it (others may not take it yet).
+    pub fn within_ttl(&self) -> bool {
+        self.age_ms()
+            .is_some_and(|age| (age as i64) < lease::TTL_MS)
+    }
+
     /// How long ago this manager last renewed the lease (None: it holds
     /// none).
     pub fn age_ms(&self) -> Option<u64> {

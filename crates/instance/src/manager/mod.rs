@@ -146,10 +146,8 @@ impl<C: ClusterState> Manager<C> {
         let progress: ProgressCell = Arc::new(Mutex::new(None));
         let reexec = Arc::new(reexec::Reexec::new(current_exe_path(), gate.clone()));
         let backend = Arc::new(backend::ControlBackend {
-            cfg: cfg.clone(),
             cluster: cluster.clone(),
             peers: peers.clone(),
-            supervisor: supervisor.clone(),
             link: link.clone(),
             certs: certs.clone(),
             progress: progress.clone(),

@@ -23,7 +23,7 @@ impl<C: ClusterState> ControlBackend<C> {
         }
         let mut any_peer = false;
         for (name, peer) in &self.peers.all() {
-            if name == &self.cfg.instance {
+            if name == &self.link.cfg.instance {
                 continue;
             }
             let probe = tokio::net::TcpStream::connect((peer.host.as_str(), peer.control_port));
@@ -57,8 +57,8 @@ impl<C: ClusterState> ControlBackend<C> {
     pub(super) async fn observe(&self) -> InstanceStatus {
         let (phase, message) = self.link.phase();
         let mut st = InstanceStatus {
-            instance: self.cfg.instance.clone(),
-            flavor: Some(self.cfg.flavor()),
+            instance: self.link.cfg.instance.clone(),
+            flavor: Some(self.link.cfg.flavor()),
             phase,
             message,
             executable_hash: self.exe_hash.clone(),
@@ -76,25 +76,25 @@ impl<C: ClusterState> ControlBackend<C> {
                 .filter(|p| p.stage != "done"),
             ..Default::default()
         };
-        if let ServerState::Running { pid } = self.supervisor.state() {
+        if let ServerState::Running { pid } = self.link.supervisor.state() {
             st.mysqld_pid = Some(pid);
         }
         st.server_version = self.link.server_version().unwrap_or_default();
-        let data = &self.cfg.data_dir;
+        let data = &self.link.cfg.data_dir;
         st.data_version = crate::server_version::data_version(data).unwrap_or_default();
         st.system_tables_version =
-            crate::server_version::system_tables_version(self.cfg.flavor(), data)
+            crate::server_version::system_tables_version(self.link.cfg.flavor(), data)
                 .unwrap_or_default();
         st.isolated = self.isolated().await;
         st.archive = self.archiving.status();
         st.archive_replica = self.archive_follower.status();
-        st.recovered = super::recovery::recovered(&self.cfg.data_dir);
+        st.recovered = super::recovery::recovered(&self.link.cfg.data_dir);
         let Some(pool) = self.link.pool() else {
             return st;
         };
         let observed = tokio::time::timeout(Duration::from_secs(2), async {
             let mut conn = pool.get_conn().await?;
-            sql::observe(&mut conn, self.cfg.flavor()).await
+            sql::observe(&mut conn, self.link.cfg.flavor()).await
         })
         .await;
         let view = match observed {
@@ -111,11 +111,7 @@ impl<C: ClusterState> ControlBackend<C> {
         st.mysqld_running = true;
         st.read_only = view.read_only;
         st.source_id = view.source_id.clone();
-        st.holds_lease = self
-            .link
-            .lease
-            .last_renewed()
-            .is_some_and(|t| (t.elapsed().as_millis() as i64) < lease::TTL_MS);
+        st.holds_lease = self.link.lease.within_ttl();
         st.last_transaction_at = self.note_history(&view.gtid_executed);
         st.gtid_executed = view.gtid_executed;
         st.gtid_position = view.gtid_position;
