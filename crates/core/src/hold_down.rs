@@ -2,8 +2,9 @@
 //! Pod deleted, evicted or lost with its node) is started again, or held
 //! down for the failover decision. One rule for every platform: the
 //! topology step records the hold-down from the absence the platform
-//! reports, and a platform asks [`may_start`]
-//! before it starts a manager (locally) or creates a Pod (the operator).
+//! reports, and [`crate::running`] asks [`may_start`]
+//! for the step's answer of which instances run (a platform starts a
+//! manager or creates a Pod only when that answer lets it).
 //!
 //! A steady primary that vanished is not started again on the spot where,
 //! recovering as the primary, it would race the failover; with
@@ -25,7 +26,7 @@ use crate::memory::Memory;
 /// nor while [`keep_down`] says the step will hold it down. The step
 /// records the hold-down from the absence the platform reports; this only
 /// reads.
-pub fn may_start(
+pub(crate) fn may_start(
     memory: &Memory,
     spec: &ClusterSpec,
     status: &ClusterStatus,
@@ -35,7 +36,7 @@ pub fn may_start(
 }
 
 /// True when `instance`, whose processes are gone, must not be started now.
-pub fn keep_down(
+pub(crate) fn keep_down(
     spec: &ClusterSpec,
     status: &ClusterStatus,
     instance: &str,

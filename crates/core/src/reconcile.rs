@@ -145,7 +145,7 @@ fn hibernation_step(h: crate::hibernation::Next) -> Vec<Action> {
 
 /// One step: everything the controller does about the topology now.
 /// Nothing before the cluster has a target primary, or while warming up.
-pub fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
+pub(crate) fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
     let s = o.snapshot;
     if let Some(h) = crate::hibernation::next(s) {
         return hibernation_step(h);

@@ -62,8 +62,8 @@ impl ControlRequest {
 
 /// A platform the engine carries the core's actions out on. `memory` is
 /// the controller's memory as the step left it (which instances are held
-/// down or released): a platform whose other controllers read it (the
-/// operator's Pod rule) publishes it before acting.
+/// down or released). Which instances to keep running is the pass's
+/// answer ([`crate::pass`]), converged to after the actions.
 pub trait Platform {
     /// The SHA-256 of the control plane's executable (the rollout target).
     fn executable_hash(&self) -> &str;

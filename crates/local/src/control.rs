@@ -71,6 +71,8 @@ struct Running {
     announced: bool,
     /// The core's memory of this cluster.
     memory: Memory,
+    /// The instances the last successful pass said to keep running.
+    keep: Option<cnmysql_core::running::Running>,
     status_seen: crate::cluster_state::FileClusterState,
     period: Duration,
     status_unreadable: bool,
@@ -299,6 +301,7 @@ impl ControlPlane {
             progress: Progress::default(),
             announced: false,
             memory: Memory::default(),
+            keep: None,
             status_seen: crate::cluster_state::FileClusterState::new(self.dir.clone()),
             period: Duration::from_millis(Cadence::LOCAL.steady_ms),
             status_unreadable: false,
@@ -326,8 +329,11 @@ impl ControlPlane {
         let status = self.read_status(run);
         self.reload_manifest();
         self.renew_certificates(&mut run.certificates_checked, &status);
-        self.keep_managers(&mut run.supervisor, &run.memory, &status)
-            .await;
+        // Managers that exited are reaped (their absence is the pass's
+        // proof that nothing of theirs still writes) and started again as
+        // the last pass said, before this pass observes them.
+        run.supervisor.reap().await;
+        self.keep_managers(run).await;
         let observed = self.poll(&status).await;
         run.supervisor.check_liveness(&observed).await;
         let mut snapshot = self.snapshot(status, observed.clone());
@@ -409,8 +415,9 @@ impl ControlPlane {
             leaving: &[],
             cordoned: &[],
         };
-        if let Err(e) = cnmysql_engine::pass(&mut platform, &observed, &mut run.memory).await {
-            tracing::warn!(error = %e, "topology pass failed");
+        match cnmysql_engine::pass(&mut platform, &observed, &mut run.memory).await {
+            Ok(keep) => run.keep = Some(keep),
+            Err(e) => tracing::warn!(error = %e, "topology pass failed"),
         }
     }
 
@@ -424,28 +431,21 @@ impl ControlPlane {
         }
     }
 
-    /// One manager per instance running, like a kubelet; none while the
-    /// cluster is hibernated (recorded by the topology step first).
-    async fn keep_managers(
-        &mut self,
-        supervisor: &mut Supervisor,
-        memory: &Memory,
-        status: &cnmysql_api::ClusterStatus,
-    ) {
-        let hibernate = status.hibernated
-            && self
-                .defs
-                .asked()
-                .is_ok_and(|a| cnmysql_core::hibernation::asked(&a.cluster));
-        if !hibernate {
-            supervisor.reap(memory, &self.cluster.spec, status).await;
-            supervisor.start_due(memory, &self.cluster.spec, status);
-        } else if supervisor.absent().len() < self.instance_names().len() {
+    /// One manager per instance running, like a kubelet, as the last
+    /// pass said (`run.keep`): those it holds down stay down, and none
+    /// runs while the cluster is hibernated.
+    async fn keep_managers(&mut self, run: &mut Running) {
+        if !run.keep.as_ref().is_some_and(|k| k.hibernated) {
+            run.supervisor.start_due(run.keep.as_ref());
+        } else if run.supervisor.absent().len() < self.instance_names().len() {
             self.reporter.say(
                 None,
                 "Hibernating: stopping every instance, replicas first; data kept",
             );
-            supervisor.stop_all(status.current_primary.as_deref()).await;
+            let status = self.dir.read_status().unwrap_or_default();
+            run.supervisor
+                .stop_all(status.current_primary.as_deref())
+                .await;
         }
     }
 

@@ -1,15 +1,15 @@
 //! Supervision: one instance manager process per instance, kept running
 //! as a kubelet keeps a Pod's container running — started again when it
-//! exits (with a growing delay), unless the controller holds the instance
-//! down ([`cnmysql_core::hold_down::may_start`]); restarted when its liveness fails; stopped
-//! cleanly, replicas first, when the cluster stops.
+//! exits (with a growing delay), unless the topology step holds the
+//! instance down (its [`Running`] answer); restarted when its liveness
+//! fails; stopped cleanly, replicas first, when the cluster stops or
+//! hibernates.
 
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use cnmysql_api::ClusterStatus;
-use cnmysql_core::memory::Memory;
+use cnmysql_core::running::Running;
 use cnmysql_core::status::Observed;
 use tokio::process::Command;
 
@@ -31,6 +31,8 @@ pub struct ManagedProcess {
     /// from then on it starts only when the controller lets it. Starting
     /// the cluster is not a vanishing: every instance is started then.
     vanished: bool,
+    /// The user was told it is held down (once per vanishing).
+    held_said: bool,
 }
 
 impl ManagedProcess {
@@ -62,6 +64,7 @@ impl Supervisor {
                 child: adopted.get(&n).map(|pid| Handle::Adopted(*pid)),
                 recreating: false,
                 vanished: false,
+                held_said: false,
                 name: n,
                 restarts: 0,
                 next_start: Instant::now(),
@@ -98,12 +101,7 @@ impl Supervisor {
     /// server runs unsupervised and a primary's death is proven at once (a
     /// failover need not wait for its lease). A manager's in-place re-exec
     /// is not an exit.
-    pub async fn reap(
-        &mut self,
-        memory: &Memory,
-        spec: &cnmysql_api::ClusterSpec,
-        status: &ClusterStatus,
-    ) {
+    pub async fn reap(&mut self) {
         for i in 0..self.procs.len() {
             let Some(st) = self.procs[i].child.as_mut().and_then(|c| c.try_wait()) else {
                 continue;
@@ -137,44 +135,37 @@ impl Supervisor {
             }
             p.restarts += 1;
             p.vanished = true;
+            p.held_said = false;
             p.next_start =
                 Instant::now() + Duration::from_millis(500 * u64::from(p.restarts.min(10)));
-            if cnmysql_core::hold_down::may_start(memory, spec, status, &name) {
-                self.reporter.say(
-                    Some(&name),
-                    &format!("instance manager exited ({st}); restarting it"),
-                );
-            } else {
-                // The topology step holds it down and fails over.
-                self.reporter.say(
-                    Some(&name),
-                    &format!(
-                        "the instance manager exited ({st}); held down for the failover decision"
-                    ),
-                );
-            }
+            self.reporter
+                .say(Some(&name), &format!("the instance manager exited ({st})"));
         }
     }
 
-    /// Start every stopped manager that is due and that the controller
-    /// lets start.
-    pub fn start_due(
-        &mut self,
-        memory: &Memory,
-        spec: &cnmysql_api::ClusterSpec,
-        status: &ClusterStatus,
-    ) {
+    /// Start every stopped manager that is due and that the topology step
+    /// lets start (`running`, its last answer). Before any answer, only
+    /// the managers that never ran under this control plane start.
+    pub fn start_due(&mut self, running: Option<&Running>) {
         let now = Instant::now();
         for i in 0..self.procs.len() {
-            let p = &self.procs[i];
-            if p.child.is_some()
-                || now < p.next_start
-                || (p.vanished
-                    && !cnmysql_core::hold_down::may_start(memory, spec, status, &p.name))
-            {
+            let p = &mut self.procs[i];
+            if p.child.is_some() || now < p.next_start {
+                continue;
+            }
+            if p.vanished && !running.is_some_and(|r| r.may_start(&p.name)) {
+                if !std::mem::replace(&mut p.held_said, true) {
+                    // The topology step holds it down and fails over.
+                    self.reporter
+                        .say(Some(&p.name), "held down for the failover decision");
+                }
                 continue;
             }
             let name = p.name.clone();
+            if p.vanished {
+                self.reporter
+                    .say(Some(&name), "starting the instance manager again");
+            }
             match self.spawn(&name) {
                 Ok(c) => self.procs[i].child = Some(c),
                 Err(e) => self.reporter.say(

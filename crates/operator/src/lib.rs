@@ -15,6 +15,7 @@ mod backup_store;
 mod backups;
 mod catalog;
 mod certificates;
+mod claims;
 pub mod context;
 mod controllers;
 pub mod deploy;

@@ -1,10 +1,10 @@
 //! What the operator remembers per Cluster between topology passes: the
 //! core's controller memory (which instances are held down or released,
-//! what was said), the control-API client, and which task polls it. The
-//! topology task writes the core's memory; the Pod rule (`pods.rs`) reads
-//! it to know which missing Pods not to create.
+//! what was said), the control-API client, which task polls it, and the
+//! Pods' groundwork the Cluster reconcile has laid ([`Ground`]). The
+//! topology task alone reads and writes the core's memory.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
 use kube::ResourceExt;
@@ -12,6 +12,29 @@ use kube::ResourceExt;
 use cnmysql_api::Cluster;
 use cnmysql_control::client::ControlClient;
 use cnmysql_core::memory::Memory;
+
+/// What the Cluster reconcile has made for the Pods to be made on: the
+/// instances whose claims exist (with the Secrets and service account
+/// every Pod uses), built when the status recorded `image` as the target.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Ground {
+    pub instances: BTreeSet<String>,
+    pub image: Option<String>,
+}
+
+impl Ground {
+    /// Whether `instance`'s Pod may be made from `cluster` as it stands:
+    /// its claims exist, and the Pod would be made from the image the
+    /// reconcile saw recorded (a Cluster read before that record would
+    /// make it from another).
+    pub fn laid_for(&self, cluster: &Cluster, instance: &str) -> bool {
+        let target = cluster
+            .status
+            .as_ref()
+            .and_then(|s| s.target_image.as_ref());
+        self.instances.contains(instance) && self.image.as_ref() == target
+    }
+}
 
 #[derive(Default)]
 struct ClusterMemory {
@@ -25,6 +48,8 @@ struct ClusterMemory {
     image_error: Option<String>,
     /// When the operator's certificate in the client expires (Unix s).
     client_expiry: Option<i64>,
+    /// What the reconcile has made for the Pods (claims, Secrets).
+    ground: Option<Ground>,
     /// Wakes the polling task before its next period: one of the
     /// Cluster's Pods changed (deleted on notice, its container died).
     wake: std::sync::Arc<tokio::sync::Notify>,
@@ -78,6 +103,20 @@ impl Memories {
             .entry(key(cluster))
             .or_default()
             .image_error = error;
+    }
+
+    /// The Pods' groundwork, once the reconcile has laid it.
+    pub fn ground(&self, cluster: &Cluster) -> Option<Ground> {
+        self.all.lock().unwrap().get(&key(cluster))?.ground.clone()
+    }
+
+    /// Record the Pods' groundwork; true when it changed.
+    pub fn set_ground(&self, cluster: &Cluster, ground: Ground) -> bool {
+        let mut all = self.all.lock().unwrap();
+        let m = all.entry(key(cluster)).or_default();
+        let changed = m.ground.as_ref() != Some(&ground);
+        m.ground = Some(ground);
+        changed
     }
 
     /// The control-API client made from the Secret at `version`.

@@ -33,7 +33,6 @@ use crate::error::{At, Error};
 use crate::events::publish;
 use crate::labels::{CLUSTER, FIELD_MANAGER};
 use crate::objects;
-use crate::pods::{ensure_pods, scale_down};
 
 /// How often an unchanged Cluster's objects are applied again.
 pub const RESYNC: Duration = Duration::from_secs(300);
@@ -94,12 +93,10 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Action, Err
     }
 
     // Hibernation: once the topology step has recorded it (so nothing
-    // fails over), every instance Pod goes; the claims stay. Removing the
-    // annotation lets the Pods be made again below, the primary included.
+    // fails over), the topology task deletes every instance Pod; the
+    // claims stay. Removing the annotation lets it make them again, the
+    // primary included.
     if cnmysql_core::hibernation::asked(cluster.annotations()) {
-        if cluster.status.as_ref().is_some_and(|s| s.hibernated) {
-            crate::pods::stop_all(cluster, ctx).await?;
-        }
         return Ok(Action::requeue(Duration::from_secs(2)));
     }
 
@@ -175,8 +172,10 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Action, Err
     let growth = crate::storage_growth::carry_out(cluster, ctx, &ns, &held)
         .await
         .map_err(Error::Apply)?;
-    ensure_pods(cluster, ctx, &desired.pods).await?;
-    scale_down(cluster, ctx).await?;
+    // The Pods are the topology task's to write, right after its step:
+    // it learns here that every claim (and Secret) they use exists.
+    crate::claims::lay_ground(ctx, cluster);
+    crate::claims::remove_extra(cluster, ctx, &ns, &held).await?;
 
     // 5. report the operator's part of the status; the topology task
     // (`topology.rs`) polls the instances and reports the rest.

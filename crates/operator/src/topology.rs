@@ -6,14 +6,16 @@
 //! |---|---|
 //! | event | an `events.k8s.io/v1` Event on the Cluster |
 //! | status change | the conditional status write (`cnmysql_k8s::cluster_handle`) |
-//! | fence out | delete the Pod (its claim stays) and create none while held down |
+//! | fence out | delete the Pod (its claim stays) |
 //! | release the lease | delete the Lease `<cluster>-primary`, only once the holder's Pod is gone |
-//! | restart | create the Pod again on its claim |
-//! | recreate | delete the Pod; the Pod rule creates it with the operator's image and the Cluster's definition |
+//! | restart | nothing at once: the step's answer now lets the Pod be made |
+//! | recreate | delete the Pod; once it is gone it is made again with the operator's image and the Cluster's definition |
 //! | control API | the Pod IP, port 9443, a client expecting the instance's certificate |
 //!
-//! Restarts in place that a user asked for on a Pod are carried out after
-//! each pass (`restart.rs`).
+//! After each pass the task brings the Pods to the step's answer of which
+//! instances run (`pods.rs`): it is the only writer of Pods. Restarts in
+//! place that a user asked for on a Pod are carried out after that
+//! (`restart.rs`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -180,8 +182,6 @@ struct KubePlatform<'a> {
     lease: Option<KubeLease>,
     /// The status as this pass last wrote it.
     written: Option<ClusterStatus>,
-    /// A held-down instance was let go: create its Pod after the pass.
-    released: bool,
 }
 
 impl Platform for KubePlatform<'_> {
@@ -218,9 +218,7 @@ impl Platform for KubePlatform<'_> {
         publish(self.ctx, self.cluster, kind, "Topology", e.reason, &note).await;
     }
 
-    async fn fence_out(&mut self, instance: &str, memory: &Memory) -> anyhow::Result<()> {
-        // Held down before its Pod goes: the Pod rule must not create it.
-        self.ctx.memory.set_core(self.cluster, memory);
+    async fn fence_out(&mut self, instance: &str, _: &Memory) -> anyhow::Result<()> {
         if self.delete_pod(instance).await? {
             tracing::warn!(instance = %instance, "fenced out: Pod deleted, claim kept");
         }
@@ -241,18 +239,16 @@ impl Platform for KubePlatform<'_> {
         Ok(())
     }
 
-    async fn allow_start(&mut self, instance: &str, memory: &Memory) -> anyhow::Result<()> {
-        self.ctx.memory.set_core(self.cluster, memory);
+    async fn allow_start(&mut self, instance: &str, _: &Memory) -> anyhow::Result<()> {
+        // The step's answer lets it run: its Pod is made after the pass.
         tracing::info!(instance = %instance, "creating the Pod of the held-down instance again");
-        self.released = true;
         Ok(())
     }
 
-    async fn recreate(&mut self, instance: &str, _: bool, memory: &Memory) -> anyhow::Result<bool> {
-        // The Pod rule creates it again with the manager of this
-        // operator's image and the Cluster's current definition; a primary
-        // restarted on purpose is not held down meanwhile.
-        self.ctx.memory.set_core(self.cluster, memory);
+    async fn recreate(&mut self, instance: &str, _: bool, _: &Memory) -> anyhow::Result<bool> {
+        // Made again once gone, with the manager of this operator's image
+        // and the Cluster's current definition; a primary restarted on
+        // purpose is not held down meanwhile.
         self.delete_pod(instance).await
     }
 
@@ -426,7 +422,6 @@ pub async fn step(
         leases: Api::namespaced(ctx.client.clone(), &ns),
         lease: None,
         written: None,
-        released: false,
     };
     let facts = Observation {
         lease: None,
@@ -442,21 +437,16 @@ pub async fn step(
     let mut memory = ctx.memory.core(cluster);
     let passed = cnmysql_engine::pass(&mut platform, &facts, &mut memory).await;
     ctx.memory.set_core(cluster, &memory);
-    passed.at(Error::Topology)?;
-    let (released, written) = (platform.released, platform.written.take());
-    // A primary change relabels the Pods from here at once (the Services
-    // route by those labels), not a controller round later.
-    let relabel = written
-        .as_ref()
-        .is_some_and(|w| crate::pods::roles_changed(cluster, &status, w));
-    if released || relabel {
-        let mut now = cluster.clone();
-        if let Some(w) = &written {
-            now.status = Some(w.clone());
-        }
-        let want = objects::desired(&now, &ctx.env).pods;
-        crate::pods::ensure_pods(&now, ctx, &want).await?;
+    let keep = passed.at(Error::Topology)?;
+    let written = platform.written.take();
+    // The Pods follow the step's answer and the status as the pass left
+    // it: a primary change relabels them at once (the Services route by
+    // those labels), a released instance's Pod is made in this pass.
+    let mut now = cluster.clone();
+    if let Some(w) = &written {
+        now.status = Some(w.clone());
     }
+    crate::pods::converge(ctx, &now, pods, &keep).await?;
     crate::restart::carry_out(ctx, cluster, pods, &client).await?;
     let after = written.unwrap_or(status);
     Ok(Duration::from_millis(
@@ -502,18 +492,7 @@ pub fn ensure_running(ctx: &std::sync::Arc<Context>, cluster: &Cluster) {
                 if c.meta().deletion_timestamp.is_none()
                     && cnmysql_api::validation::validate(&c).is_empty()
                 {
-                    let pods: BTreeMap<String, Pod> = ctx
-                        .pods
-                        .lock()
-                        .unwrap()
-                        .iter()
-                        .flat_map(|s| s.state())
-                        .filter(|p| {
-                            p.namespace().as_deref() == Some(ns.as_str())
-                                && p.labels().get(labels::CLUSTER) == Some(&name)
-                        })
-                        .map(|p| (p.name_any(), (*p).clone()))
-                        .collect();
+                    let pods = crate::pods::cached(&ctx, &c);
                     match step(&ctx, &c, &pods).await {
                         Ok(next) => period = next,
                         Err(e) => tracing::warn!(error = %e, "topology pass failed"),

@@ -127,9 +127,9 @@ async fn a_change_that_no_longer_applies_to_the_fresh_object_writes_nothing() {
 fn topology_step(
     ctx: &Context,
     c: &Cluster,
-    absent: &[&str],
+    absent: &[String],
     failing: bool,
-) -> Vec<cnmysql_core::action::Action> {
+) -> cnmysql_core::ready::Ready {
     let mut memory = ctx.memory.core(c);
     memory.first_step_ms.get_or_insert(0);
     let mut snapshot = cnmysql_core::status::Snapshot {
@@ -140,15 +140,24 @@ fn topology_step(
         now_ms: 1_900_000_000_000,
         declared: Default::default(),
     };
+    snapshot.instances = cnmysql_operator::objects::instances(c)
+        .into_iter()
+        .enumerate()
+        .map(|(i, name)| cnmysql_core::status::Observed {
+            name,
+            ordinal: i as u32 + 1,
+            status: None,
+            outdated: None,
+        })
+        .collect();
     if failing {
         snapshot.status.primary_failing_since = Some("2026-01-01T00:00:00Z".into());
     }
-    let absent: Vec<String> = absent.iter().map(|s| s.to_string()).collect();
-    let actions = cnmysql_core::reconcile::step(
+    let ready = cnmysql_core::ready::ready(
         &cnmysql_core::reconcile::Observation {
             snapshot: &snapshot,
             lease: None,
-            absent: &absent,
+            absent,
             fence_early: true,
             primary_restarted_at_ms: None,
             primary_down_in_place: false,
@@ -158,40 +167,50 @@ fn topology_step(
         &mut memory,
     );
     ctx.memory.set_core(c, &memory);
-    actions
+    ready
 }
 
 fn held_down(ctx: &Context, c: &Cluster) -> Vec<String> {
     ctx.memory.core(c).held_down.into_iter().collect()
 }
 
-/// The Pods `ensure_pods` leaves in the fake after one pass over `c`, with
-/// `existing` instances' Pods already there.
-async fn pods_after_one_pass(
+/// One pass of the topology task over `c` as far as Pods go: the core's
+/// step with the instances that have no Pod in the fake absent, then the
+/// Pods brought to its answer. `existing`: Pods put in the fake first, as
+/// the operator left them. Returns the step's actions.
+async fn one_pass(
     api: &FakeApi,
     ctx: &Context,
     c: &Cluster,
     existing: &[&str],
-) -> Vec<String> {
-    let env = &ctx.env;
-    let desired = cnmysql_operator::objects::desired(c, env);
-    for p in desired
-        .pods
-        .iter()
-        .filter(|p| existing.contains(&p.metadata.name.as_deref().unwrap()))
-    {
-        // As the operator left them: with their role labels.
-        let mut p = p.clone();
-        let name = p.metadata.name.clone().unwrap();
-        let status = c.status.clone().unwrap_or_default();
-        let roles = cnmysql_operator::objects::pod::role_labels(&status, &name);
+    failing: bool,
+) -> Vec<cnmysql_core::action::Action> {
+    let status = c.status.clone().unwrap_or_default();
+    for n in existing {
+        let mut p = cnmysql_operator::objects::pod::pod(c, n, &ctx.env);
+        let roles = cnmysql_operator::objects::pod::role_labels(&status, n);
         p.metadata.labels.get_or_insert_default().extend(roles);
         api.put_pod(serde_json::to_value(&p).unwrap());
     }
-    cnmysql_operator::pods::ensure_pods(c, ctx, &desired.pods)
+    let live = pods_in(api);
+    let absent: Vec<String> = cnmysql_operator::objects::instances(c)
+        .into_iter()
+        .filter(|n| !live.contains_key(n))
+        .collect();
+    let ready = topology_step(ctx, c, &absent, failing);
+    ctx.memory.set_ground(
+        c,
+        cnmysql_operator::pods::Ground {
+            instances: cnmysql_operator::objects::instances(c)
+                .into_iter()
+                .collect(),
+            image: status.target_image.clone(),
+        },
+    );
+    cnmysql_operator::pods::converge(ctx, c, &live, &ready.running)
         .await
         .unwrap();
-    api.pods("prod")
+    ready.actions
 }
 
 #[tokio::test]
@@ -200,22 +219,16 @@ async fn a_steady_primary_whose_pod_is_gone_is_held_down_for_the_failover_decisi
     let c = cluster(&api);
     let ctx = context(&api);
     // db-1 is the primary and its Pod is gone; db-3's too.
+    one_pass(&api, &ctx, &c, &["db-2"], false).await;
     assert_eq!(
-        pods_after_one_pass(&api, &ctx, &c, &["db-2"]).await,
+        api.pods("prod"),
         ["db-2", "db-3"],
-        "the replica's Pod is recreated, the primary's is not (it would come back as the primary)"
+        "the replica's Pod is made again, the primary's is not (it would come back as the primary)"
     );
-    // The topology step records the hold-down from the Pod's absence.
-    topology_step(&ctx, &c, &["db-1", "db-3"], false);
+    // The step recorded the hold-down from the Pod's absence.
     assert_eq!(held_down(&ctx, &c), ["db-1"]);
-    // Another pass (the operator's next reconcile) still leaves it down.
-    cnmysql_operator::pods::ensure_pods(
-        &c,
-        &ctx,
-        &cnmysql_operator::objects::desired(&c, &ctx.env).pods,
-    )
-    .await
-    .unwrap();
+    // The next pass still leaves it down.
+    one_pass(&api, &ctx, &c, &[], false).await;
     assert_eq!(api.pods("prod"), ["db-2", "db-3"]);
     let posts: Vec<String> = api
         .calls()
@@ -236,18 +249,28 @@ async fn a_steady_primary_whose_pod_is_gone_is_held_down_for_the_failover_decisi
 }
 
 #[tokio::test]
-async fn a_restarted_operator_holds_the_gone_primary_down_again_from_the_status_alone() {
+async fn a_restarted_operator_holds_the_gone_primary_down_from_the_status_alone() {
     let api = FakeApi::new();
     let c = cluster(&api);
     // A fresh operator: nothing in memory, only the status says db-1 leads.
     let ctx = context(&api);
     assert!(held_down(&ctx, &c).is_empty());
-    assert_eq!(
-        pods_after_one_pass(&api, &ctx, &c, &["db-2", "db-3"]).await,
-        ["db-2", "db-3"]
-    );
-    topology_step(&ctx, &c, &["db-1"], false);
+    one_pass(&api, &ctx, &c, &["db-2", "db-3"], false).await;
+    assert_eq!(api.pods("prod"), ["db-2", "db-3"]);
     assert_eq!(held_down(&ctx, &c), ["db-1"]);
+}
+
+#[tokio::test]
+async fn no_pod_is_made_before_the_reconcile_has_laid_its_groundwork() {
+    let api = FakeApi::new();
+    let c = cluster(&api);
+    let ctx = context(&api);
+    let ready = topology_step(&ctx, &c, &["db-2".to_string()], false);
+    cnmysql_operator::pods::converge(&ctx, &c, &Default::default(), &ready.running)
+        .await
+        .unwrap();
+    assert!(api.pods("prod").is_empty());
+    assert!(api.calls().is_empty(), "no API call for nothing to do");
 }
 
 #[tokio::test]
@@ -257,10 +280,8 @@ async fn a_primary_handing_over_is_recreated_so_the_switchover_can_finish() {
     // A switchover from db-1 to db-2 is under way when db-1's Pod goes.
     c.status.as_mut().unwrap().target_primary = Some("db-2".into());
     let ctx = context(&api);
-    assert_eq!(
-        pods_after_one_pass(&api, &ctx, &c, &["db-2", "db-3"]).await,
-        ["db-1", "db-2", "db-3"]
-    );
+    one_pass(&api, &ctx, &c, &["db-2", "db-3"], false).await;
+    assert_eq!(api.pods("prod"), ["db-1", "db-2", "db-3"]);
     assert!(held_down(&ctx, &c).is_empty());
 }
 
@@ -270,7 +291,8 @@ async fn a_single_instance_is_recreated_in_place_at_once() {
     let mut c = cluster(&api);
     c.spec.instances = 1;
     let ctx = context(&api);
-    assert_eq!(pods_after_one_pass(&api, &ctx, &c, &[]).await, ["db-1"]);
+    one_pass(&api, &ctx, &c, &[], false).await;
+    assert_eq!(api.pods("prod"), ["db-1"]);
 }
 
 #[tokio::test]
@@ -281,28 +303,18 @@ async fn a_held_down_primary_the_step_lets_come_back_is_recreated_not_held_down_
     let api = FakeApi::new();
     let c = cluster(&api);
     let ctx = context(&api);
-    assert_eq!(
-        pods_after_one_pass(&api, &ctx, &c, &["db-2", "db-3"]).await,
-        ["db-2", "db-3"]
-    );
-    topology_step(&ctx, &c, &["db-1"], false);
+    one_pass(&api, &ctx, &c, &["db-2", "db-3"], false).await;
+    assert_eq!(api.pods("prod"), ["db-2", "db-3"]);
     assert_eq!(held_down(&ctx, &c), ["db-1"]);
     // The core step, with db-1 gone and its last GTID state never observed:
-    // failover is blocked, so it lets db-1 come back in place.
-    let actions = topology_step(&ctx, &c, &["db-1"], true);
+    // failover is blocked, so it lets db-1 come back in place, in this pass.
+    let actions = one_pass(&api, &ctx, &c, &[], true).await;
     assert!(
         actions.contains(&cnmysql_core::action::Action::Restart("db-1".into())),
         "{actions:?}"
     );
-    for _ in 0..2 {
-        cnmysql_operator::pods::ensure_pods(
-            &c,
-            &ctx,
-            &cnmysql_operator::objects::desired(&c, &ctx.env).pods,
-        )
-        .await
-        .unwrap();
-    }
+    assert_eq!(api.pods("prod"), ["db-1", "db-2", "db-3"]);
+    one_pass(&api, &ctx, &c, &[], true).await;
     assert_eq!(api.pods("prod"), ["db-1", "db-2", "db-3"]);
     assert!(held_down(&ctx, &c).is_empty());
 }

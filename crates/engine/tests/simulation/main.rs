@@ -12,7 +12,7 @@
 //! the simulated world as its [`Platform`], exactly as the local control
 //! plane and the operator run it. A crashed instance is absent (its
 //! processes are gone, when the platform can tell) and is started again only
-//! when the controller's memory lets it ([`Memory::may_start`]): a vanished
+//! when the last pass lets it (its `Running` answer): a vanished
 //! primary is held down with `failoverDelay: 0` (half the schedules) and
 //! started again in place with a delay. After every action we check:
 //!
@@ -146,6 +146,8 @@ struct World {
     trace: Vec<String>,
     /// The control plane's memory between steps.
     memory: Memory,
+    /// The instances the last pass said to keep running.
+    keep: Option<cnmysql_core::running::Running>,
     /// The platform fences as soon as failover is decided (Kubernetes) or
     /// after the lease wait (local): half the seeds each.
     fence_early: bool,

@@ -50,6 +50,7 @@ impl World {
                 last_current: Some("db-1".into()),
                 ..Default::default()
             },
+            keep: None,
             fence_early: seed % 2 == 1,
             target_hash: 0,
             target_definition: 0,
@@ -379,8 +380,9 @@ impl World {
             leaving: &[],
             cordoned: &[],
         };
-        futures::executor::block_on(cnmysql_engine::pass(self, &facts, &mut memory))
+        let keep = futures::executor::block_on(cnmysql_engine::pass(self, &facts, &mut memory))
             .expect("the simulated platform does not fail");
+        self.keep = Some(keep);
         self.memory = memory;
         if self.status.current_primary == self.status.target_primary
             && self.status.phase == Some(Phase::FailingOver)
@@ -405,15 +407,13 @@ impl World {
         );
     }
 
-    /// A crashed instance's supervisor starts it when the controller lets
-    /// it (a kubelet, the local control plane).
+    /// A crashed instance's supervisor starts it when the last pass lets
+    /// it (a kubelet with the Pod the operator made, the local control
+    /// plane).
     pub(crate) fn may_start(&self, k: usize) -> bool {
-        cnmysql_core::hold_down::may_start(
-            &self.memory,
-            &self.spec,
-            &self.status,
-            &self.nodes[k].name,
-        )
+        self.keep
+            .as_ref()
+            .is_some_and(|r| r.may_start(&self.nodes[k].name))
     }
 
     /// Start a crashed instance: it boots read-only with no lease, and a
