@@ -34,20 +34,7 @@ pub fn ready(o: &Observation<'_>, memory: &mut Memory) -> Ready {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::{snapshot, three};
-
-    fn observation<'a>(s: &'a crate::status::Snapshot, absent: &'a [String]) -> Observation<'a> {
-        Observation {
-            lease: None,
-            snapshot: s,
-            absent,
-            fence_early: true,
-            primary_restarted_at_ms: None,
-            primary_down_in_place: false,
-            leaving: &[],
-            cordoned: &[],
-        }
-    }
+    use crate::testutil::{observe, snapshot, three};
 
     #[test]
     fn a_hibernation_recorded_by_this_step_stops_every_instance_at_once() {
@@ -56,7 +43,7 @@ mod tests {
             .asked
             .cluster
             .insert(crate::hibernation::ANNOTATION.into(), "on".into());
-        let r = ready(&observation(&s, &[]), &mut Memory::default());
+        let r = ready(&observe(&s, &[]), &mut Memory::default());
         assert!(r.running.hibernated, "{r:?}");
     }
 
@@ -68,7 +55,7 @@ mod tests {
             first_step_ms: Some(0),
             ..Default::default()
         };
-        let r = ready(&observation(&s, &absent), &mut m);
+        let r = ready(&observe(&s, &absent), &mut m);
         assert!(!r.running.may_start("db-1") && r.running.may_start("db-3"));
         assert!(m.held_down.contains("db-1"));
     }

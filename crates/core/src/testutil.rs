@@ -64,3 +64,18 @@ pub fn three() -> Vec<Observed> {
         replica("db-3", "0-1-10"),
     ]
 }
+
+/// What a platform observes of `s` with `absent` instances gone and
+/// nothing else special.
+pub fn observe<'a>(s: &'a Snapshot, absent: &'a [String]) -> crate::reconcile::Observation<'a> {
+    crate::reconcile::Observation {
+        snapshot: s,
+        lease: None,
+        absent,
+        fence_early: false,
+        primary_restarted_at_ms: None,
+        primary_down_in_place: false,
+        leaving: &[],
+        cordoned: &[],
+    }
+}

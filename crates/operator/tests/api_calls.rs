@@ -155,14 +155,8 @@ fn topology_step(
     }
     let ready = cnmysql_core::ready::ready(
         &cnmysql_core::reconcile::Observation {
-            snapshot: &snapshot,
-            lease: None,
-            absent,
             fence_early: true,
-            primary_restarted_at_ms: None,
-            primary_down_in_place: false,
-            leaving: &[],
-            cordoned: &[],
+            ..cnmysql_core::testutil::observe(&snapshot, absent)
         },
         &mut memory,
     );

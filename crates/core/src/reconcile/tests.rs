@@ -1,23 +1,9 @@
 use super::*;
 use crate::status_change::report;
+pub(super) use crate::testutil::observe;
 use crate::testutil::{replica, snapshot};
 
 /// A controller past its warm-up.
-/// What a platform observes of `s` with `absent` instances gone and
-/// nothing else special.
-pub(super) fn observe<'a>(s: &'a Snapshot, absent: &'a [String]) -> Observation<'a> {
-    Observation {
-        snapshot: s,
-        lease: None,
-        absent,
-        fence_early: false,
-        primary_restarted_at_ms: None,
-        primary_down_in_place: false,
-        leaving: &[],
-        cordoned: &[],
-    }
-}
-
 fn warm() -> Memory {
     Memory {
         first_step_ms: Some(0),
