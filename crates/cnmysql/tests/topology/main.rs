@@ -50,6 +50,7 @@ async fn wait_ready(c: &LocalCluster, n: u64, timeout: Duration) {
     .await;
 }
 
+mod detach;
 mod divergence;
 mod durability;
 mod failover;

@@ -56,6 +56,7 @@ fn owned_settings_win_and_user_settings_apply() {
     assert!(cnf.contains("log_slave_updates = ON\n"));
     assert!(cnf.contains("ssl_cert = /x/tls/db-2.crt\n"));
     assert!(cnf.contains("rpl_semi_sync_master_wait_point = AFTER_SYNC\n"));
+    assert!(cnf.contains("rpl_semi_sync_slave_kill_conn_timeout = 1\n"));
     assert!(cnf.contains("bind_address = 127.0.0.1\n"));
     assert!(cnf.contains("port = 3307\n"));
     let tmp = format!("tmpdir = {}\n", c.run_dir.join("tmp").display());
