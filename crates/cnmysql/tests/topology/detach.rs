@@ -52,6 +52,22 @@ impl Relay {
     }
 }
 
+/// Stop replication and point it at `port` on this host.
+async fn point_at(conn: &mut mysql_async::Conn, port: u16) {
+    conn.query_drop(sql("STOP SLAVE", "STOP REPLICA"))
+        .await
+        .unwrap();
+    conn.query_drop(format!(
+        "{} {port}",
+        sql(
+            "CHANGE MASTER TO MASTER_PORT=",
+            "CHANGE REPLICATION SOURCE TO SOURCE_PORT="
+        ),
+    ))
+    .await
+    .unwrap();
+}
+
 async fn io_state(conn: &mut mysql_async::Conn) -> (String, String) {
     let row: Option<mysql_async::Row> = conn
         .query_first(sql("SHOW SLAVE STATUS", "SHOW REPLICA STATUS"))
@@ -83,19 +99,7 @@ async fn a_receiver_whose_source_went_silent_stops_within_a_bound() {
     nix::sys::signal::kill(manager, Signal::SIGSTOP).unwrap();
     let relay = Relay::to(c.instance_port("detach-1")).await;
     let mut conn = c.admin("detach-2").await;
-    conn.query_drop(sql("STOP SLAVE", "STOP REPLICA"))
-        .await
-        .unwrap();
-    conn.query_drop(format!(
-        "{} {}",
-        sql(
-            "CHANGE MASTER TO MASTER_PORT=",
-            "CHANGE REPLICATION SOURCE TO SOURCE_PORT="
-        ),
-        relay.port
-    ))
-    .await
-    .unwrap();
+    point_at(&mut conn, relay.port).await;
     conn.query_drop(sql("START SLAVE", "START REPLICA"))
         .await
         .unwrap();
@@ -133,19 +137,7 @@ async fn a_receiver_whose_source_went_silent_stops_within_a_bound() {
     };
     assert!(took < bound, "the stop took {took:?}, over {bound:?}");
     // Back to its source; its manager goes on.
-    conn.query_drop(sql("STOP SLAVE", "STOP REPLICA"))
-        .await
-        .unwrap();
-    conn.query_drop(format!(
-        "{} {}",
-        sql(
-            "CHANGE MASTER TO MASTER_PORT=",
-            "CHANGE REPLICATION SOURCE TO SOURCE_PORT="
-        ),
-        c.instance_port("detach-1")
-    ))
-    .await
-    .unwrap();
+    point_at(&mut conn, c.instance_port("detach-1")).await;
     relay.task.abort();
     nix::sys::signal::kill(manager, Signal::SIGCONT).unwrap();
     wait_ready(&c, 2, Duration::from_secs(60)).await;
