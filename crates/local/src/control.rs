@@ -333,7 +333,7 @@ impl ControlPlane {
         // proof that nothing of theirs still writes) and started again as
         // the last pass said, before this pass observes them.
         run.supervisor.reap().await;
-        self.keep_managers(run).await;
+        self.keep_managers(run, &status).await;
         let observed = self.poll(&status).await;
         run.supervisor.check_liveness(&observed).await;
         let mut snapshot = self.snapshot(status, observed.clone());
@@ -434,7 +434,7 @@ impl ControlPlane {
     /// One manager per instance running, like a kubelet, as the last
     /// pass said (`run.keep`): those it holds down stay down, and none
     /// runs while the cluster is hibernated.
-    async fn keep_managers(&mut self, run: &mut Running) {
+    async fn keep_managers(&mut self, run: &mut Running, status: &cnmysql_api::ClusterStatus) {
         if !run.keep.as_ref().is_some_and(|k| k.hibernated) {
             run.supervisor.start_due(run.keep.as_ref());
         } else if run.supervisor.absent().len() < self.instance_names().len() {
@@ -442,7 +442,6 @@ impl ControlPlane {
                 None,
                 "Hibernating: stopping every instance, replicas first; data kept",
             );
-            let status = self.dir.read_status().unwrap_or_default();
             run.supervisor
                 .stop_all(status.current_primary.as_deref())
                 .await;
