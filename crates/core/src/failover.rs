@@ -208,6 +208,19 @@ fn durability_allows(s: &Snapshot, old: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether the replicas may stop receiving from a failing primary while its
+/// lease still runs. Only under `required` durability: there a primary can
+/// acknowledge no commit that no replica received, so once none receives,
+/// whatever it acknowledged is in the histories the candidate is chosen
+/// from, and it acknowledges nothing more. Under `preferred` a primary
+/// that the control plane cannot see may still reach its replicas, and
+/// what they receive until its fence lands is kept; stopping them early
+/// would leave its fallback-acknowledged commits on it alone.
+pub fn detach_while_lease_runs(s: &Snapshot) -> bool {
+    let semi = &s.spec.mysql.semi_sync;
+    semi.enabled && semi.data_durability == cnmysql_api::DataDurability::Required
+}
+
 /// Histories of every observed instance but the old primary (candidates or
 /// not: fenced, restarting, lagging), which the chosen candidate must also
 /// contain under `required` durability: any of them may hold the only copy

@@ -319,23 +319,7 @@ fn carry_out_decision(
                 });
             }
         }
-        Decision::WaitForLease { until_ms } => {
-            if o.fence_early && !memory.held_down.contains(primary) {
-                out.push(fence_out(memory, primary));
-            }
-            if !memory.last_wait {
-                memory.last_wait = true;
-                out.push(Action::Event(Event::new(
-                    true,
-                    "FailoverWaitingForLease",
-                    Some(primary),
-                    format!(
-                        "waiting until the primary lease of {primary} expires ({} ms)",
-                        until_ms - s.now_ms
-                    ),
-                )));
-            }
-        }
+        Decision::WaitForLease { until_ms } => wait_for_lease(o, memory, primary, until_ms, out),
         Decision::Blocked { reason } => {
             if memory.last_block != reason {
                 out.push(Action::Event(Event::new(
@@ -366,6 +350,13 @@ fn carry_out_decision(
                 lost_failover_from(memory, &old, out);
                 out.extend(begin_failover(memory, &old));
                 return;
+            }
+            // Begun while its lease ran (`wait_for_lease`) and proven gone
+            // since: the lease the first half did not release.
+            if o.lease.is_some_and(|l| l.held_by(&old, s.now_ms)) {
+                out.push(Action::ReleaseLease {
+                    holder: old.clone(),
+                });
             }
             if let Err(waiting) = detached_from(o, &old) {
                 if memory.last_detach_wait != waiting {
@@ -400,6 +391,44 @@ fn carry_out_decision(
     }
 }
 
+/// Past the failover delay, a candidate chosen, the old primary's lease
+/// still running. Where fencing takes time it starts now; and under
+/// `required` durability the replicas stop receiving from it now as well
+/// (`failover::detach_while_lease_runs`), so that at the lease's expiry the
+/// candidate is promoted at once rather than after their stop (up to 2 s
+/// for a source gone silent). The lease itself is left alone: nothing is
+/// promoted before it expires or the old primary is proven gone.
+fn wait_for_lease(
+    o: &Observation<'_>,
+    memory: &mut Memory,
+    primary: &str,
+    until_ms: i64,
+    out: &mut Vec<Action>,
+) {
+    let s = o.snapshot;
+    if o.fence_early && !memory.held_down.contains(primary) {
+        out.push(fence_out(memory, primary));
+    }
+    if o.fence_early
+        && failover::detach_while_lease_runs(s)
+        && s.status.failover_from.as_deref() != Some(primary)
+    {
+        out.push(stop_receiving_from(primary));
+    }
+    if !memory.last_wait {
+        memory.last_wait = true;
+        out.push(Action::Event(Event::new(
+            true,
+            "FailoverWaitingForLease",
+            Some(primary),
+            format!(
+                "waiting until the primary lease of {primary} expires ({} ms)",
+                until_ms - s.now_ms
+            ),
+        )));
+    }
+}
+
 /// The first half of a failover from `old`: fence it out, release its
 /// lease, and have every replica stop receiving from it
 /// (`status.failoverFrom`). The candidate is chosen once they all have, so
@@ -412,20 +441,25 @@ fn begin_failover(memory: &mut Memory, old: &str) -> Vec<Action> {
         Action::ReleaseLease {
             holder: old.to_string(),
         },
-        Action::Status {
-            change: StatusChange::BeginFailover {
-                old: old.to_string(),
-            },
-            then: vec![Event::new(
-                true,
-                "FailoverStarted",
-                Some(old),
-                format!(
-                    "failing over from {old}: replicas stop receiving from it, then the most advanced one is promoted"
-                ),
-            )],
-        },
+        stop_receiving_from(old),
     ]
+}
+
+/// Every replica stops receiving from `old` (`status.failoverFrom`).
+fn stop_receiving_from(old: &str) -> Action {
+    Action::Status {
+        change: StatusChange::BeginFailover {
+            old: old.to_string(),
+        },
+        then: vec![Event::new(
+            true,
+            "FailoverStarted",
+            Some(old),
+            format!(
+                "failing over from {old}: replicas stop receiving from it, then the most advanced one is promoted"
+            ),
+        )],
+    }
 }
 
 /// A failover begun from `old` whose `status.failoverFrom` is gone again

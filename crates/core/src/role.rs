@@ -173,6 +173,21 @@ pub enum Drain {
     OwnRelayLog,
 }
 
+impl Drain {
+    /// How long a promoting instance waits for the old primary's own
+    /// answer (is it still writable, how far did it get). In a switchover
+    /// the answer is what it drains to. In a failover the old primary was
+    /// judged gone and is fenced: an answer is only a last check (a
+    /// writable one is waited for), and a silent one (frozen, cut off)
+    /// must not hold the promotion up.
+    pub fn ask_old_primary_ms(self) -> u64 {
+        match self {
+            Drain::CatchUpWithOldPrimary => 1_500,
+            Drain::OwnRelayLog => 300,
+        }
+    }
+}
+
 pub fn drain_rule(status: &ClusterStatus) -> Drain {
     if status.phase == Some(cnmysql_api::Phase::FailingOver) || status.current_primary.is_none() {
         Drain::OwnRelayLog

@@ -313,6 +313,96 @@ fn where_fencing_takes_time_it_starts_while_the_lease_runs_out() {
     }
 }
 
+/// Under `required`, where fencing takes time, the replicas stop
+/// receiving from the failing primary while its lease runs; the lease is
+/// not released and nothing is promoted before it expires. Under
+/// `preferred`, or where fencing is instant, they go on receiving.
+#[test]
+fn under_required_the_replicas_stop_receiving_while_the_lease_runs() {
+    let mut s = failing_primary("0-1-100");
+    s.now_ms = 1_767_225_700_000;
+    let lease = Lease::default().acquire("db-1", s.now_ms - 1_000).unwrap();
+    let begins = |a: &[Action]| {
+        a.iter().any(|a| {
+            matches!(
+                a,
+                Action::Status {
+                    change: StatusChange::BeginFailover { .. },
+                    ..
+                }
+            )
+        })
+    };
+    let run = |s: &Snapshot, early: bool| {
+        let actions = step(
+            &Observation {
+                lease: Some(&lease),
+                fence_early: early,
+                ..observe(s, &[])
+            },
+            &mut warm(),
+        );
+        assert!(!actions.iter().any(|a| matches!(
+            a,
+            Action::ReleaseLease { .. }
+                | Action::Status {
+                    change: StatusChange::StartFailover { .. },
+                    ..
+                }
+        )));
+        actions
+    };
+    s.spec.mysql.semi_sync.enabled = true;
+    s.spec.mysql.semi_sync.data_durability = cnmysql_api::DataDurability::Required;
+    assert!(begins(&run(&s, true)), "required, fencing takes time");
+    assert!(!begins(&run(&s, false)), "fencing is instant: no early stop");
+    s.spec.mysql.semi_sync.data_durability = cnmysql_api::DataDurability::Preferred;
+    assert!(!begins(&run(&s, true)), "preferred keeps receiving");
+}
+
+/// A failover begun while the lease ran, whose old primary is proven gone
+/// before the lease expires: the lease is released (the candidate takes it
+/// at once) and the candidate targeted once the replicas have stopped.
+#[test]
+fn a_failover_begun_early_releases_the_lease_when_the_old_primary_is_gone() {
+    let mut s = failing_primary("0-1-100");
+    s.now_ms = 1_767_225_700_000;
+    s.spec.mysql.semi_sync.enabled = true;
+    s.spec.mysql.semi_sync.data_durability = cnmysql_api::DataDurability::Required;
+    s.status.failover_from = Some("db-1".into());
+    for i in s.instances.iter_mut() {
+        if let Some(r) = i.status.as_mut().and_then(|st| st.replication.as_mut()) {
+            r.io_state = "No".into();
+        }
+    }
+    let lease = Lease::default().acquire("db-1", s.now_ms - 1_000).unwrap();
+    let gone = ["db-1".to_string()];
+    let actions = step(
+        &Observation {
+            lease: Some(&lease),
+            fence_early: true,
+            ..observe(&s, &gone)
+        },
+        &mut Memory {
+            last_current: Some("db-1".into()),
+            ..warm()
+        },
+    );
+    assert!(
+        actions.contains(&Action::ReleaseLease {
+            holder: "db-1".into()
+        }),
+        "{actions:?}"
+    );
+    assert!(actions.iter().any(|a| matches!(
+        a,
+        Action::Status {
+            change: StatusChange::StartFailover { .. },
+            ..
+        }
+    )));
+}
+
 #[test]
 fn a_rollout_switchover_right_after_a_failover_drains_from_the_old_primary() {
     // The failover to db-2 is done, but the phase still says

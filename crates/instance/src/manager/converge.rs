@@ -382,8 +382,9 @@ impl<C: ClusterState> Manager<C> {
             .current_primary
             .clone()
             .filter(|c| c != &self.cfg.instance);
+        let patience = Duration::from_millis(role::drain_rule(status).ask_old_primary_ms());
         let wait_for = match old {
-            Some(old) => match self.peers.status(&old).await {
+            Some(old) => match self.peers.status_within(&old, patience).await {
                 Some(st) if st.mysqld_running && !st.read_only => {
                     self.set_phase(
                         InstancePhase::Running,

@@ -51,9 +51,14 @@ impl<C: ClusterState> Peers<C> {
     /// Status of a peer instance over the control API, if it answers
     /// quickly.
     pub async fn status(&self, name: &str) -> Option<InstanceStatus> {
+        self.status_within(name, Duration::from_millis(1500)).await
+    }
+
+    /// Status of a peer instance, if it answers within `patience`.
+    pub async fn status_within(&self, name: &str, patience: Duration) -> Option<InstanceStatus> {
         let peer = self.get(name)?;
         tokio::time::timeout(
-            Duration::from_millis(1500),
+            patience,
             self.certs
                 .peers()
                 .with_server_name(peer.tls_name.clone())
