@@ -7,6 +7,7 @@ pub mod archive_replica;
 pub mod archiving;
 pub mod backup_source;
 pub mod cadence;
+pub mod crash_backoff;
 pub mod declared;
 pub mod definition;
 pub mod event;

@@ -2,7 +2,7 @@
 //! instances, the warm-up, what it has already said. The step reads and
 //! writes it; a platform keeps it per cluster.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::semisync::Settings;
 use crate::status::Snapshot;
@@ -59,6 +59,9 @@ pub struct Memory {
     /// The last `FailoverWaitingForReplicas` said (said again only when it
     /// changes).
     pub last_detach_wait: String,
+    /// Instances made anew out of a crash back-off, and when (Unix ms):
+    /// see `crash_backoff::REMAKE_EVERY_MS`.
+    pub remade_from_back_off: BTreeMap<String, i64>,
 }
 
 impl Memory {

@@ -70,6 +70,11 @@ pub struct Observation<'a> {
     /// node is cordoned, as `kubectl drain` does first): a primary among
     /// them hands over while nothing is wrong, and none is handed to.
     pub cordoned: &'a [String],
+    /// Instances the platform holds in a crash back-off before it starts
+    /// their processes again (Kubernetes: a container in
+    /// `CrashLoopBackOff`), with when they last stopped (Unix ms). See
+    /// [`crate::crash_backoff`].
+    pub backing_off: &'a [(String, i64)],
 }
 
 /// A primary whose processes were started again in place within this long
@@ -166,6 +171,7 @@ pub(crate) fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
     let primary = s.status.current_primary.clone().unwrap_or_default();
     let decision = failover_decision(o, memory, &primary);
     carry_out_decision(o, memory, decision, &primary, &at, &mut out);
+    out.extend(crate::crash_backoff::remake(s, o.backing_off, memory));
 
     if let Some(a) = semi_sync(s, memory) {
         out.push(a);

@@ -77,5 +77,6 @@ pub fn observe<'a>(s: &'a Snapshot, absent: &'a [String]) -> crate::reconcile::O
         primary_down_in_place: false,
         leaving: &[],
         cordoned: &[],
+        backing_off: &[],
     }
 }

@@ -414,6 +414,7 @@ impl ControlPlane {
             primary_down_in_place: false,
             leaving: &[],
             cordoned: &[],
+            backing_off: &[],
         };
         match cnmysql_engine::pass(&mut platform, &observed, &mut run.memory).await {
             Ok(keep) => run.keep = Some(keep),

@@ -162,6 +162,26 @@ fn in_back_off(p: &Pod) -> bool {
         == Some("CrashLoopBackOff")
 }
 
+/// A Pod, not being deleted, whose container the kubelet holds in crash
+/// back-off: since when its container last stopped (Unix ms; `now_ms` when
+/// the kubelet does not say).
+fn back_off_since_ms(p: &Pod, now_ms: i64) -> Option<i64> {
+    if p.metadata.deletion_timestamp.is_some() || !in_back_off(p) {
+        return None;
+    }
+    let stopped = p
+        .status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .first()?
+        .last_state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref()?.finished_at.as_ref())
+        .map(|t| t.0.as_millisecond());
+    Some(stopped.unwrap_or(now_ms))
+}
+
 fn pod_ip(p: &Pod) -> Option<String> {
     p.status
         .as_ref()?
@@ -413,6 +433,10 @@ pub async fn step(
         tracing::debug!(?leaving, "instances leaving on notice");
     }
     let cordoned = crate::nodes::cordoned(ctx, pods);
+    let backing_off: Vec<(String, i64)> = pods
+        .iter()
+        .filter_map(|(n, p)| Some((n.clone(), back_off_since_ms(p, snapshot.now_ms)?)))
+        .collect();
     let mut platform = KubePlatform {
         ctx,
         cluster,
@@ -433,6 +457,7 @@ pub async fn step(
         primary_down_in_place,
         leaving: &leaving,
         cordoned: &cordoned,
+        backing_off: &backing_off,
     };
     let mut memory = ctx.memory.core(cluster);
     let passed = cnmysql_engine::pass(&mut platform, &facts, &mut memory).await;
@@ -582,8 +607,19 @@ mod tests {
             "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s restarting failed container"}},
             "lastState": {"terminated": {"exitCode": 137, "finishedAt": "2026-01-01T00:00:09Z"}}
         });
-        let p = pod(held_back, false);
+        let p = pod(held_back.clone(), false);
         assert!(in_back_off(&p));
         assert_eq!(restarted_in_place_at_ms(&p), None);
+        // In back-off since its container stopped; not a Pod on its way out.
+        assert_eq!(back_off_since_ms(&p, 0), Some(1_767_225_609_000));
+        assert_eq!(back_off_since_ms(&pod(held_back, true), 0), None);
+        assert_eq!(back_off_since_ms(&pod(restarted_running(), false), 0), None);
+    }
+
+    fn restarted_running() -> serde_json::Value {
+        serde_json::json!({
+            "name": "mysql", "image": "i", "imageID": "", "ready": true, "restartCount": 1,
+            "state": {"running": {"startedAt": "2026-01-01T00:00:10Z"}}
+        })
     }
 }

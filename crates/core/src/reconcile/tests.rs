@@ -204,6 +204,7 @@ fn a_completed_change_restarts_the_held_down_former_primary_and_says_so() {
             primary_down_in_place: false,
             leaving: &[],
             cordoned: &[],
+            backing_off: &[],
         },
         &mut m,
     );
@@ -222,6 +223,7 @@ fn a_completed_change_restarts_the_held_down_former_primary_and_says_so() {
             primary_down_in_place: false,
             leaving: &[],
             cordoned: &[],
+            backing_off: &[],
         },
         &mut m,
     );
@@ -294,6 +296,7 @@ fn where_fencing_takes_time_it_starts_while_the_lease_runs_out() {
                 primary_down_in_place: false,
                 leaving: &[],
                 cordoned: &[],
+                backing_off: &[],
             },
             &mut m,
         );
@@ -476,6 +479,7 @@ fn a_primary_restarting_in_place_is_not_fenced_out_within_the_grace() {
                 primary_down_in_place: false,
                 leaving: &[],
                 cordoned: &[],
+                backing_off: &[],
             },
             &mut m,
         )
@@ -517,6 +521,7 @@ fn a_primary_seen_down_in_place_before_the_kubelet_reports_is_waited_for() {
                 primary_down_in_place: down,
                 leaving: &[],
                 cordoned: &[],
+                backing_off: &[],
             },
             m,
         )

@@ -379,6 +379,7 @@ impl World {
             primary_down_in_place: false,
             leaving: &[],
             cordoned: &[],
+            backing_off: &[],
         };
         let keep = futures::executor::block_on(cnmysql_engine::pass(self, &facts, &mut memory))
             .expect("the simulated platform does not fail");
