@@ -166,7 +166,12 @@ impl Image {
         let args: Vec<&str> = config.iter().map(String::as_str).collect();
         run("umoci", &args)?;
         run("umoci", &["gc", "--layout", &l])?;
-        let partial = out.with_extension("partial");
+        // Written inside this maker's own work directory (on the cache's
+        // filesystem) and renamed into place whole: two tests making the
+        // same image at once each rename a complete archive, where a
+        // shared partial file had one rename the other's half-written tar
+        // (seen on a fresh machine: a digest missing at import).
+        let partial = work.join("image.tar");
         run(
             "tar",
             &["-C", &l, "-cf", &partial.display().to_string(), "."],
