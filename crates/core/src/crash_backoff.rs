@@ -5,7 +5,7 @@
 //! (`CrashLoopBackOff`), and forgets the count only after 10 min without a
 //! crash. A database cluster hit by a few crashes in a row (an OOM storm,
 //! every instance killed twice) would sit out minutes of timers with
-//! nothing wrong left to wait for. Past [`PATIENCE_MS`] (3 s) of such a wait the
+//! nothing wrong left to wait for. Past [`PATIENCE_MS`] (1 s) of such a wait the
 //! step has the instance made anew (Kubernetes: its Pod deleted and made
 //! again, which starts it at once), at most once per [`REMAKE_EVERY_MS`]
 //! each: a server that cannot start at all (a bad parameter) still does
@@ -24,9 +24,10 @@ use crate::memory::Memory;
 use crate::status::Snapshot;
 
 /// How long an instance may wait out a crash back-off before it is made
-/// anew. Making a Pod again takes 2–3 s on a real node, against the
-/// kubelet's waits of 10 s and more: none of them is worth sitting out.
-pub const PATIENCE_MS: i64 = 3_000;
+/// anew. Making a Pod again took 1–2 s to a started container on the real
+/// node, against the kubelet's waits of 10 s and more: none of them is
+/// worth sitting out; the second lets the kubelet's report settle.
+pub const PATIENCE_MS: i64 = 1_000;
 
 /// An instance is made anew from a back-off at most this often.
 pub const REMAKE_EVERY_MS: i64 = 300_000;
