@@ -125,7 +125,10 @@ mod tests {
         s.now_ms = 1_000_000;
         let waits = [("db-1".to_string(), s.now_ms - 30_000)];
         let mut m = Memory::default();
-        assert!(remake(&s, &waits, &mut m).is_empty(), "failover may replace it");
+        assert!(
+            remake(&s, &waits, &mut m).is_empty(),
+            "failover may replace it"
+        );
         assert_eq!(m.restarting_primary, None);
         m.last_block = "failover of db-1 blocked: no replica is ready".into();
         assert_eq!(

@@ -368,7 +368,6 @@ fn hand_over(o: &Observation, memory: &mut Memory, at: &str, out: &mut Vec<Actio
     }
 }
 
-
 #[cfg(test)]
 mod tests;
 

@@ -8,7 +8,11 @@ use super::*;
 
 /// The failover decision for this step, and what it makes the memory
 /// forget (a block or a lease wait no longer under way).
-pub(super) fn failover_decision(o: &Observation<'_>, memory: &mut Memory, primary: &str) -> Decision {
+pub(super) fn failover_decision(
+    o: &Observation<'_>,
+    memory: &mut Memory,
+    primary: &str,
+) -> Decision {
     let s = o.snapshot;
     // A primary the rollout restarts in place is away on purpose: its
     // absence is not a failure until it has had time to come back.
@@ -264,7 +268,6 @@ fn detached_from(o: &Observation<'_>, old: &str) -> Result<(), String> {
         ))
     }
 }
-
 
 /// Since when the primary has been seen down in place, in a streak of
 /// passes that saw it so (a new primary or a pass that does not see it

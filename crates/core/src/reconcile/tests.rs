@@ -358,7 +358,10 @@ fn under_required_the_replicas_stop_receiving_while_the_lease_runs() {
     s.spec.mysql.semi_sync.enabled = true;
     s.spec.mysql.semi_sync.data_durability = cnmysql_api::DataDurability::Required;
     assert!(begins(&run(&s, true)), "required, fencing takes time");
-    assert!(!begins(&run(&s, false)), "fencing is instant: no early stop");
+    assert!(
+        !begins(&run(&s, false)),
+        "fencing is instant: no early stop"
+    );
     s.spec.mysql.semi_sync.data_durability = cnmysql_api::DataDurability::Preferred;
     assert!(!begins(&run(&s, true)), "preferred keeps receiving");
 }
