@@ -292,6 +292,24 @@ pub fn reconcile(desired: &Desired, local: &Local) -> Vec<Action> {
 mod tests {
     use super::*;
 
+    /// A frozen or cut-off old primary never answers: in a failover the
+    /// promoting candidate gives it a moment, not the 1.5 s a switchover
+    /// gives the old primary it drains from (which cost every failover
+    /// from a lost node 1.5 s).
+    #[test]
+    fn a_failover_does_not_wait_long_for_a_silent_old_primary() {
+        let mut st = ClusterStatus {
+            current_primary: Some("db-1".into()),
+            target_primary: Some("db-2".into()),
+            phase: Some(cnmysql_api::Phase::FailingOver),
+            ..Default::default()
+        };
+        assert_eq!(drain_rule(&st), Drain::OwnRelayLog);
+        assert!(drain_rule(&st).ask_old_primary_ms() <= 300);
+        st.phase = Some(cnmysql_api::Phase::Switchover);
+        assert_eq!(drain_rule(&st).ask_old_primary_ms(), 1_500);
+    }
+
     fn status(target: Option<&str>, current: Option<&str>, ever: bool) -> ClusterStatus {
         ClusterStatus {
             target_primary: target.map(str::to_string),
