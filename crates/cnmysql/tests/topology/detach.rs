@@ -1,9 +1,6 @@
 //! Detaching from a failed source: the replicas' stop in the first half of
 //! every failover.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use super::*;
 
 /// A TCP relay to the primary that can go silent, as a source whose Pod
@@ -12,7 +9,7 @@ use super::*;
 /// server greeting comes).
 struct Relay {
     port: u16,
-    silent: Arc<AtomicBool>,
+    silent: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -20,30 +17,25 @@ impl Relay {
     async fn to(upstream: u16) -> Relay {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        let silent = Arc::new(AtomicBool::new(false));
-        let quiet = silent.clone();
+        let (silent, quiet) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(async move {
             let mut held = Vec::new();
             loop {
                 let Ok((mut client, _)) = listener.accept().await else {
                     return;
                 };
-                if quiet.load(Ordering::SeqCst) {
+                if *quiet.borrow() {
                     held.push(client);
                     continue;
                 }
-                let quiet = quiet.clone();
+                let mut quiet = quiet.clone();
                 tokio::spawn(async move {
                     let mut server = tokio::net::TcpStream::connect(("127.0.0.1", upstream))
                         .await
                         .unwrap();
                     tokio::select! {
                         _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
-                        _ = async {
-                            while !quiet.load(Ordering::SeqCst) {
-                                tokio::time::sleep(Duration::from_millis(20)).await;
-                            }
-                        } => {}
+                        _ = quiet.wait_for(|q| *q) => {}
                     }
                 });
             }
@@ -113,7 +105,7 @@ async fn a_receiver_whose_source_went_silent_stops_within_a_bound() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // The source goes silent: the receiver reconnects, and waits.
-    relay.silent.store(true, Ordering::SeqCst);
+    relay.silent.send_replace(true);
     let deadline = Instant::now() + Duration::from_secs(20);
     while receiving(&io_state(&mut conn).await) {
         assert!(
