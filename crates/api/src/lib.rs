@@ -31,7 +31,7 @@ pub use instance_upgrade::{
     InstanceUpdateStrategy, InstanceUpgrade, InstanceUpgrades, OrchestratedUpgrade,
 };
 pub use reinit::{DivergedInstances, SavedTransactions};
-pub use status::{ClusterStatus, InstanceState, Phase};
+pub use status::{ClusterStatus, InstanceState, Phase, VolumeUsage};
 pub use upgrade::{
     CatalogDocument, CatalogImage, CatalogKind, ClusterImageCatalog, ClusterImageCatalogSpec,
     ImageCatalog, ImageCatalogRef, ImageCatalogSpec, MaintenanceWindow, UpgradeCondition,

@@ -39,6 +39,51 @@ pub struct InstanceState {
     pub tls_trust: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_issuer: Option<String>,
+    /// How full its volumes are: `data`, and `binlogs` when the binary
+    /// logs have a volume of their own. Used and available bytes move
+    /// here in steps of 1% of the size, so a filling volume does not
+    /// rewrite the status at every poll; the metrics are exact.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<VolumeUsage>,
+}
+
+/// One volume of an instance as its manager measures the file system.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeUsage {
+    /// `data` or `binlogs`.
+    pub volume: String,
+    /// The file system's size.
+    pub size_bytes: u64,
+    /// Bytes in use.
+    pub used_bytes: u64,
+    /// Bytes the server may still write (what is reserved for root left
+    /// out).
+    pub available_bytes: u64,
+}
+
+impl VolumeUsage {
+    /// Percent in use of what the server can use, rounded up, as `df`
+    /// shows it: 100 once nothing is available.
+    pub fn used_percent(&self) -> u64 {
+        let usable = self.used_bytes.saturating_add(self.available_bytes);
+        if usable == 0 {
+            return 100;
+        }
+        (u128::from(self.used_bytes) * 100).div_ceil(u128::from(usable)) as u64
+    }
+
+    /// The figures in steps of 1% of the size (used rounded up, available
+    /// down), for the Cluster status.
+    pub fn coarse(&self) -> VolumeUsage {
+        let step = (self.size_bytes / 100).max(1);
+        VolumeUsage {
+            volume: self.volume.clone(),
+            size_bytes: self.size_bytes,
+            used_bytes: (self.used_bytes.div_ceil(step).saturating_mul(step)).min(self.size_bytes),
+            available_bytes: self.available_bytes / step * step,
+        }
+    }
 }
 
 /// Observed state of the cluster.
@@ -219,5 +264,36 @@ impl Phase {
             Phase::Stopped => "Stopped",
             Phase::Hibernated => "Hibernated",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::VolumeUsage;
+
+    #[test]
+    fn usage_is_rounded_to_whole_percents_of_the_size_and_full_is_100() {
+        let v = VolumeUsage {
+            volume: "data".into(),
+            size_bytes: 10_000,
+            used_bytes: 8_001,
+            available_bytes: 1_499,
+        };
+        assert_eq!(v.used_percent(), 85);
+        let c = v.coarse();
+        assert_eq!((c.used_bytes, c.available_bytes), (8_100, 1_400));
+        // A little more written moves nothing until the next percent.
+        let more = VolumeUsage {
+            used_bytes: 8_050,
+            available_bytes: 1_450,
+            ..v.clone()
+        };
+        assert_eq!(more.coarse(), c);
+        let full = VolumeUsage {
+            used_bytes: 9_500,
+            available_bytes: 0,
+            ..v
+        };
+        assert_eq!(full.used_percent(), 100);
     }
 }

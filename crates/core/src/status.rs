@@ -267,6 +267,10 @@ pub struct InstanceStatus {
     pub tls_trust: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_issuer: Option<String>,
+    /// How full the data volume is, and the binary logs' when they have a
+    /// directory of their own; measured whether or not mysqld runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<cnmysql_api::VolumeUsage>,
 }
 
 impl InstanceStatus {

@@ -389,6 +389,7 @@ pub fn report(s: &Snapshot, memory: &Memory) -> Report {
                     semi_sync: crate::semisync::summary(st),
                     tls_trust: st.tls_trust.clone(),
                     tls_issuer: st.tls_issuer.clone(),
+                    volumes: st.volumes.iter().map(|v| v.coarse()).collect(),
                 },
                 None => cnmysql_api::InstanceState {
                     role: "unreachable".into(),

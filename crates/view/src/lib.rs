@@ -5,9 +5,11 @@
 //!   `kubectl cnmsql status` print;
 //! - [`metrics`]: the Prometheus page of one cluster or of many;
 //! - [`server_metrics`]: the servers' own figures, which status variables
-//!   the manager reads and the series each becomes.
+//!   the manager reads and the series each becomes;
+//! - `volume_metrics`: how full each instance's volumes are.
 
 pub mod metrics;
 mod replica_metrics;
 pub mod server_metrics;
 pub mod status_table;
+mod volume_metrics;

@@ -40,6 +40,8 @@
 //!   store), `_archived_bytes` (binary log bytes stored by the current run);
 //! - replica clusters (`replica_metrics.rs`): `cnmysql_cluster_replica_following`,
 //!   `_replica_receiving`, `_replica_lag_seconds`;
+//! - volumes (`volume_metrics.rs`): `cnmysql_instance_volume_size_bytes`,
+//!   `_used_bytes`, `_available_bytes` (label `volume`);
 //! - `cnmysql_events_total` by `reason` and `type`: switchovers,
 //!   failovers, blocked operations, fencing, restarts since the cluster was
 //!   created.
@@ -175,6 +177,7 @@ fn instance_samples(f: &Families, c: &Labelled) {
             .set(flag(st.role == Role::Primary));
         f.read_only.get_or_create(&l).set(flag(st.read_only));
         f.server.samples(&l, st);
+        f.volumes.samples(&l, st);
         if let Some(secs) = st.lag_seconds {
             f.lag.get_or_create(&l).set(secs as f64);
         }
@@ -358,6 +361,7 @@ struct Families {
     counted: Family<Labels, Counter>,
     server: crate::server_metrics::ServerFamilies,
     replica: crate::replica_metrics::ReplicaFamilies,
+    volumes: crate::volume_metrics::VolumeFamilies,
 }
 
 impl Families {
@@ -498,6 +502,7 @@ impl Families {
             counted: Family::<Labels, Counter>::default(),
             server: crate::server_metrics::ServerFamilies::register(r, &mut server_names),
             replica: crate::replica_metrics::ReplicaFamilies::register(r, &mut server_names),
+            volumes: crate::volume_metrics::VolumeFamilies::register(r, &mut server_names),
         };
         r.register(
             "events",

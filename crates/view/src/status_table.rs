@@ -22,6 +22,8 @@ pub struct Row {
     pub manager: String,
     /// The server version it runs (or last ran on its data).
     pub version: String,
+    /// How full its volumes are.
+    pub volumes: Vec<cnmysql_api::VolumeUsage>,
 }
 
 /// The cluster as the table shows it.
@@ -77,6 +79,7 @@ impl View {
                         .get(&name)
                         .cloned()
                         .unwrap_or_else(|| "-".into()),
+                    volumes: live.map(|l| l.volumes.clone()).unwrap_or_default(),
                     instance: name,
                 }
             })
@@ -111,6 +114,7 @@ impl View {
                 semi_sync: "-".into(),
                 manager: row.manager.clone(),
                 version: row.version.clone(),
+                volumes: row.volumes.clone(),
             },
             Some(s) => Row {
                 instance: instance.to_string(),
@@ -136,6 +140,7 @@ impl View {
                 } else {
                     s.server_version.clone()
                 },
+                volumes: s.volumes.clone(),
             },
         };
     }
@@ -276,6 +281,7 @@ impl View {
             "SEMI-SYNC",
             "VERSION",
             "MANAGER",
+            "STORAGE USED",
         ]
         .map(String::from);
         let yes_no = |b: Option<bool>| match b {
@@ -283,7 +289,7 @@ impl View {
             Some(false) => "no".to_string(),
             None => "-".to_string(),
         };
-        let rows: Vec<[String; 10]> = self
+        let rows: Vec<[String; 11]> = self
             .rows
             .iter()
             .map(|r| {
@@ -318,6 +324,7 @@ impl View {
                     r.semi_sync.clone(),
                     r.version.clone(),
                     short(&r.manager, 12),
+                    storage(&r.volumes),
                 ]
             })
             .collect();
@@ -472,6 +479,25 @@ fn replica_line(st: &ClusterStatus, color: bool) -> Option<String> {
     ))
 }
 
+/// `data 82% of 1.07 GB, binlogs 3% of 537 MB`; `-` when not measured.
+fn storage(volumes: &[cnmysql_api::VolumeUsage]) -> String {
+    if volumes.is_empty() {
+        return "-".into();
+    }
+    volumes
+        .iter()
+        .map(|v| {
+            format!(
+                "{} {}% of {}",
+                v.volume,
+                v.used_percent(),
+                cnmysql_core::status::human_bytes(v.size_bytes as f64)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn short(s: &str, n: usize) -> String {
     if s.chars().count() <= n {
         s.to_string()
@@ -554,6 +580,32 @@ mod tests {
     }
 
     #[test]
+    fn each_volume_shows_how_full_it_is() {
+        let mut st = status();
+        st.instance_states.get_mut("db-1").unwrap().volumes = vec![
+            cnmysql_api::VolumeUsage {
+                volume: "data".into(),
+                size_bytes: 2_000_000_000,
+                used_bytes: 1_640_000_000,
+                available_bytes: 360_000_000,
+            },
+            cnmysql_api::VolumeUsage {
+                volume: "binlogs".into(),
+                size_bytes: 500_000_000,
+                used_bytes: 500_000_000,
+                available_bytes: 0,
+            },
+        ];
+        let t = View::from_status("db", 3, &st).render(false);
+        let row = |i: &str| t.lines().find(|l| l.starts_with(i)).unwrap().to_string();
+        assert!(
+            row("db-1").ends_with("data 82% of 2.00 GB, binlogs 100% of 500 MB"),
+            "{t}"
+        );
+        assert!(row("db-2").ends_with(" -"), "{t}");
+    }
+
+    #[test]
     fn the_status_alone_shows_lag_and_semi_sync() {
         let t = View::from_status("db", 3, &status()).render(false);
         let row = |i: &str| t.lines().find(|l| l.starts_with(i)).unwrap().to_string();
@@ -574,8 +626,8 @@ mod tests {
         for t in [&from_status, &live] {
             let h = t.lines().find(|l| l.starts_with("INSTANCE")).unwrap();
             assert!(h.starts_with(header), "{t}");
-            let tail: Vec<&str> = h.split_whitespace().rev().take(3).collect();
-            assert_eq!(tail, ["MANAGER", "VERSION", "SEMI-SYNC"], "{t}");
+            let tail: Vec<&str> = h.split_whitespace().rev().take(4).collect();
+            assert_eq!(tail, ["USED", "STORAGE", "MANAGER", "VERSION"], "{t}");
             assert!(t.contains("Primary:   current db-1  target db-2"), "{t}");
         }
         let row = |t: &str, i: &str| t.lines().find(|l| l.starts_with(i)).unwrap().to_string();

@@ -32,6 +32,7 @@ mod replay;
 mod replica_cluster;
 mod semi_sync;
 mod sql_objects;
+mod volumes;
 mod watchdog;
 
 use std::collections::BTreeMap;

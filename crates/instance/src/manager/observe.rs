@@ -85,6 +85,7 @@ impl<C: ClusterState> ControlBackend<C> {
         st.system_tables_version =
             crate::server_version::system_tables_version(self.link.cfg.flavor(), data)
                 .unwrap_or_default();
+        st.volumes = super::volumes::usage(&self.link.cfg);
         st.isolated = self.isolated().await;
         st.archive = self.archiving.status();
         st.archive_replica = self.archive_follower.status();
