@@ -161,7 +161,7 @@ pub struct ClusterSpec {
     /// `<cluster>-<ordinal>` per instance.
     #[serde(default)]
     #[x_kube(validation = Rule::new("has(self.binlogs) == has(oldSelf.binlogs)").message("spec.storage.binlogs is set when the Cluster is made and cannot be added or removed later: put it back as it was"))]
-    pub storage: StorageSpec,
+    pub storage: crate::storage::StorageSpec,
 
     /// CPU and memory of the database container (Kubernetes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -191,50 +191,6 @@ pub struct ClusterSpec {
     /// Follow another server as a replica cluster (`replica.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replica: Option<crate::replica::ReplicaSpec>,
-}
-
-/// Storage for each instance's data directory.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct StorageSpec {
-    /// Requested size, e.g. `10Gi` [default: 1Gi]. Ignored when `pvcTemplate`
-    /// sets a storage request.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 64))]
-    pub size: Option<String>,
-    /// StorageClass of the claims [default: the cluster's default class].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 253))]
-    pub storage_class: Option<String>,
-    /// A full claim spec, for access modes, selectors or volume modes; `size`
-    /// and `storageClass` fill in what it leaves unset.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pvc_template: Option<k8s_openapi::api::core::v1::PersistentVolumeClaimSpec>,
-    /// A volume of its own for each instance's binary logs, so that a burst
-    /// of writes filling the logs cannot fill the data volume, and each can
-    /// be sized and grown apart. Set when the Cluster is made: it cannot be
-    /// added or removed later (the server's history lives in those logs).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub binlogs: Option<BinlogStorageSpec>,
-    /// Keep the claims of instances removed by lowering `spec.instances`
-    /// (they are deleted by default; scaling up again then clones afresh).
-    #[serde(default)]
-    pub retain_on_scale_down: bool,
-}
-
-/// The binary logs' volume: claim `<instance>-binlog`.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct BinlogStorageSpec {
-    /// Requested size, e.g. `5Gi` [default: 1Gi]; raising it grows the
-    /// claims as `spec.storage.size` does.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 64))]
-    pub size: Option<String>,
-    /// StorageClass of the claims [default: that of the data claims].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 253))]
-    pub storage_class: Option<String>,
 }
 
 /// Scheduling of instances.

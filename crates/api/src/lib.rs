@@ -16,22 +16,26 @@ mod schema_check;
 pub mod sql_objects;
 pub mod sql_privileges;
 mod status;
+pub mod storage;
 mod upgrade;
 pub mod validation;
 
 pub use cluster::{
-    AdditionalService, AffinitySpec, AntiAffinityType, BinlogStorageSpec, Cluster, ClusterSpec,
-    DataDurability, ManagedServices, ManagedSpec, MysqlSpec, OPERATOR_OWNED_PARAMETERS,
-    PrimaryUpdateMethod, PrimaryUpdateStrategy, SecretsSpec, SemiSyncSpec, ServiceRole,
-    ServiceTemplate, ServiceTemplateMeta, ServiceTemplateSpec, ServiceType, ServiceUpdateStrategy,
-    SessionAffinity, StorageSpec, TrafficPolicy,
+    AdditionalService, AffinitySpec, AntiAffinityType, Cluster, ClusterSpec, DataDurability,
+    ManagedServices, ManagedSpec, MysqlSpec, OPERATOR_OWNED_PARAMETERS, PrimaryUpdateMethod,
+    PrimaryUpdateStrategy, SecretsSpec, SemiSyncSpec, ServiceRole, ServiceTemplate,
+    ServiceTemplateMeta, ServiceTemplateSpec, ServiceType, ServiceUpdateStrategy, SessionAffinity,
+    TrafficPolicy,
 };
 pub use flavor::Flavor;
 pub use instance_upgrade::{
     InstanceUpdateStrategy, InstanceUpgrade, InstanceUpgrades, OrchestratedUpgrade,
 };
 pub use reinit::{DivergedInstances, SavedTransactions};
-pub use status::{ClusterStatus, InstanceState, Phase, VolumeUsage};
+pub use status::{
+    ClusterStatus, InstanceState, Phase, VOLUME_GROWTH_KEPT, VolumeGrowthStep, VolumeUsage,
+};
+pub use storage::{AutoGrowSpec, BinlogStorageSpec, StorageSpec};
 pub use upgrade::{
     CatalogDocument, CatalogImage, CatalogKind, ClusterImageCatalog, ClusterImageCatalogSpec,
     ImageCatalog, ImageCatalogRef, ImageCatalogSpec, MaintenanceWindow, UpgradeCondition,

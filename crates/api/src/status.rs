@@ -47,6 +47,22 @@ pub struct InstanceState {
     pub volumes: Vec<VolumeUsage>,
 }
 
+/// One claim the operator asked to grow.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeGrowthStep {
+    pub claim: String,
+    /// The size asked for.
+    pub to: String,
+    /// What asked: a size raised, or how full a volume was.
+    pub reason: String,
+    /// When (RFC 3339).
+    pub time: String,
+}
+
+/// How many steps `status.volumeGrowth` keeps.
+pub const VOLUME_GROWTH_KEPT: usize = 20;
+
 /// One volume of an instance as its manager measures the file system.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -218,6 +234,10 @@ pub struct ClusterStatus {
     /// A replica cluster's source and how far it has come (`replica.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replica: Option<crate::replica::ReplicaStatus>,
+    /// The claims the operator grew (`spec.storage.autoGrow`, or a size
+    /// raised), newest last; the last 20 steps.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volume_growth: Vec<VolumeGrowthStep>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]

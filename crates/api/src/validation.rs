@@ -225,7 +225,7 @@ fn check_secret_names(s: &crate::cluster::ClusterSpec, errors: &mut Vec<FieldErr
 
 /// A positive Kubernetes quantity with an optional binary or decimal suffix
 /// (`10Gi`, `500M`, `1.5Ti`).
-fn is_storage_quantity(s: &str) -> bool {
+pub(crate) fn is_storage_quantity(s: &str) -> bool {
     let suffixes = [
         "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "k", "M", "G", "T", "P", "E", "",
     ];
@@ -478,26 +478,6 @@ fn check_instance_counts(s: &crate::cluster::ClusterSpec, errors: &mut Vec<Field
     }
 }
 
-/// The cross-field rules (mirrors of the CRD's CEL rules).
-fn check_storage(s: &crate::cluster::ClusterSpec, errors: &mut Vec<FieldError>) {
-    if let Some(size) = &s.storage.size
-        && !is_storage_quantity(size)
-    {
-        errors.push(err(
-            "spec.storage.size",
-            format!("{size:?} is not a storage size; write it like 10Gi, 500Mi or 1Ti"),
-        ));
-    }
-    if let Some(size) = s.storage.binlogs.as_ref().and_then(|b| b.size.as_ref())
-        && !is_storage_quantity(size)
-    {
-        errors.push(err(
-            "spec.storage.binlogs.size",
-            format!("{size:?} is not a storage size; write it like 10Gi, 500Mi or 1Ti"),
-        ));
-    }
-}
-
 pub fn validate(c: &Cluster) -> Vec<FieldError> {
     let mut errors = Vec::new();
     let s = &c.spec;
@@ -514,7 +494,7 @@ pub fn validate(c: &Cluster) -> Vec<FieldError> {
     crate::replica::check_spec(s, &mut errors);
     s.managed.adopt.check(&mut errors);
     crate::import::check_spec(s, &mut errors);
-    check_storage(s, &mut errors);
+    crate::storage::check_spec(s, &mut errors);
     check_secret_names(s, &mut errors);
     let semi = &s.mysql.semi_sync;
     if semi.enabled && s.max_sync_replicas < 1 {

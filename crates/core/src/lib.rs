@@ -39,6 +39,7 @@ pub mod services;
 pub mod sql_objects;
 pub mod status;
 pub mod status_change;
+pub mod storage_growth;
 pub mod switchover;
 #[cfg(any(test, feature = "testutil"))]
 pub mod testutil;

@@ -165,7 +165,9 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Action, Err
         .iter()
         .filter(|c| !held.iter().any(|h| h.name_any() == c.name_any()))
     {
-        create_missing(ctx, &ns, claim)
+        let mut claim = claim.clone();
+        crate::storage_growth::sized_like_the_rest(&mut claim, &held);
+        create_missing(ctx, &ns, &claim)
             .await
             .map_err(Error::Apply)?;
     }
@@ -324,9 +326,9 @@ async fn write_status(
 async fn report_status(
     cluster: &Cluster,
     ctx: &Context,
-    growth: &crate::storage_growth::Growth,
+    growth: &cnmysql_core::storage_growth::Growth,
 ) -> Result<(), Error> {
-    use crate::storage_growth::Growth;
+    use cnmysql_core::storage_growth::Growth;
     let first = instance_name(&cluster.name_any(), 1);
     let now = jiff::Timestamp::now().to_string();
     let now_ms = jiff::Timestamp::now().as_millisecond();
@@ -338,11 +340,12 @@ async fn report_status(
         ),
         Growth::Refused(why) => (false, "Refused", why.clone()),
         Growth::Waiting(why) => (true, "Expanding", why.clone()),
-        Growth::Expand { claim, to } => (
+        Growth::Expand { claim, to, why } => (
             true,
             "Expanding",
-            format!("claim {claim} asked to grow to {to}"),
+            format!("claim {claim} asked to grow to {to}: {why}"),
         ),
+        Growth::AtMaximum(why) => (false, "AtMaximum", why.clone()),
     };
     write_status(cluster, ctx, |st| {
         cnmysql_core::phase::set_condition(
@@ -359,6 +362,19 @@ async fn report_status(
             st.target_primary_timestamp = Some(now.clone());
             st.phase = Some(Phase::SettingUpPrimary);
             st.phase_reason = Some(format!("initialising {first}"));
+        }
+        if let Growth::Expand { claim, to, why } = growth {
+            st.volume_growth.push(cnmysql_api::VolumeGrowthStep {
+                claim: claim.clone(),
+                to: to.clone(),
+                reason: why.clone(),
+                time: now.clone(),
+            });
+            let extra = st
+                .volume_growth
+                .len()
+                .saturating_sub(cnmysql_api::VOLUME_GROWTH_KEPT);
+            st.volume_growth.drain(..extra);
         }
         st.operator_executable_hash = Some(ctx.operator_hash.clone());
         st.instances = cluster.spec.instances;
