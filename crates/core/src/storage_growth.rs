@@ -232,9 +232,9 @@ const MI: u128 = 1 << 20;
 /// Bytes as a quantity a claim takes: `5Gi`, `1280Mi`, or plain bytes.
 pub fn quantity(bytes: u128) -> String {
     const GI: u128 = 1 << 30;
-    if bytes > 0 && bytes % GI == 0 {
+    if bytes > 0 && bytes.is_multiple_of(GI) {
         format!("{}Gi", bytes / GI)
-    } else if bytes > 0 && bytes % MI == 0 {
+    } else if bytes > 0 && bytes.is_multiple_of(MI) {
         format!("{}Mi", bytes / MI)
     } else {
         bytes.to_string()
