@@ -5,7 +5,8 @@
 //! every claim of that volume is raised by `increment`, up to `maximum`).
 //!
 //! One claim at a time, replicas first and the primary last, each only once
-//! the one before has its new capacity and its file system has grown: a
+//! the one before has its new capacity (and the policy's next step only
+//! [`SETTLE_MS`] after its last, so it reads grown file systems): a
 //! storage driver that fails part way leaves one instance to look at, not
 //! all, and every instance keeps the same room, so a switchover or a
 //! failover never lands on a smaller volume. Claims never shrink, and a
@@ -68,12 +69,15 @@ pub struct VolumeClaims<'a> {
     pub auto_grow: Option<(&'a str, &'a AutoGrowSpec)>,
     /// Each instance's measured volume of this kind.
     pub usage: &'a BTreeMap<String, VolumeUsage>,
+    /// When the last claim of this kind was asked to grow, and now (ms).
+    pub last_step_ms: Option<i64>,
+    pub now_ms: i64,
 }
 
-/// A file system counts as grown to its claim once it measures at least
-/// this share of the claim's capacity (file systems keep some for
-/// themselves: ext4 about 5% of a small volume).
-const GROWN_SHARE_PERCENT: u128 = 90;
+/// The policy takes no step within this long of its last one: the
+/// instances' measurements the decision reads (the Cluster status) may
+/// still be of the file system before it grew.
+pub const SETTLE_MS: i64 = 10_000;
 
 /// The decision for one volume kind. `expandable` says, per class name,
 /// whether it allows expansion (absent: unknown, not asked); `primary`
@@ -132,7 +136,7 @@ pub fn plan(
     }
 }
 
-/// A claim asked to grow that has not yet, or whose file system has not.
+/// A claim asked to grow that has not yet.
 fn growing(v: &VolumeClaims) -> Option<String> {
     for c in v.claims {
         if c.capacity.is_some_and(|cap| cap < c.requested.1) {
@@ -146,25 +150,12 @@ fn growing(v: &VolumeClaims) -> Option<String> {
                 c.name, c.requested.0
             ));
         }
-        let measured = v.usage.get(&c.instance).map(|u| u128::from(u.size_bytes));
-        if v.auto_grow.is_some()
-            && let (Some(cap), Some(fs)) = (c.capacity, measured)
-            && fs * 100 < cap * GROWN_SHARE_PERCENT
-        {
-            return Some(format!(
-                "claim {} holds {} but instance {}'s file system measures {}: waiting for it to grow before the next step",
-                c.name,
-                quantity(cap),
-                c.instance,
-                quantity(fs)
-            ));
-        }
     }
     None
 }
 
 /// The size every claim of the volume should have, as text and bytes, and
-/// what asks for it; `Err` when the policy is at its maximum.
+/// what asks for it; `Err` when the policy is at its maximum or waits.
 fn target(v: &VolumeClaims, want_bytes: u128) -> Result<((String, u128), String), Growth> {
     let asked = (
         (v.want.to_string(), want_bytes),
@@ -179,7 +170,11 @@ fn target(v: &VolumeClaims, want_bytes: u128) -> Result<((String, u128), String)
     let current = if top > want_bytes {
         (
             (quantity(top), top),
-            format!("{field} grew {} claims to {}", v.volume, quantity(top)),
+            format!(
+                "{field}'s step: every {} claim to {}",
+                v.volume,
+                quantity(top)
+            ),
         )
     } else {
         asked
@@ -193,6 +188,15 @@ fn target(v: &VolumeClaims, want_bytes: u128) -> Result<((String, u128), String)
     let (Some((instance, use_)), true) = (full, settled) else {
         return Ok(current);
     };
+    if let Some(t) = v.last_step_ms
+        && v.now_ms.saturating_sub(t) < SETTLE_MS
+    {
+        return Err(Growth::Waiting(format!(
+            "instance {instance}'s {} volume is {}% full; the next step waits until the measurements are of the grown file systems",
+            v.volume,
+            use_.used_percent()
+        )));
+    }
     let Some(max) = quantity_bytes(&policy.maximum) else {
         return Ok(current);
     };

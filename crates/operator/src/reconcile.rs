@@ -36,6 +36,8 @@ use crate::objects;
 
 /// How often an unchanged Cluster's objects are applied again.
 pub const RESYNC: Duration = Duration::from_secs(300);
+/// How soon a pass looks again while a claim grows.
+const GROWTH_RECHECK: Duration = Duration::from_secs(3);
 
 #[tracing::instrument(
     skip_all,
@@ -182,9 +184,16 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Action, Err
     // 5. report the operator's part of the status; the topology task
     // (`topology.rs`) polls the instances and reports the rest.
     report_status(cluster, ctx, &growth).await?;
-    // Back before a certificate is due, within a resync at most.
+    // Back before a certificate is due, within a resync at most; soon
+    // while a claim grows.
     let due = Duration::from_secs(certificate_due.max(1) as u64);
-    Ok(Action::requeue(RESYNC.min(due)))
+    let growing = matches!(
+        growth,
+        cnmysql_core::storage_growth::Growth::Waiting(_)
+            | cnmysql_core::storage_growth::Growth::Expand { .. }
+    );
+    let soon = if growing { GROWTH_RECHECK } else { RESYNC };
+    Ok(Action::requeue(soon.min(due)))
 }
 
 /// A recovery from a Backup object: its store and id recorded once,

@@ -80,6 +80,18 @@ fn usage(cluster: &Cluster, volume: &str) -> BTreeMap<String, VolumeUsage> {
         .collect()
 }
 
+/// When a claim of the kind (`logs`: the binary logs') was last asked to
+/// grow (`status.volumeGrowth`).
+fn last_step_ms(cluster: &Cluster, logs: bool) -> Option<i64> {
+    use crate::objects::storage::BINLOG_SUFFIX;
+    let st = cluster.status.as_ref()?;
+    st.volume_growth
+        .iter()
+        .rev()
+        .find(|s| s.claim.ends_with(BINLOG_SUFFIX) == logs)
+        .and_then(|s| cnmysql_core::time::parse_ms(&s.time))
+}
+
 /// The size a claim's spec asks for.
 fn requested(c: Option<PersistentVolumeClaim>) -> Option<String> {
     c.and_then(|c| {
@@ -167,6 +179,7 @@ fn decide(cluster: &Cluster, views: &[ClaimView], expandable: &BTreeMap<String, 
     let data_size = requested(Some(storage::claim(cluster, "x"))).unwrap_or_default();
     let data_usage = usage(cluster, "data");
     let st = &cluster.spec.storage;
+    let now_ms = jiff::Timestamp::now().as_millisecond();
     let data_growth = plan(
         &VolumeClaims {
             volume: "data",
@@ -175,6 +188,8 @@ fn decide(cluster: &Cluster, views: &[ClaimView], expandable: &BTreeMap<String, 
             claims: &data,
             auto_grow: st.auto_grow.as_ref().map(|g| ("spec.storage.autoGrow", g)),
             usage: &data_usage,
+            last_step_ms: last_step_ms(cluster, false),
+            now_ms,
         },
         expandable,
         primary.as_deref(),
@@ -198,6 +213,8 @@ fn decide(cluster: &Cluster, views: &[ClaimView], expandable: &BTreeMap<String, 
                 .and_then(|b| b.auto_grow.as_ref())
                 .map(|g| ("spec.storage.binlogs.autoGrow", g)),
             usage: &log_usage,
+            last_step_ms: last_step_ms(cluster, true),
+            now_ms,
         },
         expandable,
         primary.as_deref(),

@@ -92,9 +92,16 @@ pub fn start(
             .with_context(|| format!("making the Pods' cgroup root in {}", h.display()))?;
     }
     let r = root.display().to_string();
-    if !is_mountpoint(&root) {
-        run("mount", &["--bind", &r, &r])?;
-        run("mount", &["--make-shared", &r])?;
+    // The volumes' file systems are mounted while the kubelet runs
+    // (`volume_fs.rs`): under a shared mount, they reach its namespace.
+    let volumes = dir.join("volumes");
+    std::fs::create_dir_all(&volumes)?;
+    for shared in [&root, &volumes] {
+        if !is_mountpoint(shared) {
+            let s = shared.display().to_string();
+            run("mount", &["--bind", &s, &s])?;
+            run("mount", &["--make-shared", &s])?;
+        }
     }
     std::fs::write(k.join("config.yaml"), config(dir, net, ca, socket))?;
     let mut script = String::from("set -e\n");

@@ -20,6 +20,7 @@ mod kubelet;
 mod leftovers;
 mod net;
 mod storage;
+mod volume_fs;
 pub mod worker;
 
 use std::path::{Path, PathBuf};

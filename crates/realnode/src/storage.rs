@@ -1,11 +1,12 @@
 //! Storage for the claims the operator makes: a default StorageClass whose
-//! claims this program provisions as local PersistentVolumes (a directory
-//! under the node's directory, pinned to the node), the way a node-local
-//! provisioner does on a real cluster. Released volumes are deleted with
-//! their data. The class allows expansion, and this program plays the
-//! resizer a CSI driver brings: a bound claim asking for more than its
-//! volume holds gets it (a directory has no size to grow; the volume's and
-//! the claim's capacity say the new size, as after an online expansion).
+//! claims this program provisions as local PersistentVolumes (a file
+//! system of the claim's size under the node's directory, pinned to the
+//! node: `volume_fs.rs`), the way a node-local provisioner does on a real
+//! cluster. Released volumes are deleted with their data. The class allows
+//! expansion, and this program plays the resizer and the node plugin a CSI
+//! driver brings: a bound claim asking for more than its volume holds has
+//! its file system grown online, then the volume's and the claim's
+//! capacity say the new size.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -92,7 +93,7 @@ async fn pass(client: &kube::Client, dir: &Path, node: &str) -> anyhow::Result<(
         }
     }
     for pvc in claims.list(&ListParams::default()).await? {
-        resize(&claims, &volumes, &pvc).await?;
+        resize(&claims, &volumes, &pvc, dir).await?;
     }
     for pv in volumes.list(&ListParams::default()).await? {
         let ours = pv
@@ -113,7 +114,7 @@ async fn pass(client: &kube::Client, dir: &Path, node: &str) -> anyhow::Result<(
             else {
                 continue;
             };
-            let _ = std::fs::remove_dir_all(&path);
+            crate::volume_fs::remove(&path);
             let name = pv.metadata.name.clone().unwrap_or_default();
             let _ = volumes.delete(&name, &DeleteParams::default()).await;
         }
@@ -127,6 +128,7 @@ async fn resize(
     claims: &Api<PersistentVolumeClaim>,
     volumes: &Api<PersistentVolume>,
     pvc: &PersistentVolumeClaim,
+    dir: &Path,
 ) -> anyhow::Result<()> {
     use kube::api::{Patch, PatchParams};
     let Some(spec) = pvc
@@ -154,6 +156,16 @@ async fn resize(
     if has.and_then(bytes) >= bytes(asked) {
         return Ok(());
     }
+    // Each node's provisioner grows its own volumes.
+    let Some(path) = volumes
+        .get_opt(volume)
+        .await?
+        .and_then(|pv| pv.spec?.local.map(|l| PathBuf::from(l.path)))
+        .filter(|p| p.parent() == Some(&dir.join("volumes")))
+    else {
+        return Ok(());
+    };
+    crate::volume_fs::grow(&path, bytes(asked).unwrap_or(0) as u64)?;
     let capacity = serde_json::json!({"storage": asked});
     volumes
         .patch(
@@ -181,13 +193,9 @@ fn volume_for(
     dir: &Path,
     node: &str,
 ) -> anyhow::Result<PersistentVolume> {
-    use std::os::unix::fs::PermissionsExt as _;
     let uid = pvc.metadata.uid.clone().unwrap_or_default();
     let name = format!("pvc-{uid}");
     let path = dir.join("volumes").join(&name);
-    std::fs::create_dir_all(&path)?;
-    // Writable by the Pod's user; the kubelet gives it the Pod's fsGroup.
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777))?;
     let spec = pvc.spec.clone().unwrap_or_default();
     let size = spec
         .resources
@@ -198,6 +206,8 @@ fn volume_for(
         .unwrap_or(k8s_openapi::apimachinery::pkg::api::resource::Quantity(
             "1Gi".into(),
         ));
+    let bytes = cnmysql_api::validation::quantity_bytes(&size.0).unwrap_or(1 << 30);
+    crate::volume_fs::make(&path, bytes as u64)?;
     Ok(PersistentVolume {
         metadata: ObjectMeta {
             name: Some(name),

@@ -31,6 +31,8 @@ fn asked<'a>(
         claims,
         auto_grow: None,
         usage,
+        last_step_ms: None,
+        now_ms: 1_000_000,
     }
 }
 
@@ -177,15 +179,35 @@ fn a_step_waits_for_the_file_system_and_stops_at_the_maximum() {
             Some("db-1"),
         )
     };
-    // The claims say 2Gi but db-2 still measures its old 1Gi file system
-    // (a stale report, or the kubelet has not grown it): no next step.
-    let stale = BTreeMap::from([("db-2".to_string(), used(1, 90))]);
-    let Growth::Waiting(why) = decide(&three(2, 2, 2), &stale) else {
-        panic!()
-    };
+    // Just after the last step the measurements may be of the file
+    // systems before they grew: no next step until they settle.
+    let full = BTreeMap::from([("db-2".to_string(), used(2, 90))]);
+    let soon = plan(
+        &VolumeClaims {
+            auto_grow: Some(("spec.storage.autoGrow", &p)),
+            last_step_ms: Some(1_000_000 - SETTLE_MS + 1),
+            ..asked("1Gi", &three(2, 2, 2), &full)
+        },
+        &classes(true),
+        Some("db-1"),
+    );
     assert!(
-        why.contains("instance db-2's file system measures"),
-        "{why}"
+        matches!(&soon, Growth::Waiting(w) if w.contains("waits until the measurements are of the grown file systems")),
+        "{soon:?}"
+    );
+    let p3 = policy("1Gi", "3Gi");
+    let settled = plan(
+        &VolumeClaims {
+            auto_grow: Some(("spec.storage.autoGrow", &p3)),
+            last_step_ms: Some(1_000_000 - SETTLE_MS),
+            ..asked("1Gi", &three(2, 2, 2), &full)
+        },
+        &classes(true),
+        Some("db-1"),
+    );
+    assert!(
+        matches!(&settled, Growth::Expand { claim, to, .. } if claim == "db-2" && to == "3Gi"),
+        "{settled:?}"
     );
     // Grown and full again at the maximum: a warning, no step.
     let full = BTreeMap::from([("db-2".to_string(), used(2, 96))]);

@@ -153,3 +153,176 @@ pub(crate) async fn binary_logs_on_claims_of_their_own_are_written_there_and_gro
     e.healthy(3, Duration::from_secs(30)).await;
     e.verify(&o.acked).await;
 }
+
+/// Fills the database through `rw` with 1 MiB rows, four a second (data
+/// and binary log both land on the data volume), until stopped; returns
+/// how many were written and how many failed.
+fn filler(
+    rw: std::net::SocketAddr,
+    password: String,
+) -> (
+    tokio::sync::watch::Sender<bool>,
+    tokio::task::JoinHandle<(u64, u64)>,
+) {
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(async move {
+        let opts = cnmysql_workload::writer::app_opts_at(rw, password);
+        let mut conn = mysql_async::Conn::new(opts).await.unwrap();
+        conn.query_drop("CREATE TABLE IF NOT EXISTS app.fill (id INT AUTO_INCREMENT PRIMARY KEY, b LONGBLOB) ENGINE=InnoDB")
+            .await
+            .unwrap();
+        let (mut written, mut failed) = (0, 0);
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stopped.changed() => return (written, failed),
+            }
+            match conn
+                .query_drop("INSERT INTO app.fill (b) VALUES (REPEAT('x', 1048576))")
+                .await
+            {
+                Ok(()) => written += 1,
+                Err(e) => {
+                    failed += 1;
+                    eprintln!("fill insert failed: {e}");
+                }
+            }
+        }
+    });
+    (stop, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
+pub(crate) async fn a_filling_volume_grows_before_it_fills_replicas_first_up_to_its_maximum() {
+    let yaml = cluster_yaml("required").replace(
+        "  failoverDelay: 0\n",
+        "  failoverDelay: 0\n  storage:\n    size: 512Mi\n    autoGrow:\n      usedPercent: 60\n      increment: 256Mi\n      maximum: 1Gi\n",
+    );
+    let e = env_with_manifest(&yaml, &[]).await;
+    let primary = e.status().await.current_primary.unwrap();
+    // Real, size-limited file systems: each instance measures about 512Mi.
+    let measured = until(
+        "every instance's data volume measured",
+        Duration::from_secs(30),
+        || async {
+            let st = e.status().await;
+            let sizes: Vec<u64> = st
+                .instance_states
+                .values()
+                .filter_map(|s| {
+                    s.volumes
+                        .iter()
+                        .find(|v| v.volume == "data")
+                        .map(|v| v.size_bytes)
+                })
+                .collect();
+            (sizes.len() == 3).then_some(sizes)
+        },
+    )
+    .await
+    .unwrap();
+    assert!(
+        measured.iter().all(|s| *s > 300 << 20 && *s <= 512 << 20),
+        "{measured:?}"
+    );
+    let w = e.writer().await;
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+    let rw = e.k.wait_service(NS, "db-rw").await.unwrap();
+    let (stop_fill, fill) = filler(rw, e.app_password().await);
+    // Watch the claims: never two growing at once; per size, the primary's
+    // claim last.
+    let steps = std::sync::Mutex::new(Vec::<(String, String)>::new());
+    let grown = until(
+        "every data claim grown to 1Gi",
+        Duration::from_secs(400),
+        || async {
+            let sizes = claim_sizes(&e).await;
+            let growing = sizes.values().filter(|(asked, has)| asked != has).count();
+            assert!(growing <= 1, "two claims growing at once: {sizes:?}");
+            let mut seen = steps.lock().unwrap();
+            for (n, (asked, _)) in &sizes {
+                let step = (n.clone(), asked.clone());
+                if asked != "512Mi" && !seen.contains(&step) {
+                    seen.push(step);
+                }
+            }
+            sizes
+                .values()
+                .all(|(a, h)| a == "1Gi" && h == "1Gi")
+                .then_some(())
+        },
+    )
+    .await;
+    let steps = steps.into_inner().unwrap();
+    grown.unwrap_or_else(|err| panic!("{err}: {steps:?}\n{}", e.k.diagnose(NS, "db")));
+    for size in ["768Mi", "1Gi"] {
+        let order: Vec<&String> = steps
+            .iter()
+            .filter(|(_, s)| s == size)
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(order.len(), 3, "{steps:?}");
+        assert_eq!(
+            order.last(),
+            Some(&&primary),
+            "the primary's claim last at {size}: {steps:?}"
+        );
+    }
+    // Past the threshold at the maximum: a warning, and no step further.
+    let at_max = until(
+        "the maximum reached and said",
+        Duration::from_secs(300),
+        || async {
+            let st = e.status().await;
+            let c = st
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "StorageExpanding")?;
+            (c.reason == "AtMaximum").then(|| c.message.clone())
+        },
+    )
+    .await
+    .unwrap_or_else(|err| panic!("{err}\n{}", e.k.diagnose(NS, "db")));
+    stop_fill.send(true).unwrap();
+    let (written, failed) = fill.await.unwrap();
+    assert!(
+        at_max.contains("at spec.storage.autoGrow.maximum (1Gi)"),
+        "{at_max}"
+    );
+    assert!(e.events_named("StorageAtMaximum").await >= 1);
+    assert!(claim_sizes(&e).await.values().all(|(a, _)| a == "1Gi"));
+    let st = e.status().await;
+    assert_eq!(st.volume_growth.len(), 6, "{:?}", st.volume_growth);
+    // Each size's first claim says how full a volume was; the others
+    // follow that step.
+    for (i, s) in st.volume_growth.iter().enumerate() {
+        let why = if i % 3 == 0 {
+            "full, past spec.storage.autoGrow.usedPercent (60%)"
+        } else {
+            "spec.storage.autoGrow's step: every data claim to"
+        };
+        assert!(s.reason.contains(why), "{:?}", st.volume_growth);
+    }
+    let table = e.plugin(&["cnmsql", "-n", NS, "status", "db"]);
+    assert!(
+        table.contains("STORAGE USED") && table.contains("data "),
+        "{table}"
+    );
+    assert_eq!(
+        failed, 0,
+        "a fill insert failed: the volume filled before it grew"
+    );
+    w.wait_for_more(20, Duration::from_secs(30)).await;
+    let o = w.stop().await;
+    assert_eq!(o.errors, 0, "writes failed while the claims grew");
+    for n in ["db-1", "db-2", "db-3"] {
+        assert_eq!(e.restarts(n).await, 0, "{n} was restarted");
+    }
+    e.verify(&o.acked).await;
+    eprintln!(
+        "autoGrow: {written} MiB filled, steps {steps:?}, {} rows acknowledged",
+        o.acked.len()
+    );
+}
