@@ -234,6 +234,11 @@ pub struct ClusterStatus {
     /// A replica cluster's source and how far it has come (`replica.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replica: Option<crate::replica::ReplicaStatus>,
+    /// Why the primary refuses writes: a volume of some instance is
+    /// nearly full (docs/storage.md). Writes are taken again by themselves
+    /// once every volume has room.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writes_refused: Option<String>,
     /// The claims the operator grew (`spec.storage.autoGrow`, or a size
     /// raised), newest last; the last 20 steps.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

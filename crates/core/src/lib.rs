@@ -10,6 +10,7 @@ pub mod cadence;
 pub mod crash_backoff;
 pub mod declared;
 pub mod definition;
+pub mod disk_guard;
 pub mod event;
 pub mod failover;
 pub mod fencing;

@@ -85,6 +85,8 @@ pub fn summarize(s: &Snapshot) -> Summary {
                     .unwrap_or("the first instance")
             ),
         )
+    } else if let Some(why) = crate::disk_guard::writes_refused(s) {
+        (Phase::Degraded, format!("writes refused: {why}"))
     } else if !cloning.is_empty() {
         (
             Phase::CreatingReplica,

@@ -24,6 +24,10 @@ pub struct Seen<'a> {
     /// It follows a binlog archive and the last read and batch went well
     /// (`archive_replica`).
     pub archive_following: bool,
+    /// A primary read-only because a volume is nearly full
+    /// (`disk_guard.rs`): it stays ready, so clients reach it and are told
+    /// at once that writes are refused, and reads go on.
+    pub writes_refused: bool,
 }
 
 /// Whether the instance is ready for the role `desired` gives it.
@@ -39,9 +43,10 @@ pub fn ready(desired: Option<&Desired>, seen: Seen<'_>) -> bool {
     };
     match desired {
         // A switchover's primary serves until it hands over.
-        Some(Desired::Primary) | Some(Desired::HandOver { .. }) => {
-            seen.role == Role::Primary && !seen.read_only
+        Some(Desired::Primary) => {
+            seen.role == Role::Primary && (!seen.read_only || seen.writes_refused)
         }
+        Some(Desired::HandOver { .. }) => seen.role == Role::Primary && !seen.read_only,
         // Replicating, healthy, from the source it should: a replica still
         // on a former primary (a switchover just happened) is not ready
         // until it has moved to the new one.
@@ -72,6 +77,7 @@ mod tests {
             read_only,
             replication: r,
             archive_following: false,
+            writes_refused: false,
         }
     }
 
@@ -130,6 +136,12 @@ mod tests {
             Some(&Desired::Primary),
             seen(Role::Primary, true, None)
         ));
+        // Read-only because a volume is nearly full: still serving (reads,
+        // and a plain refusal of writes).
+        let mut full = seen(Role::Primary, true, None);
+        full.writes_refused = true;
+        assert!(ready(Some(&Desired::Primary), full));
+        assert!(!ready(Some(&Desired::HandOver { to: "db-2".into() }), full));
         assert!(!ready(
             Some(&Desired::Promote),
             seen(Role::Primary, false, None)

@@ -39,6 +39,9 @@ pub struct Facts<'a> {
     /// The instance the cluster last failed over from
     /// (`status.failoverFrom`).
     pub failover_from: Option<&'a str>,
+    /// Why a primary must refuse writes: a volume nearly full
+    /// (`crate::disk_guard`).
+    pub writes_refused: Option<&'a str>,
 }
 
 /// The first step of a turn.
@@ -54,6 +57,8 @@ pub enum First {
     RenewLease,
     /// Read-only already: running, held for `why`; nothing else this turn.
     Hold(String),
+    /// Stay the primary, read-only for `why`: renew the lease, then hold.
+    HoldPrimary(String),
     /// Converge the server to its role.
     Converge,
 }
@@ -73,7 +78,14 @@ pub fn first(desired: &Desired, f: &Facts<'_>) -> First {
             cause: Cause::Deposed,
             why: "self-fenced: the primary lease was not renewed in time".into(),
         },
-        Desired::Primary => First::RenewLease,
+        Desired::Primary => match f.writes_refused {
+            Some(why) if writable => First::ReadOnly {
+                cause: Cause::Demotion,
+                why: format!("writes refused: {why}"),
+            },
+            Some(why) => First::HoldPrimary(format!("writes refused: {why}")),
+            None => First::RenewLease,
+        },
         Desired::HoldReadOnly(_) | Desired::HandOver { .. } => {
             let why = match desired {
                 Desired::HandOver { to } => format!("handing the primary role over to {to}"),
@@ -121,6 +133,7 @@ mod tests {
             read_only,
             lease_lapsed: false,
             failover_from: None,
+            writes_refused: None,
         }
     }
 
@@ -211,5 +224,37 @@ mod tests {
             }
         ));
         assert!(matches!(lease_not_renewed(true), First::Hold(_)));
+    }
+
+    #[test]
+    fn a_primary_short_of_room_turns_read_only_and_holds_its_lease() {
+        let full = "db-1's data volume has 40 MB left";
+        let f = |read_only| Facts {
+            writes_refused: Some(full),
+            ..facts(read_only)
+        };
+        let First::ReadOnly { cause, why } = first(&Desired::Primary, &f(false)) else {
+            panic!()
+        };
+        assert_eq!(cause, Cause::Demotion);
+        assert!(why.contains(full), "{why}");
+        assert_eq!(
+            first(&Desired::Primary, &f(true)),
+            First::HoldPrimary(format!("writes refused: {full}"))
+        );
+        // Room again: the primary renews and converges (writable).
+        assert_eq!(first(&Desired::Primary, &facts(true)), First::RenewLease);
+        // A lapsed lease still comes first.
+        let lapsed = Facts {
+            lease_lapsed: true,
+            ..f(false)
+        };
+        assert!(matches!(
+            first(&Desired::Primary, &lapsed),
+            First::ReadOnly {
+                cause: Cause::Deposed,
+                ..
+            }
+        ));
     }
 }

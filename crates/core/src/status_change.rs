@@ -89,6 +89,8 @@ pub struct Report {
     pub lagging: Vec<String>,
     /// A replica cluster's `status.replica` (`replica_cluster.rs`).
     pub replica: Option<cnmysql_api::replica::ReplicaStatus>,
+    /// Why the primary refuses writes (`disk_guard.rs`).
+    pub writes_refused: Option<String>,
     pub now_ms: i64,
     /// The primary fields of the status it was computed from: a report is
     /// stale, and not applied, once a primary change or a failing primary
@@ -223,6 +225,7 @@ impl StatusChange {
                 st.instance_states = r.states.clone();
                 st.lagging_instances = r.lagging.clone();
                 st.replica = r.replica.clone();
+                st.writes_refused = r.writes_refused.clone();
                 // An instance scaled away gives its re-initialisation slot
                 // and requests up.
                 if r.forgets(st) {
@@ -270,6 +273,7 @@ impl Report {
             || st.instance_states != self.states
             || st.lagging_instances != self.lagging
             || st.replica != self.replica
+            || st.writes_refused != self.writes_refused
             || s.conditions.iter().any(|(t, on, reason, msg)| {
                 !st.conditions.iter().any(|c| {
                     c.type_ == *t
@@ -409,6 +413,7 @@ pub fn report(s: &Snapshot, memory: &Memory) -> Report {
         states,
         lagging: crate::lagging::instances(s),
         replica: crate::replica_cluster::status(s),
+        writes_refused: crate::disk_guard::writes_refused(s),
         now_ms: s.now_ms,
         basis: basis(&s.status),
     }

@@ -41,7 +41,8 @@
 //! - replica clusters (`replica_metrics.rs`): `cnmysql_cluster_replica_following`,
 //!   `_replica_receiving`, `_replica_lag_seconds`;
 //! - volumes (`volume_metrics.rs`): `cnmysql_instance_volume_size_bytes`,
-//!   `_used_bytes`, `_available_bytes` (label `volume`);
+//!   `_used_bytes`, `_available_bytes` (label `volume`), and per cluster
+//!   `cnmysql_cluster_writes_refused`;
 //! - `cnmysql_events_total` by `reason` and `type`: switchovers,
 //!   failovers, blocked operations, fencing, restarts since the cluster was
 //!   created.
@@ -115,6 +116,7 @@ pub fn encode_clusters(clusters: &[Labelled]) -> String {
         upgrade_samples(&f, c, &cluster);
         backup_samples(&f, s, &cluster);
         f.replica.samples(s, &cluster);
+        f.volumes.cluster_samples(s, &cluster);
     }
     let mut out = String::new();
     encode(&mut out, &r).expect("writing to a String cannot fail");

@@ -1,7 +1,9 @@
 //! How full each instance's volumes are, as its manager measures the file
 //! systems: `cnmysql_instance_volume_size_bytes`, `_used_bytes` and
 //! `_available_bytes`, labelled `instance` and `volume` (`data`,
-//! `binlogs`). Exact figures (the Cluster status rounds them to 1%).
+//! `binlogs`). Exact figures (the Cluster status rounds them to 1%). Per
+//! cluster, `cnmysql_cluster_writes_refused`: 1 while the primary refuses
+//! writes because a volume is nearly full (`status.writesRefused`).
 //! Registered with the rest of the page (`metrics.rs`); the alerts on a
 //! filling or full volume are in `deploy/prometheus-rules.yaml`.
 
@@ -20,6 +22,7 @@ pub(crate) struct VolumeFamilies {
     size: Gauges,
     used: Gauges,
     available: Gauges,
+    refused: Gauges,
 }
 
 impl VolumeFamilies {
@@ -44,7 +47,19 @@ impl VolumeFamilies {
                 "instance_volume_available_bytes",
                 "Bytes the server may still write on the instance's volume",
             ),
+            refused: g(
+                "cluster_writes_refused",
+                "1 while the primary refuses writes because a volume is nearly full (status.writesRefused)",
+            ),
         }
+    }
+
+    /// The cluster's sample, labelled `cluster`.
+    pub(crate) fn cluster_samples(&self, s: &cnmysql_core::status::Snapshot, cluster: &Labels) {
+        let on = s.status.writes_refused.is_some();
+        self.refused
+            .get_or_create(cluster)
+            .set(if on { 1.0 } else { 0.0 });
     }
 
     /// One instance's samples; `instance` holds its labels.
@@ -98,6 +113,6 @@ mod tests {
         ] {
             assert!(out.contains(want), "{want} in\n{out}");
         }
-        assert_eq!(names.len(), 3);
+        assert_eq!(names.len(), 4);
     }
 }

@@ -83,11 +83,13 @@ impl<C: ClusterState> Manager<C> {
         {
             return Ok(());
         }
+        let refused = self.writes_refused(&desired, &status, view.read_only);
         let facts = role_gate::Facts {
             me: &self.cfg.instance,
             read_only: view.read_only,
             lease_lapsed: self.link.lease.lapsed(),
             failover_from: status.failover_from.as_deref(),
+            writes_refused: refused.as_deref(),
         };
         let mut first = role_gate::first(&desired, &facts);
         if first == First::RenewLease && !self.keep_lease().await {
@@ -107,11 +109,52 @@ impl<C: ClusterState> Manager<C> {
                 self.set_phase(InstancePhase::Running, why);
                 return Ok(());
             }
+            First::HoldPrimary(why) => {
+                // Read-only already; the lease is still this primary's.
+                let why = if self.keep_lease().await {
+                    why
+                } else {
+                    "self-fenced: cannot renew the primary lease".into()
+                };
+                self.set_phase(InstancePhase::Running, why);
+                return Ok(());
+            }
             First::RenewLease | First::Converge => {}
         }
         self.converge(&desired, &mut conn, &status, &view).await?;
         self.set_phase(InstancePhase::Running, waiting);
         Ok(())
+    }
+
+    /// Why this primary must refuse writes now, if it must: the cluster's
+    /// word (`status.writesRefused`, any instance short of room), or its
+    /// own volumes' without waiting for it (`cnmysql_core::disk_guard`).
+    /// Published for the status's readiness.
+    fn writes_refused(
+        &self,
+        desired: &Desired,
+        status: &ClusterStatus,
+        read_only: bool,
+    ) -> Option<String> {
+        let refused = (*desired == Desired::Primary)
+            .then(|| {
+                status.writes_refused.clone().or_else(|| {
+                    let mine = super::volumes::usage(&self.cfg);
+                    cnmysql_core::disk_guard::short(&self.cfg.instance, &mine, read_only)
+                })
+            })
+            .flatten();
+        if refused != self.link.writes_refused() {
+            match &refused {
+                Some(why) => tracing::warn!(reason = %why, "refusing writes"),
+                None if self.link.writes_refused().is_some() => {
+                    tracing::info!("volumes have room again: taking writes")
+                }
+                None => {}
+            }
+            self.owners.writes_refused.send_replace(refused.clone());
+        }
+        refused
     }
 
     /// A connection to the server and what it reports, once mysqld runs.

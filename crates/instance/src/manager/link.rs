@@ -22,6 +22,7 @@ pub(super) struct Link {
     phase: watch::Receiver<(InstancePhase, String)>,
     cluster_seen: watch::Receiver<Instant>,
     server_version: watch::Receiver<Option<String>>,
+    writes_refused: watch::Receiver<Option<String>>,
 }
 
 /// The writing ends of the link's values, kept by their owners.
@@ -35,6 +36,8 @@ pub(super) struct Owners {
     pub cluster_seen: watch::Sender<Instant>,
     /// The running server's version (`VERSION()`), once it runs.
     pub server_version: watch::Sender<Option<String>>,
+    /// Why the primary refuses writes (`cnmysql_core::disk_guard`).
+    pub writes_refused: watch::Sender<Option<String>>,
 }
 
 impl Link {
@@ -52,6 +55,7 @@ impl Link {
         let (phase, phase_rx) = watch::channel((InstancePhase::Initializing, String::new()));
         let (cluster_seen, seen_rx) = watch::channel(Instant::now());
         let (server_version, version_rx) = watch::channel(None);
+        let (writes_refused, refused_rx) = watch::channel(None);
         let link = Link {
             cfg,
             supervisor,
@@ -62,6 +66,7 @@ impl Link {
             phase: phase_rx,
             cluster_seen: seen_rx,
             server_version: version_rx,
+            writes_refused: refused_rx,
         };
         let owners = Owners {
             server,
@@ -70,6 +75,7 @@ impl Link {
             phase,
             cluster_seen,
             server_version,
+            writes_refused,
         };
         (link, owners)
     }
@@ -97,6 +103,11 @@ impl Link {
     /// The running server's version, once known.
     pub fn server_version(&self) -> Option<String> {
         self.server_version.borrow().clone()
+    }
+
+    /// Why this primary refuses writes, while it does.
+    pub fn writes_refused(&self) -> Option<String> {
+        self.writes_refused.borrow().clone()
     }
 
     /// The server runs (as its supervisor last saw).

@@ -148,6 +148,7 @@ impl<C: ClusterState> ControlBackend<C> {
                     .archive_follower
                     .status()
                     .is_some_and(|a| a.error.is_none()),
+                writes_refused: view.read_only && self.link.writes_refused().is_some(),
             },
         );
         // Unknown (no desired role yet) counts as unproven.

@@ -154,43 +154,83 @@ pub(crate) async fn binary_logs_on_claims_of_their_own_are_written_there_and_gro
     e.verify(&o.acked).await;
 }
 
-/// Fills the database through `rw` with 1 MiB rows, four a second (data
-/// and binary log both land on the data volume), until stopped; returns
-/// how many were written and how many failed.
-fn filler(
-    rw: std::net::SocketAddr,
-    password: String,
-) -> (
-    tokio::sync::watch::Sender<bool>,
-    tokio::task::JoinHandle<(u64, u64)>,
-) {
-    let (stop, mut stopped) = tokio::sync::watch::channel(false);
-    let task = tokio::spawn(async move {
-        let opts = cnmysql_workload::writer::app_opts_at(rw, password);
-        let mut conn = mysql_async::Conn::new(opts).await.unwrap();
-        conn.query_drop("CREATE TABLE IF NOT EXISTS app.fill (id INT AUTO_INCREMENT PRIMARY KEY, b LONGBLOB) ENGINE=InnoDB")
-            .await
-            .unwrap();
-        let (mut written, mut failed) = (0, 0);
-        let mut tick = tokio::time::interval(Duration::from_millis(250));
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                _ = stopped.changed() => return (written, failed),
-            }
-            match conn
-                .query_drop("INSERT INTO app.fill (b) VALUES (REPEAT('x', 1048576))")
-                .await
-            {
-                Ok(()) => written += 1,
-                Err(e) => {
-                    failed += 1;
-                    eprintln!("fill insert failed: {e}");
+/// A writer that fills the database through `rw` with 1 MiB rows, four a
+/// second (data and binary log both land on the data volume), until
+/// stopped; it connects again after an error and keeps what went wrong.
+struct Filler {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+    /// Rows written, and each failure's message.
+    written: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    errors: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Filler {
+    fn start(rw: std::net::SocketAddr, password: String) -> Filler {
+        use std::sync::atomic::Ordering;
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let written = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let errors = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (w, errs) = (written.clone(), errors.clone());
+        let task = tokio::spawn(async move {
+            let opts = cnmysql_workload::writer::app_opts_at(rw, password);
+            let mut conn: Option<mysql_async::Conn> = None;
+            let mut tick = tokio::time::interval(Duration::from_millis(250));
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = stopped.changed() => return,
+                }
+                if conn.is_none() {
+                    conn = cnmysql_kubetest::connect_within(opts.clone()).await.ok();
+                }
+                let Some(c) = conn.as_mut() else { continue };
+                let r = async {
+                    c.query_drop("CREATE TABLE IF NOT EXISTS app.fill (id INT AUTO_INCREMENT PRIMARY KEY, b LONGBLOB) ENGINE=InnoDB").await?;
+                    c.query_drop("INSERT INTO app.fill (b) VALUES (REPEAT('x', 1048576))")
+                        .await
+                };
+                match tokio::time::timeout(Duration::from_secs(10), r).await {
+                    Ok(Ok(())) => {
+                        w.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(Err(e)) => {
+                        errs.lock().unwrap().push(e.to_string());
+                        conn = None;
+                    }
+                    Err(_) => {
+                        errs.lock().unwrap().push("no answer within 10 s".into());
+                        conn = None;
+                    }
                 }
             }
+        });
+        Filler {
+            stop,
+            task,
+            written,
+            errors,
         }
-    });
-    (stop, task)
+    }
+
+    fn written(&self) -> u64 {
+        self.written.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn errors(&self) -> Vec<String> {
+        self.errors.lock().unwrap().clone()
+    }
+
+    /// Stop; rows written and the failures.
+    async fn stop(self) -> (u64, Vec<String>) {
+        let _ = self.stop.send(true);
+        let written = self.written.clone();
+        let errors = self.errors.clone();
+        let _ = self.task.await;
+        let n = written.load(std::sync::atomic::Ordering::Relaxed);
+        let e = errors.lock().unwrap().clone();
+        (n, e)
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -230,7 +270,7 @@ pub(crate) async fn a_filling_volume_grows_before_it_fills_replicas_first_up_to_
     let w = e.writer().await;
     w.wait_for_more(50, Duration::from_secs(30)).await;
     let rw = e.k.wait_service(NS, "db-rw").await.unwrap();
-    let (stop_fill, fill) = filler(rw, e.app_password().await);
+    let fill = Filler::start(rw, e.app_password().await);
     // Watch the claims: never two growing at once; per size, the primary's
     // claim last.
     let steps = std::sync::Mutex::new(Vec::<(String, String)>::new());
@@ -285,8 +325,7 @@ pub(crate) async fn a_filling_volume_grows_before_it_fills_replicas_first_up_to_
     )
     .await
     .unwrap_or_else(|err| panic!("{err}\n{}", e.k.diagnose(NS, "db")));
-    stop_fill.send(true).unwrap();
-    let (written, failed) = fill.await.unwrap();
+    let (written, failed) = fill.stop().await;
     assert!(
         at_max.contains("at spec.storage.autoGrow.maximum (1Gi)"),
         "{at_max}"
@@ -310,9 +349,9 @@ pub(crate) async fn a_filling_volume_grows_before_it_fills_replicas_first_up_to_
         table.contains("STORAGE USED") && table.contains("data "),
         "{table}"
     );
-    assert_eq!(
-        failed, 0,
-        "a fill insert failed: the volume filled before it grew"
+    assert!(
+        failed.is_empty(),
+        "a fill insert failed: the volume filled before it grew: {failed:?}"
     );
     w.wait_for_more(20, Duration::from_secs(30)).await;
     let o = w.stop().await;
@@ -324,5 +363,96 @@ pub(crate) async fn a_filling_volume_grows_before_it_fills_replicas_first_up_to_
     eprintln!(
         "autoGrow: {written} MiB filled, steps {steps:?}, {} rows acknowledged",
         o.acked.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
+pub(crate) async fn a_full_volume_refuses_writes_plainly_loses_nothing_and_takes_them_again_once_grown()
+ {
+    let yaml = cluster_yaml("required").replace(
+        "  failoverDelay: 0\n",
+        "  failoverDelay: 0\n  storage:\n    size: 512Mi\n",
+    );
+    let e = env_with_manifest(&yaml, &[]).await;
+    let primary = e.status().await.current_primary.unwrap();
+    let w = e.writer().await;
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+    let rw = e.k.wait_service(NS, "db-rw").await.unwrap();
+    let fill = Filler::start(rw, e.app_password().await);
+    // No policy: the volumes fill until the guard refuses writes.
+    let refused = until(
+        "writes refused for a nearly full volume",
+        Duration::from_secs(400),
+        || async { e.status().await.writes_refused },
+    )
+    .await
+    .unwrap_or_else(|err| panic!("{err}\n{}", e.k.diagnose(NS, "db")));
+    let refused_at = Instant::now();
+    assert!(
+        refused.contains("volume has") && refused.contains("left"),
+        "{refused}"
+    );
+    // Clients are told plainly: the server is read-only.
+    let said = until("a fill insert refused", Duration::from_secs(30), || async {
+        fill.errors()
+            .into_iter()
+            .find(|m| m.contains("read-only") || m.contains("read_only") || m.contains("1290"))
+    })
+    .await
+    .unwrap_or_else(|err| panic!("{err}: {:?}", fill.errors()));
+    let st = e.status().await;
+    assert_eq!(st.phase, Some(cnmysql_api::Phase::Degraded));
+    assert!(
+        st.phase_reason
+            .as_deref()
+            .is_some_and(|r| r.contains("writes refused")),
+        "{:?}",
+        st.phase_reason
+    );
+    // Held: no failover, nothing restarts, no volume reaches ENOSPC.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let st = e.status().await;
+    assert_eq!(st.current_primary.as_deref(), Some(primary.as_str()));
+    assert!(st.writes_refused.is_some(), "let go without room: {st:?}");
+    for (n, s) in &st.instance_states {
+        for v in &s.volumes {
+            assert!(
+                v.available_bytes > 0,
+                "{n}'s {} volume filled: {v:?}",
+                v.volume
+            );
+        }
+    }
+    for n in ["db-1", "db-2", "db-3"] {
+        assert_eq!(e.restarts(n).await, 0, "{n} was restarted");
+    }
+    // Room given: writes are taken again by themselves.
+    let before = fill.written();
+    e.patch_cluster(r#"{"spec":{"storage":{"size":"1Gi"}}}"#);
+    until("writes taken again", Duration::from_secs(180), || async {
+        let st = e.status().await;
+        (st.writes_refused.is_none() && fill.written() > before + 5).then_some(())
+    })
+    .await
+    .unwrap_or_else(|err| panic!("{err}\n{}", e.k.diagnose(NS, "db")));
+    let back_after = refused_at.elapsed();
+    let (written, errors) = fill.stop().await;
+    e.healthy(3, Duration::from_secs(60)).await;
+    w.wait_for_more(20, Duration::from_secs(30)).await;
+    let o = w.stop().await;
+    assert_eq!(
+        e.status().await.current_primary.as_deref(),
+        Some(primary.as_str())
+    );
+    for n in ["db-1", "db-2", "db-3"] {
+        assert_eq!(e.restarts(n).await, 0, "{n} was restarted");
+    }
+    e.verify(&o.acked).await;
+    eprintln!(
+        "full volume: refused ({refused}); first refusal said {said:?}; writes back {back_after:?} after the refusal was seen; {written} MiB filled, {} fill inserts refused, {} rows acknowledged, {} writes failed",
+        errors.len(),
+        o.acked.len(),
+        o.errors
     );
 }
