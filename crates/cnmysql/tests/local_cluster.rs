@@ -25,6 +25,19 @@ async fn three_instances_replicate_from_rw_to_ro() {
             sql("Current_Pos", "1")
         );
     }
+    // Every manager measures its data directory's file system, and the
+    // cluster status carries it (in 1% steps).
+    for (name, i) in &by_name {
+        let v = &i["volumes"][0];
+        assert_eq!(v["volume"], "data", "{name}: {i}");
+        let (size, used) = (
+            v["sizeBytes"].as_u64().unwrap(),
+            v["usedBytes"].as_u64().unwrap(),
+        );
+        assert!(size > 0 && used > 0 && used <= size, "{name}: {v}");
+        let kept = &status["status"]["instanceStates"][name.as_str()]["volumes"][0];
+        assert_eq!(kept["sizeBytes"].as_u64(), Some(size), "{name}: {kept}");
+    }
     // Every manager reports the operator's own executable hash.
     let op = status["status"]["operatorExecutableHash"]
         .as_str()

@@ -183,7 +183,12 @@ fn target(v: &VolumeClaims, want_bytes: u128) -> Result<((String, u128), String)
     let full = v
         .usage
         .iter()
-        .filter(|(_, u)| u.used_percent() >= u64::from(policy.used_percent))
+        .filter(|(i, u)| {
+            // Past the threshold, or so full that the disk guard refuses
+            // writes (on a small volume its reserve comes first).
+            u.used_percent() >= u64::from(policy.used_percent)
+                || crate::disk_guard::short(i, std::slice::from_ref(*u), false).is_some()
+        })
         .max_by_key(|(_, u)| u.used_percent());
     let (Some((instance, use_)), true) = (full, settled) else {
         return Ok(current);

@@ -56,6 +56,24 @@ fn policy(increment: &str, maximum: &str) -> AutoGrowSpec {
     }
 }
 
+/// The decision with the policy `p` on 1Gi claims, db-1 the primary;
+/// `expandable`: the class allows expansion.
+fn with_policy(
+    p: &AutoGrowSpec,
+    claims: &[ClaimView],
+    usage: &BTreeMap<String, VolumeUsage>,
+    expandable: bool,
+) -> Growth {
+    plan(
+        &VolumeClaims {
+            auto_grow: Some(("spec.storage.autoGrow", p)),
+            ..asked("1Gi", claims, usage)
+        },
+        &classes(expandable),
+        Some("db-1"),
+    )
+}
+
 fn three(a: u128, b: u128, c: u128) -> Vec<ClaimView> {
     vec![
         claim("db-1", a, Some(a)),
@@ -123,14 +141,7 @@ fn shrinking_and_a_class_that_cannot_grow_are_refused_naming_the_field() {
 fn past_the_threshold_every_claim_grows_by_the_increment_replicas_first() {
     let p = policy("25%", "4Gi");
     let decide = |claims: &[ClaimView], usage: &BTreeMap<String, VolumeUsage>| {
-        plan(
-            &VolumeClaims {
-                auto_grow: Some(("spec.storage.autoGrow", &p)),
-                ..asked("1Gi", claims, usage)
-            },
-            &classes(true),
-            Some("db-1"),
-        )
+        with_policy(&p, claims, usage, true)
     };
     // Under the threshold: nothing.
     let calm = BTreeMap::from([
@@ -170,14 +181,7 @@ fn past_the_threshold_every_claim_grows_by_the_increment_replicas_first() {
 fn a_step_waits_for_the_file_system_and_stops_at_the_maximum() {
     let p = policy("1Gi", "2Gi");
     let decide = |claims: &[ClaimView], usage: &BTreeMap<String, VolumeUsage>| {
-        plan(
-            &VolumeClaims {
-                auto_grow: Some(("spec.storage.autoGrow", &p)),
-                ..asked("1Gi", claims, usage)
-            },
-            &classes(true),
-            Some("db-1"),
-        )
+        with_policy(&p, claims, usage, true)
     };
     // Just after the last step the measurements may be of the file
     // systems before they grew: no next step until they settle.
@@ -263,4 +267,27 @@ fn quantities_are_written_in_the_largest_whole_unit() {
     assert_eq!(quantity(5 * GI), "5Gi");
     assert_eq!(quantity(1280 << 20), "1280Mi");
     assert_eq!(quantity(1000), "1000");
+}
+
+#[test]
+fn a_volume_the_disk_guard_finds_short_grows_whatever_the_threshold() {
+    // 95% threshold, but a 1 GiB volume with less than the guard's
+    // reserve left (it would refuse writes before reaching 95%).
+    let p = AutoGrowSpec {
+        used_percent: 95,
+        ..policy("25%", "4Gi")
+    };
+    let short = VolumeUsage {
+        volume: "data".into(),
+        size_bytes: 1 << 30,
+        used_bytes: (1 << 30) - (100 << 20),
+        available_bytes: 100 << 20,
+    };
+    assert!(short.used_percent() < 95);
+    let usage = BTreeMap::from([("db-2".to_string(), short)]);
+    let g = with_policy(&p, &three(1, 1, 1), &usage, true);
+    assert!(
+        matches!(&g, Growth::Expand { claim, .. } if claim == "db-2"),
+        "{g:?}"
+    );
 }

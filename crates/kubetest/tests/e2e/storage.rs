@@ -24,6 +24,23 @@ pub(crate) async fn claim_sizes(e: &Env) -> std::collections::BTreeMap<String, (
         .collect()
 }
 
+/// Some more writes, then the writer's outcome: none failed while the
+/// claims grew, no instance restarted, every acknowledged row on every
+/// instance.
+async fn no_write_failed_nor_restart(
+    e: &Env,
+    w: WriteChecker,
+) -> cnmysql_workload::writer::Outcome {
+    w.wait_for_more(20, Duration::from_secs(30)).await;
+    let o = w.stop().await;
+    assert_eq!(o.errors, 0, "writes failed while the claims grew");
+    for n in ["db-1", "db-2", "db-3"] {
+        assert_eq!(e.restarts(n).await, 0, "{n} was restarted");
+    }
+    e.verify(&o.acked).await;
+    o
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
 pub(crate) async fn raising_the_storage_size_grows_the_claims_one_at_a_time_and_shrinking_is_refused()
@@ -88,13 +105,7 @@ pub(crate) async fn raising_the_storage_size_grows_the_claims_one_at_a_time_and_
     );
     assert!(e.events_named("StorageExpansionRefused").await >= 1);
     assert!(claim_sizes(&e).await.values().all(|(a, _)| a == "2Gi"));
-    w.wait_for_more(50, Duration::from_secs(30)).await;
-    let o = w.stop().await;
-    assert_eq!(o.errors, 0, "writes failed while the claims grew");
-    for n in ["db-1", "db-2", "db-3"] {
-        assert_eq!(e.restarts(n).await, 0, "{n} was restarted");
-    }
-    e.verify(&o.acked).await;
+    let o = no_write_failed_nor_restart(&e, w).await;
     eprintln!(
         "storage growth order: {order:?}; {} rows acknowledged",
         o.acked.len()
@@ -238,11 +249,11 @@ impl Filler {
 pub(crate) async fn a_filling_volume_grows_before_it_fills_replicas_first_up_to_its_maximum() {
     let yaml = cluster_yaml("required").replace(
         "  failoverDelay: 0\n",
-        "  failoverDelay: 0\n  storage:\n    size: 512Mi\n    autoGrow:\n      usedPercent: 60\n      increment: 256Mi\n      maximum: 1Gi\n",
+        "  failoverDelay: 0\n  storage:\n    size: 768Mi\n    autoGrow:\n      usedPercent: 50\n      increment: 256Mi\n      maximum: 1280Mi\n",
     );
     let e = env_with_manifest(&yaml, &[]).await;
     let primary = e.status().await.current_primary.unwrap();
-    // Real, size-limited file systems: each instance measures about 512Mi.
+    // Real, size-limited file systems: each instance measures about 768Mi.
     let measured = until(
         "every instance's data volume measured",
         Duration::from_secs(30),
@@ -264,7 +275,7 @@ pub(crate) async fn a_filling_volume_grows_before_it_fills_replicas_first_up_to_
     .await
     .unwrap();
     assert!(
-        measured.iter().all(|s| *s > 300 << 20 && *s <= 512 << 20),
+        measured.iter().all(|s| *s > 600 << 20 && *s <= 768 << 20),
         "{measured:?}"
     );
     let w = e.writer().await;
@@ -275,7 +286,7 @@ pub(crate) async fn a_filling_volume_grows_before_it_fills_replicas_first_up_to_
     // claim last.
     let steps = std::sync::Mutex::new(Vec::<(String, String)>::new());
     let grown = until(
-        "every data claim grown to 1Gi",
+        "every data claim grown to 1280Mi",
         Duration::from_secs(400),
         || async {
             let sizes = claim_sizes(&e).await;
@@ -284,20 +295,20 @@ pub(crate) async fn a_filling_volume_grows_before_it_fills_replicas_first_up_to_
             let mut seen = steps.lock().unwrap();
             for (n, (asked, _)) in &sizes {
                 let step = (n.clone(), asked.clone());
-                if asked != "512Mi" && !seen.contains(&step) {
+                if asked != "768Mi" && !seen.contains(&step) {
                     seen.push(step);
                 }
             }
             sizes
                 .values()
-                .all(|(a, h)| a == "1Gi" && h == "1Gi")
+                .all(|(a, h)| a == "1280Mi" && h == "1280Mi")
                 .then_some(())
         },
     )
     .await;
     let steps = steps.into_inner().unwrap();
     grown.unwrap_or_else(|err| panic!("{err}: {steps:?}\n{}", e.k.diagnose(NS, "db")));
-    for size in ["768Mi", "1Gi"] {
+    for size in ["1Gi", "1280Mi"] {
         let order: Vec<&String> = steps
             .iter()
             .filter(|(_, s)| s == size)
@@ -327,18 +338,18 @@ pub(crate) async fn a_filling_volume_grows_before_it_fills_replicas_first_up_to_
     .unwrap_or_else(|err| panic!("{err}\n{}", e.k.diagnose(NS, "db")));
     let (written, failed) = fill.stop().await;
     assert!(
-        at_max.contains("at spec.storage.autoGrow.maximum (1Gi)"),
+        at_max.contains("at spec.storage.autoGrow.maximum (1280Mi)"),
         "{at_max}"
     );
     assert!(e.events_named("StorageAtMaximum").await >= 1);
-    assert!(claim_sizes(&e).await.values().all(|(a, _)| a == "1Gi"));
+    assert!(claim_sizes(&e).await.values().all(|(a, _)| a == "1280Mi"));
     let st = e.status().await;
     assert_eq!(st.volume_growth.len(), 6, "{:?}", st.volume_growth);
     // Each size's first claim says how full a volume was; the others
     // follow that step.
     for (i, s) in st.volume_growth.iter().enumerate() {
         let why = if i % 3 == 0 {
-            "full, past spec.storage.autoGrow.usedPercent (60%)"
+            "full, past spec.storage.autoGrow.usedPercent (50%)"
         } else {
             "spec.storage.autoGrow's step: every data claim to"
         };
@@ -353,13 +364,7 @@ pub(crate) async fn a_filling_volume_grows_before_it_fills_replicas_first_up_to_
         failed.is_empty(),
         "a fill insert failed: the volume filled before it grew: {failed:?}"
     );
-    w.wait_for_more(20, Duration::from_secs(30)).await;
-    let o = w.stop().await;
-    assert_eq!(o.errors, 0, "writes failed while the claims grew");
-    for n in ["db-1", "db-2", "db-3"] {
-        assert_eq!(e.restarts(n).await, 0, "{n} was restarted");
-    }
-    e.verify(&o.acked).await;
+    let o = no_write_failed_nor_restart(&e, w).await;
     eprintln!(
         "autoGrow: {written} MiB filled, steps {steps:?}, {} rows acknowledged",
         o.acked.len()
@@ -372,7 +377,7 @@ pub(crate) async fn a_full_volume_refuses_writes_plainly_loses_nothing_and_takes
  {
     let yaml = cluster_yaml("required").replace(
         "  failoverDelay: 0\n",
-        "  failoverDelay: 0\n  storage:\n    size: 512Mi\n",
+        "  failoverDelay: 0\n  storage:\n    size: 768Mi\n",
     );
     let e = env_with_manifest(&yaml, &[]).await;
     let primary = e.status().await.current_primary.unwrap();
@@ -429,7 +434,7 @@ pub(crate) async fn a_full_volume_refuses_writes_plainly_loses_nothing_and_takes
     }
     // Room given: writes are taken again by themselves.
     let before = fill.written();
-    e.patch_cluster(r#"{"spec":{"storage":{"size":"1Gi"}}}"#);
+    e.patch_cluster(r#"{"spec":{"storage":{"size":"1280Mi"}}}"#);
     until("writes taken again", Duration::from_secs(180), || async {
         let st = e.status().await;
         (st.writes_refused.is_none() && fill.written() > before + 5).then_some(())
@@ -454,5 +459,90 @@ pub(crate) async fn a_full_volume_refuses_writes_plainly_loses_nothing_and_takes
         errors.len(),
         o.acked.len(),
         o.errors
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
+pub(crate) async fn a_binlog_volume_grows_to_its_maximum_then_refuses_writes_until_the_maximum_is_raised()
+ {
+    let yaml = cluster_yaml("required").replace(
+        "  failoverDelay: 0\n",
+        // The data volume is larger: a replica's holds its relay logs too.
+        "  failoverDelay: 0\n  storage:\n    size: 2Gi\n    binlogs:\n      size: 512Mi\n      autoGrow:\n        usedPercent: 50\n        increment: 256Mi\n        maximum: 768Mi\n",
+    );
+    let e = env_with_manifest(&yaml, &[]).await;
+    let primary = e.status().await.current_primary.unwrap();
+    let w = e.writer().await;
+    w.wait_for_more(50, Duration::from_secs(30)).await;
+    let rw = e.k.wait_service(NS, "db-rw").await.unwrap();
+    let fill = Filler::start(rw, e.app_password().await);
+    let logs_at = |size: &'static str| {
+        let e = &e;
+        move || async move {
+            let sizes = claim_sizes(e).await;
+            sizes
+                .iter()
+                .filter(|(n, _)| n.ends_with("-binlog"))
+                .all(|(_, (a, h))| a == size && h == size)
+                .then_some(())
+        }
+    };
+    until(
+        "the binlog claims grown to 768Mi",
+        Duration::from_secs(300),
+        logs_at("768Mi"),
+    )
+    .await
+    .unwrap_or_else(|err| panic!("{err}\n{}", e.k.diagnose(NS, "db")));
+    let refused = until(
+        "writes refused for the full binlog volume",
+        Duration::from_secs(400),
+        || async { e.status().await.writes_refused },
+    )
+    .await
+    .unwrap_or_else(|err| panic!("{err}\n{}", e.k.diagnose(NS, "db")));
+    assert!(refused.contains("binlogs volume"), "{refused}");
+    until("a fill insert refused", Duration::from_secs(30), || async {
+        fill.errors().into_iter().find(|m| m.contains("1290"))
+    })
+    .await
+    .unwrap_or_else(|err| panic!("{err}: {:?}", fill.errors()));
+    // At the maximum: said once the last step has settled.
+    until("the maximum said", Duration::from_secs(60), || async {
+        (e.events_named("StorageAtMaximum").await >= 1).then_some(())
+    })
+    .await
+    .unwrap();
+    let before = fill.written();
+    e.patch_cluster(r#"{"spec":{"storage":{"binlogs":{"autoGrow":{"maximum":"1280Mi"}}}}}"#);
+    until("writes taken again", Duration::from_secs(180), || async {
+        let st = e.status().await;
+        (st.writes_refused.is_none() && fill.written() > before + 5).then_some(())
+    })
+    .await
+    .unwrap_or_else(|err| panic!("{err}\n{}", e.k.diagnose(NS, "db")));
+    let (written, errors) = fill.stop().await;
+    assert!(
+        claim_sizes(&e)
+            .await
+            .iter()
+            .all(|(n, (a, _))| !n.ends_with("-binlog") || a == "1Gi" || a == "1280Mi")
+    );
+    e.healthy(3, Duration::from_secs(60)).await;
+    w.wait_for_more(20, Duration::from_secs(30)).await;
+    let o = w.stop().await;
+    assert_eq!(
+        e.status().await.current_primary.as_deref(),
+        Some(primary.as_str())
+    );
+    for n in ["db-1", "db-2", "db-3"] {
+        assert_eq!(e.restarts(n).await, 0, "{n} was restarted");
+    }
+    e.verify(&o.acked).await;
+    eprintln!(
+        "binlog volume: refused ({refused}); {written} MiB filled, {} fill inserts refused, {} rows acknowledged",
+        errors.len(),
+        o.acked.len()
     );
 }
