@@ -10,6 +10,7 @@ pub mod import;
 mod instance_upgrade;
 pub mod names;
 pub mod own_secrets;
+mod quantity;
 mod reinit;
 pub mod replica;
 mod schema_check;

@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::field_error::{FieldError, err};
-use crate::validation::{is_storage_quantity, quantity_bytes};
+use crate::quantity::{is_storage_quantity, quantity_bytes};
 
 /// Storage for each instance's data directory.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -148,8 +148,8 @@ impl AutoGrowSpec {
     }
 }
 
-/// The storage fields' own rules.
-pub(crate) fn check_spec(s: &crate::cluster::ClusterSpec, errors: &mut Vec<FieldError>) {
+/// The storage fields' own rules (`spec.storage`).
+pub(crate) fn check_spec(st: &StorageSpec, errors: &mut Vec<FieldError>) {
     let quantity = |field: &str, size: &str, errors: &mut Vec<FieldError>| {
         if !is_storage_quantity(size) {
             errors.push(err(
@@ -158,7 +158,6 @@ pub(crate) fn check_spec(s: &crate::cluster::ClusterSpec, errors: &mut Vec<Field
             ));
         }
     };
-    let st = &s.storage;
     if let Some(size) = &st.size {
         quantity("spec.storage.size", size, errors);
     }

@@ -8,6 +8,25 @@ use std::time::{Duration, Instant};
 use common::*;
 use mysql_async::prelude::*;
 
+/// Every manager measures its data directory's file system, and the
+/// cluster status carries it (in 1% steps).
+fn volumes_are_measured(
+    status: &serde_json::Value,
+    by_name: &std::collections::BTreeMap<String, serde_json::Value>,
+) {
+    for (name, i) in by_name {
+        let v = &i["volumes"][0];
+        assert_eq!(v["volume"], "data", "{name}: {i}");
+        let (size, used) = (
+            v["sizeBytes"].as_u64().unwrap(),
+            v["usedBytes"].as_u64().unwrap(),
+        );
+        assert!(size > 0 && used > 0 && used <= size, "{name}: {v}");
+        let kept = &status["status"]["instanceStates"][name.as_str()]["volumes"][0];
+        assert_eq!(kept["sizeBytes"].as_u64(), Some(size), "{name}: {kept}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_instances_replicate_from_rw_to_ro() {
     let c = LocalCluster::start_as_made("trio", &manifest("trio", 3));
@@ -25,19 +44,7 @@ async fn three_instances_replicate_from_rw_to_ro() {
             sql("Current_Pos", "1")
         );
     }
-    // Every manager measures its data directory's file system, and the
-    // cluster status carries it (in 1% steps).
-    for (name, i) in &by_name {
-        let v = &i["volumes"][0];
-        assert_eq!(v["volume"], "data", "{name}: {i}");
-        let (size, used) = (
-            v["sizeBytes"].as_u64().unwrap(),
-            v["usedBytes"].as_u64().unwrap(),
-        );
-        assert!(size > 0 && used > 0 && used <= size, "{name}: {v}");
-        let kept = &status["status"]["instanceStates"][name.as_str()]["volumes"][0];
-        assert_eq!(kept["sizeBytes"].as_u64(), Some(size), "{name}: {kept}");
-    }
+    volumes_are_measured(&status, &by_name);
     // Every manager reports the operator's own executable hash.
     let op = status["status"]["operatorExecutableHash"]
         .as_str()

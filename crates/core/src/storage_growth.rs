@@ -72,6 +72,9 @@ pub struct VolumeClaims<'a> {
     /// When the last claim of this kind was asked to grow, and now (ms).
     pub last_step_ms: Option<i64>,
     pub now_ms: i64,
+    /// Writes are refused for want of room (`status.writesRefused`): the
+    /// policy grows until the disk guard takes them again.
+    pub writes_refused: bool,
 }
 
 /// The policy takes no step within this long of its last one: the
@@ -187,7 +190,7 @@ fn target(v: &VolumeClaims, want_bytes: u128) -> Result<((String, u128), String)
             // Past the threshold, or so full that the disk guard refuses
             // writes (on a small volume its reserve comes first).
             u.used_percent() >= u64::from(policy.used_percent)
-                || crate::disk_guard::short(i, std::slice::from_ref(*u), false).is_some()
+                || crate::disk_guard::short(i, std::slice::from_ref(*u), v.writes_refused).is_some()
         })
         .max_by_key(|(_, u)| u.used_percent());
     let (Some((instance, use_)), true) = (full, settled) else {

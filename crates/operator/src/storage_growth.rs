@@ -180,6 +180,10 @@ fn decide(cluster: &Cluster, views: &[ClaimView], expandable: &BTreeMap<String, 
     let data_usage = usage(cluster, "data");
     let st = &cluster.spec.storage;
     let now_ms = jiff::Timestamp::now().as_millisecond();
+    let writes_refused = cluster
+        .status
+        .as_ref()
+        .is_some_and(|s| s.writes_refused.is_some());
     let data_growth = plan(
         &VolumeClaims {
             volume: "data",
@@ -190,6 +194,7 @@ fn decide(cluster: &Cluster, views: &[ClaimView], expandable: &BTreeMap<String, 
             usage: &data_usage,
             last_step_ms: last_step_ms(cluster, false),
             now_ms,
+            writes_refused,
         },
         expandable,
         primary.as_deref(),
@@ -215,6 +220,7 @@ fn decide(cluster: &Cluster, views: &[ClaimView], expandable: &BTreeMap<String, 
             usage: &log_usage,
             last_step_ms: last_step_ms(cluster, true),
             now_ms,
+            writes_refused,
         },
         expandable,
         primary.as_deref(),

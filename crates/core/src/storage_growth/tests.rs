@@ -33,6 +33,7 @@ fn asked<'a>(
         usage,
         last_step_ms: None,
         now_ms: 1_000_000,
+        writes_refused: false,
     }
 }
 
@@ -289,5 +290,39 @@ fn a_volume_the_disk_guard_finds_short_grows_whatever_the_threshold() {
     assert!(
         matches!(&g, Growth::Expand { claim, .. } if claim == "db-2"),
         "{g:?}"
+    );
+}
+
+#[test]
+fn while_writes_are_refused_the_policy_grows_until_the_guard_lets_go() {
+    // A small increment left the volume over its reserve but under twice
+    // it: writes are still refused, so the policy takes another step.
+    let p = AutoGrowSpec {
+        used_percent: 95,
+        ..policy("1%", "4Gi")
+    };
+    let between = VolumeUsage {
+        volume: "data".into(),
+        size_bytes: 1 << 30,
+        used_bytes: (1 << 30) - (300 << 20),
+        available_bytes: 300 << 20,
+    };
+    let usage = BTreeMap::from([("db-2".to_string(), between)]);
+    assert_eq!(
+        with_policy(&p, &three(1, 1, 1), &usage, true),
+        Growth::Nothing
+    );
+    let refused = plan(
+        &VolumeClaims {
+            auto_grow: Some(("spec.storage.autoGrow", &p)),
+            writes_refused: true,
+            ..asked("1Gi", &three(1, 1, 1), &usage)
+        },
+        &classes(true),
+        Some("db-1"),
+    );
+    assert!(
+        matches!(&refused, Growth::Expand { claim, .. } if claim == "db-2"),
+        "{refused:?}"
     );
 }
