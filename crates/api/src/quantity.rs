@@ -50,3 +50,6 @@ pub fn quantity_bytes(s: &str) -> Option<u128> {
     let digits: u128 = format!("{whole}{frac}").parse().ok()?;
     Some(digits.checked_mul(unit)? / scale)
 }
+
+#[cfg(test)]
+mod tests;

@@ -13,7 +13,6 @@ use serde_json::Value;
 
 use crate::field_error::err;
 pub use crate::field_error::{FieldError, InvalidCluster};
-use crate::quantity::is_storage_quantity;
 pub use crate::quantity::quantity_bytes;
 use crate::schema_check::check_against_schema;
 pub use crate::schema_check::crd_schema;
@@ -577,5 +576,3 @@ mod certificate_tests;
 mod header_tests;
 #[cfg(test)]
 mod parameter_tests;
-#[cfg(test)]
-mod quantity_tests;
