@@ -50,7 +50,7 @@ pub enum StatusChange {
     },
     /// The summary: phase, reason, counts, conditions, last observed GTID
     /// state and manager hash per instance.
-    Report(Report),
+    Report(Box<Report>),
     /// The server upgrade's part of the status (images, versions, history).
     ServerUpgrade(crate::upgrade::server::UpgradeStatus),
     /// A rollout gave an instance a step at this time (RFC 3339).

@@ -37,7 +37,7 @@ pub async fn pass<P: Platform>(
     );
     carry_out(platform, ready.actions, memory, s.now_ms).await?;
     if s.status.target_primary.is_some() {
-        let report = StatusChange::Report(cnmysql_core::status_change::report(s, memory));
+        let report = StatusChange::Report(Box::new(cnmysql_core::status_change::report(s, memory)));
         platform.change_status(&report).await?;
     }
     if let Some(b) = cnmysql_core::archiving::desired(s)

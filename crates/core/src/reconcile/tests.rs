@@ -142,13 +142,13 @@ fn a_dead_primary_is_fenced_then_the_candidate_targeted() {
     // The same step's report was computed before the failover started:
     // it must not overwrite the phase the failover set.
     assert_eq!(st.phase, Some(Phase::FailingOver));
-    let stale = StatusChange::Report(report(&s, &m));
+    let stale = StatusChange::Report(Box::new(report(&s, &m)));
     assert!(!stale.apply(&mut st));
     assert_eq!(st.phase, Some(Phase::FailingOver));
     // Computed from the fresh status, it applies.
     let mut fresh = s.clone();
     fresh.status = st.clone();
-    assert!(StatusChange::Report(report(&fresh, &m)).apply(&mut st));
+    assert!(StatusChange::Report(Box::new(report(&fresh, &m))).apply(&mut st));
     assert_eq!(
         st.phase,
         Some(Phase::FailingOver),
@@ -235,7 +235,7 @@ fn a_report_applies_only_when_something_changed() {
     let mut s = snapshot(vec![replica("db-2", "0-1-100")]);
     settled(&mut s, "db-2");
     let m = Memory::default();
-    let change = StatusChange::Report(report(&s, &m));
+    let change = StatusChange::Report(Box::new(report(&s, &m)));
     let mut st = s.status.clone();
     assert!(change.apply(&mut st));
     assert!(!change.apply(&mut st), "an unchanged report writes nothing");
@@ -257,7 +257,7 @@ fn an_instance_scaled_away_gives_up_its_reinit_slot_and_requests() {
     settled(&mut s, "db-2");
     s.status.reinitializing = Some("db-3".into());
     s.status.reinit_requests = vec!["db-1".into(), "db-3".into()];
-    let change = StatusChange::Report(report(&s, &Memory::default()));
+    let change = StatusChange::Report(Box::new(report(&s, &Memory::default())));
     let mut st = s.status.clone();
     assert!(change.apply(&mut st));
     assert_eq!(st.reinitializing, None);
@@ -265,7 +265,7 @@ fn an_instance_scaled_away_gives_up_its_reinit_slot_and_requests() {
     // A declared instance keeps its slot.
     s.status.reinitializing = Some("db-1".into());
     let mut st = s.status.clone();
-    StatusChange::Report(report(&s, &Memory::default())).apply(&mut st);
+    StatusChange::Report(Box::new(report(&s, &Memory::default()))).apply(&mut st);
     assert_eq!(st.reinitializing.as_deref(), Some("db-1"));
 }
 
