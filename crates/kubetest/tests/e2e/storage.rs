@@ -2,6 +2,16 @@
 
 use super::*;
 
+/// The test Cluster with these `spec.storage` lines (YAML under
+/// `storage:`), ready.
+async fn env_with_storage(storage: &str) -> Env {
+    let yaml = cluster_yaml("required").replace(
+        "  failoverDelay: 0\n",
+        &format!("  failoverDelay: 0\n  storage:\n{storage}"),
+    );
+    env_with_manifest(&yaml, &[]).await
+}
+
 /// Each claim's requested size and capacity (`status.capacity`).
 pub(crate) async fn claim_sizes(e: &Env) -> std::collections::BTreeMap<String, (String, String)> {
     use k8s_openapi::api::core::v1::PersistentVolumeClaim;
@@ -116,11 +126,7 @@ pub(crate) async fn raising_the_storage_size_grows_the_claims_one_at_a_time_and_
 #[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
 pub(crate) async fn binary_logs_on_claims_of_their_own_are_written_there_and_grow_apart_from_the_data()
  {
-    let yaml = cluster_yaml("required").replace(
-        "  failoverDelay: 0\n",
-        "  failoverDelay: 0\n  storage:\n    binlogs:\n      size: 1Gi\n",
-    );
-    let e = env_with_manifest(&yaml, &[]).await;
+    let e = env_with_storage("    binlogs:\n      size: 1Gi\n").await;
     let sizes = claim_sizes(&e).await;
     for n in ["db-1", "db-2", "db-3"] {
         assert!(sizes.contains_key(&format!("{n}-binlog")), "{sizes:?}");
@@ -247,11 +253,7 @@ impl Filler {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
 pub(crate) async fn a_filling_volume_grows_before_it_fills_replicas_first_up_to_its_maximum() {
-    let yaml = cluster_yaml("required").replace(
-        "  failoverDelay: 0\n",
-        "  failoverDelay: 0\n  storage:\n    size: 768Mi\n    autoGrow:\n      usedPercent: 50\n      increment: 256Mi\n      maximum: 1280Mi\n",
-    );
-    let e = env_with_manifest(&yaml, &[]).await;
+    let e = env_with_storage("    size: 768Mi\n    autoGrow:\n      usedPercent: 50\n      increment: 256Mi\n      maximum: 1280Mi\n").await;
     let primary = e.status().await.current_primary.unwrap();
     // Real, size-limited file systems: each instance measures about 768Mi.
     let measured = until(
@@ -375,11 +377,7 @@ pub(crate) async fn a_filling_volume_grows_before_it_fills_replicas_first_up_to_
 #[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
 pub(crate) async fn a_full_volume_refuses_writes_plainly_loses_nothing_and_takes_them_again_once_grown()
  {
-    let yaml = cluster_yaml("required").replace(
-        "  failoverDelay: 0\n",
-        "  failoverDelay: 0\n  storage:\n    size: 768Mi\n",
-    );
-    let e = env_with_manifest(&yaml, &[]).await;
+    let e = env_with_storage("    size: 768Mi\n").await;
     let primary = e.status().await.current_primary.unwrap();
     let w = e.writer().await;
     w.wait_for_more(50, Duration::from_secs(30)).await;
@@ -466,12 +464,8 @@ pub(crate) async fn a_full_volume_refuses_writes_plainly_loses_nothing_and_takes
 #[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
 pub(crate) async fn a_binlog_volume_grows_to_its_maximum_then_refuses_writes_until_the_maximum_is_raised()
  {
-    let yaml = cluster_yaml("required").replace(
-        "  failoverDelay: 0\n",
-        // The data volume is larger: a replica's holds its relay logs too.
-        "  failoverDelay: 0\n  storage:\n    size: 2Gi\n    binlogs:\n      size: 512Mi\n      autoGrow:\n        usedPercent: 50\n        increment: 256Mi\n        maximum: 768Mi\n",
-    );
-    let e = env_with_manifest(&yaml, &[]).await;
+    // The data volume is larger: a replica's holds its relay logs too.
+    let e = env_with_storage("    size: 2Gi\n    binlogs:\n      size: 512Mi\n      autoGrow:\n        usedPercent: 50\n        increment: 256Mi\n        maximum: 768Mi\n").await;
     let primary = e.status().await.current_primary.unwrap();
     let w = e.writer().await;
     w.wait_for_more(50, Duration::from_secs(30)).await;
