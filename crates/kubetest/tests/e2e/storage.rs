@@ -373,6 +373,36 @@ pub(crate) async fn a_filling_volume_grows_before_it_fills_replicas_first_up_to_
     );
 }
 
+/// Writes are taken again by themselves: the status lets go and the
+/// filler writes again.
+async fn writes_taken_again(e: &Env, fill: &Filler, before: u64) {
+    until("writes taken again", Duration::from_secs(180), || async {
+        let st = e.status().await;
+        (st.writes_refused.is_none() && fill.written() > before + 5).then_some(())
+    })
+    .await
+    .unwrap_or_else(|err| panic!("{err}\n{}", e.k.diagnose(NS, "db")));
+}
+
+/// After writes were refused: all instances ready, the same primary, no
+/// instance restarted, every acknowledged row on every instance (writes
+/// refused while full are failures, not losses).
+async fn back_with_the_same_primary(
+    e: &Env,
+    w: WriteChecker,
+    primary: &str,
+) -> cnmysql_workload::writer::Outcome {
+    e.healthy(3, Duration::from_secs(60)).await;
+    w.wait_for_more(20, Duration::from_secs(30)).await;
+    let o = w.stop().await;
+    assert_eq!(e.status().await.current_primary.as_deref(), Some(primary));
+    for n in ["db-1", "db-2", "db-3"] {
+        assert_eq!(e.restarts(n).await, 0, "{n} was restarted");
+    }
+    e.verify(&o.acked).await;
+    o
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
 pub(crate) async fn a_full_volume_refuses_writes_plainly_loses_nothing_and_takes_them_again_once_grown()
@@ -413,19 +443,23 @@ pub(crate) async fn a_full_volume_refuses_writes_plainly_loses_nothing_and_takes
         "{:?}",
         st.phase_reason
     );
-    // Held: no failover, nothing restarts, no volume reaches ENOSPC.
-    tokio::time::sleep(Duration::from_secs(15)).await;
-    let st = e.status().await;
-    assert_eq!(st.current_primary.as_deref(), Some(primary.as_str()));
-    assert!(st.writes_refused.is_some(), "let go without room: {st:?}");
-    for (n, s) in &st.instance_states {
-        for v in &s.volumes {
-            assert!(
-                v.available_bytes > 0,
-                "{n}'s {} volume filled: {v:?}",
-                v.volume
-            );
+    // Held for 15 s, watched every second: no failover, writes still
+    // refused, no volume reaches ENOSPC.
+    let held = Instant::now();
+    while held.elapsed() < Duration::from_secs(15) {
+        let st = e.status().await;
+        assert_eq!(st.current_primary.as_deref(), Some(primary.as_str()));
+        assert!(st.writes_refused.is_some(), "let go without room: {st:?}");
+        for (n, s) in &st.instance_states {
+            for v in &s.volumes {
+                assert!(
+                    v.available_bytes > 0,
+                    "{n}'s {} volume filled: {v:?}",
+                    v.volume
+                );
+            }
         }
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
     for n in ["db-1", "db-2", "db-3"] {
         assert_eq!(e.restarts(n).await, 0, "{n} was restarted");
@@ -433,25 +467,10 @@ pub(crate) async fn a_full_volume_refuses_writes_plainly_loses_nothing_and_takes
     // Room given: writes are taken again by themselves.
     let before = fill.written();
     e.patch_cluster(r#"{"spec":{"storage":{"size":"1280Mi"}}}"#);
-    until("writes taken again", Duration::from_secs(180), || async {
-        let st = e.status().await;
-        (st.writes_refused.is_none() && fill.written() > before + 5).then_some(())
-    })
-    .await
-    .unwrap_or_else(|err| panic!("{err}\n{}", e.k.diagnose(NS, "db")));
+    writes_taken_again(&e, &fill, before).await;
     let back_after = refused_at.elapsed();
     let (written, errors) = fill.stop().await;
-    e.healthy(3, Duration::from_secs(60)).await;
-    w.wait_for_more(20, Duration::from_secs(30)).await;
-    let o = w.stop().await;
-    assert_eq!(
-        e.status().await.current_primary.as_deref(),
-        Some(primary.as_str())
-    );
-    for n in ["db-1", "db-2", "db-3"] {
-        assert_eq!(e.restarts(n).await, 0, "{n} was restarted");
-    }
-    e.verify(&o.acked).await;
+    let o = back_with_the_same_primary(&e, w, &primary).await;
     eprintln!(
         "full volume: refused ({refused}); first refusal said {said:?}; writes back {back_after:?} after the refusal was seen; {written} MiB filled, {} fill inserts refused, {} rows acknowledged, {} writes failed",
         errors.len(),
@@ -510,12 +529,7 @@ pub(crate) async fn a_binlog_volume_grows_to_its_maximum_then_refuses_writes_unt
     .unwrap();
     let before = fill.written();
     e.patch_cluster(r#"{"spec":{"storage":{"binlogs":{"autoGrow":{"maximum":"1280Mi"}}}}}"#);
-    until("writes taken again", Duration::from_secs(180), || async {
-        let st = e.status().await;
-        (st.writes_refused.is_none() && fill.written() > before + 5).then_some(())
-    })
-    .await
-    .unwrap_or_else(|err| panic!("{err}\n{}", e.k.diagnose(NS, "db")));
+    writes_taken_again(&e, &fill, before).await;
     let (written, errors) = fill.stop().await;
     // Writes come back once every volume has room; the policy goes on
     // until every binlog claim holds the new step.
@@ -533,17 +547,7 @@ pub(crate) async fn a_binlog_volume_grows_to_its_maximum_then_refuses_writes_unt
     )
     .await
     .unwrap_or_else(|err| panic!("{err}\n{}", e.k.diagnose(NS, "db")));
-    e.healthy(3, Duration::from_secs(60)).await;
-    w.wait_for_more(20, Duration::from_secs(30)).await;
-    let o = w.stop().await;
-    assert_eq!(
-        e.status().await.current_primary.as_deref(),
-        Some(primary.as_str())
-    );
-    for n in ["db-1", "db-2", "db-3"] {
-        assert_eq!(e.restarts(n).await, 0, "{n} was restarted");
-    }
-    e.verify(&o.acked).await;
+    let o = back_with_the_same_primary(&e, w, &primary).await;
     eprintln!(
         "binlog volume: refused ({refused}); {written} MiB filled, {} fill inserts refused, {} rows acknowledged",
         errors.len(),
