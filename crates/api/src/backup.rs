@@ -114,6 +114,12 @@ pub struct ArchiveStatus {
     /// Seconds between now and `completeUntil` when last reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lag_seconds: Option<f64>,
+    /// Every transaction the archive holds (MariaDB binlog state, MySQL
+    /// GTID set), once this run has caught up with what the server had
+    /// when it began; empty until then. Binary logs are purged only once
+    /// this holds all they contain.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub held: String,
     /// Pieces and bytes (as written by the server) stored by this run.
     #[serde(default)]
     pub pieces: u64,

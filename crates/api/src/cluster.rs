@@ -58,6 +58,15 @@ pub const OPERATOR_OWNED_PARAMETERS: &[&str] = &[
     "plugin_load_add",
     "user",
     "secure_file_priv",
+    // Binary logs are purged by the operator's rule alone
+    // (`cnmysql_core::binlog_retention`): a server that expired them by
+    // age would take what a replica or the archive still needs.
+    "expire_logs_days",
+    "binlog_expire_logs_seconds",
+    "binlog_expire_logs_auto_purge",
+    "max_binlog_total_size",
+    "binlog_space_limit",
+    "slave_connections_needed_for_purge",
 ];
 
 /// Desired state of a highly available MySQL-family cluster.
@@ -302,7 +311,7 @@ fn default_true() -> bool {
     true
 }
 
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MysqlSpec {
     /// `mysql` (MySQL / Percona) or `mariadb`.
@@ -341,7 +350,7 @@ pub struct MysqlSpec {
     #[serde(default)]
     #[schemars(extend("maxProperties" = 256, "additionalProperties" = {"type": "string", "maxLength": 4096}))]
     #[x_kube(validation = Rule::new("self.all(k, k.matches('^[A-Za-z0-9_.-]+$') && !self[k].contains('\\n'))").message("spec.mysql.parameters: names are letters, digits, _ . - and values are single lines"))]
-    #[x_kube(validation = Rule::new("self.all(k, !(k.lowerAscii().replace('-', '_') in ['server_id','port','socket','datadir','bind_address','pid_file','tmpdir','log_bin','log_bin_index','log_slave_updates','log_replica_updates','binlog_format','gtid_strict_mode','gtid_domain_id','gtid_mode','enforce_gtid_consistency','read_only','super_read_only','relay_log','ssl_ca','ssl_cert','ssl_key','skip_slave_start','skip_replica_start','rpl_semi_sync_master_enabled','rpl_semi_sync_slave_enabled','rpl_semi_sync_master_timeout','rpl_semi_sync_master_wait_point','rpl_semi_sync_source_enabled','rpl_semi_sync_replica_enabled','rpl_semi_sync_source_timeout','rpl_semi_sync_source_wait_for_replica_count','rpl_semi_sync_source_wait_point','plugin_load_add','user']))").message("spec.mysql.parameters sets a setting the operator owns (server_id, binlog, GTID, TLS, read-only, semi-sync, paths): remove it; use spec.mysql.semiSync for semi-sync"))]
+    #[x_kube(validation = Rule::new("self.all(k, !(k.lowerAscii().replace('-', '_') in ['server_id','port','socket','datadir','bind_address','pid_file','tmpdir','log_bin','log_bin_index','log_slave_updates','log_replica_updates','binlog_format','gtid_strict_mode','gtid_domain_id','gtid_mode','enforce_gtid_consistency','read_only','super_read_only','relay_log','ssl_ca','ssl_cert','ssl_key','skip_slave_start','skip_replica_start','rpl_semi_sync_master_enabled','rpl_semi_sync_slave_enabled','rpl_semi_sync_master_timeout','rpl_semi_sync_master_wait_point','rpl_semi_sync_source_enabled','rpl_semi_sync_replica_enabled','rpl_semi_sync_source_timeout','rpl_semi_sync_source_wait_for_replica_count','rpl_semi_sync_source_wait_point','plugin_load_add','user','rpl_semi_sync_master_wait_no_slave','rpl_semi_sync_source_wait_no_replica','secure_file_priv','expire_logs_days','binlog_expire_logs_seconds','binlog_expire_logs_auto_purge','max_binlog_total_size','binlog_space_limit','slave_connections_needed_for_purge']))").message("spec.mysql.parameters sets a setting the operator owns (server_id, binlog, GTID, TLS, read-only, semi-sync, paths): remove it; use spec.mysql.semiSync for semi-sync"))]
     pub parameters: BTreeMap<String, String>,
 
     /// Instance `<cluster>-N` runs with server id `serverIdBase + N`. Clusters
@@ -366,6 +375,43 @@ pub struct MysqlSpec {
     /// until `reinit` is asked for.
     #[serde(default)]
     pub diverged_instances: crate::reinit::DivergedInstances,
+
+    /// Binary logs are kept at least this long (seconds) after they were
+    /// last written, for readers outside the cluster (a replica cluster
+    /// away for a while, tools that read them); 0 keeps none longer than
+    /// the cluster itself needs. Whatever this says, a file is purged
+    /// only once every replica of the cluster and the binlog archive hold
+    /// all it contains, and never while a connected reader reads it. When
+    /// the volume holding them passes 70% used, files older than this
+    /// are no longer waited for (docs/storage.md, "Binary logs").
+    #[serde(default = "default_binlog_retention")]
+    #[schemars(range(min = 0, max = 31_536_000))]
+    pub binlog_retention_seconds: i64,
+}
+
+/// A week: a replica cluster cut off over a long weekend still finds the
+/// files it needs.
+pub const DEFAULT_BINLOG_RETENTION_SECONDS: i64 = 7 * 24 * 3600;
+
+fn default_binlog_retention() -> i64 {
+    DEFAULT_BINLOG_RETENTION_SECONDS
+}
+
+impl Default for MysqlSpec {
+    fn default() -> Self {
+        MysqlSpec {
+            flavor: Flavor::default(),
+            image: None,
+            version: None,
+            image_catalog_ref: None,
+            upgrade_at: None,
+            parameters: BTreeMap::new(),
+            server_id_base: 0,
+            semi_sync: SemiSyncSpec::default(),
+            diverged_instances: Default::default(),
+            binlog_retention_seconds: DEFAULT_BINLOG_RETENTION_SECONDS,
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]

@@ -2,6 +2,7 @@
 
 pub mod backup;
 pub mod backup_resources;
+pub mod binlogs;
 mod bootstrap;
 mod cluster;
 mod field_error;
@@ -21,6 +22,7 @@ pub mod storage;
 mod upgrade;
 pub mod validation;
 
+pub use binlogs::BinlogsStatus;
 pub use cluster::{
     AdditionalService, AffinitySpec, AntiAffinityType, Cluster, ClusterSpec, DataDurability,
     ManagedServices, ManagedSpec, MysqlSpec, OPERATOR_OWNED_PARAMETERS, PrimaryUpdateMethod,

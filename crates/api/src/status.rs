@@ -45,6 +45,9 @@ pub struct InstanceState {
     /// rewrite the status at every poll; the metrics are exact.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<VolumeUsage>,
+    /// Its binary logs, and why the oldest is kept (docs/storage.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binlogs: Option<crate::binlogs::BinlogsStatus>,
 }
 
 /// One claim the operator asked to grow.

@@ -288,3 +288,24 @@ fn backup_and_recovery_fields_are_checked_naming_the_field() {
     );
     assert_eq!(cnmysql_api::validation::retention_seconds("0d"), None);
 }
+
+/// Every setting the operator owns is refused by the CRD's rule too, not
+/// only by the checks the CLI and the operator run: `kubectl apply` of a
+/// Cluster that sets one (`secure_file_priv` would let mysqld read files)
+/// never reaches the API server's storage.
+#[test]
+fn the_crd_refuses_every_owned_parameter() {
+    for name in cnmysql_api::OPERATOR_OWNED_PARAMETERS {
+        let text = manifest(serde_json::json!({"spec": {"mysql": {"parameters": {*name: "0"}}}}));
+        assert!(
+            parse_cluster(&text).is_err(),
+            "{name}: the CLI checks took it"
+        );
+        let errs = cel_errors(&text);
+        assert!(
+            errs.join(" ").contains("owned by the operator")
+                || errs.join(" ").contains("operator owns"),
+            "{name}: the CRD took it: {errs:?}"
+        );
+    }
+}

@@ -233,6 +233,14 @@ impl<S: Source> Archiver<S> {
             st.last_transaction = t.id.to_string();
             st.last_commit_time = rfc3339(t.commit_us);
         }
+        // What the archive holds, once the run reached the file the
+        // server switched to when it began (before that, what this run
+        // stored extends the previous run's reach, not the server's).
+        st.held = if state.caught_up {
+            state.held.text()
+        } else {
+            String::new()
+        };
         if state.complete_until_us > 0 {
             st.complete_until = rfc3339(state.complete_until_us);
             st.lag_seconds = Some((now_us() - state.complete_until_us).max(0) as f64 / 1e6);

@@ -6,6 +6,7 @@ pub mod action;
 pub mod archive_replica;
 pub mod archiving;
 pub mod backup_source;
+pub mod binlog_retention;
 pub mod cadence;
 pub mod crash_backoff;
 pub mod declared;

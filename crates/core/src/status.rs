@@ -271,6 +271,9 @@ pub struct InstanceStatus {
     /// directory of their own; measured whether or not mysqld runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<cnmysql_api::VolumeUsage>,
+    /// Its binary logs and why the oldest is kept (`binlog_retention`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binlogs: Option<cnmysql_api::BinlogsStatus>,
 }
 
 impl InstanceStatus {

@@ -394,6 +394,7 @@ pub fn report(s: &Snapshot, memory: &Memory) -> Report {
                     tls_trust: st.tls_trust.clone(),
                     tls_issuer: st.tls_issuer.clone(),
                     volumes: st.volumes.iter().map(|v| v.coarse()).collect(),
+                    binlogs: st.binlogs.as_ref().map(|b| b.coarse()),
                 },
                 None => cnmysql_api::InstanceState {
                     role: "unreachable".into(),
