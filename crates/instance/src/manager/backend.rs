@@ -18,6 +18,7 @@ pub(super) struct ControlBackend<C: ClusterState> {
     pub refill: Arc<relay_refill::RelayRefill<C>>,
     pub archiving: Arc<archiving::Archiving>,
     pub archive_follower: Arc<archive_replica::ArchiveFollower<C>>,
+    pub binlogs: Arc<super::binlog_retention::BinlogRetention<C>>,
     pub reexec: Arc<reexec::Reexec>,
     pub exe_hash: String,
     pub started_at: String,

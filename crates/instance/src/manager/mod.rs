@@ -14,6 +14,7 @@ mod applier;
 mod archive_replica;
 mod archiving;
 mod backend;
+mod binlog_retention;
 mod certificates;
 mod converge;
 mod fence;
@@ -117,6 +118,8 @@ pub struct Manager<C: ClusterState> {
     /// Following a binlog archive, as a replica cluster's designated
     /// primary.
     archive_follower: Arc<archive_replica::ArchiveFollower<C>>,
+    /// Purging the binary logs nobody needs any more.
+    binlogs: Arc<binlog_retention::BinlogRetention<C>>,
     /// Whether the relay log is proven to hold again what it held before
     /// it was last emptied.
     refill: Arc<relay_refill::RelayRefill<C>>,
@@ -144,6 +147,10 @@ impl<C: ClusterState> Manager<C> {
             link.clone(),
             cluster.clone(),
         ));
+        let binlogs = Arc::new(binlog_retention::BinlogRetention::new(
+            link.clone(),
+            cluster.clone(),
+        ));
         let progress: ProgressCell = Arc::new(Mutex::new(None));
         let reexec = Arc::new(reexec::Reexec::new(current_exe_path(), gate.clone()));
         let backend = Arc::new(backend::ControlBackend {
@@ -155,6 +162,7 @@ impl<C: ClusterState> Manager<C> {
             refill: refill.clone(),
             archiving: archiving.clone(),
             archive_follower: archive_follower.clone(),
+            binlogs: binlogs.clone(),
             reexec: reexec.clone(),
             exe_hash: executable_hash(),
             started_at: jiff::Timestamp::now().to_string(),
@@ -166,6 +174,7 @@ impl<C: ClusterState> Manager<C> {
             refill,
             archiving,
             archive_follower,
+            binlogs,
             peers,
             fencer: Arc::new(Fencer::new(link.clone())),
             link,
@@ -327,9 +336,11 @@ impl<C: ClusterState> Manager<C> {
                     let following =
                         tokio::spawn(me.archive_follower.clone().run().in_current_span());
                     let refill = tokio::spawn(me.refill.clone().run().in_current_span());
+                    let binlogs = tokio::spawn(me.binlogs.clone().run().in_current_span());
                     me.reconcile_loop().await;
                     watchdog.abort();
                     refill.abort();
+                    binlogs.abort();
                     let _ = archiving.await;
                     let _ = following.await;
                 }

@@ -88,6 +88,7 @@ impl<C: ClusterState> ControlBackend<C> {
         st.volumes = super::volumes::usage(&self.link.cfg);
         st.isolated = self.isolated().await;
         st.archive = self.archiving.status();
+        st.binlogs = self.binlogs.status();
         st.archive_replica = self.archive_follower.status();
         st.recovered = super::recovery::recovered(&self.link.cfg.data_dir);
         let Some(pool) = self.link.pool() else {

@@ -415,6 +415,10 @@ const TUNABLE_DEFAULTS: &[(&str, &str)] = &[
     ("performance_schema", "OFF"),
     ("innodb_flush_log_at_trx_commit", "1"),
     ("sync_binlog", "1"),
+    // Binary logs are purged a whole file at a time: files of 64 MiB let
+    // the rule (`binlog_retention`) free room on a small volume, where the
+    // servers' 1 GiB would keep it all in one file.
+    ("max_binlog_size", "64M"),
 ];
 
 /// The same, per flavour (the names differ).
@@ -500,6 +504,9 @@ pub fn render_mycnf(c: &InstanceConfig) -> String {
         // LOAD DATA, SELECT … INTO OUTFILE): MySQL's NULL forbids them all;
         // MariaDB has no such value, and gets a private empty directory.
         ("secure_file_priv", secure_file_priv(c)),
+        // The server purges no binary log by itself: the instance manager
+        // does, once nobody needs a file (`binlog_retention`).
+        ("binlog_expire_logs_seconds", "0".into()),
     ];
     match c.flavor() {
         Flavor::Mariadb => {
@@ -509,6 +516,7 @@ pub fn render_mycnf(c: &InstanceConfig) -> String {
                 ("gtid_strict_mode", "ON".to_string()),
                 ("gtid_domain_id", "0".to_string()),
                 ("skip_slave_start", "ON".to_string()),
+                ("expire_logs_days", "0".to_string()),
                 ("rpl_semi_sync_master_enabled", "OFF".to_string()),
                 (
                     "rpl_semi_sync_slave_enabled",
@@ -532,6 +540,7 @@ pub fn render_mycnf(c: &InstanceConfig) -> String {
                 ("gtid_mode", "ON".to_string()),
                 ("enforce_gtid_consistency", "ON".to_string()),
                 ("skip_replica_start", "ON".to_string()),
+                ("binlog_expire_logs_auto_purge", "OFF".to_string()),
                 ("super_read_only", "ON".to_string()),
                 ("plugin_load_add", MYSQL_PLUGINS.to_string()),
                 ("rpl_semi_sync_source_enabled", "OFF".to_string()),
