@@ -420,3 +420,104 @@ async fn a_scheduled_backup_in_the_manifest_is_taken_at_once_and_on_its_schedule
         "{schedules}"
     );
 }
+
+/// The binary log files the primary's server lists.
+async fn binlog_count(c: &LocalCluster) -> usize {
+    let mut a = c.admin(&c.current_primary()).await;
+    let rows: Vec<mysql_async::Row> = a.query("SHOW BINARY LOGS").await.unwrap();
+    rows.len()
+}
+
+/// The archive is a reader like a replica: while the store cannot be
+/// written, the primary keeps every binary log the archive lacks, and
+/// says so; once the store is back and the archive caught up, they go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_logs_the_archive_lacks_are_kept() {
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("store");
+    std::fs::create_dir(&dir).unwrap();
+    let store = format!("file://{}", dir.display());
+    let text = with_backup("arch", 1, &store).replace(
+        "    parameters:",
+        "    binlogRetentionSeconds: 0\n    parameters:",
+    );
+    let c = LocalCluster::start("arch", &text);
+    let primary = c.current_primary();
+    let rotate = async |c: &LocalCluster, from: u32, to: u32| {
+        for i in from..=to {
+            insert(c, i, i).await;
+            c.admin(&primary)
+                .await
+                .query_drop("FLUSH BINARY LOGS")
+                .await
+                .unwrap();
+        }
+    };
+    c.admin(&primary)
+        .await
+        .query_drop(
+            "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT PRIMARY KEY, at DATETIME(6))",
+        )
+        .await
+        .unwrap();
+    rotate(&c, 1, 3).await;
+    wait_for(
+        "the archived files to go",
+        Duration::from_secs(40),
+        || async { (binlog_count(&c).await == 1).then_some(()) },
+    )
+    .await;
+
+    // The store breaks: a file where its folder was.
+    let away = parent.path().join("store-away");
+    std::fs::rename(&dir, &away).unwrap();
+    std::fs::write(&dir, b"not a folder").unwrap();
+    rotate(&c, 4, 6).await;
+    let st = wait_for(
+        "the primary to keep what the archive lacks",
+        Duration::from_secs(40),
+        || async {
+            let st = c.instance_status(&primary);
+            let kept = st["binlogs"]["keptFor"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            (st["binlogs"]["files"].as_u64() >= Some(4) && kept.contains("archive")).then_some(st)
+        },
+    )
+    .await;
+    assert_eq!(
+        st["binlogs"]["keptFor"], "the binlog archive lacks transactions in it",
+        "{st}"
+    );
+    assert!(
+        !st["archive"]["error"]
+            .as_str()
+            .unwrap_or_default()
+            .is_empty(),
+        "{st}"
+    );
+
+    // Back: the archive catches up, then the files go.
+    std::fs::remove_file(&dir).unwrap();
+    std::fs::rename(&away, &dir).unwrap();
+    wait_for(
+        "the files to go once archived",
+        Duration::from_secs(60),
+        || async { (binlog_count(&c).await == 1).then_some(()) },
+    )
+    .await;
+    let st = c.instance_status(&primary);
+    assert_eq!(
+        st["archive"]["error"].as_str().unwrap_or_default(),
+        "",
+        "{st}"
+    );
+    assert!(
+        st["archive"]["lastTransaction"]
+            .as_str()
+            .is_some_and(|t| !t.is_empty()),
+        "{st}"
+    );
+    c.down();
+}

@@ -633,3 +633,91 @@ async fn servers_figures_reach_metrics(c: &LocalCluster) {
     let age = jiff::Timestamp::now().as_millisecond() as f64 / 1000.0 - at;
     assert!((-1.0..120.0).contains(&age), "last write {age} s ago");
 }
+
+/// The binary log files an instance's server lists.
+async fn binlog_files(c: &LocalCluster, instance: &str) -> Vec<String> {
+    let mut conn = c.admin(instance).await;
+    let rows: Vec<mysql_async::Row> = conn.query("SHOW BINARY LOGS").await.unwrap();
+    rows.into_iter().filter_map(|r| r.get(0)).collect()
+}
+
+/// Binary logs go once every replica holds what they contain, and not
+/// before: a replica that stops answering keeps the primary's files until
+/// it is back and has caught up. The status says why the oldest is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_logs_go_once_every_replica_holds_them() {
+    let text = manifest("blog", 3).replace(
+        "    parameters:",
+        "    binlogRetentionSeconds: 0\n    parameters:",
+    );
+    let c = LocalCluster::start_as_made("blog", &text);
+    let primary = c.current_primary();
+    let mut p = c.admin(&primary).await;
+    p.query_drop("CREATE TABLE app.t (id INT PRIMARY KEY)")
+        .await
+        .unwrap();
+    let mut next = 0;
+    let mut write_and_rotate = async |p: &mut mysql_async::Conn, files: usize| {
+        for _ in 0..files {
+            next += 1;
+            p.query_drop(format!("INSERT INTO app.t VALUES ({next})"))
+                .await
+                .unwrap();
+            p.query_drop("FLUSH BINARY LOGS").await.unwrap();
+        }
+    };
+    write_and_rotate(&mut p, 3).await;
+    // Every replica holds it all: the primary and the replicas (which log
+    // what they apply) keep only the file being written.
+    for name in ["blog-1", "blog-2", "blog-3"] {
+        wait_for(
+            &format!("{name} purged its binary logs"),
+            Duration::from_secs(40),
+            || async { (binlog_files(&c, name).await.len() == 1).then_some(()) },
+        )
+        .await;
+    }
+    let st = c.instance_status(&primary);
+    assert_eq!(st["binlogs"]["files"], 1, "{st}");
+    assert!(st["binlogs"]["purgedFiles"].as_u64().unwrap() >= 3, "{st}");
+
+    // A replica that stops answering keeps the files it has not read.
+    let away = if primary == "blog-3" {
+        "blog-2"
+    } else {
+        "blog-3"
+    };
+    c.signal_instance(away, nix::sys::signal::Signal::SIGSTOP);
+    write_and_rotate(&mut p, 3).await;
+    let why = wait_for(
+        "the primary to say what keeps its files",
+        Duration::from_secs(40),
+        || async {
+            let st = c.instance_status(&primary);
+            let kept = st["binlogs"]["keptFor"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            (st["binlogs"]["files"].as_u64() >= Some(4) && kept.contains(away)).then_some(kept)
+        },
+    )
+    .await;
+    assert_eq!(why, format!("replica {away} lacks transactions in it"));
+    assert!(binlog_files(&c, &primary).await.len() >= 4);
+
+    // Back, it reads them, and they go.
+    c.signal_instance(away, nix::sys::signal::Signal::SIGCONT);
+    wait_for(
+        "the primary to purge once the replica caught up",
+        Duration::from_secs(60),
+        || async { (binlog_files(&c, &primary).await.len() == 1).then_some(()) },
+    )
+    .await;
+    let mut r = c.admin(away).await;
+    let n: Option<i64> = r.query_first("SELECT COUNT(*) FROM app.t").await.unwrap();
+    assert_eq!(n, Some(next), "the replica holds every row");
+    let status = c.status_json();
+    let kept = &status["status"]["instanceStates"][primary.as_str()]["binlogs"];
+    assert_eq!(kept["keptFor"], "the file being written", "{kept}");
+    c.destroy();
+}
