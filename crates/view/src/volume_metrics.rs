@@ -3,7 +3,9 @@
 //! `_available_bytes`, labelled `instance` and `volume` (`data`,
 //! `binlogs`). Exact figures (the Cluster status rounds them to 1%). Per
 //! cluster, `cnmysql_cluster_writes_refused`: 1 while the primary refuses
-//! writes because a volume is nearly full (`status.writesRefused`).
+//! writes because a volume is nearly full (`status.writesRefused`). Per
+//! instance, its binary logs: `cnmysql_instance_binlog_bytes` and
+//! `_files` (what the purge rule keeps, `binlog_retention`).
 //! Registered with the rest of the page (`metrics.rs`); the alerts on a
 //! filling or full volume are in `deploy/prometheus-rules.yaml`.
 
@@ -23,6 +25,8 @@ pub(crate) struct VolumeFamilies {
     used: Gauges,
     available: Gauges,
     refused: Gauges,
+    binlog_bytes: Gauges,
+    binlog_files: Gauges,
 }
 
 impl VolumeFamilies {
@@ -51,6 +55,14 @@ impl VolumeFamilies {
                 "cluster_writes_refused",
                 "1 while the primary refuses writes because a volume is nearly full (status.writesRefused)",
             ),
+            binlog_bytes: g(
+                "instance_binlog_bytes",
+                "Bytes of the binary log files the instance keeps",
+            ),
+            binlog_files: g(
+                "instance_binlog_files",
+                "Binary log files the instance keeps (status binlogs.keptFor says why the oldest)",
+            ),
         }
     }
 
@@ -72,6 +84,14 @@ impl VolumeFamilies {
             self.available
                 .get_or_create(&l)
                 .set(v.available_bytes as f64);
+        }
+        if let Some(b) = &st.binlogs {
+            self.binlog_bytes
+                .get_or_create(instance)
+                .set(b.bytes as f64);
+            self.binlog_files
+                .get_or_create(instance)
+                .set(f64::from(b.files));
         }
     }
 }
@@ -97,6 +117,11 @@ mod tests {
                     available_bytes: 490,
                 },
             ],
+            binlogs: Some(cnmysql_api::BinlogsStatus {
+                files: 3,
+                bytes: 4096,
+                ..Default::default()
+            }),
             ..Default::default()
         };
         let mut r = Registry::with_prefix("cnmysql");
@@ -110,9 +135,11 @@ mod tests {
             "cnmysql_instance_volume_used_bytes{instance=\"db-1\",volume=\"data\"} 800",
             "cnmysql_instance_volume_available_bytes{instance=\"db-1\",volume=\"data\"} 150",
             "cnmysql_instance_volume_available_bytes{instance=\"db-1\",volume=\"binlogs\"} 490",
+            "cnmysql_instance_binlog_bytes{instance=\"db-1\"} 4096",
+            "cnmysql_instance_binlog_files{instance=\"db-1\"} 3",
         ] {
             assert!(out.contains(want), "{want} in\n{out}");
         }
-        assert_eq!(names.len(), 4);
+        assert_eq!(names.len(), 6);
     }
 }
