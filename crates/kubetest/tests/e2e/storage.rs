@@ -481,13 +481,35 @@ pub(crate) async fn a_full_volume_refuses_writes_plainly_loses_nothing_and_takes
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
-pub(crate) async fn a_binlog_volume_grows_to_its_maximum_then_refuses_writes_until_the_maximum_is_raised()
+pub(crate) async fn a_binlog_volume_held_by_a_stuck_archive_grows_to_its_maximum_then_refuses_writes_until_the_archive_is_back()
  {
-    // The data volume is larger: a replica's holds its relay logs too.
-    let e = env_with_storage("    size: 2Gi\n    binlogs:\n      size: 512Mi\n      autoGrow:\n        usedPercent: 50\n        increment: 256Mi\n        maximum: 768Mi\n").await;
+    // Binary logs fill their volume only while someone still needs them:
+    // here the archive, whose store hangs. The data volume is larger: a
+    // replica's holds its relay logs too.
+    let mut server = None;
+    let e = env_made_with(&[], async |host| {
+        let s3 = cnmysql_envtest::object_store::S3Server::start_at("binlogs", host)
+            .await
+            .unwrap();
+        let yaml = cluster_yaml("required").replace(
+            "  failoverDelay: 0\n",
+            "  failoverDelay: 0\n  storage:\n    size: 2Gi\n    binlogs:\n      size: 512Mi\n      autoGrow:\n        usedPercent: 50\n        increment: 256Mi\n        maximum: 768Mi\n",
+        );
+        let manifest = format!(
+            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: store\n  namespace: {NS}\nstringData:\n  ACCESS_KEY_ID: {}\n  SECRET_ACCESS_KEY: {}\n---\n{yaml}  backup:\n    objectStore:\n{}",
+            cnmysql_envtest::object_store::ACCESS_KEY_ID,
+            cnmysql_envtest::object_store::SECRET_ACCESS_KEY,
+            super::backups::object_store(&s3, "      ")
+        );
+        server = Some(s3);
+        manifest
+    })
+    .await;
+    let s3 = server.unwrap();
     let primary = e.status().await.current_primary.unwrap();
     let w = e.writer().await;
     w.wait_for_more(50, Duration::from_secs(30)).await;
+    s3.pause();
     let rw = e.k.wait_service(NS, "db-rw").await.unwrap();
     let fill = Filler::start(rw, e.app_password().await);
     let logs_at = |size: &'static str| {
@@ -521,35 +543,42 @@ pub(crate) async fn a_binlog_volume_grows_to_its_maximum_then_refuses_writes_unt
     })
     .await
     .unwrap_or_else(|err| panic!("{err}: {:?}", fill.errors()));
-    // At the maximum: said once the last step has settled.
+    // The status says who keeps the files.
+    let kept = until(
+        "the primary to say the archive keeps its files",
+        Duration::from_secs(30),
+        || async {
+            let st = e.status().await;
+            let b = st.instance_states.get(&primary)?.binlogs.clone()?;
+            b.kept_for.contains("archive").then_some(b)
+        },
+    )
+    .await
+    .unwrap_or_else(|err| panic!("{err}\n{}", e.k.diagnose(NS, "db")));
     until("the maximum said", Duration::from_secs(60), || async {
         (e.events_named("StorageAtMaximum").await >= 1).then_some(())
     })
     .await
     .unwrap();
+    // The store answers again: the archive catches up, the files it now
+    // holds are purged, and writes come back with nobody raising anything.
     let before = fill.written();
-    e.patch_cluster(r#"{"spec":{"storage":{"binlogs":{"autoGrow":{"maximum":"1280Mi"}}}}}"#);
+    s3.resume();
     writes_taken_again(&e, &fill, before).await;
     let (written, errors) = fill.stop().await;
-    // Writes come back once every volume has room; the policy goes on
-    // until every binlog claim holds the new step.
-    until(
-        "every binlog claim past 768Mi",
-        Duration::from_secs(120),
-        || async {
-            claim_sizes(&e)
-                .await
-                .iter()
-                .filter(|(n, _)| n.ends_with("-binlog"))
-                .all(|(_, (a, h))| a == h && (a == "1Gi" || a == "1280Mi"))
-                .then_some(())
-        },
-    )
-    .await
-    .unwrap_or_else(|err| panic!("{err}\n{}", e.k.diagnose(NS, "db")));
     let o = back_with_the_same_primary(&e, w, &primary).await;
+    let after = e.status().await;
+    let purged = after.instance_states[&primary]
+        .binlogs
+        .clone()
+        .unwrap_or_default();
+    assert!(purged.purged_files > 0, "{purged:?}");
     eprintln!(
-        "binlog volume: refused ({refused}); {written} MiB filled, {} fill inserts refused, {} rows acknowledged",
+        "binlog volume: refused ({refused}); kept {} files, {} bytes for: {}; then {} files purged; {written} MiB filled, {} fill inserts refused, {} rows acknowledged",
+        kept.files,
+        kept.bytes,
+        kept.kept_for,
+        purged.purged_files,
         errors.len(),
         o.acked.len()
     );
