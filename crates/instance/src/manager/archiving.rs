@@ -83,7 +83,8 @@ impl Archiving {
         (!st.run.is_empty() || !st.error.is_empty()).then_some(st)
     }
 
-    /// Whether this instance should archive now: the writable primary,
+    /// Whether this instance should archive now: the writable primary (or
+    /// one read-only only because it refuses writes for a full volume),
     /// holding its lease.
     async fn should_archive(&self) -> bool {
         let primary = matches!(
@@ -104,7 +105,12 @@ impl Archiving {
             c.query_first::<i64, _>("SELECT @@read_only").await
         })
         .await;
-        matches!(ro, Ok(Ok(Some(0))))
+        // A primary that refuses writes for a nearly full volume is
+        // read-only and still the primary: its archiving goes on, since the
+        // binary logs the archive lacks are what may be filling the volume
+        // (`binlog_retention`), and only the archive taking them frees it.
+        let guarded = self.link.writes_refused().is_some();
+        matches!(ro, Ok(Ok(Some(0)))) || (guarded && matches!(ro, Ok(Ok(Some(1)))))
     }
 
     /// A primary demoted into a replica cluster turns read-only in its
