@@ -88,7 +88,7 @@ async fn tick(dir: &StateDir) -> anyhow::Result<()> {
     }
     let status = dir.read_status()?;
     let annotations = crate::annotations::read(dir)?.cluster;
-    if status.hibernated || cnmysql_core::pause::paused(&annotations) {
+    if cnmysql_core::sql_objects::on_hold(&status, &annotations) {
         return Ok(());
     }
     let keys: Vec<String> = m.sql_objects.iter().map(|d| d.key()).collect();

@@ -123,7 +123,7 @@ async fn reconcile_object<K: Declares>(obj: Arc<K>, ctx: Arc<Context>) -> kube::
         return Ok(Action::requeue(EVERY));
     };
     let status = cluster.status.clone().unwrap_or_default();
-    if status.hibernated || cnmysql_core::pause::paused(cluster.annotations()) {
+    if cnmysql_core::sql_objects::on_hold(&status, cluster.annotations()) {
         return Ok(Action::requeue(EVERY));
     }
     let digest_key = match root_password(&ctx, &cluster).await {

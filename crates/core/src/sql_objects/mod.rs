@@ -175,6 +175,16 @@ fn grant_of(g: &GrantSpec) -> DeclaredGrant {
     }
 }
 
+/// Whether declared objects wait: while the cluster is hibernated (no
+/// server runs) or its reconciliation is paused (`pause::ANNOTATION`),
+/// nothing is planned or run; both platforms ask here.
+pub fn on_hold(
+    status: &cnmysql_api::ClusterStatus,
+    cluster_annotations: &BTreeMap<String, String>,
+) -> bool {
+    status.hibernated || crate::pause::paused(cluster_annotations)
+}
+
 /// A User's password as last set, for telling a changed Secret apart: an
 /// HMAC under `key` (a secret of the cluster's, so the digest in a status
 /// cannot be tried against guesses), never the password.

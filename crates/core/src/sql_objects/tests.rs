@@ -351,3 +351,18 @@ fn a_password_digest_changes_with_the_password_and_the_key_and_shows_neither() {
     assert_ne!(d, password_digest("other", "shopper", "%", "pw1"));
     assert!(!d.contains("pw1"));
 }
+
+#[test]
+fn declared_objects_wait_while_hibernated_or_paused() {
+    let mut st = cnmysql_api::ClusterStatus::default();
+    let mut notes = BTreeMap::new();
+    assert!(!on_hold(&st, &notes));
+    st.hibernated = true;
+    assert!(on_hold(&st, &notes));
+    st.hibernated = false;
+    notes.insert(
+        crate::pause::ANNOTATION.to_string(),
+        crate::pause::PAUSED.to_string(),
+    );
+    assert!(on_hold(&st, &notes));
+}
