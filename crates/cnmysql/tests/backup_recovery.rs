@@ -473,23 +473,9 @@ async fn binary_logs_the_archive_lacks_are_kept() {
     std::fs::rename(&dir, &away).unwrap();
     std::fs::write(&dir, b"not a folder").unwrap();
     rotate(&c, 4, 6).await;
-    let st = wait_for(
-        "the primary to keep what the archive lacks",
-        Duration::from_secs(40),
-        || async {
-            let st = c.instance_status(&primary);
-            let kept = st["binlogs"]["keptFor"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            (st["binlogs"]["files"].as_u64() >= Some(4) && kept.contains("archive")).then_some(st)
-        },
-    )
-    .await;
-    assert_eq!(
-        st["binlogs"]["keptFor"], "the binlog archive lacks transactions in it",
-        "{st}"
-    );
+    let why = c.binlogs_kept_for(&primary, 4, "archive").await;
+    assert_eq!(why, "the binlog archive lacks transactions in it");
+    let st = c.instance_status(&primary);
     assert!(
         !st["archive"]["error"]
             .as_str()

@@ -123,18 +123,17 @@ fn keeps(
         })
 }
 
-/// Does `held` include everything up to `ends`? MySQL by set; MariaDB
-/// by each domain's sequence number, which grows along the domain's one
-/// history under `gtid_strict_mode` (diverged instances are no readers).
+/// Does `held` include everything up to `ends`? MySQL by set. MariaDB
+/// by the last GTID of each domain the file reaches: the reader's state
+/// must name its server with a sequence number as high (and the domain
+/// no lower), as a replica of that server's does. A history that only
+/// passed it in sequence numbers of another server (a diverged former
+/// primary's, as the status may still show it for a moment after its
+/// re-clone) does not count.
 fn covers(held: &History, ends: &History) -> bool {
     match (held, ends) {
         (History::Mysql(h), History::Mysql(e)) => e.is_subset(h),
-        (History::Mariadb(h), History::Mariadb(e)) => {
-            let reached = h.pos();
-            e.pos()
-                .gtids()
-                .all(|g| reached.domain(g.domain).is_some_and(|r| r.seq >= g.seq))
-        }
+        (History::Mariadb(h), History::Mariadb(e)) => h.contains_pos(&e.pos()),
         _ => false,
     }
 }
@@ -162,7 +161,11 @@ pub fn needs(spec: &ClusterSpec, cluster: &str, status: &ClusterStatus, me: &str
                 .get(&name)
                 .is_some_and(|s| s.role != "unreachable"),
             history: history(status.gtid_executed_by_instance.get(&name)),
-            who: format!("replica {name}"),
+            who: if status.current_primary.as_deref() == Some(name.as_str()) {
+                format!("primary {name}")
+            } else {
+                format!("replica {name}")
+            },
         })
         .collect();
     if spec.backup.as_ref().is_some_and(|b| b.archive_binlogs) {

@@ -149,9 +149,8 @@ fn under_pressure_an_absent_replica_stops_keeping_files_but_the_archive_and_runn
 }
 
 #[test]
-fn mariadb_files_are_compared_by_each_domains_sequence() {
-    // A replica's binlog state names the servers it wrote or applied;
-    // the file's end names another server of the same domain, earlier.
+fn mariadb_files_are_compared_by_the_last_gtid_of_each_domain() {
+    // The file ends with server 1's 0-1-100, the domain's last.
     let ends = parse_file_end(Flavor::Mariadb, "[0-1-100,0-2-40]").unwrap();
     let file = |ends: History| BinlogFile {
         name: "mysql-bin.000001".into(),
@@ -171,13 +170,17 @@ fn mariadb_files_are_compared_by_each_domains_sequence() {
         hard: true,
     };
     let fs = [file(ends.clone()), writing.clone()];
+    let purged = |state: &str| decide(&fs, &[with(state)], RELAXED, NOW).purge_to;
+    // A replica of server 1, since gone on to server 3's writes.
     assert_eq!(
-        decide(&fs, &[with("0-3-101")], RELAXED, NOW)
-            .purge_to
-            .as_deref(),
+        purged("0-1-100,0-3-101").as_deref(),
         Some("mysql-bin.000002")
     );
-    assert_eq!(decide(&fs, &[with("0-1-99")], RELAXED, NOW).purge_to, None);
+    assert_eq!(purged("0-1-120").as_deref(), Some("mysql-bin.000002"));
+    assert_eq!(purged("0-1-99"), None);
+    // Past 100 only in another server's numbers (a diverged former
+    // primary's history): not shown to hold 0-1-100.
+    assert_eq!(purged("0-3-5000"), None);
     // A domain the reader never saw: it lacks it.
     let two = parse_file_end(Flavor::Mariadb, "[0-1-100,1-1-3]").unwrap();
     let fs = [file(two), writing];
@@ -239,6 +242,11 @@ fn the_readers_are_the_other_members_and_the_archive() {
     let who: Vec<(&str, bool)> = n.iter().map(|n| (n.who.as_str(), n.hard)).collect();
     // c-4 is no member (scaled down); c-3 does not report.
     assert_eq!(who, [("replica c-2", true), ("replica c-3", false)]);
+    // A replica's own files are read by the primary too.
+    st.current_primary = Some("c-1".into());
+    let n = needs(&spec(3, false), "c", &st, "c-2");
+    let who: Vec<&str> = n.iter().map(|n| n.who.as_str()).collect();
+    assert_eq!(who, ["primary c-1", "replica c-3"]);
     // A diverged instance re-clones: it reads nothing.
     st.diverged_instances.push("c-3".into());
     assert_eq!(needs(&spec(3, false), "c", &st, "c-1").len(), 1);

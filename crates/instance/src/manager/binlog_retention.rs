@@ -86,19 +86,15 @@ impl<C: ClusterState> BinlogRetention<C> {
         let now_ms = jiff::Timestamp::now().as_millisecond();
         let decision = binlog_retention::decide(&files, &needs, policy, now_ms);
         let mut kept_for = decision.kept_for.clone();
-        let mut purged = None;
         if let Some(to) = &decision.purge_to {
             match purge(&mut conn, to).await {
-                Ok(()) => {
-                    tracing::info!(
-                        to = %to,
-                        files = decision.files,
-                        bytes = decision.bytes,
-                        pressure,
-                        "binary logs purged"
-                    );
-                    purged = Some((decision.files, decision.bytes));
-                }
+                Ok(()) => tracing::info!(
+                    to = %to,
+                    files = decision.files,
+                    bytes = decision.bytes,
+                    pressure,
+                    "binary logs purged"
+                ),
                 // A connected reader (a replica, a replica cluster) still
                 // reads a file it would remove: MariaDB refuses the whole
                 // statement; the next look tries again.
@@ -108,7 +104,15 @@ impl<C: ClusterState> BinlogRetention<C> {
                 Err(e) => return Err(e),
             }
         }
+        // What went, from the listings (MySQL may stop short of `to` at a
+        // file a connected reader reads, with a warning only).
         let after = list(&mut conn).await?;
+        let gone: Vec<u64> = listed
+            .iter()
+            .filter(|(name, _)| !after.iter().any(|(n, _)| n == name))
+            .map(|(_, bytes)| *bytes)
+            .collect();
+        let purged = (!gone.is_empty()).then(|| (gone.len(), gone.iter().sum()));
         self.ends
             .lock()
             .unwrap()
