@@ -11,7 +11,6 @@
 pub mod azure_blob;
 pub mod object_store;
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -20,6 +19,8 @@ use anyhow::{Context as _, bail};
 use rcgen::KeyPair;
 
 mod certs;
+mod ports;
+pub use ports::free_port;
 
 /// What an ignored real-API test says about why it is ignored.
 pub const IGNORE_REASON: &str = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube";
@@ -38,38 +39,6 @@ pub fn assets() -> anyhow::Result<PathBuf> {
         }
     }
     Ok(dir)
-}
-
-/// A TCP port free on every address now, never handed out before by
-/// this process, and below the kernel's ephemeral range: a port the
-/// kernel picks for `bind(0)` is one it also gives outgoing connections,
-/// and a test running beside this one took such a port (etcd's) between
-/// its check and its use. Below the range only another `bind` can take
-/// it, and tests pick at random among some twenty thousand.
-pub fn free_port() -> u16 {
-    use rand::Rng;
-    use std::collections::BTreeSet;
-    static GIVEN: std::sync::Mutex<BTreeSet<u16>> = std::sync::Mutex::new(BTreeSet::new());
-    let top = ephemeral_low().clamp(10_001, 65_535);
-    let mut rng = rand::rng();
-    let mut given = GIVEN.lock().unwrap();
-    for _ in 0..10_000 {
-        let p = rng.random_range(10_000..top);
-        if !given.contains(&p) && TcpListener::bind(("0.0.0.0", p)).is_ok() {
-            given.insert(p);
-            return p;
-        }
-    }
-    panic!("no free TCP port between 10000 and {top}");
-}
-
-/// The lowest port the kernel gives outgoing connections
-/// (`net.ipv4.ip_local_port_range`), 32768 if it cannot be read.
-fn ephemeral_low() -> u16 {
-    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|t| t.split_whitespace().next()?.parse().ok())
-        .unwrap_or(32_768)
 }
 
 /// Options for [`ControlPlane::start`].
@@ -663,22 +632,5 @@ where
             bail!("timed out after {timeout:?} waiting for {what}");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn free_ports_are_below_the_ephemeral_range_and_never_handed_out_twice() {
-        let low = super::ephemeral_low();
-        let ports: Vec<u16> = (0..200).map(|_| super::free_port()).collect();
-        assert!(
-            ports.iter().all(|p| (10_000..low.max(10_001)).contains(p)),
-            "{ports:?}"
-        );
-        let mut unique = ports.clone();
-        unique.sort();
-        unique.dedup();
-        assert_eq!(unique.len(), ports.len());
     }
 }

@@ -246,22 +246,6 @@ impl LocalCluster {
         Conn::new(opts).await.expect("admin connection")
     }
 
-    /// Wait until `instance` keeps at least `files` binary logs for a
-    /// reason naming `who`; the reason (`binlogs.keptFor`).
-    pub async fn binlogs_kept_for(&self, instance: &str, files: u64, who: &str) -> String {
-        wait_for(
-            &format!("{instance} to keep {files} binary logs for {who}"),
-            Duration::from_secs(40),
-            || async {
-                let st = self.instance_status(instance);
-                let kept = st["binlogs"]["keptFor"].as_str().unwrap_or_default();
-                (st["binlogs"]["files"].as_u64() >= Some(files) && kept.contains(who))
-                    .then(|| kept.to_string())
-            },
-        )
-        .await
-    }
-
     pub fn status_json(&self) -> Value {
         let out = cnmysql(&[
             "local",
