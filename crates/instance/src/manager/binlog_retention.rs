@@ -22,8 +22,10 @@ pub const INTERVAL: Duration = Duration::from_secs(5);
 pub(super) struct BinlogRetention<C: ClusterState> {
     link: Link,
     cluster: Arc<C>,
-    /// Where each finished file ends, by name.
-    ends: Mutex<BTreeMap<String, Option<History>>>,
+    /// Where each finished file ends, by name, as read from the mysqld
+    /// whose pid is kept beside: a re-clone restarts the server, and its
+    /// new binary logs may reuse the names.
+    ends: Mutex<(u32, BTreeMap<String, Option<History>>)>,
     status: Mutex<Option<BinlogsStatus>>,
 }
 
@@ -75,6 +77,7 @@ impl<C: ClusterState> BinlogRetention<C> {
         let cfg = &self.link.cfg;
         let mut conn = pool.get_conn().await?;
         let listed = list(&mut conn).await?;
+        self.forget_another_servers_files();
         let files = self.files(&mut conn, &listed).await?;
         let status = self.cluster.get().await?;
         let needs = binlog_retention::needs(&cfg.spec, &cfg.cluster, &status, &cfg.instance);
@@ -116,9 +119,23 @@ impl<C: ClusterState> BinlogRetention<C> {
         self.ends
             .lock()
             .unwrap()
+            .1
             .retain(|name, _| after.iter().any(|(n, _)| n == name));
         self.report(&after, kept_for, purged);
         Ok(())
+    }
+
+    /// What was read of the files of a server no longer running is
+    /// forgotten.
+    fn forget_another_servers_files(&self) {
+        let pid = match self.link.supervisor.state() {
+            ServerState::Running { pid } => pid,
+            _ => 0,
+        };
+        let mut ends = self.ends.lock().unwrap();
+        if ends.0 != pid {
+            *ends = (pid, BTreeMap::new());
+        }
     }
 
     /// The files with their ends (read once) and last writes.
@@ -134,12 +151,12 @@ impl<C: ClusterState> BinlogRetention<C> {
             let ends = match listed.get(i + 1) {
                 None => None,
                 Some((next, _)) => {
-                    let known = self.ends.lock().unwrap().get(name).cloned();
+                    let known = self.ends.lock().unwrap().1.get(name).cloned();
                     match known {
                         Some(e) => e,
                         None => {
                             let e = file_start(conn, flavor, next).await?;
-                            self.ends.lock().unwrap().insert(name.clone(), e.clone());
+                            self.ends.lock().unwrap().1.insert(name.clone(), e.clone());
                             e
                         }
                     }
