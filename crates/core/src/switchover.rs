@@ -196,11 +196,12 @@ impl Requested {
 pub fn request(
     cluster: &str,
     spec: &ClusterSpec,
-    paused: bool,
+    annotations: &std::collections::BTreeMap<String, String>,
     status: &mut ClusterStatus,
     target: &str,
     now_ms: i64,
 ) -> Result<Requested, Refusal> {
+    let paused = crate::pause::paused(annotations);
     validate_request(cluster, spec, paused, status, target)?;
     Ok(write(status, target, &crate::time::timestamp(now_ms)))
 }
@@ -576,14 +577,27 @@ mod tests {
     fn a_request_sets_the_target_and_the_phase_in_one_write() {
         let s = healthy();
         let mut st = s.status.clone();
-        let paused = request("db", &s.spec, true, &mut st.clone(), "db-2", 0);
+        let notes = [(
+            crate::pause::ANNOTATION.to_string(),
+            crate::pause::PAUSED.to_string(),
+        )]
+        .into();
+        let paused = request("db", &s.spec, &notes, &mut st.clone(), "db-2", 0);
         assert_eq!(paused, Err(Refusal::Paused));
         assert!(
             Refusal::Paused
                 .message("db-2")
                 .contains("cnmysql.io/reconcile")
         );
-        let r = request("db", &s.spec, false, &mut st, "db-2", 1_767_225_600_000).unwrap();
+        let r = request(
+            "db",
+            &s.spec,
+            &Default::default(),
+            &mut st,
+            "db-2",
+            1_767_225_600_000,
+        )
+        .unwrap();
         assert_eq!((r.from.as_str(), r.to.as_str()), ("db-1", "db-2"));
         assert_eq!(st.target_primary.as_deref(), Some("db-2"));
         assert_eq!(st.phase, Some(cnmysql_api::Phase::Switchover));
@@ -595,7 +609,7 @@ mod tests {
         // A second request meets the first one in progress; nothing changes.
         let before = st.clone();
         assert_eq!(
-            request("db", &s.spec, false, &mut st, "db-3", 0),
+            request("db", &s.spec, &Default::default(), &mut st, "db-3", 0),
             Err(Refusal::ChangeInProgress("db-2".into()))
         );
         assert_eq!(st, before);

@@ -57,8 +57,7 @@ pub async fn request_switchover(h: &ClusterHandle, target: &str) -> anyhow::Resu
     let now = k8s_openapi::jiff::Timestamp::now().as_millisecond();
     let done = h
         .update_status(|c, st| {
-            let paused = cnmysql_core::pause::paused(c.annotations());
-            cnmysql_core::switchover::request(h.name(), &c.spec, paused, st, target, now)
+            cnmysql_core::switchover::request(h.name(), &c.spec, c.annotations(), st, target, now)
         })
         .await?;
     match done.value {

@@ -49,7 +49,6 @@ pub async fn promote(dir: &StateDir, target: &str, wait: bool) -> anyhow::Result
     let mut s = snapshot(dir).await?;
     // The cluster's annotations (a pause refuses it).
     s.declared.asked.cluster = crate::annotations::read(dir)?.of(None);
-    let paused = cnmysql_core::pause::paused(&s.declared.asked.cluster);
     let refused = |why: cnmysql_core::switchover::Refusal| {
         let text = why.message(target);
         let reason = cnmysql_core::switchover::REFUSED_EVENT;
@@ -66,7 +65,7 @@ pub async fn promote(dir: &StateDir, target: &str, wait: bool) -> anyhow::Result
             outcome = Some(cnmysql_core::switchover::request(
                 &s.cluster,
                 &s.spec,
-                paused,
+                &s.declared.asked.cluster,
                 st,
                 target,
                 jiff::Timestamp::now().as_millisecond(),

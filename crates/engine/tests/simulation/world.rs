@@ -463,8 +463,15 @@ impl World {
                 let name = self.nodes[k].name.clone();
                 // As the local CLI and the plugin ask for it.
                 if switchover::validate(&self.snapshot(), &name).is_ok() {
-                    switchover::request("db", &self.spec, false, &mut self.status, &name, self.now)
-                        .expect("validated");
+                    switchover::request(
+                        "db",
+                        &self.spec,
+                        &Default::default(),
+                        &mut self.status,
+                        &name,
+                        self.now,
+                    )
+                    .expect("validated");
                     self.trace.push(format!("switchover to {name}"));
                 }
             }
