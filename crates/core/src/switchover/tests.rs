@@ -1,0 +1,235 @@
+//! The switchover's tests: handing over, and requests.
+
+mod hand_over {
+    use super::super::*;
+    use crate::testutil::replica;
+
+    #[test]
+    fn a_primary_hands_over_only_to_a_target_that_caught_up() {
+        let mut o = replica("db-2", "0-1-100");
+        let st = o.status.as_mut().unwrap();
+        st.replication.as_mut().unwrap().io_state = "Yes".into();
+        st.replication.as_mut().unwrap().seconds_behind = Some(0);
+        assert_eq!(ready_to_hand_over("db-2", Some(st)), Ok(()));
+        // Issue 18: a target 52 s behind took the primary's writes away
+        // for 52 s. It is waited for with the primary still writable.
+        st.replication.as_mut().unwrap().seconds_behind = Some(52);
+        assert_eq!(
+            ready_to_hand_over("db-2", Some(st)),
+            Err("db-2 is 52 s behind".into())
+        );
+        st.replication.as_mut().unwrap().seconds_behind = None;
+        assert!(ready_to_hand_over("db-2", Some(st)).is_err());
+        st.replication.as_mut().unwrap().seconds_behind = Some(0);
+        st.replication.as_mut().unwrap().sql_running = false;
+        assert!(ready_to_hand_over("db-2", Some(st)).is_err());
+        assert!(ready_to_hand_over("db-2", None).is_err());
+    }
+}
+
+mod requests {
+    use super::super::*;
+    use crate::testutil::{primary, replica, snapshot as snap};
+
+    fn healthy() -> Snapshot {
+        let mut s = snap(vec![
+            primary("db-1", "0-1-100"),
+            replica("db-2", "0-1-100"),
+            replica("db-3", "0-1-90"),
+        ]);
+        for o in &mut s.instances[1..] {
+            let r = o.status.as_mut().unwrap().replication.as_mut().unwrap();
+            r.io_state = "Yes".into();
+        }
+        s
+    }
+
+    #[test]
+    fn a_healthy_caught_up_replica_may_take_over() {
+        assert_eq!(validate(&healthy(), "db-2"), Ok(()));
+        // A little behind is fine: the target catches up in a moment.
+        let mut s = healthy();
+        set_lag(&mut s, "db-3", MAX_TARGET_LAG_SECS);
+        assert_eq!(validate(&s, "db-3"), Ok(()));
+    }
+
+    /// The lag as the instance reports it and as the status shows it.
+    fn set_lag(s: &mut Snapshot, name: &str, lag: u64) {
+        let o = s.instances.iter_mut().find(|o| o.name == name).unwrap();
+        o.status.as_mut().unwrap().lag_seconds = Some(lag);
+        for n in ["db-2", "db-3"] {
+            let st = s.status.instance_states.entry(n.into()).or_default();
+            st.role = "replica".into();
+            st.ready = true;
+        }
+        s.status.instance_states.get_mut(name).unwrap().lag_seconds = Some(lag);
+    }
+
+    #[test]
+    fn a_switchover_whose_target_falls_behind_while_waiting_is_given_up_at_once() {
+        // Found by the benchmark under 16 flat-out writers (MySQL, 2
+        // cores): accepted while caught up, the target then applied at half
+        // the primary's commit rate, and the primary waited for it (writable)
+        // toward maxSwitchoverDelay's hour.
+        let mut s = healthy();
+        s.spec.max_replica_lag_seconds = 60;
+        s.spec.max_switchover_delay = 3600;
+        s.status.target_primary = Some("db-2".into());
+        s.status.target_primary_timestamp = Some(crate::time::timestamp(s.now_ms));
+        set_lag(&mut s, "db-2", 20);
+        assert_eq!(progress(&s), Progress::Waiting, "behind, not a backlog");
+        set_lag(&mut s, "db-2", 61);
+        match progress(&s) {
+            Progress::Abort { reason } => assert!(
+                reason.contains("fell 61 s behind db-1") && reason.contains("db-1 stays primary"),
+                "{reason}"
+            ),
+            p => panic!("{p:?}"),
+        }
+        // No limit set: only maxSwitchoverDelay gives up.
+        s.spec.max_replica_lag_seconds = 0;
+        assert_eq!(progress(&s), Progress::Waiting);
+    }
+
+    #[test]
+    fn a_user_switchover_to_a_lagging_replica_is_refused_at_once_naming_a_caught_up_one() {
+        let mut s = healthy();
+        set_lag(&mut s, "db-3", 40);
+        let e = validate(&s, "db-3").unwrap_err();
+        assert_eq!(e.reason(), "TargetLagging");
+        let said = e.message("db-3");
+        assert!(
+            said.contains("db-3 is 40 s behind") && said.contains("db-2 is caught up"),
+            "{said}"
+        );
+        // None caught up: said so.
+        set_lag(&mut s, "db-2", 9);
+        let said = validate(&s, "db-3").unwrap_err().message("db-3");
+        assert!(said.contains("no replica is caught up"), "{said}");
+        // The control plane's own switchovers are not refused for lag:
+        // they pick the most advanced eligible replica (a handover under a
+        // heavy writer must not fall back to a failover).
+        assert_eq!(eligible(&s, "db-3"), Ok(()));
+        assert_eq!(
+            crate::upgrade::gates::switchover_target(&s, "db-1", &[]).as_deref(),
+            Some("db-2")
+        );
+    }
+
+    #[test]
+    fn requests_are_checked_against_the_cluster_alone() {
+        let s = healthy();
+        let check = |t: &str, st: &ClusterStatus| validate_request("db", &s.spec, false, st, t);
+        let e = check("db-4", &s.status).unwrap_err();
+        assert_eq!(e.reason(), "NotAMember");
+        assert!(e.explain("db-4").contains("not an instance"));
+        assert!(
+            check("other-2", &s.status)
+                .unwrap_err()
+                .explain("other-2")
+                .contains("db-1 to db-3")
+        );
+        assert_eq!(check("db-1", &s.status), Err(Refusal::AlreadyPrimary));
+        let mut st = s.status.clone();
+        st.fenced_instances = vec!["db-2".into()];
+        assert_eq!(check("db-2", &st), Err(Refusal::Fenced));
+        assert!(Refusal::Fenced.explain("db-2").contains("unfence it first"));
+        let mut st = s.status.clone();
+        st.diverged_instances = vec!["db-2".into()];
+        assert_eq!(check("db-2", &st), Err(Refusal::Diverged));
+        let mut st = s.status.clone();
+        st.target_primary = Some("db-3".into());
+        assert_eq!(
+            check("db-2", &st),
+            Err(Refusal::ChangeInProgress("db-3".into()))
+        );
+        let mut st = s.status.clone();
+        st.current_primary = None;
+        assert_eq!(check("db-2", &st), Err(Refusal::NoPrimaryYet));
+        assert_eq!(check("db-2", &s.status), Ok(()));
+    }
+
+    #[test]
+    fn a_request_sets_the_target_and_the_phase_in_one_write() {
+        let s = healthy();
+        let mut st = s.status.clone();
+        let notes = [(
+            crate::pause::ANNOTATION.to_string(),
+            crate::pause::PAUSED.to_string(),
+        )]
+        .into();
+        let paused = request("db", &s.spec, &notes, &mut st.clone(), "db-2", 0);
+        assert_eq!(paused, Err(Refusal::Paused));
+        assert!(
+            Refusal::Paused
+                .message("db-2")
+                .contains("cnmysql.io/reconcile")
+        );
+        let r = request(
+            "db",
+            &s.spec,
+            &Default::default(),
+            &mut st,
+            "db-2",
+            1_767_225_600_000,
+        )
+        .unwrap();
+        assert_eq!((r.from.as_str(), r.to.as_str()), ("db-1", "db-2"));
+        assert_eq!(st.target_primary.as_deref(), Some("db-2"));
+        assert_eq!(st.phase, Some(cnmysql_api::Phase::Switchover));
+        assert_eq!(
+            st.target_primary_timestamp.as_deref(),
+            Some("2026-01-01T00:00:00Z")
+        );
+        assert_eq!(r.event().0, "SwitchoverRequested");
+        // A second request meets the first one in progress; nothing changes.
+        let before = st.clone();
+        assert_eq!(
+            request("db", &s.spec, &Default::default(), &mut st, "db-3", 0),
+            Err(Refusal::ChangeInProgress("db-2".into()))
+        );
+        assert_eq!(st, before);
+    }
+
+    #[test]
+    fn the_target_must_be_a_ready_healthy_replica() {
+        let mut s = healthy();
+        s.instances[1].status = None;
+        assert_eq!(validate(&s, "db-2"), Err(Refusal::Unreachable));
+
+        let mut s = healthy();
+        s.instances[1].status.as_mut().unwrap().ready = false;
+        assert!(matches!(validate(&s, "db-2"), Err(Refusal::NotReady(_))));
+
+        let mut s = healthy();
+        s.instances[1].status.as_mut().unwrap().role = Role::Primary;
+        assert_eq!(validate(&s, "db-2"), Err(Refusal::NotAReplica));
+
+        let mut s = healthy();
+        let r = s.instances[1].status.as_mut().unwrap();
+        r.replication.as_mut().unwrap().sql_running = false;
+        assert!(matches!(
+            validate(&s, "db-2"),
+            Err(Refusal::ReplicationUnhealthy(_))
+        ));
+
+        let mut s = healthy();
+        s.instances[1].status.as_mut().unwrap().replication = None;
+        assert_eq!(validate(&s, "db-2"), Err(Refusal::NoReplication));
+    }
+
+    #[test]
+    fn a_diverged_history_or_missing_primary_refuses() {
+        let mut s = healthy();
+        s.instances[0].status.as_mut().unwrap().gtid_executed = "0-1-102".into();
+        s.instances[1].status.as_mut().unwrap().gtid_executed = "0-2-101".into();
+        assert_eq!(validate(&s, "db-2"), Err(Refusal::HistoryDiverged));
+
+        let mut s = healthy();
+        s.instances[0].status = None;
+        assert_eq!(
+            validate(&s, "db-2"),
+            Err(Refusal::PrimaryUnreachable("db-1".into()))
+        );
+    }
+}
