@@ -386,6 +386,7 @@ pub struct MysqlSpec {
     /// are no longer waited for (docs/storage.md, "Binary logs").
     #[serde(default = "default_binlog_retention")]
     #[schemars(range(min = 0, max = 31_536_000))]
+    #[x_kube(validation = Rule::new("self >= 0 && self <= 31536000").message("spec.mysql.binlogRetentionSeconds must be 0 to 31536000 seconds (a year)"))]
     pub binlog_retention_seconds: i64,
 }
 

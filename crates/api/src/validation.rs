@@ -470,6 +470,15 @@ pub fn validate(c: &Cluster) -> Vec<FieldError> {
             "must be at least 1",
         ));
     }
+    if !(0..=31_536_000).contains(&s.mysql.binlog_retention_seconds) {
+        errors.push(err(
+            "spec.mysql.binlogRetentionSeconds",
+            format!(
+                "is {}; use 0 to 31536000 seconds (a year)",
+                s.mysql.binlog_retention_seconds
+            ),
+        ));
+    }
     if s.failover_delay < 0 {
         errors.push(err(
             "spec.failoverDelay",
