@@ -227,7 +227,9 @@ async fn promote_and_fence_write_the_cluster_status() {
             "LAG",
             "SEMI-SYNC",
             "VERSION",
-            "MANAGER"
+            "MANAGER",
+            "STORAGE",
+            "USED"
         ])),
         "{table}"
     );
