@@ -270,20 +270,31 @@ fn quantities_are_written_in_the_largest_whole_unit() {
     assert_eq!(quantity(1000), "1000");
 }
 
+/// A policy whose threshold (95%) the disk guard's reserve comes before,
+/// growing by `increment` up to 4Gi.
+fn at_95_percent(increment: &str) -> AutoGrowSpec {
+    AutoGrowSpec {
+        used_percent: 95,
+        ..policy(increment, "4Gi")
+    }
+}
+
+/// A 1 GiB data volume with `mib` MiB left.
+fn gib_volume_with_mib_left(mib: u64) -> VolumeUsage {
+    VolumeUsage {
+        volume: "data".into(),
+        size_bytes: 1 << 30,
+        used_bytes: (1 << 30) - (mib << 20),
+        available_bytes: mib << 20,
+    }
+}
+
 #[test]
 fn a_volume_the_disk_guard_finds_short_grows_whatever_the_threshold() {
     // 95% threshold, but a 1 GiB volume with less than the guard's
     // reserve left (it would refuse writes before reaching 95%).
-    let p = AutoGrowSpec {
-        used_percent: 95,
-        ..policy("25%", "4Gi")
-    };
-    let short = VolumeUsage {
-        volume: "data".into(),
-        size_bytes: 1 << 30,
-        used_bytes: (1 << 30) - (100 << 20),
-        available_bytes: 100 << 20,
-    };
+    let p = at_95_percent("25%");
+    let short = gib_volume_with_mib_left(100);
     assert!(short.used_percent() < 95);
     let usage = BTreeMap::from([("db-2".to_string(), short)]);
     let g = with_policy(&p, &three(1, 1, 1), &usage, true);
@@ -297,16 +308,8 @@ fn a_volume_the_disk_guard_finds_short_grows_whatever_the_threshold() {
 fn while_writes_are_refused_the_policy_grows_until_the_guard_lets_go() {
     // A small increment left the volume over its reserve but under twice
     // it: writes are still refused, so the policy takes another step.
-    let p = AutoGrowSpec {
-        used_percent: 95,
-        ..policy("1%", "4Gi")
-    };
-    let between = VolumeUsage {
-        volume: "data".into(),
-        size_bytes: 1 << 30,
-        used_bytes: (1 << 30) - (300 << 20),
-        available_bytes: 300 << 20,
-    };
+    let p = at_95_percent("1%");
+    let between = gib_volume_with_mib_left(300);
     let usage = BTreeMap::from([("db-2".to_string(), between)]);
     assert_eq!(
         with_policy(&p, &three(1, 1, 1), &usage, true),
