@@ -33,19 +33,10 @@ pub(crate) enum Command {
     Crd,
     /// The Kubernetes operator: reconcile Clusters on an API server.
     Operator(OperatorArgs),
-    /// Print deploy/operator.yaml: the CRD, RBAC and the operator's Deployment.
-    DeployManifest {
-        /// The operator image to deploy.
-        #[arg(long, default_value = cnmysql_operator::deploy::DEFAULT_IMAGE)]
-        image: String,
-        /// Watch only these namespaces (comma-separated): the operator's
-        /// rights on Secrets and Pods are granted in them alone.
-        #[arg(long, value_delimiter = ',')]
-        namespaces: Vec<String>,
-        /// Print deploy/network-policy.yaml instead: the optional
-        /// NetworkPolicy for the namespaces that hold Clusters.
-        #[arg(long, conflicts_with_all = ["image", "namespaces"])]
-        network_policy: bool,
+    /// The operator's install: `install generate` prints its manifests.
+    Install {
+        #[command(subcommand)]
+        command: crate::install::InstallCommand,
     },
     /// The kubectl plugin (`kubectl cnmsql`): install it, or run its commands.
     Plugin {

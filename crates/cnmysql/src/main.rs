@@ -10,6 +10,7 @@ use clap::Parser;
 mod backup_view;
 mod cli;
 mod client;
+mod install;
 mod local;
 mod log_view;
 mod logs;
@@ -234,21 +235,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             print!("{}", cnmysql_api::crd_yaml());
             Ok(())
         }
-        Command::DeployManifest {
-            image,
-            namespaces,
-            network_policy,
-        } => {
-            if network_policy {
-                print!("{}", cnmysql_operator::deploy::network_policy());
-            } else {
-                print!(
-                    "{}",
-                    cnmysql_operator::deploy::manifest_for(&image, &namespaces)
-                );
-            }
-            Ok(())
-        }
+        Command::Install { command } => crate::install::run(command),
         Command::Operator(a) => {
             init_json_logs();
             let identity = a

@@ -187,6 +187,12 @@ pub enum PluginCommand {
         #[command(flatten)]
         options: crate::log_view::LogOptions,
     },
+    /// The operator's install: `install generate` prints its manifests
+    /// (the same as `cnmysql install generate`).
+    Install {
+        #[command(subcommand)]
+        command: crate::install::InstallCommand,
+    },
     /// Fence an instance (out of every route, held read-only, never a
     /// failover candidate), or unfence it.
     Fence {
@@ -241,6 +247,7 @@ fn color() -> bool {
 pub async fn run(cli: PluginCli) -> anyhow::Result<()> {
     let t = cli.target;
     match cli.command {
+        PluginCommand::Install { command } => crate::install::run(command),
         PluginCommand::Status { cluster, output } => {
             if t.local {
                 let report = cnmysql_local::status_report(&t.local_dir(&cluster)?).await?;

@@ -505,7 +505,7 @@ async fn the_deployed_rbac_is_enough_for_the_operator_to_run_a_cluster() {
         String::from_utf8_lossy(&out.stderr)
     );
     // Run as the operator's ServiceAccount, with exactly its ClusterRole.
-    let kubeconfig = operator_kubeconfig(&cp);
+    let kubeconfig = operator_kubeconfig(&cp, "cnmysql-system");
     let out = kubectl(
         &cp,
         &[
@@ -545,10 +545,14 @@ async fn the_deployed_rbac_is_enough_for_the_operator_to_run_a_cluster() {
 #[ignore = "needs a real API server: set KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager) and run scripts/test-kube"]
 async fn a_namespaced_install_runs_a_cluster_with_no_secret_access_beyond_its_namespaces() {
     let (cp, client) = control_plane().await;
-    let manifest = cnmysql_operator::deploy::manifest_for(
-        cnmysql_operator::deploy::DEFAULT_IMAGE,
-        &["prod".to_string()],
-    );
+    // Generated as a team would: the operator in a namespace of its own
+    // choosing, watching one namespace.
+    let manifest = cnmysql_operator::install::generate(&cnmysql_operator::install::Options {
+        namespace: "db-operators".into(),
+        watch_namespaces: vec!["prod".into()],
+        ..Default::default()
+    })
+    .unwrap();
     let file = cp.dir().join("namespaced.yaml");
     std::fs::write(&file, manifest).unwrap();
     let out = kubectl(
@@ -560,7 +564,7 @@ async fn a_namespaced_install_runs_a_cluster_with_no_secret_access_beyond_its_na
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let sa = "system:serviceaccount:cnmysql-system:cnmysql-operator";
+    let sa = "system:serviceaccount:db-operators:cnmysql-operator";
     let can = |verb: &str, scope: &[&str]| {
         let mut args = vec!["auth", "can-i", verb, "secrets", "--as", sa];
         args.extend(scope);
@@ -579,7 +583,7 @@ async fn a_namespaced_install_runs_a_cluster_with_no_secret_access_beyond_its_na
         "Secrets of another namespace"
     );
     assert_eq!(can("list", &["-n", "prod"]), "yes");
-    let kubeconfig = operator_kubeconfig(&cp);
+    let kubeconfig = operator_kubeconfig(&cp, "db-operators");
     // As deployed: the leader Lease in the operator's own namespace.
     let op = Operator::start_with_args(
         &cp,
@@ -589,7 +593,7 @@ async fn a_namespaced_install_runs_a_cluster_with_no_secret_access_beyond_its_na
             "--namespaces",
             "prod",
             "--leader-election-namespace",
-            "cnmysql-system",
+            "db-operators",
         ],
     )
     .await;
@@ -615,16 +619,10 @@ async fn a_namespaced_install_runs_a_cluster_with_no_secret_access_beyond_its_na
 
 /// A kubeconfig with a token of the operator's ServiceAccount: its
 /// deployed RBAC and nothing more.
-fn operator_kubeconfig(cp: &cnmysql_envtest::ControlPlane) -> std::path::PathBuf {
+fn operator_kubeconfig(cp: &cnmysql_envtest::ControlPlane, namespace: &str) -> std::path::PathBuf {
     let out = kubectl(
         cp,
-        &[
-            "create",
-            "token",
-            "cnmysql-operator",
-            "-n",
-            "cnmysql-system",
-        ],
+        &["create", "token", "cnmysql-operator", "-n", namespace],
     );
     assert!(
         out.status.success(),
