@@ -154,6 +154,45 @@ fn install_generate_prints_the_committed_install_and_refuses_bad_options() {
     );
 }
 
+/// The README's first command sets up only what a local cluster needs; the
+/// test tools come with the second.
+#[test]
+fn the_main_jobs_setup_installs_only_what_a_local_cluster_needs() {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let setup_line = |script: &str| {
+        std::fs::read_to_string(repo.join(script))
+            .unwrap()
+            .lines()
+            .find(|l| l.trim_start().starts_with("scripts/setup"))
+            .unwrap_or_else(|| panic!("{script} runs no scripts/setup"))
+            .trim()
+            .to_string()
+    };
+    let plan = |line: &str| {
+        let mut args: Vec<&str> = line.split_whitespace().skip(1).collect();
+        args.push("--plan");
+        let out = std::process::Command::new(repo.join("scripts/setup"))
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let main_job = plan(&setup_line("scripts/local-up"));
+    assert!(main_job.contains("mariadb-server"), "{main_job}");
+    for tool in ["promtool", "weed", "azurite", "kustomize", "containerd"] {
+        assert!(!main_job.contains(tool), "scripts/local-up sets up {tool}");
+    }
+    let tests = plan(&setup_line("scripts/test"));
+    for tool in ["promtool", "weed", "azurite", "kustomize"] {
+        assert!(tests.contains(tool), "scripts/test does not set up {tool}");
+    }
+}
+
 #[test]
 fn status_of_a_missing_cluster_says_so() {
     let dir = tempfile::tempdir().unwrap();

@@ -74,11 +74,12 @@ fn container(o: &Options) -> Container {
         env("CNMYSQL_OPERATOR_IMAGE", &o.image),
         env("CNMYSQL_LOG", o.log_level.as_str()),
     ];
+    // First: where a kustomize patch puts it (examples/kustomize/namespaced).
     if !o.watch_namespaces.is_empty() {
-        vars.push(env(
-            "CNMYSQL_WATCH_NAMESPACES",
-            &o.watch_namespaces.join(","),
-        ));
+        vars.insert(
+            0,
+            env("CNMYSQL_WATCH_NAMESPACES", &o.watch_namespaces.join(",")),
+        );
     }
     Container {
         name: "operator".into(),

@@ -140,3 +140,16 @@ pub fn network_policy() -> String {
         network_policy::policy(&Options::default(), None)
     )
 }
+
+/// `examples/kustomize/monitoring/monitoring.yaml`: the monitoring objects
+/// of the default install alone, for the kustomize overlay.
+pub fn monitoring_manifest() -> String {
+    let o = Options {
+        monitoring: true,
+        ..Options::default()
+    };
+    format!(
+        "# Generated from crates/operator/src/install (the monitoring objects of `cnmysql install generate --monitoring`); do not edit.\n{}",
+        monitoring::monitoring(&o).join("---\n")
+    )
+}
