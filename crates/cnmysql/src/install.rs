@@ -14,6 +14,18 @@ pub enum InstallCommand {
     /// Deployment and, as asked, monitoring and NetworkPolicies. With no
     /// option it is deploy/operator.yaml.
     Generate(GenerateArgs),
+    /// Print a Prometheus scrape job that does what the PodMonitor of
+    /// `generate --monitoring` does, for a Prometheus without the
+    /// Prometheus Operator (paste it under `scrape_configs:`).
+    ScrapeConfig {
+        /// The operator's namespace.
+        #[arg(long, default_value = NAMESPACE)]
+        namespace: String,
+        /// A kubeconfig for Prometheus's Kubernetes discovery, when
+        /// Prometheus runs outside the cluster [default: in-cluster].
+        #[arg(long, value_name = "FILE")]
+        kubeconfig: Option<PathBuf>,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -118,7 +130,13 @@ impl GenerateArgs {
 }
 
 pub fn run(command: InstallCommand) -> anyhow::Result<()> {
-    let InstallCommand::Generate(args) = command;
+    let args = match command {
+        InstallCommand::Generate(args) => args,
+        InstallCommand::ScrapeConfig {
+            namespace,
+            kubeconfig,
+        } => return scrape_config(namespace, kubeconfig),
+    };
     let text = cnmysql_operator::install::generate(&args.options()?)
         .map_err(|errors| anyhow::anyhow!("{}", errors.join("\n")))?;
     match &args.output {
@@ -129,4 +147,19 @@ pub fn run(command: InstallCommand) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+fn scrape_config(namespace: String, kubeconfig: Option<PathBuf>) -> anyhow::Result<()> {
+    let o = Options {
+        namespace,
+        ..Options::default()
+    };
+    o.check()
+        .map_err(|errors| anyhow::anyhow!("{}", errors.join("\n")))?;
+    let kubeconfig = kubeconfig.map(|k| k.display().to_string());
+    print!(
+        "{}",
+        cnmysql_operator::install::scrape_config_yaml(&o, kubeconfig.as_deref())
+    );
+    Ok(())
 }

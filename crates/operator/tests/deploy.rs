@@ -240,6 +240,9 @@ fn monitoring_scrapes_the_operators_port_carries_the_shipped_rules_and_feeds_gra
     assert_eq!(endpoint["path"], "/metrics");
     let port_name = &container(&docs)["ports"][0]["name"];
     assert_eq!(&endpoint["port"], port_name);
+    // The series' own namespace and instance labels (the Cluster's, the
+    // instance's) are kept: the rules join on them.
+    assert_eq!(endpoint["honorLabels"], true);
     let rules: Value = serde_saphyr::from_str(install::RULES).unwrap();
     let rule = one(&docs, "PrometheusRule", "cnmysql");
     assert_eq!(rule["spec"]["groups"], rules["groups"]);
@@ -267,4 +270,44 @@ fn a_bad_option_writes_nothing_and_says_which() {
     .unwrap_err();
     assert_eq!(err.len(), 1);
     assert!(err[0].starts_with("--namespace \"Bad\""), "{err:?}");
+}
+
+#[test]
+fn the_scrape_config_for_a_plain_prometheus_does_what_the_pod_monitor_does() {
+    let o = Options {
+        namespace: "db-operators".into(),
+        ..Default::default()
+    };
+    let job = install::scrape_config(&o, Some("/etc/prometheus/kubeconfig"));
+    assert_eq!(job["honor_labels"], true);
+    assert_eq!(job["metrics_path"], "/metrics");
+    let sd = &job["kubernetes_sd_configs"][0];
+    assert_eq!(sd["role"], "pod");
+    assert_eq!(sd["namespaces"]["names"], serde_json::json!(["db-operators"]));
+    assert_eq!(sd["kubeconfig_file"], "/etc/prometheus/kubeconfig");
+    let keeps: Vec<(String, String)> = job["relabel_configs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["action"] == "keep")
+        .map(|r| {
+            (
+                r["source_labels"][0].as_str().unwrap().to_string(),
+                r["regex"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        keeps,
+        [
+            (
+                "__meta_kubernetes_pod_label_app_kubernetes_io_name".to_string(),
+                "cnmysql-operator".to_string()
+            ),
+            (
+                "__meta_kubernetes_pod_container_port_name".to_string(),
+                "http".to_string()
+            ),
+        ]
+    );
 }

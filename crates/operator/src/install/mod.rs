@@ -16,7 +16,9 @@ mod rbac;
 
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 
-pub use monitoring::{DASHBOARD, GRAFANA_DASHBOARD_LABEL, RULES};
+pub use monitoring::{
+    DASHBOARD, GRAFANA_DASHBOARD_LABEL, RULES, scrape_config, scrape_config_yaml,
+};
 pub use objects::{Doc, HTTP_PORT, NAME};
 pub use options::{DEFAULT_IMAGE, LogLevel, NAMESPACE, Options, Resources};
 
