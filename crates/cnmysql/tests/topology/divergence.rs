@@ -417,6 +417,44 @@ async fn a_replica_recloned_after_a_switchover_can_be_promoted_without_false_div
     c.destroy();
 }
 
+/// A transaction written on a replica behind the cluster's back, then its
+/// replication stopped (as a person, or an error, stops it): the replica
+/// does not try to start replication over and over against a source that
+/// refuses it. It is found diverged, saves what only it held and re-clones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_written_behind_the_clusters_back_is_diverged_once_its_replication_stops() {
+    let c = LocalCluster::start("wb", &durable("wb", 3));
+    let primary = c.current_primary();
+    let replica = ["wb-1", "wb-2", "wb-3"]
+        .into_iter()
+        .find(|i| *i != primary)
+        .unwrap();
+    let mut rw = c.app(c.service_port("rw")).await.unwrap();
+    rw.query_drop("CREATE DATABASE wb").await.unwrap();
+    rw.query_drop("CREATE TABLE wb.t (id INT PRIMARY KEY)")
+        .await
+        .unwrap();
+    rw.query_drop("INSERT INTO wb.t VALUES (1)").await.unwrap();
+    drop(rw);
+    assert_eq!(ids_once_it_holds(&c, replica, "wb.t", 1).await, [1]);
+    let mut a = c.admin(replica).await;
+    write_as_admin(&mut a, "INSERT INTO wb.t VALUES (7)").await;
+    a.query_drop(sql("STOP SLAVE", "STOP REPLICA"))
+        .await
+        .unwrap();
+    drop(a);
+    let e = wait_for(
+        &format!("{replica} found diverged"),
+        Duration::from_secs(30),
+        || async { c.has_event("Diverged") },
+    )
+    .await;
+    assert_eq!(e["instance"], replica);
+    heals_by_saving_and_recloning(&c, replica, "wb.t", 7).await;
+    wait_ready(&c, 3, Duration::from_secs(30)).await;
+    c.destroy();
+}
+
 /// A replica that was away while the primary purged the binary logs with
 /// the transactions it lacks cannot catch up by replication: it holds
 /// nothing the primary lacks, so it asks for its own re-initialisation and

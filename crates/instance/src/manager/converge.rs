@@ -187,7 +187,19 @@ impl<C: ClusterState> Manager<C> {
             return Ok(());
         }
         let local = self.local_state(desired, view).await;
-        for action in role::reconcile(desired, &local) {
+        let actions = role::reconcile(desired, &local);
+        // Replication stopped (by an error, or by a person) starts again
+        // only if the source still holds everything this server has: a
+        // transaction written here behind the operator's back makes it
+        // diverged, not a replica that fails to start over and over.
+        if let Desired::Replica { source } = desired
+            && actions.contains(&role::Action::StartReplication)
+            && self.peers.get(source).is_some()
+            && !self.source_holds_ours(source, view).await?
+        {
+            return Ok(());
+        }
+        for action in actions {
             tracing::info!(action = ?action, "role change");
             if !self.take_role_step(conn, action, view).await? {
                 return Ok(());
@@ -334,20 +346,18 @@ impl<C: ClusterState> Manager<C> {
         Ok(true)
     }
 
-    /// Follow `source`, unless its history lacks ours (diverged); false
-    /// when it cannot be judged or followed now.
-    async fn follow(
+    /// Whether `source`'s history holds ours. False when it cannot be
+    /// judged now (said in the phase), and when it lacks ours: then this
+    /// instance is diverged (recorded) and must not replicate from it.
+    async fn source_holds_ours(
         &self,
-        conn: &mut mysql_async::Conn,
         source: &str,
         view: &sql::ServerView,
     ) -> anyhow::Result<bool> {
         let f = self.cfg.flavor();
-        // Never follow a source whose history lacks ours, and
-        // judge only a history it has read from its server: a
-        // manager that answers before reaching its mysqld (just
-        // restarted) reports none, and every replica would take
-        // itself for diverged.
+        // Judge only a history it has read from its server: a manager
+        // that answers before reaching its mysqld (just restarted) reports
+        // none, and every replica would take itself for diverged.
         let Some(src) = self.peers.status(source).await.filter(|s| s.mysqld_running) else {
             self.set_phase(
                 InstancePhase::Running,
@@ -364,6 +374,21 @@ impl<C: ClusterState> Manager<C> {
                 "diverged from the primary; staying read-only and out of service"
             );
             self.cluster.mark_diverged(&self.cfg.instance, &why).await?;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// Follow `source`, unless its history lacks ours (diverged); false
+    /// when it cannot be judged or followed now.
+    async fn follow(
+        &self,
+        conn: &mut mysql_async::Conn,
+        source: &str,
+        view: &sql::ServerView,
+    ) -> anyhow::Result<bool> {
+        let f = self.cfg.flavor();
+        if !self.source_holds_ours(source, view).await? {
             return Ok(false);
         }
         let peer = self
