@@ -15,6 +15,7 @@ use cnmysql_envtest::ControlPlane;
 mod hogs;
 pub use hogs::CpuHogs;
 mod nodes;
+pub mod prometheus;
 pub use nodes::operator_image_name;
 use nodes::start_real;
 
@@ -338,7 +339,7 @@ impl KubeCluster {
     }
 
     /// The `password` key of the Secret `secret`.
-    async fn password_of(&self, namespace: &str, secret: &str) -> anyhow::Result<String> {
+    pub async fn password_of(&self, namespace: &str, secret: &str) -> anyhow::Result<String> {
         let s: kube::Api<k8s_openapi::api::core::v1::Secret> =
             kube::Api::namespaced(self.client.clone(), namespace);
         let data = s.get(secret).await?.data.unwrap_or_default();

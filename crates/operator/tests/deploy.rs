@@ -283,7 +283,10 @@ fn the_scrape_config_for_a_plain_prometheus_does_what_the_pod_monitor_does() {
     assert_eq!(job["metrics_path"], "/metrics");
     let sd = &job["kubernetes_sd_configs"][0];
     assert_eq!(sd["role"], "pod");
-    assert_eq!(sd["namespaces"]["names"], serde_json::json!(["db-operators"]));
+    assert_eq!(
+        sd["namespaces"]["names"],
+        serde_json::json!(["db-operators"])
+    );
     assert_eq!(sd["kubeconfig_file"], "/etc/prometheus/kubeconfig");
     let keeps: Vec<(String, String)> = job["relabel_configs"]
         .as_array()

@@ -181,6 +181,7 @@ mod basics;
 mod certificates;
 mod failover;
 mod hibernation;
+mod monitoring;
 mod sql_objects;
 mod storage;
 mod upgrades;
