@@ -191,7 +191,9 @@ pub fn parse_cluster(text: &str) -> Result<Cluster, InvalidCluster> {
     }
 }
 
-fn is_dns_label(s: &str) -> bool {
+/// A name the API server takes as a DNS label (RFC 1123): a namespace, a
+/// Cluster.
+pub fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
         && s.bytes()

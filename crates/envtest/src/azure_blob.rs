@@ -12,7 +12,6 @@ use base64::Engine as _;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::free_port;
-use crate::object_store::find_tool;
 
 /// The development account every Azurite accepts, and its key (public,
 /// documented by Microsoft for the emulator).
@@ -33,7 +32,7 @@ impl BlobServer {
     /// Start one holding the container `container`; returns once it is
     /// made.
     pub async fn start(container: &str) -> anyhow::Result<BlobServer> {
-        let program = find_tool(
+        let program = crate::tools::find_tool(
             "CNMYSQL_AZURITE",
             "azurite-blob",
             "cnmysql/tools/azurite/node_modules/.bin/azurite-blob",

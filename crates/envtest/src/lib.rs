@@ -10,6 +10,7 @@
 
 pub mod azure_blob;
 pub mod object_store;
+pub mod tools;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

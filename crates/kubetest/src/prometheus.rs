@@ -9,7 +9,7 @@
 //! source. Prometheus itself then applies the job's relabelling (which
 //! Pods and which port are kept), scrapes, stores and alerts.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -19,24 +19,12 @@ use serde_json::{Value, json};
 
 /// The Prometheus server executable.
 pub fn binary() -> anyhow::Result<PathBuf> {
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))
-        .unwrap_or_default()
-        .join("cnmysql/tools/usr/bin/prometheus");
-    if cache.exists() {
-        return Ok(cache);
-    }
-    let on_path = std::env::var_os("PATH")
-        .map(|p| {
-            std::env::split_paths(&p)
-                .map(|d| d.join("prometheus"))
-                .collect::<Vec<_>>()
-        })
-        .unwrap_or_default()
-        .into_iter()
-        .find(|p| p.exists());
-    on_path.context("no prometheus executable: run `scripts/setup --tests`")
+    cnmysql_envtest::tools::find_tool(
+        "CNMYSQL_PROMETHEUS",
+        "prometheus",
+        "cnmysql/tools/usr/bin/prometheus",
+        "The Prometheus server, which scripts/setup --tests takes out of Debian's package prometheus",
+    )
 }
 
 /// A running Prometheus; stopped when dropped.

@@ -1,34 +1,20 @@
 //! The alert rules shipped in `deploy/prometheus-rules.yaml` are valid and
 //! fire as `deploy/prometheus-rules.test.yaml` says (a stuck rollout after
 //! 30 minutes without a step, not a moving or finished one; a failed server
-//! upgrade), checked by Prometheus's own `promtool`. `scripts/setup` puts
+//! upgrade), checked by Prometheus's own `promtool`. `scripts/setup --tests` puts
 //! promtool in the user's cache (from Debian's `prometheus` package).
 
 use std::path::PathBuf;
 use std::process::Command;
 
 fn promtool() -> PathBuf {
-    if let Ok(p) = which("promtool") {
-        return p;
-    }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_default();
-    let p = cache.join("cnmysql/tools/usr/bin/promtool");
-    assert!(
-        p.is_file(),
-        "promtool is needed to check the alert rules: run scripts/setup (it fetches it from Debian's prometheus package into {})",
-        p.display()
-    );
-    p
-}
-
-fn which(name: &str) -> Result<PathBuf, ()> {
-    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-        .ok_or(())
+    cnmysql_envtest::tools::find_tool(
+        "CNMYSQL_PROMTOOL",
+        "promtool",
+        "cnmysql/tools/usr/bin/promtool",
+        "promtool, needed to check the alert rules, which scripts/setup --tests takes out of Debian's package prometheus",
+    )
+    .unwrap()
 }
 
 fn run(args: &[&str]) {

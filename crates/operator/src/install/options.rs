@@ -93,12 +93,7 @@ impl Default for Options {
 
 /// A namespace name as the API server takes it (an RFC 1123 label).
 fn is_namespace_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
+    cnmysql_api::validation::is_dns_label(s)
 }
 
 fn is_cpu(s: &str) -> bool {

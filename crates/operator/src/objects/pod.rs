@@ -51,7 +51,8 @@ pub const MYSQL_UID: i64 = 999;
 /// lease release before the kubelet kills the Pod.
 pub const TERMINATION_GRACE_SECONDS: i64 = 120;
 
-fn field_env(name: &str, path: &str) -> EnvVar {
+/// An environment variable read from the Pod's own fields.
+pub(crate) fn field_env(name: &str, path: &str) -> EnvVar {
     EnvVar {
         name: name.into(),
         value_from: Some(EnvVarSource {
@@ -65,7 +66,7 @@ fn field_env(name: &str, path: &str) -> EnvVar {
     }
 }
 
-fn env(name: &str, value: &str) -> EnvVar {
+pub(crate) fn env(name: &str, value: &str) -> EnvVar {
     EnvVar {
         name: name.into(),
         value: Some(value.into()),
