@@ -17,28 +17,71 @@ pub(crate) fn next_operator(dir: &std::path::Path) -> String {
 }
 
 impl Env {
-    /// `kubectl set image` on the operator's Deployment, then wait until
-    /// the new operator runs and every instance runs its executable, the
-    /// cluster healthy; returns the new hash.
+    /// The upgrade procedure of docs/kubernetes.md: the manifest of the
+    /// next release (`cnmysql install generate --image NEXT`) applied
+    /// server-side over the running install; then wait until the new
+    /// operator leads and every instance runs its executable, the cluster
+    /// healthy. Returns the new hash.
     pub(crate) async fn upgrade_operator(&self, timeout: Duration) -> String {
         let old = self.status().await.operator_executable_hash.unwrap();
+        self.apply_operator_manifest(NEXT_IMAGE);
+        let new = self.every_instance_on_a_new_executable(&old, timeout).await;
+        assert_eq!(self.leader_image(), NEXT_IMAGE, "the new operator leads");
+        new
+    }
+
+    /// Back to the release installed first: its manifest applied again.
+    /// Returns the hash every instance runs then.
+    pub(crate) async fn downgrade_operator(&self, timeout: Duration) -> String {
+        let old = self.status().await.operator_executable_hash.unwrap();
+        let first = cnmysql_kubetest::operator_image_name().unwrap();
+        self.apply_operator_manifest(&first);
+        let back = self.every_instance_on_a_new_executable(&old, timeout).await;
+        assert_eq!(self.leader_image(), first, "the first operator leads again");
+        back
+    }
+
+    /// `kubectl apply --server-side` of the install for `image`, made by
+    /// the generator as a user makes it.
+    fn apply_operator_manifest(&self, image: &str) {
+        let manifest = cnmysql_operator::install::generate(&cnmysql_operator::install::Options {
+            image: image.into(),
+            ..Default::default()
+        })
+        .unwrap();
         self.k
             .cp
-            .kubectl(
-                &[
-                    "-n",
-                    "cnmysql-system",
-                    "set",
-                    "image",
-                    "deployment/cnmysql-operator",
-                    &format!("operator={NEXT_IMAGE}"),
-                ],
-                None,
-            )
+            .kubectl(&["apply", "--server-side", "-f", "-"], Some(&manifest))
             .unwrap();
+    }
+
+    /// The image of the operator Pod holding the leader Lease.
+    fn leader_image(&self) -> String {
+        let get = |args: &[&str]| self.k.cp.kubectl(args, None).unwrap().trim().to_string();
+        let holder = get(&[
+            "-n",
+            "cnmysql-system",
+            "get",
+            "lease",
+            "cnmysql-operator",
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ]);
+        get(&[
+            "-n",
+            "cnmysql-system",
+            "get",
+            "pod",
+            &holder,
+            "-o",
+            "jsonpath={.spec.containers[0].image}",
+        ])
+    }
+
+    async fn every_instance_on_a_new_executable(&self, old: &str, timeout: Duration) -> String {
         until("every instance on the new executable", timeout, || async {
             let st = self.status().await;
-            let new = st.operator_executable_hash.clone().filter(|h| *h != old)?;
+            let new = st.operator_executable_hash.clone().filter(|h| h != old)?;
             let all = ["db-1", "db-2", "db-3"]
                 .iter()
                 .all(|i| st.executable_hash_by_instance.get(*i) == Some(&new));
@@ -164,7 +207,7 @@ pub(crate) async fn a_new_operator_image_upgrades_every_manager_in_place_and_res
     let began = Instant::now();
     let hash = e.upgrade_operator(Duration::from_secs(240)).await;
     eprintln!(
-        "in-place rollout done {:?} after set image",
+        "in-place rollout done {:?} after the new install was applied",
         began.elapsed()
     );
     // No Pod recreated, no container restarted, every manager re-executed
@@ -183,6 +226,18 @@ pub(crate) async fn a_new_operator_image_upgrades_every_manager_in_place_and_res
     let st = e.status().await;
     assert_eq!(st.executable_hash_by_instance.get("db-2"), Some(&hash));
 
+    // Back to the first release, the same way: its manifest applied again.
+    let began = Instant::now();
+    let back = e.downgrade_operator(Duration::from_secs(240)).await;
+    assert_ne!(back, hash);
+    eprintln!(
+        "back to the first release {:?} after apply",
+        began.elapsed()
+    );
+    for (p, b) in pods.iter().zip(&before) {
+        assert_eq!(&e.pod_processes(p).await, b, "{p} changed going back");
+    }
+
     let o = e.finish(w, "in place").await;
     assert_eq!(o.errors, 0, "writes failed while managers were swapped");
 }
@@ -198,7 +253,10 @@ pub(crate) async fn a_new_operator_image_recreates_replicas_then_switches_over_a
     w.wait_for_more(50, Duration::from_secs(30)).await;
     let began = Instant::now();
     e.upgrade_operator(Duration::from_secs(420)).await;
-    eprintln!("rolling upgrade done {:?} after set image", began.elapsed());
+    eprintln!(
+        "rolling upgrade done {:?} after the new install was applied",
+        began.elapsed()
+    );
     w.wait_for_more(50, Duration::from_secs(30)).await;
     let o = w.stop().await;
     e.assert_recreated_primary_last(&uids, &primary).await;
