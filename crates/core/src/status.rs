@@ -194,6 +194,13 @@ pub struct InstanceStatus {
     /// MariaDB `@@gtid_current_pos`; MySQL: same as executed.
     #[serde(default)]
     pub gtid_position: String,
+    /// A read-only server whose commits still wait for a semi-sync
+    /// acknowledgement: MySQL lets read-only be set meanwhile and completes
+    /// them when a replica acknowledges, so its history is not final yet.
+    /// Asked only of a read-only server whose semi-sync source side is on
+    /// (a primary handing over).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub commits_awaiting_ack: bool,
     pub replication: Option<ReplicationStatus>,
     pub lag_seconds: Option<u64>,
     pub semi_sync: Option<SemiSyncStatus>,

@@ -361,6 +361,25 @@ pub fn ready_to_hand_over(
     }
 }
 
+/// The history a switchover's target must have applied before it
+/// promotes, read from the old primary's status: only once the old primary
+/// is read-only and none of its commits still waits for an acknowledgement
+/// (MySQL completes those after read-only, and a target that promoted
+/// without them would leave the old primary, and the replica that
+/// acknowledged them, diverged, and their clients told "committed" of a
+/// write the new primary lacks). `Err` says what is waited for.
+pub fn final_history_of(old: &str, st: &crate::status::InstanceStatus) -> Result<String, String> {
+    if !st.read_only {
+        return Err(format!("waiting for {old} to become read-only"));
+    }
+    if st.commits_awaiting_ack {
+        return Err(format!(
+            "waiting for {old}'s last commits, which wait for an acknowledgement"
+        ));
+    }
+    Ok(st.gtid_position.clone())
+}
+
 /// How a switchover in progress stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Progress {

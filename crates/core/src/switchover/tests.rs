@@ -4,6 +4,40 @@ mod hand_over {
     use super::super::*;
     use crate::testutil::replica;
 
+    /// A MySQL primary turned read-only while a commit still waited for
+    /// its acknowledgement: the target must not take its executed history
+    /// as final (the commit completes once a replica acknowledges it, and
+    /// a target promoted without it left two instances diverged: seed
+    /// 8282154587929078478 of the local fault suite).
+    #[test]
+    fn a_target_waits_for_the_old_primarys_commits_that_wait_for_an_acknowledgement() {
+        let st = crate::status::InstanceStatus {
+            mysqld_running: true,
+            read_only: false,
+            gtid_position: "u:1-172".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            final_history_of("db-1", &st),
+            Err("waiting for db-1 to become read-only".into())
+        );
+        let waiting = crate::status::InstanceStatus {
+            read_only: true,
+            commits_awaiting_ack: true,
+            ..st.clone()
+        };
+        assert_eq!(
+            final_history_of("db-1", &waiting),
+            Err("waiting for db-1's last commits, which wait for an acknowledgement".into())
+        );
+        let done = crate::status::InstanceStatus {
+            read_only: true,
+            gtid_position: "u:1-173".into(),
+            ..st
+        };
+        assert_eq!(final_history_of("db-1", &done), Ok("u:1-173".into()));
+    }
+
     #[test]
     fn a_primary_hands_over_only_to_a_target_that_caught_up() {
         let mut o = replica("db-2", "0-1-100");

@@ -453,14 +453,13 @@ impl<C: ClusterState> Manager<C> {
         let patience = Duration::from_millis(role::drain_rule(status).ask_old_primary_ms());
         let wait_for = match old {
             Some(old) => match self.peers.status_within(&old, patience).await {
-                Some(st) if st.mysqld_running && !st.read_only => {
-                    self.set_phase(
-                        InstancePhase::Running,
-                        format!("waiting for {old} to become read-only"),
-                    );
-                    return Ok(false);
-                }
-                Some(st) if st.mysqld_running => st.gtid_position,
+                Some(st) if st.mysqld_running => match switchover::final_history_of(&old, &st) {
+                    Ok(history) => history,
+                    Err(why) => {
+                        self.set_phase(InstancePhase::Running, why);
+                        return Ok(false);
+                    }
+                },
                 _ if role::drain_rule(status) == role::Drain::CatchUpWithOldPrimary => {
                     self.set_phase(
                         InstancePhase::Running,

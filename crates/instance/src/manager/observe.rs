@@ -96,10 +96,14 @@ impl<C: ClusterState> ControlBackend<C> {
         };
         let observed = tokio::time::timeout(Duration::from_secs(2), async {
             let mut conn = pool.get_conn().await?;
-            sql::observe(&mut conn, self.link.cfg.flavor()).await
+            let view = sql::observe(&mut conn, self.link.cfg.flavor()).await?;
+            let waiting = view.read_only
+                && view.semi_sync.source_enabled
+                && super::fence::commits_wait(&mut conn, self.link.cfg.flavor()).await;
+            anyhow::Ok((view, waiting))
         })
         .await;
-        let view = match observed {
+        let (view, commits_awaiting_ack) = match observed {
             Ok(Ok(v)) => v,
             Ok(Err(e)) => {
                 st.message = format!("cannot query mysqld: {e}");
@@ -117,6 +121,7 @@ impl<C: ClusterState> ControlBackend<C> {
         st.last_transaction_at = self.note_history(&view.gtid_executed);
         st.gtid_executed = view.gtid_executed;
         st.gtid_position = view.gtid_position;
+        st.commits_awaiting_ack = commits_awaiting_ack;
         st.uptime_seconds = Some(view.uptime_seconds);
         st.semi_sync = Some(view.semi_sync);
         st.server = view.server;
