@@ -2,9 +2,8 @@
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, HTTPGetAction, PodSecurityContext, PodSpec,
-    PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext, Service,
-    ServicePort, ServiceSpec,
+    Container, ContainerPort, HTTPGetAction, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
+    ResourceRequirements, SeccompProfile, Service, ServicePort, ServiceSpec,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -12,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::Options;
 use super::objects::{Doc, HTTP_PORT, NAME, labels, meta, yaml};
-use crate::objects::pod::{OPERATOR_BINARY, env, field_env};
+use crate::objects::pod::{OPERATOR_BINARY, container_security, env, field_env};
 
 fn probe(path: &str) -> Probe {
     Probe {
@@ -74,15 +73,8 @@ fn container(o: &Options) -> Container {
         liveness_probe: Some(probe("/healthz")),
         readiness_probe: Some(probe("/readyz")),
         resources: Some(resources(o)),
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            read_only_root_filesystem: Some(true),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".into()]),
-                add: None,
-            }),
-            ..Default::default()
-        }),
+        // The same as the instances' containers.
+        security_context: Some(container_security()),
         ..Default::default()
     }
 }

@@ -507,7 +507,7 @@ pub fn pod(cluster: &Cluster, instance: &str, env_: &Environment) -> Pod {
 
 /// Both containers: no privilege, no capability, and a root filesystem
 /// nothing can write (what is written goes to the volumes).
-fn container_security() -> SecurityContext {
+pub(crate) fn container_security() -> SecurityContext {
     SecurityContext {
         allow_privilege_escalation: Some(false),
         read_only_root_filesystem: Some(true),
