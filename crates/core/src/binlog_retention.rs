@@ -183,14 +183,20 @@ pub fn needs(spec: &ClusterSpec, cluster: &str, status: &ClusterStatus, me: &str
     out
 }
 
-/// Is the volume holding the binary logs short: past
-/// [`PRESSURE_PERCENT`], or short enough that writes are refused?
-pub fn pressure(volumes: &[VolumeUsage], writes_refused: bool) -> bool {
+/// Is room short: the volume holding this instance's binary logs past
+/// [`PRESSURE_PERCENT`], or writes refused, by this primary or by the
+/// cluster (`status.writesRefused`, any instance's volume). The second
+/// matters on a replica: the disk guard refuses writes for its volume
+/// while it is above the pressure mark (the guard lets go only with room
+/// to spare), and files kept for the retention time would then never go.
+pub fn pressure(volumes: &[VolumeUsage], writes_refused: bool, status: &ClusterStatus) -> bool {
     let holding = volumes
         .iter()
         .find(|v| v.volume == "binlogs")
         .or_else(|| volumes.iter().find(|v| v.volume == "data"));
-    writes_refused || holding.is_some_and(|v| v.used_percent() >= PRESSURE_PERCENT)
+    writes_refused
+        || status.writes_refused.is_some()
+        || holding.is_some_and(|v| v.used_percent() >= PRESSURE_PERCENT)
 }
 
 /// The policy for `spec`.

@@ -273,9 +273,22 @@ fn the_volume_holding_the_files_decides_the_pressure() {
         used_bytes: used,
         available_bytes: 100 - used,
     };
-    assert!(!pressure(&[vol("data", 69)], false));
-    assert!(pressure(&[vol("data", 70)], false));
-    assert!(!pressure(&[vol("data", 90), vol("binlogs", 10)], false));
-    assert!(pressure(&[vol("data", 10), vol("binlogs", 80)], false));
-    assert!(pressure(&[], true));
+    let st = ClusterStatus::default();
+    assert!(!pressure(&[vol("data", 69)], false, &st));
+    assert!(pressure(&[vol("data", 70)], false, &st));
+    assert!(!pressure(
+        &[vol("data", 90), vol("binlogs", 10)],
+        false,
+        &st
+    ));
+    assert!(pressure(&[vol("data", 10), vol("binlogs", 80)], false, &st));
+    assert!(pressure(&[], true, &st));
+    // A replica at 69% whose volume has writes refused (the disk guard
+    // lets go only with room to spare): its retained files must go, or
+    // writes never come back (the real node's binlog-volume test, once).
+    let refused = ClusterStatus {
+        writes_refused: Some("db-2's binlogs volume has 229 MB left".into()),
+        ..Default::default()
+    };
+    assert!(pressure(&[vol("binlogs", 69)], false, &refused));
 }

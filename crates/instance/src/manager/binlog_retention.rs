@@ -84,6 +84,7 @@ impl<C: ClusterState> BinlogRetention<C> {
         let pressure = binlog_retention::pressure(
             &super::volumes::usage(cfg),
             self.link.writes_refused().is_some(),
+            &status,
         );
         let policy = binlog_retention::policy(&cfg.spec, pressure);
         let now_ms = jiff::Timestamp::now().as_millisecond();
