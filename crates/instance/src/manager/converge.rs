@@ -83,7 +83,7 @@ impl<C: ClusterState> Manager<C> {
         {
             return Ok(());
         }
-        let refused = self.writes_refused(&desired, &status, view.read_only);
+        let refused = self.writes_refused(&desired, &status);
         let facts = role_gate::Facts {
             me: &self.cfg.instance,
             read_only: view.read_only,
@@ -130,17 +130,17 @@ impl<C: ClusterState> Manager<C> {
     /// word (`status.writesRefused`, any instance short of room), or its
     /// own volumes' without waiting for it (`cnmysql_core::disk_guard`).
     /// Published for the status's readiness.
-    fn writes_refused(
-        &self,
-        desired: &Desired,
-        status: &ClusterStatus,
-        read_only: bool,
-    ) -> Option<String> {
+    fn writes_refused(&self, desired: &Desired, status: &ClusterStatus) -> Option<String> {
+        // Hysteresis on this guard's own refusal, not on the server being
+        // read-only: a primary read-only for any other reason (just
+        // promoted, a lease blip) with between one and two reserves left
+        // was otherwise refused for good, with no status saying so.
+        let refusing = self.link.writes_refused().is_some();
         let refused = (*desired == Desired::Primary)
             .then(|| {
                 status.writes_refused.clone().or_else(|| {
                     let mine = super::volumes::usage(&self.cfg);
-                    cnmysql_core::disk_guard::short(&self.cfg.instance, &mine, read_only)
+                    cnmysql_core::disk_guard::short(&self.cfg.instance, &mine, refusing)
                 })
             })
             .flatten();
