@@ -131,11 +131,13 @@ impl<C: ClusterState> Manager<C> {
     /// own volumes' without waiting for it (`cnmysql_core::disk_guard`).
     /// Published for the status's readiness.
     fn writes_refused(&self, desired: &Desired, status: &ClusterStatus) -> Option<String> {
-        // Hysteresis on this guard's own refusal, not on the server being
-        // read-only: a primary read-only for any other reason (just
-        // promoted, a lease blip) with between one and two reserves left
-        // was otherwise refused for good, with no status saying so.
-        let refusing = self.link.writes_refused().is_some();
+        // The hysteresis (writes back only with twice the reserve) is the
+        // cluster's, in `status.writesRefused`, which comes first below.
+        // Without it this primary judges its own volumes against the
+        // reserve alone: a refusal of its own that the status never
+        // recorded (a full volume for a moment, space freed as the writers
+        // were cut off) must not hold writes back with nothing saying so.
+        let refusing = false;
         let refused = (*desired == Desired::Primary)
             .then(|| {
                 status.writes_refused.clone().or_else(|| {
