@@ -10,28 +10,42 @@ pub(crate) fn object_store(s3: &cnmysql_envtest::object_store::S3Server, indent:
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
-pub(crate) async fn backup_objects_archive_and_a_recovered_cluster_hold_every_acknowledged_row() {
-    // A real S3 server (SeaweedFS) on an address of this machine the Pods
-    // reach; its credentials in a Secret.
+/// A cluster whose `spec.backup` stores into a real S3 server (SeaweedFS)
+/// on an address of this machine the Pods reach, with its credentials in
+/// the Secret `store`: `cluster` is the Cluster's YAML, `extra` more
+/// lines under `backup:`. The server stops when dropped.
+pub(crate) async fn env_with_store(
+    bucket: &str,
+    cluster: String,
+    extra: &str,
+) -> (Env, cnmysql_envtest::object_store::S3Server) {
     let mut server = None;
     let e = env_made_with(&[], async |host| {
-        let s3 = cnmysql_envtest::object_store::S3Server::start_at("backups", host)
+        let s3 = cnmysql_envtest::object_store::S3Server::start_at(bucket, host)
             .await
             .unwrap();
         let manifest = format!(
-            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: store\n  namespace: {NS}\nstringData:\n  ACCESS_KEY_ID: {}\n  SECRET_ACCESS_KEY: {}\n---\n{}  backup:\n    objectStore:\n{}    retentionPolicy: 30d\n",
+            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: store\n  namespace: {NS}\nstringData:\n  ACCESS_KEY_ID: {}\n  SECRET_ACCESS_KEY: {}\n---\n{cluster}  backup:\n    objectStore:\n{}{extra}",
             cnmysql_envtest::object_store::ACCESS_KEY_ID,
             cnmysql_envtest::object_store::SECRET_ACCESS_KEY,
-            cluster_yaml("required"),
             object_store(&s3, "      ")
         );
         server = Some(s3);
         manifest
     })
     .await;
-    let _s3 = server.unwrap();
+    (e, server.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
+pub(crate) async fn backup_objects_archive_and_a_recovered_cluster_hold_every_acknowledged_row() {
+    let (e, _s3) = env_with_store(
+        "backups",
+        cluster_yaml("required"),
+        "    retentionPolicy: 30d\n",
+    )
+    .await;
     let w = e.writer().await;
     w.wait_for_more(200, Duration::from_secs(30)).await;
 

@@ -100,23 +100,7 @@ async fn resolves(p: &Prometheus, alert: &str, since: Instant, timeout: Duration
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, scripts/setup --kube (Prometheus from Debian's package); run scripts/test-kube"]
 pub(crate) async fn a_real_prometheus_fires_the_shipped_alerts_for_real_faults_and_resolves_them() {
-    let mut server = None;
-    let e = env_made_with(&[], async |host| {
-        let s3 = cnmysql_envtest::object_store::S3Server::start_at("monitoring", host)
-            .await
-            .unwrap();
-        let manifest = format!(
-            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: store\n  namespace: {NS}\nstringData:\n  ACCESS_KEY_ID: {}\n  SECRET_ACCESS_KEY: {}\n---\n{}  backup:\n    objectStore:\n{}",
-            cnmysql_envtest::object_store::ACCESS_KEY_ID,
-            cnmysql_envtest::object_store::SECRET_ACCESS_KEY,
-            cluster_yaml("required"),
-            super::backups::object_store(&s3, "      ")
-        );
-        server = Some(s3);
-        manifest
-    })
-    .await;
-    let _s3 = server.unwrap();
+    let (e, _s3) = super::backups::env_with_store("monitoring", cluster_yaml("required"), "").await;
 
     // The job `cnmysql install scrape-config` writes for the default
     // install, and the shipped rules.

@@ -486,26 +486,11 @@ pub(crate) async fn a_binlog_volume_held_by_a_stuck_archive_grows_to_its_maximum
     // Binary logs fill their volume only while someone still needs them:
     // here the archive, whose store hangs. The data volume is larger: a
     // replica's holds its relay logs too.
-    let mut server = None;
-    let e = env_made_with(&[], async |host| {
-        let s3 = cnmysql_envtest::object_store::S3Server::start_at("binlogs", host)
-            .await
-            .unwrap();
-        let yaml = cluster_yaml("required").replace(
-            "  failoverDelay: 0\n",
-            "  failoverDelay: 0\n  storage:\n    size: 2Gi\n    binlogs:\n      size: 512Mi\n      autoGrow:\n        usedPercent: 50\n        increment: 256Mi\n        maximum: 768Mi\n",
-        );
-        let manifest = format!(
-            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: store\n  namespace: {NS}\nstringData:\n  ACCESS_KEY_ID: {}\n  SECRET_ACCESS_KEY: {}\n---\n{yaml}  backup:\n    objectStore:\n{}",
-            cnmysql_envtest::object_store::ACCESS_KEY_ID,
-            cnmysql_envtest::object_store::SECRET_ACCESS_KEY,
-            super::backups::object_store(&s3, "      ")
-        );
-        server = Some(s3);
-        manifest
-    })
-    .await;
-    let s3 = server.unwrap();
+    let yaml = cluster_yaml("required").replace(
+        "  failoverDelay: 0\n",
+        "  failoverDelay: 0\n  storage:\n    size: 2Gi\n    binlogs:\n      size: 512Mi\n      autoGrow:\n        usedPercent: 50\n        increment: 256Mi\n        maximum: 768Mi\n",
+    );
+    let (e, s3) = super::backups::env_with_store("binlogs", yaml, "").await;
     let primary = e.status().await.current_primary.unwrap();
     let w = e.writer().await;
     w.wait_for_more(50, Duration::from_secs(30)).await;
