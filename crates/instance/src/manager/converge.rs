@@ -136,13 +136,13 @@ impl<C: ClusterState> Manager<C> {
         // Without it this primary judges its own volumes against the
         // reserve alone: a refusal of its own that the status never
         // recorded (a full volume for a moment, space freed as the writers
-        // were cut off) must not hold writes back with nothing saying so.
-        let refusing = false;
+        // were cut off) must not hold writes back with nothing saying so:
+        // `short` is asked as if nothing were refused yet.
         let refused = (*desired == Desired::Primary)
             .then(|| {
                 status.writes_refused.clone().or_else(|| {
                     let mine = super::volumes::usage(&self.cfg);
-                    cnmysql_core::disk_guard::short(&self.cfg.instance, &mine, refusing)
+                    cnmysql_core::disk_guard::short(&self.cfg.instance, &mine, false)
                 })
             })
             .flatten();
