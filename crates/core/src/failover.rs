@@ -221,6 +221,29 @@ pub fn detach_while_lease_runs(s: &Snapshot) -> bool {
     semi.enabled && semi.data_durability == cnmysql_api::DataDurability::Required
 }
 
+/// Whether the candidate may be promoted while the failed primary's lease
+/// still runs (the step then passes the lease to it). Under `required`
+/// durability a primary acknowledges no commit that no replica received.
+/// Once every replica has been told to stop receiving from it
+/// (`status.failoverFrom`, which the step also requires every running
+/// instance to report done before it promotes), whatever it acknowledged
+/// is in the histories the candidate was chosen on, and it can
+/// acknowledge nothing more, lease or not: waiting out the lease protects
+/// no write. Not if it renewed its lease after it was found failing: it
+/// reached the store since, and is given the lease's time. Under
+/// `preferred`, or with semi-sync off, a primary can acknowledge alone,
+/// and only the lease's expiry (its self-fence 5 s before) stops it.
+pub fn promote_before_expiry(s: &Snapshot, lease: &Lease, current: &str) -> bool {
+    let since = s
+        .status
+        .primary_failing_since
+        .as_deref()
+        .and_then(crate::time::parse_ms);
+    detach_while_lease_runs(s)
+        && s.status.failover_from.as_deref() == Some(current)
+        && since.is_some_and(|since| lease.renew_time_ms <= since)
+}
+
 /// Histories of every observed instance but the old primary (candidates or
 /// not: fenced, restarting, lagging), which the chosen candidate must also
 /// contain under `required` durability: any of them may hold the only copy
@@ -323,6 +346,7 @@ fn choose(s: &Snapshot, lease: Option<&Lease>, old_gone: bool, current: &str) ->
         && !old_gone
         && let Some(l) = lease
         && l.held_by(current, s.now_ms)
+        && !promote_before_expiry(s, l, current)
     {
         return Decision::WaitForLease {
             until_ms: l.expires_at_ms(),

@@ -76,6 +76,31 @@ impl Lease {
         self.acquire(me, now_ms)
     }
 
+    /// Hand the lease from `from` to `to` before it expires: a failover
+    /// that proved `from` can acknowledge nothing more
+    /// (`failover::promote_before_expiry`). Only while `from` still holds
+    /// it exactly as decided on (renewed at `seen_renew_ms`, not since):
+    /// a renewal in between means `from` reached the store, and the
+    /// decision is taken again.
+    pub fn pass(
+        &self,
+        from: &str,
+        to: &str,
+        seen_renew_ms: i64,
+        now_ms: i64,
+    ) -> Result<Lease, LeaseError> {
+        if self.holder_identity.as_deref() != Some(from) || self.renew_time_ms != seen_renew_ms {
+            return Err(LeaseError::Changed);
+        }
+        Ok(Lease {
+            holder_identity: Some(to.to_string()),
+            acquire_time_ms: now_ms,
+            renew_time_ms: now_ms,
+            lease_duration_ms: TTL_MS,
+            lease_transitions: self.lease_transitions + 1,
+        })
+    }
+
     /// Release if `me` holds it; anyone else's lease is left alone.
     pub fn release(&self, me: &str) -> Lease {
         if self.holder_identity.as_deref() == Some(me) {
@@ -96,6 +121,8 @@ pub enum LeaseError {
     HeldByOther { holder: String, until_ms: i64 },
     #[error("the primary lease is no longer ours")]
     NotOurs,
+    #[error("the primary lease changed since it was read")]
+    Changed,
 }
 
 /// A primary must make itself read-only when its last successful renewal
@@ -132,6 +159,26 @@ mod tests {
                 .as_deref(),
             Some("a")
         );
+    }
+
+    #[test]
+    fn a_lease_passes_only_as_it_was_seen() {
+        let l = Lease::default().acquire("a", 1_000).unwrap();
+        let passed = l.pass("a", "b", 1_000, 2_000).unwrap();
+        assert_eq!(passed.holder_identity.as_deref(), Some("b"));
+        assert_eq!(passed.lease_transitions, 1);
+        // The old holder cannot take it back, nor renew it.
+        assert!(passed.acquire("a", 2_001).is_err());
+        assert!(passed.renew("a", 2_001).is_err());
+        // The candidate's own take is a renewal.
+        assert_eq!(passed.acquire("b", 2_500).unwrap().lease_transitions, 1);
+        // Renewed since it was seen, or someone else's: nothing passes.
+        let renewed = l.renew("a", 1_500).unwrap();
+        assert_eq!(
+            renewed.pass("a", "b", 1_000, 2_000),
+            Err(LeaseError::Changed)
+        );
+        assert_eq!(l.pass("c", "b", 1_000, 2_000), Err(LeaseError::Changed));
     }
 
     #[test]

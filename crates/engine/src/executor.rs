@@ -111,6 +111,11 @@ async fn carry_plain<P: Platform>(
         }
         Action::FenceOut(instance) => platform.fence_out(&instance, memory).await?,
         Action::ReleaseLease { holder } => platform.release_lease(&holder).await?,
+        Action::PassLease {
+            from,
+            to,
+            seen_renew_ms,
+        } => platform.pass_lease(&from, &to, seen_renew_ms).await?,
         Action::Restart(instance) => {
             tracing::info!(instance = %instance, "letting the held-down instance start again");
             platform.allow_start(&instance, memory).await?
@@ -196,6 +201,11 @@ mod tests {
                 .push(format!("fence {i} held={}", m.held_down.contains(i)));
             Ok(())
         }
+        async fn pass_lease(&mut self, from: &str, to: &str, _: i64) -> anyhow::Result<()> {
+            self.calls.push(format!("pass {from} {to}"));
+            Ok(())
+        }
+
         async fn release_lease(&mut self, h: &str) -> anyhow::Result<()> {
             self.calls.push(format!("release {h}"));
             Ok(())

@@ -95,6 +95,16 @@ pub trait Platform {
     /// lease runs out).
     fn release_lease(&mut self, holder: &str) -> impl Future<Output = anyhow::Result<()>> + Send;
 
+    /// Hand the primary Lease from `from` to `to` before it expires, as a
+    /// conditional write: an error (and nothing written) unless `from`
+    /// still holds it, renewed last at `seen_renew_ms`.
+    fn pass_lease(
+        &mut self,
+        from: &str,
+        to: &str,
+        seen_renew_ms: i64,
+    ) -> impl Future<Output = anyhow::Result<()>> + Send;
+
     /// `instance` is no longer held down (see `memory`): start it again.
     fn allow_start(
         &mut self,

@@ -382,6 +382,26 @@ pub async fn release_lease_of(
     }
 }
 
+/// Hand `lease` from `from` to `to` (`Lease::pass`), only at the version
+/// read: renewed or changed since, the API server refuses the write and
+/// this is an error.
+pub async fn pass_lease_of(
+    leases: &Api<KubeLease>,
+    lease: &KubeLease,
+    from: &str,
+    to: &str,
+    seen_renew_ms: i64,
+) -> anyhow::Result<()> {
+    let now = Timestamp::now().as_millisecond();
+    let next = lease_from(lease).pass(from, to, seen_renew_ms, now)?;
+    let mut obj = lease.clone();
+    obj.spec = Some(lease_spec(&next));
+    leases
+        .replace(&lease.name_any(), &PostParams::default(), &obj)
+        .await?;
+    Ok(())
+}
+
 /// Whether Pod `name` is being deleted (false when it does not exist).
 pub async fn pod_is_terminating(
     client: &kube::Client,

@@ -81,6 +81,12 @@ impl Platform for LocalPlatform<'_> {
         Ok(())
     }
 
+    async fn pass_lease(&mut self, from: &str, to: &str, seen: i64) -> anyhow::Result<()> {
+        let now = jiff::Timestamp::now().as_millisecond();
+        self.dir.update_lease(|l| l.pass(from, to, seen, now))?;
+        Ok(())
+    }
+
     async fn allow_start(&mut self, instance: &str, _: &Memory) -> anyhow::Result<()> {
         self.supervisor.start_now(instance);
         self.reporter

@@ -39,7 +39,7 @@ use cnmysql_core::status_change::StatusChange;
 use cnmysql_engine::poller::{self, Target};
 use cnmysql_engine::{ControlRequest, Platform};
 use cnmysql_k8s::cluster_handle::ClusterHandle;
-use cnmysql_k8s::cluster_state::{lease_from, release_lease_of};
+use cnmysql_k8s::cluster_state::{lease_from, pass_lease_of, release_lease_of};
 use cnmysql_k8s::events::Kind;
 
 use crate::context::Context;
@@ -256,6 +256,15 @@ impl Platform for KubePlatform<'_> {
         if release_lease_of(&self.leases, l, holder).await? {
             tracing::info!(holder = %holder, "released the lease of a primary whose Pod is gone");
         }
+        Ok(())
+    }
+
+    async fn pass_lease(&mut self, from: &str, to: &str, seen: i64) -> anyhow::Result<()> {
+        let Some(l) = &self.lease else {
+            anyhow::bail!("the primary Lease was not read this pass");
+        };
+        pass_lease_of(&self.leases, l, from, to, seen).await?;
+        tracing::warn!(from = %from, to = %to, "passed the primary lease before its expiry");
         Ok(())
     }
 

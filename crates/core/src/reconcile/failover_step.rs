@@ -112,13 +112,6 @@ pub(super) fn carry_out_decision(
                 out.extend(begin_failover(memory, &old));
                 return;
             }
-            // Begun while its lease ran (`wait_for_lease`) and proven gone
-            // since: the lease the first half did not release.
-            if o.lease.is_some_and(|l| l.held_by(&old, s.now_ms)) {
-                out.push(Action::ReleaseLease {
-                    holder: old.clone(),
-                });
-            }
             if let Err(waiting) = detached_from(o, &old) {
                 if memory.last_detach_wait != waiting {
                     out.push(Action::Event(Event::new(
@@ -133,6 +126,9 @@ pub(super) fn carry_out_decision(
             }
             memory.failover_begun = None;
             memory.last_detach_wait.clear();
+            if let Some(l) = o.lease.filter(|l| l.held_by(&old, s.now_ms)) {
+                out.extend(lease_for_candidate(o, memory, &old, &candidate, l));
+            }
             out.push(Action::Status {
                 change: StatusChange::StartFailover {
                     old: old.clone(),
@@ -150,6 +146,45 @@ pub(super) fn carry_out_decision(
             });
         }
     }
+}
+
+/// A failover begun while the old primary's lease ran, every replica
+/// detached from it: the lease it still holds. Proven gone since, it
+/// is released. Otherwise it is passed to the candidate
+/// (`failover::promote_before_expiry`), the old primary fenced out first
+/// where that has not begun: a conditional write, refused if the old
+/// primary renewed since (the failover then waits for the lease again).
+fn lease_for_candidate(
+    o: &Observation<'_>,
+    memory: &mut Memory,
+    old: &str,
+    candidate: &str,
+    lease: &Lease,
+) -> Vec<Action> {
+    if o.absent.iter().any(|a| a == old) {
+        return vec![Action::ReleaseLease {
+            holder: old.to_string(),
+        }];
+    }
+    let mut out = Vec::new();
+    if !memory.held_down.contains(old) {
+        out.push(fence_out(memory, old));
+    }
+    out.push(Action::PassLease {
+        from: old.to_string(),
+        to: candidate.to_string(),
+        seen_renew_ms: lease.renew_time_ms,
+    });
+    out.push(Action::Event(Event::new(
+        true,
+        "LeasePassed",
+        Some(old),
+        format!(
+            "{old} can acknowledge no more commits (dataDurability: required, every replica stopped receiving from it): its primary lease passes to {candidate} {} ms before it would expire",
+            lease.expires_at_ms() - o.snapshot.now_ms
+        ),
+    )));
+    out
 }
 
 /// Past the failover delay, a candidate chosen, the old primary's lease
@@ -170,10 +205,7 @@ fn wait_for_lease(
     if o.fence_early && !memory.held_down.contains(primary) {
         out.push(fence_out(memory, primary));
     }
-    if o.fence_early
-        && failover::detach_while_lease_runs(s)
-        && s.status.failover_from.as_deref() != Some(primary)
-    {
+    if failover::detach_while_lease_runs(s) && s.status.failover_from.as_deref() != Some(primary) {
         out.push(stop_receiving_from(primary));
     }
     if !memory.last_wait {

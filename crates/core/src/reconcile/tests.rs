@@ -316,10 +316,9 @@ fn where_fencing_takes_time_it_starts_while_the_lease_runs_out() {
     }
 }
 
-/// Under `required`, where fencing takes time, the replicas stop
-/// receiving from the failing primary while its lease runs; the lease is
-/// not released and nothing is promoted before it expires. Under
-/// `preferred`, or where fencing is instant, they go on receiving.
+/// Under `required` the replicas stop receiving from the failing primary
+/// while its lease runs, whether fencing takes time or not; nothing is
+/// promoted in that pass. Under `preferred` they go on receiving.
 #[test]
 fn under_required_the_replicas_stop_receiving_while_the_lease_runs() {
     let mut s = failing_primary("0-1-100");
@@ -358,12 +357,94 @@ fn under_required_the_replicas_stop_receiving_while_the_lease_runs() {
     s.spec.mysql.semi_sync.enabled = true;
     s.spec.mysql.semi_sync.data_durability = cnmysql_api::DataDurability::Required;
     assert!(begins(&run(&s, true)), "required, fencing takes time");
-    assert!(
-        !begins(&run(&s, false)),
-        "fencing is instant: no early stop"
-    );
+    assert!(begins(&run(&s, false)), "required, fencing is instant");
     s.spec.mysql.semi_sync.data_durability = cnmysql_api::DataDurability::Preferred;
     assert!(!begins(&run(&s, true)), "preferred keeps receiving");
+}
+
+/// Under `required`, once every replica reports it stopped receiving from
+/// the failed primary, its lease passes to the candidate (conditional on
+/// the renewal seen) and the candidate is targeted, the old primary fenced
+/// out first: it can acknowledge nothing more, so its lease guards no
+/// write. Not while a replica still receives, not if it renewed after it
+/// was found failing, never under `preferred`.
+#[test]
+fn under_required_the_lease_passes_once_every_replica_stopped_receiving() {
+    let since = 1_767_225_600_000; // primary_failing_since
+    let mut s = failing_primary("0-1-100");
+    s.now_ms = since + 3_000;
+    s.spec.mysql.semi_sync.enabled = true;
+    s.spec.mysql.semi_sync.data_durability = cnmysql_api::DataDurability::Required;
+    s.status.failover_from = Some("db-1".into());
+    let stopped = |s: &mut Snapshot, name: &str, io: &str| {
+        for i in s.instances.iter_mut().filter(|i| i.name == name) {
+            if let Some(r) = i.status.as_mut().and_then(|st| st.replication.as_mut()) {
+                r.io_state = io.into();
+            }
+        }
+    };
+    stopped(&mut s, "db-2", "No");
+    let before = Lease::default().acquire("db-1", since - 2_000).unwrap();
+    let run = |s: &Snapshot, lease: &Lease| {
+        step(
+            &Observation {
+                lease: Some(lease),
+                fence_early: true,
+                ..observe(s, &[])
+            },
+            &mut Memory {
+                last_current: Some("db-1".into()),
+                ..warm()
+            },
+        )
+    };
+    let promotes = |a: &[Action]| {
+        a.iter().position(|a| {
+            matches!(
+                a,
+                Action::Status {
+                    change: StatusChange::StartFailover { .. },
+                    ..
+                }
+            )
+        })
+    };
+    let passes = |a: &[Action]| a.iter().position(|a| matches!(a, Action::PassLease { .. }));
+    let waiting = run(&s, &before);
+    assert_eq!(
+        (passes(&waiting), promotes(&waiting)),
+        (None, None),
+        "db-3 still receives: {waiting:?}"
+    );
+    stopped(&mut s, "db-3", "No");
+    let actions = run(&s, &before);
+    let (Some(pass), Some(promote)) = (passes(&actions), promotes(&actions)) else {
+        panic!("{actions:?}");
+    };
+    assert!(pass < promote, "the lease first: {actions:?}");
+    assert_eq!(
+        actions[pass],
+        Action::PassLease {
+            from: "db-1".into(),
+            to: "db-2".into(),
+            seen_renew_ms: since - 2_000,
+        }
+    );
+    assert!(actions[..pass].contains(&Action::FenceOut("db-1".into())));
+    let renewed_since = Lease::default().acquire("db-1", since + 500).unwrap();
+    let actions = run(&s, &renewed_since);
+    assert_eq!(
+        (passes(&actions), promotes(&actions)),
+        (None, None),
+        "renewed after it was found failing: {actions:?}"
+    );
+    s.spec.mysql.semi_sync.data_durability = cnmysql_api::DataDurability::Preferred;
+    let actions = run(&s, &before);
+    assert_eq!(
+        (passes(&actions), promotes(&actions)),
+        (None, None),
+        "preferred: {actions:?}"
+    );
 }
 
 /// A failover begun while the lease ran, whose old primary is proven gone

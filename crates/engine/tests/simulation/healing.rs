@@ -9,6 +9,7 @@ impl World {
     pub(crate) fn heal(&mut self, seed: u64) -> Option<usize> {
         for n in &mut self.nodes {
             n.partitioned = false;
+            n.isolated = false;
         }
         for name in self.status.fenced_instances.clone() {
             fencing::set_fenced(&mut self.status, &name, false);

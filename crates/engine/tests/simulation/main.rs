@@ -2,7 +2,8 @@
 //!
 //! Three instances, a shared store (cluster status and primary lease), a
 //! control plane and clients, driven by seeded random schedules of crashes,
-//! restarts, partitions, lagging replicas, clock steps, switchover requests
+//! restarts, partitions (whole, or from the store and control plane
+//! only), lagging replicas, clock steps, switchover requests
 //! fencing, operator upgrades (the instance managers' rollout, in place
 //! or by recreating instances) and changes of the instances' definition
 //! (say a new server image: recreation only), interleaved with all of the
@@ -82,6 +83,9 @@ struct Node {
     server: u32,
     alive: bool,
     partitioned: bool,
+    /// Cut off from the store and the control plane only: its peers and
+    /// clients still reach it (a node that lost the API server).
+    isolated: bool,
     /// Its binary log, or for a replica what it received (relay log).
     log: Vec<Gtid>,
     /// How much of `log` is applied (a replica's applier lags behind what
@@ -119,6 +123,10 @@ impl Node {
     /// Apply everything received (a promotion drains its relay log first).
     fn apply_all(&mut self) {
         self.applied = self.log.len();
+    }
+    /// Neither the store nor the control plane reaches it.
+    fn out_of_sight(&self) -> bool {
+        self.partitioned || self.isolated
     }
     fn writable(&self) -> bool {
         self.alive && !self.read_only
@@ -174,6 +182,7 @@ fn at_most_one_writable_and_no_acknowledged_write_lost() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(10000);
     let mut failovers = 0;
+    let mut passed = 0;
     let mut promotions = 0;
     let mut rollout_steps = 0;
     let mut rollouts_done = 0;
@@ -220,6 +229,11 @@ fn at_most_one_writable_and_no_acknowledged_write_lost() {
             .filter(|t| t.starts_with("FailingOver"))
             .count();
         promotions += w.trace.iter().filter(|t| t.contains("promoted")).count();
+        passed += w
+            .trace
+            .iter()
+            .filter(|t| t.starts_with("lease passed"))
+            .count();
         rollout_steps += w
             .trace
             .iter()
@@ -243,7 +257,7 @@ fn at_most_one_writable_and_no_acknowledged_write_lost() {
     }
     healed.sort_unstable();
     println!(
-        "{seeds} schedules: {failovers} failovers, {held_down} vanished primaries held down, writable primary again a median {} ticks (max {}) after the faults stopped",
+        "{seeds} schedules: {failovers} failovers ({passed} before the lease expired), {held_down} vanished primaries held down, writable primary again a median {} ticks (max {}) after the faults stopped",
         healed[healed.len() / 2],
         healed[healed.len() - 1]
     );
@@ -263,6 +277,10 @@ fn at_most_one_writable_and_no_acknowledged_write_lost() {
     assert!(
         definition_changes > seeds as usize / 4,
         "only {definition_changes} instances recreated for a new definition in {seeds} schedules"
+    );
+    assert!(
+        passed > seeds as usize / 20,
+        "only {passed} failovers before the lease expired in {seeds} schedules"
     );
     assert!(
         promotions > seeds as usize / 4,

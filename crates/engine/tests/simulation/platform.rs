@@ -25,7 +25,7 @@ impl Platform for World {
         // Fencing stops the old primary's processes when the platform can
         // reach them.
         if let Some(o) = self.idx(instance)
-            && !self.nodes[o].partitioned
+            && !self.nodes[o].out_of_sight()
         {
             self.nodes[o].alive = false;
         }
@@ -36,11 +36,18 @@ impl Platform for World {
         // Only once the holder is proven gone.
         if let Some(o) = self.idx(holder)
             && !self.nodes[o].alive
-            && !self.nodes[o].partitioned
+            && !self.nodes[o].out_of_sight()
             && self.lease.holder_identity.as_deref() == Some(holder)
         {
             self.lease = self.lease.release(holder);
         }
+        Ok(())
+    }
+
+    async fn pass_lease(&mut self, from: &str, to: &str, seen: i64) -> anyhow::Result<()> {
+        self.lease = self.lease.pass(from, to, seen, self.now)?;
+        self.trace
+            .push(format!("lease passed from {from} to {to} at {}", self.now));
         Ok(())
     }
 
@@ -55,7 +62,7 @@ impl Platform for World {
         let Some(o) = self.idx(instance) else {
             return Ok(false);
         };
-        if self.nodes[o].alive && !self.nodes[o].partitioned {
+        if self.nodes[o].alive && !self.nodes[o].out_of_sight() {
             let n = &mut self.nodes[o];
             n.read_only = true;
             n.alive = false;
@@ -102,7 +109,7 @@ impl Platform for World {
                 match self.idx(instance) {
                     Some(o)
                         if self.nodes[o].alive
-                            && !self.nodes[o].partitioned
+                            && !self.nodes[o].out_of_sight()
                             && self.rng.chance(80) =>
                     {
                         self.nodes[o].hash = self.target_hash;

@@ -17,6 +17,7 @@ impl World {
                 server: i,
                 alive: true,
                 partitioned: false,
+                isolated: false,
                 log: Vec::new(),
                 applied: 0,
                 starting: false,
@@ -63,12 +64,30 @@ impl World {
         self.nodes.iter().position(|n| n.name == name)
     }
 
+    /// The replicas that would acknowledge a commit of `p` now: running,
+    /// reachable, receiving from it (semi-sync, `required`).
+    pub(crate) fn ackers(&self, p: usize) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&r| {
+                let n = &self.nodes[r];
+                r != p && n.alive && !n.partitioned && !n.detached && n.source == Some(p)
+            })
+            .collect()
+    }
+
+    /// Writable as a client can tell (docs/topology.md, "Never two
+    /// writable"): it can acknowledge a commit, which under `required`
+    /// takes a replica receiving from it. A server with `read_only` off
+    /// and nobody to acknowledge holds every commit back unseen.
+    pub(crate) fn acknowledging(&self, p: usize) -> bool {
+        let n = &self.nodes[p];
+        n.writable() && !n.partitioned && !self.ackers(p).is_empty()
+    }
+
     pub(crate) fn check(&self, seed: u64, step: usize, what: &str) {
-        let writable: Vec<&str> = self
-            .nodes
-            .iter()
-            .filter(|n| n.writable())
-            .map(|n| n.name.as_str())
+        let writable: Vec<&str> = (0..self.nodes.len())
+            .filter(|&p| self.acknowledging(p))
+            .map(|p| self.nodes[p].name.as_str())
             .collect();
         assert!(
             writable.len() <= 1,
@@ -91,7 +110,10 @@ impl World {
                 );
             }
         }
-        for n in self.nodes.iter().filter(|n| n.writable()) {
+        for n in (0..self.nodes.len())
+            .filter(|&p| self.acknowledging(p))
+            .map(|p| &self.nodes[p])
+        {
             let have: BTreeSet<Gtid> = n.log.iter().copied().collect();
             let missing: Vec<&Gtid> = self.acked.iter().filter(|g| !have.contains(g)).collect();
             assert!(
@@ -110,7 +132,7 @@ impl World {
         }
         let me = self.nodes[i].name.clone();
         self.nodes[i].starting = false;
-        if self.nodes[i].partitioned {
+        if self.nodes[i].out_of_sight() {
             // Cannot reach the store: only the self-fencing clock runs.
             let last = self.nodes[i].last_renew.unwrap_or(i64::MIN / 2);
             if !self.nodes[i].read_only && lease::must_self_fence(last, self.now) {
@@ -185,7 +207,11 @@ impl World {
             | Desired::DesignatedPrimary { .. } => self.nodes[i].read_only = true,
             Desired::Detached { .. } => {
                 self.nodes[i].read_only = true;
-                self.nodes[i].detached = true;
+                // Stopping the IO thread takes time (up to 2 s for a
+                // source gone silent): it goes on receiving meanwhile.
+                if self.rng.chance(50) {
+                    self.nodes[i].detached = true;
+                }
             }
             Desired::Replica { source } => {
                 self.nodes[i].read_only = true;
@@ -262,12 +288,7 @@ impl World {
             };
             self.nodes[p].log.push(g);
             self.nodes[p].apply_all();
-            let ackers: Vec<usize> = (0..self.nodes.len())
-                .filter(|&r| {
-                    let n = &self.nodes[r];
-                    r != p && n.alive && !n.partitioned && n.source == Some(p)
-                })
-                .collect();
+            let ackers = self.ackers(p);
             if let Some(&r) = ackers.get(self.rng.below(ackers.len().max(1) as u64) as usize)
                 && self.nodes[p].log.starts_with(&self.nodes[r].log)
             {
@@ -286,7 +307,7 @@ impl World {
             .map(|(k, n)| Observed {
                 name: n.name.clone(),
                 ordinal: k as u32 + 1,
-                status: (n.alive && !n.partitioned && n.starting)
+                status: (n.alive && !n.out_of_sight() && n.starting)
                     .then(|| InstanceStatus {
                         instance: n.name.clone(),
                         phase: InstancePhase::Starting,
@@ -294,7 +315,7 @@ impl World {
                         ..Default::default()
                     })
                     .or_else(|| {
-                        (n.alive && !n.partitioned).then(|| InstanceStatus {
+                        (n.alive && !n.out_of_sight()).then(|| InstanceStatus {
                             instance: n.name.clone(),
                             phase: InstancePhase::Running,
                             mysqld_running: true,
@@ -365,7 +386,7 @@ impl World {
         let absent: Vec<String> = self
             .nodes
             .iter()
-            .filter(|n| !n.alive && !n.partitioned)
+            .filter(|n| !n.alive && !n.out_of_sight())
             .map(|n| n.name.clone())
             .collect();
         self.tick = Some(s.clone());
@@ -452,11 +473,18 @@ impl World {
                 self.trace.push(format!("crash {}", self.nodes[k].name));
             }
             6..=17 if !self.nodes[k].alive && self.may_start(k) => self.start(k),
-            18..=22 => {
+            18..=20 => {
                 self.nodes[k].partitioned = !self.nodes[k].partitioned;
                 self.trace.push(format!(
                     "partition {} = {}",
                     self.nodes[k].name, self.nodes[k].partitioned
+                ));
+            }
+            21..=22 => {
+                self.nodes[k].isolated = !self.nodes[k].isolated;
+                self.trace.push(format!(
+                    "isolated from the store {} = {}",
+                    self.nodes[k].name, self.nodes[k].isolated
                 ));
             }
             23..=25 => {

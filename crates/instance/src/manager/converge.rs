@@ -83,6 +83,11 @@ impl<C: ClusterState> Manager<C> {
         {
             return Ok(());
         }
+        // A failover from this instance may pass its lease on before it
+        // expires: from now on its own clock proves nothing.
+        if status.failover_from.as_deref() == Some(self.cfg.instance.as_str()) {
+            self.owners.lease.taken();
+        }
         let refused = self.writes_refused(&desired, &status);
         let facts = role_gate::Facts {
             me: &self.cfg.instance,

@@ -95,10 +95,12 @@ impl Fencer {
         if let Some(c) = conn.as_mut()
             && self.expired_while_writable(cause, c).await
         {
-            self.kill_deposed_server(&format!(
-                "{why}: still writable {} ms after the primary lease was last renewed, past its expiry (the manager did not run: frozen, stopped or starved)",
-                self.link.lease.age_ms().unwrap_or_default()
-            ));
+            let age = self.link.lease.age_ms().unwrap_or_default();
+            self.kill_deposed_server(&if self.link.lease.taken() {
+                format!("{why}: still writable {age} ms after the primary lease was last renewed, and a failover passed it to another instance")
+            } else {
+                format!("{why}: still writable {age} ms after the primary lease was last renewed, past its expiry (the manager did not run: frozen, stopped or starved)")
+            });
             return Ok(Fenced::Killed);
         }
         let done = match conn.as_mut() {
@@ -168,7 +170,7 @@ impl Fencer {
         cause: self_fence::Cause,
         conn: &mut mysql_async::Conn,
     ) -> bool {
-        let age = self.link.lease.age_ms();
+        let age = self.link.lease.expired_age_ms();
         if !self_fence::kill_at_once(cause, age, true) {
             return false;
         }

@@ -9,9 +9,20 @@ use std::time::Instant;
 use cnmysql_core::lease;
 use tokio::sync::watch;
 
+/// What this manager knows of its hold on the lease.
+#[derive(Clone, Copy, Debug, Default)]
+struct Hold {
+    /// Its last take or renewal (None: it holds none).
+    renewed: Option<Instant>,
+    /// Since then it found the lease held by another instance: a failover
+    /// passed it on before its expiry (`Lease::pass`). Its own clock then
+    /// proves nothing.
+    taken: bool,
+}
+
 /// The writing end: held by convergence alone.
 pub(super) struct LeaseKeeper {
-    renewed: watch::Sender<Option<Instant>>,
+    renewed: watch::Sender<Hold>,
 }
 
 /// The reading end.
@@ -19,12 +30,12 @@ pub(super) struct LeaseKeeper {
 pub(super) struct LeaseView {
     /// `spec.enablePrimaryLease`: without it every primary proves it.
     enabled: bool,
-    renewed: watch::Receiver<Option<Instant>>,
+    renewed: watch::Receiver<Hold>,
 }
 
 impl LeaseKeeper {
     pub fn new(enabled: bool) -> (LeaseKeeper, LeaseView) {
-        let (tx, rx) = watch::channel(None);
+        let (tx, rx) = watch::channel(Hold::default());
         (
             LeaseKeeper { renewed: tx },
             LeaseView {
@@ -36,19 +47,32 @@ impl LeaseKeeper {
 
     /// Taken or renewed by an attempt that began at `attempt`.
     pub fn renewed(&self, attempt: Instant) {
-        self.renewed.send_replace(Some(attempt));
+        self.renewed.send_replace(Hold {
+            renewed: Some(attempt),
+            taken: false,
+        });
     }
 
     /// Released: this manager holds none.
     pub fn released(&self) {
-        self.renewed.send_replace(None);
+        self.renewed.send_replace(Hold::default());
+    }
+
+    /// Found held by another instance: not ours however recently renewed.
+    pub fn taken(&self) {
+        self.renewed.send_modify(|h| h.taken = h.renewed.is_some());
     }
 }
 
 impl LeaseView {
     /// When it was last taken or renewed (None: this manager holds none).
     pub fn last_renewed(&self) -> Option<Instant> {
-        *self.renewed.borrow()
+        self.renewed.borrow().renewed
+    }
+
+    /// Another instance holds the lease this manager took.
+    pub fn taken(&self) -> bool {
+        self.renewed.borrow().taken
     }
 
     /// This manager took the lease and has not released it.
@@ -72,8 +96,22 @@ impl LeaseView {
     /// Renewed within the lease's time to live: what `/status` reports as
     /// holding it (others may not take it yet).
     pub fn within_ttl(&self) -> bool {
-        self.age_ms()
-            .is_some_and(|age| (age as i64) < lease::TTL_MS)
+        !self.taken()
+            && self
+                .age_ms()
+                .is_some_and(|age| (age as i64) < lease::TTL_MS)
+    }
+
+    /// How long ago, for self-fencing, the lease stopped being provably
+    /// this manager's: the age of its last renewal, or at least the whole
+    /// lease when another instance holds it (who may write already).
+    pub fn expired_age_ms(&self) -> Option<u64> {
+        let age = self.age_ms()?;
+        Some(if self.taken() {
+            age.max(lease::TTL_MS as u64)
+        } else {
+            age
+        })
     }
 
     /// How long ago this manager last renewed the lease (None: it holds
@@ -85,8 +123,9 @@ impl LeaseView {
     /// Whether the last renewal is recent enough to prove the lease; None
     /// when it never renewed.
     pub fn fresh(&self) -> Option<bool> {
+        let taken = self.taken();
         self.last_renewed()
-            .map(|t| !lease::must_self_fence(0, t.elapsed().as_millis() as i64))
+            .map(|t| !taken && !lease::must_self_fence(0, t.elapsed().as_millis() as i64))
     }
 }
 
@@ -104,8 +143,19 @@ mod tests {
             keeper.renewed(long_ago);
             assert!(view.held() && !view.proven() && view.lapsed());
         }
+        keeper.renewed(Instant::now());
+        keeper.taken();
+        assert!(
+            view.held() && !view.proven() && view.lapsed() && !view.within_ttl(),
+            "a lease another instance holds proves nothing, however fresh"
+        );
+        assert!(view.expired_age_ms() >= Some(lease::TTL_MS as u64));
+        keeper.renewed(Instant::now());
+        assert!(view.proven() && !view.taken());
         keeper.released();
         assert!(!view.held() && view.age_ms().is_none());
+        keeper.taken();
+        assert!(!view.taken(), "nothing held, nothing taken");
         let (_, off) = LeaseKeeper::new(false);
         assert!(
             off.proven() && !off.lapsed(),

@@ -38,7 +38,13 @@ impl<C: ClusterState> Manager<C> {
                     self.owners.lease.renewed(attempt);
                     self.fencer.reinstated();
                 }
-                Err(e) => tracing::warn!(error = %e, "cannot renew the primary lease"),
+                Err(e) => match e.downcast_ref::<lease::LeaseError>() {
+                    Some(lease::LeaseError::HeldByOther { holder, .. }) => {
+                        tracing::error!(holder = %holder, "the primary lease was passed to another instance: this primary is deposed");
+                        self.owners.lease.taken();
+                    }
+                    _ => tracing::warn!(error = %e, "cannot renew the primary lease"),
+                },
             }
         }
         self.link.lease.fresh() == Some(true)
