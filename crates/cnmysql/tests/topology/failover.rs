@@ -1,4 +1,4 @@
-//! Failover: a killed primary, a killed manager, an errant candidate, the lease, failoverDelay, a frozen primary's half-sent transaction.
+//! Failover: a killed primary, a killed manager, an errant candidate, the lease (waited out, or passed on under `required`), failoverDelay, a frozen primary's half-sent transaction.
 
 use super::divergence::relay_log_bytes;
 use super::*;
@@ -203,6 +203,70 @@ async fn promotion_waits_while_the_old_primary_holds_its_lease() {
     );
     // The hung processes were fenced (killed) by the failover; the former
     // primary was restarted to rejoin, so there is nothing to resume.
+    c.destroy();
+}
+
+/// Under `dataDurability: required` a frozen primary acknowledges nothing
+/// once its replicas stopped receiving from it, so its lease is passed to
+/// the candidate instead of waited out (docs/topology.md, "Failing over
+/// before the lease expires"). Every acknowledged write is on the new
+/// primary; a write sent to the frozen one is never acknowledged, after
+/// it thaws either; and it rejoins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_required_a_frozen_primary_is_replaced_before_its_lease_expires() {
+    let c = LocalCluster::start("pass", &durable("pass", 3));
+    wait_ready(&c, 3, Duration::from_secs(90)).await;
+    let w = start_writer(&c).await;
+    w.wait_for_more(100, Duration::from_secs(20)).await;
+    let mut held = c.admin("pass-1").await;
+    c.signal_instance("pass-1", Signal::SIGSTOP);
+    let frozen = Instant::now();
+    // Sent to the frozen server: it reads it only once it thaws.
+    let late = tokio::spawn(async move {
+        tokio::time::timeout(
+            Duration::from_secs(90),
+            held.query_drop("INSERT INTO app.w (id) VALUES (999999999)"),
+        )
+        .await
+    });
+    wait_for("a new primary", Duration::from_secs(30), || async {
+        let p = c.current_primary();
+        (p != "pass-1" && !p.is_empty()).then_some(())
+    })
+    .await;
+    let promoted = frozen.elapsed();
+    let passed = c.has_event("LeasePassed").expect("the lease was passed on");
+    let new = c.current_primary();
+    let lease: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(std::path::Path::new(&c.state_arg()).join("lease.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(lease["holderIdentity"], new.as_str(), "{passed}");
+    w.wait_for_more(50, Duration::from_secs(20)).await;
+    eprintln!("frozen primary → {new} promoted after {promoted:?}: {passed}");
+    c.signal_instance("pass-1", Signal::SIGCONT);
+    let o = w.stop().await;
+    let first = o.first_ack_after(frozen).expect("writes resumed");
+    eprintln!(
+        "first acknowledged write {:?} after the freeze ({} acknowledged)",
+        first - frozen,
+        o.acked.len()
+    );
+    assert!(
+        !matches!(late.await.unwrap(), Ok(Ok(()))),
+        "a write sent to the frozen primary was acknowledged"
+    );
+    wait_ready(&c, 3, Duration::from_secs(150)).await;
+    for i in ["pass-1", "pass-2", "pass-3"] {
+        verify_on(&c, i, &o.acked).await;
+    }
+    let mut a = c.admin(&new).await;
+    let late_rows: Option<u64> = a
+        .query_first("SELECT COUNT(*) FROM app.w WHERE id = 999999999")
+        .await
+        .unwrap();
+    assert_eq!(late_rows, Some(0), "the late write reached the new primary");
+    assert_eq!(c.writable_instances().await, vec![new]);
     c.destroy();
 }
 
