@@ -9,6 +9,7 @@
 
 use std::time::{Duration, Instant};
 
+use cnmysql_core::lease;
 use cnmysql_kubetest::{KubeCluster, until};
 use cnmysql_workload::writer::WriteChecker;
 use k8s_openapi::api::core::v1::{Event, Pod};
@@ -473,9 +474,11 @@ async fn spread_cluster(k: &KubeCluster, ns: &str) -> String {
 }
 
 /// The primary's whole node lost under a writer (`freeze`: every process
-/// on it stopped; `cut`: its link down) for 25 s: a writable primary again
-/// within the lease's TTL + 2 s, and the lost instance back once its node
-/// returns, nothing acknowledged lost.
+/// on it stopped; `cut`: its link down) for 25 s, `dataDurability:
+/// required`: another primary named before the old lease could expire
+/// (passed on, not waited out), writes back within the lease's TTL + 2 s
+/// whatever the writer's own timeouts, and the lost instance back once
+/// its node returns, nothing acknowledged lost.
 async fn lose_the_primarys_node(kind: &str) {
     let k = KubeCluster::start_nodes(&cnmysql_exe(), &[], 3)
         .await
@@ -496,16 +499,28 @@ async fn lose_the_primarys_node(kind: &str) {
     })
     .await
     .unwrap();
+    let promoted = t.elapsed();
     w.wait_for_more(30, Duration::from_secs(60)).await;
     let lost_for = Duration::from_secs(25).saturating_sub(t.elapsed());
     tokio::time::sleep(lost_for).await;
     k.node_fault(&node, "heal").unwrap();
     let (took, acked) = outage(w, t).await;
     eprintln!(
-        "node {node} {kind}: {old} → {new} on {:?}, first write acknowledged {took:?} after the fault",
+        "node {node} {kind}: {old} → {new} on {:?}, named primary {promoted:?} and first write acknowledged {took:?} after the fault",
         node_of(&k, ns, &new).await
     );
-    let bound = Duration::from_millis(cnmysql_core::lease::TTL_MS as u64 + 2_000);
+    // Under `required` the lease is passed on, not waited out: renewed at
+    // most 5 s before the fault, it could not expire within 10 s.
+    assert!(
+        reasons(&k, ns).await.iter().any(|r| r == "LeasePassed"),
+        "the lease was waited out ({promoted:?})\n{}",
+        k.diagnose(ns, "db")
+    );
+    assert!(
+        promoted < Duration::from_millis((lease::TTL_MS - lease::RENEW_EVERY_MS) as u64),
+        "{new} named primary {promoted:?} after the fault: the lease could have expired by then"
+    );
+    let bound = Duration::from_millis(lease::TTL_MS as u64 + 2_000);
     assert!(
         took <= bound,
         "writes stopped for {took:?}, over {bound:?} (fault at {wall:.3} s since the epoch)\n{}",
@@ -516,13 +531,13 @@ async fn lose_the_primarys_node(kind: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
-async fn a_frozen_node_of_three_costs_at_most_the_lease_and_its_instance_rejoins() {
+async fn a_frozen_node_of_three_is_failed_over_before_its_lease_expires_and_rejoins() {
     lose_the_primarys_node("freeze").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a real Kubernetes node: root, KUBEBUILDER_ASSETS with etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy, and scripts/setup --kube; run scripts/test-kube"]
-async fn a_node_of_three_cut_off_costs_at_most_the_lease_and_its_instance_rejoins() {
+async fn a_node_of_three_cut_off_is_failed_over_before_its_lease_expires_and_rejoins() {
     lose_the_primarys_node("cut").await;
 }
 
