@@ -3,7 +3,9 @@
 //! Cluster (`dataDurability: required`), the write checker through the rw
 //! Service's ClusterIP. Per run, measured from the fault to when writes
 //! flow again (the end of the longest stretch without an acknowledged
-//! write after it), and the acknowledged rows missing on any instance:
+//! write after it), to when the status names another primary, to the first
+//! write acknowledged through a new connection (1 s timeouts), and the
+//! acknowledged rows missing on any instance:
 //!
 //! - the primary's Pod deleted on notice (`kubectl delete pod`: a handover);
 //! - the primary's container PID 1 killed with SIGKILL (a container that
@@ -132,12 +134,8 @@ async fn primary_ip(k: &KubeCluster) -> String {
         .unwrap_or_default()
 }
 
-/// One fault on the primary; (seconds until writes flow, rows lost).
-async fn fault_run(
-    k: &KubeCluster,
-    kind: &str,
-    load: usize,
-) -> anyhow::Result<(f64, usize, String)> {
+/// One fault on the primary, and its figures.
+async fn fault_run(k: &KubeCluster, kind: &str, load: usize) -> anyhow::Result<FaultRun> {
     let old = k
         .wait_healthy(NS, "db", 3, Duration::from_secs(180))
         .await?;
@@ -146,6 +144,8 @@ async fn fault_run(
     w.wait_for_more(200, Duration::from_secs(30)).await;
     let at = Instant::now();
     let mut probe = None;
+    let promoted = tokio::spawn(named_primary(k.clusters(NS), old.clone()));
+    let fresh = tokio::spawn(fresh_write(load_opts(k).await?, Duration::from_secs(60)));
     match kind {
         "delete" => {
             let pods: Api<Pod> = Api::namespaced(k.client.clone(), NS);
@@ -195,6 +195,8 @@ async fn fault_run(
         .wait_healthy(NS, "db", 3, Duration::from_secs(180))
         .await?;
     let lost = k.rows_missing(NS, "db", &instances(), &o.acked).await?;
+    let promoted = promoted.await?.map(|t| t.as_secs_f64());
+    let fresh = fresh.await?.map(|t| t.as_secs_f64());
     if kind == "kill" {
         // The kubelet holds a container that crashed before back for a
         // while (CrashLoopBackOff): each run's kill meets a container that
@@ -208,7 +210,99 @@ async fn fault_run(
         })
         .await?;
     }
-    Ok((secs, lost, format!("{old} → {new}")))
+    Ok(FaultRun {
+        secs,
+        lost,
+        how: format!("{old} → {new}"),
+        promoted,
+        fresh,
+    })
+}
+
+/// One fault run's figures.
+struct FaultRun {
+    /// Seconds until the write checker's writes flow again.
+    secs: f64,
+    /// Acknowledged rows missing on an instance.
+    lost: usize,
+    how: String,
+    /// Seconds until the status named another primary (None: it kept
+    /// the same one, restarted in place).
+    promoted: Option<f64>,
+    /// Seconds until a write through a new connection to rw was first
+    /// acknowledged: what a client with short timeouts, or a pool that
+    /// opens new connections, meets; the checker's own figure is floored
+    /// by its 5 s statement timeout on a server that stopped answering.
+    fresh: Option<f64>,
+}
+
+/// How long until the status names a primary other than `old` (within
+/// two minutes).
+async fn named_primary(clusters: Api<cnmysql_api::Cluster>, old: String) -> Option<Duration> {
+    let at = Instant::now();
+    while at.elapsed() < Duration::from_secs(120) {
+        if let Ok(c) = clusters.get("db").await
+            && c.status
+                .and_then(|st| st.current_primary)
+                .is_some_and(|p| p != old)
+        {
+            return Some(at.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    None
+}
+
+/// When a write through a new connection to rw is first acknowledged:
+/// one attempt every 100 ms, each given 1 s to connect and 1 s to commit.
+async fn fresh_write(opts: mysql_async::Opts, span: Duration) -> Option<Duration> {
+    use mysql_async::prelude::*;
+    let at = Instant::now();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut tries = tokio::task::JoinSet::new();
+    while at.elapsed() < span {
+        let (opts, tx) = (opts.clone(), tx.clone());
+        tries.spawn(async move {
+            let one = async {
+                let mut c =
+                    tokio::time::timeout(Duration::from_secs(1), mysql_async::Conn::new(opts))
+                        .await
+                        .ok()?
+                        .ok()?;
+                tokio::time::timeout(
+                    Duration::from_secs(1),
+                    c.query_drop("INSERT INTO app.probe () VALUES ()"),
+                )
+                .await
+                .ok()?
+                .ok()
+            };
+            if one.await.is_some() {
+                let _ = tx.send(at.elapsed());
+            }
+        });
+        tokio::select! {
+            Some(t) = rx.recv() => return Some(t),
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+    }
+    None
+}
+
+/// The table a new connection's write goes to (`fresh_write`).
+async fn probe_table(k: &KubeCluster) -> anyhow::Result<()> {
+    use mysql_async::prelude::*;
+    k.wait_healthy(NS, "db", 3, Duration::from_secs(240))
+        .await?;
+    let opts = load_opts(k).await?;
+    cnmysql_kubetest::until("the probe table", Duration::from_secs(60), || async {
+        let mut c = mysql_async::Conn::new(opts.clone()).await.ok()?;
+        c.query_drop("CREATE TABLE IF NOT EXISTS app.probe (id BIGINT AUTO_INCREMENT PRIMARY KEY)")
+            .await
+            .ok()
+    })
+    .await?;
+    Ok(())
 }
 
 /// Where the load connects: rw, as the write checker.
@@ -325,6 +419,7 @@ pub fn kube(
         .await?;
         let manifest = cnmysql_kubetest::cluster_manifest(NS, "db", "required");
         k.cp.kubectl(&["apply", "-f", "-"], Some(&manifest))?;
+        probe_table(&k).await?;
         let mut out = serde_json::Map::new();
         out.insert("load_writers".into(), json!(load));
         let (mut gaps, mut lost, mut given_up) = (Vec::new(), Vec::new(), 0usize);
@@ -356,19 +451,32 @@ pub fn kube(
             ("cut", "node_cut_off", slow_runs),
             ("freeze", "node_frozen", slow_runs),
         ] {
-            let (mut secs, mut lost) = (Vec::new(), Vec::new());
+            let (mut secs, mut lost, mut named, mut fresh) =
+                (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for i in 0..if wanted(kind) { n } else { 0 } {
-                let (s, l, how) = fault_run(&k, kind, load).await?;
+                let r = fault_run(&k, kind, load).await?;
                 eprintln!(
-                    "kube failover ({label}) run {}: writes flow {s:.3}s after the fault ({how}), {l} rows lost",
-                    i + 1
+                    "kube failover ({label}) run {}: writes flow {:.3}s after the fault ({}), another primary named after {:?} s, a new connection's write after {:?} s, {} rows lost",
+                    i + 1,
+                    r.secs,
+                    r.how,
+                    r.promoted,
+                    r.fresh,
+                    r.lost
                 );
-                secs.push(s);
-                lost.push(l as f64);
+                secs.push(r.secs);
+                lost.push(r.lost as f64);
+                named.extend(r.promoted);
+                fresh.extend(r.fresh);
             }
             out.insert(
                 format!("failover_{label}"),
-                json!({"fault_to_writes_seconds": stats(secs), "acknowledged_rows_lost": stats(lost)}),
+                json!({
+                    "fault_to_writes_seconds": stats(secs),
+                    "fault_to_new_primary_named_seconds": stats(named),
+                    "fault_to_new_connection_write_seconds": stats(fresh),
+                    "acknowledged_rows_lost": stats(lost),
+                }),
             );
         }
         anyhow::Ok(Value::Object(out))
