@@ -74,6 +74,26 @@ pub fn recovery(me: &str, status: &ClusterStatus) -> Recovery {
     }
 }
 
+/// The recovery of a server killed because it was deposed while writable
+/// (`deposed`: its lease lapsed or passed on, a failover began from it):
+/// as a replica only when the status names another instance as the
+/// target or current primary. A failover from it may still be given up
+/// (no safe candidate), and it is then the primary again: had it rolled
+/// back the transactions that waited for an acknowledgement, a replica
+/// that received one would hold it under a GTID the primary then hands
+/// to a different transaction, a divergence no GTID comparison can see
+/// (found by the local fault suite, seed 14888791570802437234). Kept
+/// instead, such a transaction is at worst one the new primary lacks,
+/// and the former primary is found diverged and heals.
+pub fn recovery_when(me: &str, status: &ClusterStatus, deposed: bool) -> Recovery {
+    let moving_away = status.target_primary.as_deref().is_some_and(|t| t != me);
+    if deposed && moving_away {
+        Recovery::AsReplica
+    } else {
+        recovery(me, status)
+    }
+}
+
 /// The role this instance should play.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Desired {
@@ -544,5 +564,24 @@ mod tests {
         st.current_primary = Some("db-2".into());
         assert_eq!(recovery("db-1", &st), Recovery::AsReplica);
         assert_eq!(recovery("db-2", &st), Recovery::AsPrimary);
+    }
+
+    #[test]
+    fn a_deposed_server_rolls_back_only_once_another_instance_is_to_be_primary() {
+        let mut st = ClusterStatus {
+            current_primary: Some("db-1".into()),
+            target_primary: Some("db-1".into()),
+            ..Default::default()
+        };
+        // A failover begun from it, no candidate chosen (or given up): it
+        // may be the primary again, and a replica may hold what waited.
+        st.failover_from = Some("db-1".into());
+        assert_eq!(recovery_when("db-1", &st, true), Recovery::AsPrimary);
+        // The candidate is named: it will not be.
+        st.target_primary = Some("db-2".into());
+        assert_eq!(recovery_when("db-1", &st, true), Recovery::AsReplica);
+        assert_eq!(recovery_when("db-1", &st, false), Recovery::AsPrimary);
+        st.current_primary = Some("db-2".into());
+        assert_eq!(recovery_when("db-1", &st, false), Recovery::AsReplica);
     }
 }

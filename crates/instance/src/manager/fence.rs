@@ -1,9 +1,10 @@
 //! Making a server stop writing: read-only within a budget, escalated as
 //! `cnmysql_core::self_fence` says for the cause — the writers' sessions
 //! closed, or mysqld killed (a deposed primary then recovers as a
-//! replica). A server that must stop writing is not done with while a
-//! commit waits for a semi-sync acknowledgement (MySQL turns read-only
-//! meanwhile): that commit must never complete.
+//! replica, once the status names another primary to be). A server that
+//! must stop writing is not done with while a commit waits for a semi-sync
+//! acknowledgement (MySQL turns read-only meanwhile): that commit must
+//! never complete.
 
 use super::link::Link;
 use super::*;
@@ -24,8 +25,11 @@ pub(super) struct Fencer {
     link: Link,
     /// mysqld was killed because this instance was deposed while writable:
     /// its next start recovers as a replica (rolls back what waited for an
-    /// acknowledgement), whatever an older view of the status says.
+    /// acknowledgement) once the status names another instance as the
+    /// primary to be (`role::recovery_when`).
     deposed: AtomicBool,
+    /// The cluster status as last seen, for the recovery of a kill.
+    status: std::sync::Mutex<cnmysql_api::ClusterStatus>,
 }
 
 impl Fencer {
@@ -33,6 +37,7 @@ impl Fencer {
         Fencer {
             link,
             deposed: AtomicBool::new(false),
+            status: Default::default(),
         }
     }
 
@@ -50,14 +55,20 @@ impl Fencer {
 
     /// Deposed: when mysqld starts again it recovers as a replica (the
     /// transactions that waited are rolled back where the flavour can).
+    /// The cluster status as convergence last read it.
+    pub fn seen_status(&self, status: &cnmysql_api::ClusterStatus) {
+        *self.status.lock().unwrap() = status.clone();
+    }
+
     fn mark_deposed(&self) {
         self.deposed.store(true, Ordering::SeqCst);
         let cfg = &self.link.cfg;
+        let recovery = role::recovery_when(&cfg.instance, &self.status.lock().unwrap(), true);
         self.link
             .supervisor
             .set_start_options(cnmysql_core::flavor::recovery_options(
                 cfg.flavor(),
-                role::Recovery::AsReplica,
+                recovery,
                 cfg.spec.mysql.semi_sync.enabled,
             ));
     }

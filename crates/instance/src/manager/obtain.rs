@@ -7,11 +7,8 @@ impl<C: ClusterState> Manager<C> {
     /// How the next start of mysqld recovers from a crash, from the
     /// latest cluster status (see [`role::recovery`]).
     pub(super) fn set_recovery(&self, status: &cnmysql_api::ClusterStatus) {
-        let recovery = if self.fencer.deposed() {
-            role::Recovery::AsReplica
-        } else {
-            role::recovery(&self.cfg.instance, status)
-        };
+        self.fencer.seen_status(status);
+        let recovery = role::recovery_when(&self.cfg.instance, status, self.fencer.deposed());
         let options = cnmysql_core::flavor::recovery_options(
             self.cfg.flavor(),
             recovery,
