@@ -208,17 +208,35 @@ fn durability_allows(s: &Snapshot, old: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Whether the replicas may stop receiving from a failing primary while its
-/// lease still runs. Only under `required` durability: there a primary can
-/// acknowledge no commit that no replica received, so once none receives,
-/// whatever it acknowledged is in the histories the candidate is chosen
-/// from, and it acknowledges nothing more. Under `preferred` a primary
-/// that the control plane cannot see may still reach its replicas, and
-/// what they receive until its fence lands is kept; stopping them early
-/// would leave its fallback-acknowledged commits on it alone.
-pub fn detach_while_lease_runs(s: &Snapshot) -> bool {
+/// Under `dataDurability: required` a primary acknowledges no commit that
+/// no replica received.
+pub fn acknowledges_only_with_a_replica(s: &Snapshot) -> bool {
     let semi = &s.spec.mysql.semi_sync;
     semi.enabled && semi.data_durability == cnmysql_api::DataDurability::Required
+}
+
+/// After its lease's self-fence point a primary whose manager runs is
+/// read-only; the replicas stop receiving from it this much later (slack
+/// for the clocks of two machines).
+pub const SELF_FENCED_SLACK_MS: i64 = 1_000;
+
+/// Whether the replicas may stop receiving from a failing primary whose
+/// lease expires at `expires_at_ms`, before it does.
+///
+/// Under `required` at once: once none receives, whatever it acknowledged
+/// is in the histories the candidate is chosen from, and it acknowledges
+/// nothing more. Otherwise a primary the control plane cannot see may
+/// still reach its replicas and acknowledge alone (after a fallback, or
+/// with semi-sync off), and what they receive from it is kept rather than
+/// left on it alone: they stop only once its manager, if it runs, has
+/// made it read-only (`lease::SELF_FENCE_MARGIN_MS` before the expiry),
+/// so that their stop (up to 2 s for a source gone silent) is over by the
+/// time the lease expires. A primary whose server runs on while its
+/// manager does not (starved) may acknowledge alone in those last
+/// seconds, and what it does is lost, as asynchronous replication allows.
+pub fn detach_while_lease_runs(s: &Snapshot, expires_at_ms: i64) -> bool {
+    let self_fenced = expires_at_ms - crate::lease::SELF_FENCE_MARGIN_MS + SELF_FENCED_SLACK_MS;
+    acknowledges_only_with_a_replica(s) || s.now_ms >= self_fenced
 }
 
 /// Whether the candidate may be promoted while the failed primary's lease
@@ -239,7 +257,7 @@ pub fn promote_before_expiry(s: &Snapshot, lease: &Lease, current: &str) -> bool
         .primary_failing_since
         .as_deref()
         .and_then(crate::time::parse_ms);
-    detach_while_lease_runs(s)
+    acknowledges_only_with_a_replica(s)
         && s.status.failover_from.as_deref() == Some(current)
         && since.is_some_and(|since| lease.renew_time_ms <= since)
 }

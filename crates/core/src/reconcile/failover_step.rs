@@ -188,12 +188,13 @@ fn lease_for_candidate(
 }
 
 /// Past the failover delay, a candidate chosen, the old primary's lease
-/// still running. Where fencing takes time it starts now; and under
-/// `required` durability the replicas stop receiving from it now as well
-/// (`failover::detach_while_lease_runs`), so that at the lease's expiry the
-/// candidate is promoted at once rather than after their stop (up to 2 s
-/// for a source gone silent). The lease itself is left alone: nothing is
-/// promoted before it expires or the old primary is proven gone.
+/// still running. Where fencing takes time it starts now. The replicas
+/// stop receiving from it while the lease runs
+/// (`failover::detach_while_lease_runs`): under `required` at once, and
+/// the lease then passes to the candidate once they all have; otherwise
+/// once the old primary has fenced itself, so that at the lease's expiry
+/// the candidate is promoted at once rather than after their stop (up to
+/// 2 s for a source gone silent).
 fn wait_for_lease(
     o: &Observation<'_>,
     memory: &mut Memory,
@@ -205,7 +206,9 @@ fn wait_for_lease(
     if o.fence_early && !memory.held_down.contains(primary) {
         out.push(fence_out(memory, primary));
     }
-    if failover::detach_while_lease_runs(s) && s.status.failover_from.as_deref() != Some(primary) {
+    if failover::detach_while_lease_runs(s, until_ms)
+        && s.status.failover_from.as_deref() != Some(primary)
+    {
         out.push(stop_receiving_from(primary));
     }
     if !memory.last_wait {

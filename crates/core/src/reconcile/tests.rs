@@ -318,7 +318,9 @@ fn where_fencing_takes_time_it_starts_while_the_lease_runs_out() {
 
 /// Under `required` the replicas stop receiving from the failing primary
 /// while its lease runs, whether fencing takes time or not; nothing is
-/// promoted in that pass. Under `preferred` they go on receiving.
+/// promoted in that pass. Under `preferred` they go on receiving until
+/// the old primary has fenced itself, and nothing is promoted before the
+/// lease expires.
 #[test]
 fn under_required_the_replicas_stop_receiving_while_the_lease_runs() {
     let mut s = failing_primary("0-1-100");
@@ -360,6 +362,30 @@ fn under_required_the_replicas_stop_receiving_while_the_lease_runs() {
     assert!(begins(&run(&s, false)), "required, fencing is instant");
     s.spec.mysql.semi_sync.data_durability = cnmysql_api::DataDurability::Preferred;
     assert!(!begins(&run(&s, true)), "preferred keeps receiving");
+    // Past the old primary's self-fence point (and the slack), the stop
+    // overlaps the rest of the lease, under `preferred` too.
+    let fenced_ago = crate::lease::TTL_MS - crate::lease::SELF_FENCE_MARGIN_MS
+        + crate::failover::SELF_FENCED_SLACK_MS;
+    for (ago, stops) in [(fenced_ago - 1, false), (fenced_ago, true)] {
+        let lease = Lease::default().acquire("db-1", s.now_ms - ago).unwrap();
+        let actions = step(
+            &Observation {
+                lease: Some(&lease),
+                fence_early: true,
+                ..observe(&s, &[])
+            },
+            &mut warm(),
+        );
+        assert_eq!(begins(&actions), stops, "renewed {ago} ms ago: {actions:?}");
+        assert!(!actions.iter().any(|a| matches!(
+            a,
+            Action::PassLease { .. }
+                | Action::Status {
+                    change: StatusChange::StartFailover { .. },
+                    ..
+                }
+        )));
+    }
 }
 
 /// Under `required`, once every replica reports it stopped receiving from

@@ -150,9 +150,18 @@ impl World {
             Desired::Primary => {
                 self.nodes[i].source = None;
                 self.nodes[i].apply_all();
-                if let Ok(l) = self.lease.acquire(&me, self.now) {
-                    self.lease = l;
-                    self.nodes[i].last_renew = Some(self.now);
+                match self.lease.acquire(&me, self.now) {
+                    Ok(l) => {
+                        self.lease = l;
+                        self.nodes[i].last_renew = Some(self.now);
+                    }
+                    // Passed to another instance: deposed, however fresh
+                    // its own clock says its last renewal is.
+                    Err(lease::LeaseError::HeldByOther { .. }) => {
+                        self.nodes[i].read_only = true;
+                        return;
+                    }
+                    Err(_) => {}
                 }
                 let last = self.nodes[i].last_renew.unwrap_or(i64::MIN / 2);
                 self.nodes[i].read_only = lease::must_self_fence(last, self.now);
