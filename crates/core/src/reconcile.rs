@@ -167,7 +167,8 @@ pub(crate) fn step(o: &Observation<'_>, memory: &mut Memory) -> Vec<Action> {
     let at = timestamp(s.now_ms);
     let mut out = Vec::new();
     primary_changes(o, memory, &mut out);
-    abort_stalled_switchover(s, &at, &mut out);
+    let away: Vec<String> = o.leaving.iter().chain(o.absent).cloned().collect();
+    abort_stalled_switchover(s, &away, &at, &mut out);
     if hand_over(o, memory, &at, &mut out) {
         return out;
     }
@@ -240,8 +241,8 @@ fn primary_changes(o: &Observation<'_>, memory: &mut Memory, out: &mut Vec<Actio
 }
 
 /// A switchover that cannot finish is given up, with its reason.
-fn abort_stalled_switchover(s: &Snapshot, at: &str, out: &mut Vec<Action>) {
-    if let Progress::Abort { reason } = switchover::progress(s) {
+fn abort_stalled_switchover(s: &Snapshot, away: &[String], at: &str, out: &mut Vec<Action>) {
+    if let Progress::Abort { reason } = switchover::progress(s, away) {
         out.push(Action::Status {
             change: StatusChange::AbortSwitchover {
                 current: s.status.current_primary.clone(),

@@ -393,7 +393,9 @@ pub enum Progress {
     },
 }
 
-pub fn progress(s: &Snapshot) -> Progress {
+/// How a switchover under way stands; `away`: instances leaving on notice
+/// or proven gone (the platform's word), which cannot take over.
+pub fn progress(s: &Snapshot, away: &[String]) -> Progress {
     let (Some(current), Some(target)) = (
         s.status.current_primary.as_deref(),
         s.status.target_primary.as_deref(),
@@ -411,6 +413,16 @@ pub fn progress(s: &Snapshot) -> Progress {
         .unwrap_or(s.now_ms);
     if let Some(reason) = fell_behind(s, current, target) {
         return Progress::Abort { reason };
+    }
+    // Its Pod is being deleted or gone (every Pod of the cluster deleted
+    // at once, say): it will not take over, and a leaving primary's hook
+    // would hold its shutdown, read-only, until the handover's deadline.
+    if away.iter().any(|l| l == target) {
+        return Progress::Abort {
+            reason: format!(
+                "switchover to {target} given up: {target} is leaving or gone (its Pod is being deleted, or its processes stopped); {current} stays primary"
+            ),
+        };
     }
     let limit = s.spec.max_switchover_delay.max(0).saturating_mul(1000);
     if s.now_ms > requested.saturating_add(limit) {

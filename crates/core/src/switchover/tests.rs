@@ -111,9 +111,13 @@ mod requests {
         s.status.target_primary = Some("db-2".into());
         s.status.target_primary_timestamp = Some(crate::time::timestamp(s.now_ms));
         set_lag(&mut s, "db-2", 20);
-        assert_eq!(progress(&s), Progress::Waiting, "behind, not a backlog");
+        assert_eq!(
+            progress(&s, &[]),
+            Progress::Waiting,
+            "behind, not a backlog"
+        );
         set_lag(&mut s, "db-2", 61);
-        match progress(&s) {
+        match progress(&s, &[]) {
             Progress::Abort { reason } => assert!(
                 reason.contains("fell 61 s behind db-1") && reason.contains("db-1 stays primary"),
                 "{reason}"
@@ -122,7 +126,27 @@ mod requests {
         }
         // No limit set: only maxSwitchoverDelay gives up.
         s.spec.max_replica_lag_seconds = 0;
-        assert_eq!(progress(&s), Progress::Waiting);
+        assert_eq!(progress(&s, &[]), Progress::Waiting);
+    }
+
+    /// Found by the Kubernetes fault suite (MariaDB, seed
+    /// 15338295528157353591): every Pod deleted at once, the operator saw
+    /// the primary's deletion before the others' and handed over to a
+    /// replica that was leaving too; the primary's hook then held it,
+    /// read-only, until the handover's 60 s deadline.
+    #[test]
+    fn a_switchover_to_a_leaving_target_is_given_up_at_once() {
+        let mut s = healthy();
+        s.status.target_primary = Some("db-2".into());
+        s.status.target_primary_timestamp = Some(crate::time::timestamp(s.now_ms));
+        assert_eq!(progress(&s, &["db-1".into()]), Progress::Waiting);
+        match progress(&s, &["db-1".into(), "db-2".into()]) {
+            Progress::Abort { reason } => assert!(
+                reason.contains("db-2 is leaving or gone") && reason.contains("db-1 stays primary"),
+                "{reason}"
+            ),
+            p => panic!("{p:?}"),
+        }
     }
 
     #[test]
