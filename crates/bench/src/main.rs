@@ -85,8 +85,8 @@ enum What {
     /// node frozen, planned switchover; beside the same figures on the
     /// local platform.
     Kube {
-        /// Runs of the slow cases (node cut off or frozen: each waits for
-        /// the 15 s lease).
+        /// Runs of the slow cases (node cut off or frozen: each keeps the
+        /// node lost for a while, then waits for the instance to rejoin).
         #[arg(long, default_value = "3")]
         slow_runs: usize,
         /// Skip the local platform's failover and switchover.
