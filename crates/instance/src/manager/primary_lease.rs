@@ -24,7 +24,10 @@ impl<C: ClusterState> Manager<C> {
             return true;
         }
         let last = self.link.lease.last_renewed();
-        if last.is_none_or(|t| t.elapsed().as_millis() as i64 >= lease::RENEW_EVERY_MS) {
+        // Found taken (a failover from it given up since, say): asked again
+        // at once rather than at the next renewal.
+        let due = last.is_none_or(|t| t.elapsed().as_millis() as i64 >= lease::RENEW_EVERY_MS);
+        if due || self.link.lease.taken() {
             let attempt = Instant::now();
             // Bounded: a cut-off network must not hold the loop up.
             let renewal = tokio::time::timeout(
