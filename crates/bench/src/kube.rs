@@ -144,8 +144,8 @@ async fn fault_run(k: &KubeCluster, kind: &str, load: usize) -> anyhow::Result<F
     w.wait_for_more(200, Duration::from_secs(30)).await;
     let at = Instant::now();
     let mut probe = None;
-    let promoted = tokio::spawn(named_primary(k.clusters(NS), old.clone()));
-    let fresh = tokio::spawn(fresh_write(load_opts(k).await?, Duration::from_secs(60)));
+    let promoted = tokio::spawn(named_primary(k.clusters(NS), old.clone(), at));
+    let opts = load_opts(k).await?;
     match kind {
         "delete" => {
             let pods: Api<Pod> = Api::namespaced(k.client.clone(), NS);
@@ -165,6 +165,8 @@ async fn fault_run(k: &KubeCluster, kind: &str, load: usize) -> anyhow::Result<F
         "cut" | "freeze" => k.fault(kind, NS, &old).await?,
         _ => unreachable!(),
     }
+    // Only attempts begun once the fault is in place count.
+    let fresh = tokio::spawn(fresh_write(opts, at, Duration::from_secs(60)));
     // A Pod deleted on notice keeps serving until it has handed over:
     // wait for the change of primary before counting the writes after it.
     if kind == "delete" {
@@ -238,8 +240,11 @@ struct FaultRun {
 
 /// How long until the status names a primary other than `old` (within
 /// two minutes).
-async fn named_primary(clusters: Api<cnmysql_api::Cluster>, old: String) -> Option<Duration> {
-    let at = Instant::now();
+async fn named_primary(
+    clusters: Api<cnmysql_api::Cluster>,
+    old: String,
+    at: Instant,
+) -> Option<Duration> {
     while at.elapsed() < Duration::from_secs(120) {
         if let Ok(c) = clusters.get("db").await
             && c.status
@@ -253,11 +258,11 @@ async fn named_primary(clusters: Api<cnmysql_api::Cluster>, old: String) -> Opti
     None
 }
 
-/// When a write through a new connection to rw is first acknowledged:
-/// one attempt every 100 ms, each given 1 s to connect and 1 s to commit.
-async fn fresh_write(opts: mysql_async::Opts, span: Duration) -> Option<Duration> {
+/// When, after `at`, a write through a new connection to rw is first
+/// acknowledged: one attempt every 100 ms from now, each given 1 s to
+/// connect and 1 s to commit.
+async fn fresh_write(opts: mysql_async::Opts, at: Instant, span: Duration) -> Option<Duration> {
     use mysql_async::prelude::*;
-    let at = Instant::now();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut tries = tokio::task::JoinSet::new();
     while at.elapsed() < span {
