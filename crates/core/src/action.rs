@@ -26,12 +26,13 @@ pub enum Action {
     ReleaseLease { holder: String },
     /// Hand the primary Lease from `from` to the failover's candidate
     /// `to` before it expires, only if it is still held by `from` as
-    /// renewed at `seen_renew_ms` (`lease::Lease::pass`); an error when
-    /// not, which stops the actions after it.
+    /// renewed at `seen_renew_ms` (`lease::Lease::pass`), then record
+    /// `then`; an error when not, which stops the actions after it.
     PassLease {
         from: String,
         to: String,
         seen_renew_ms: i64,
+        then: Event,
     },
     /// Let a held-down instance start again (it rejoins as a replica, or is
     /// found diverged).

@@ -115,7 +115,11 @@ async fn carry_plain<P: Platform>(
             from,
             to,
             seen_renew_ms,
-        } => platform.pass_lease(&from, &to, seen_renew_ms).await?,
+            then,
+        } => {
+            platform.pass_lease(&from, &to, seen_renew_ms).await?;
+            platform.record(&then).await;
+        }
         Action::Restart(instance) => {
             tracing::info!(instance = %instance, "letting the held-down instance start again");
             platform.allow_start(&instance, memory).await?

@@ -126,8 +126,13 @@ pub(super) fn carry_out_decision(
             }
             memory.failover_begun = None;
             memory.last_detach_wait.clear();
+            // Begun while its lease ran (`wait_for_lease`), where fencing
+            // did not start then (locally): fenced out now.
+            if !memory.held_down.contains(&old) {
+                out.push(fence_out(memory, &old));
+            }
             if let Some(l) = o.lease.filter(|l| l.held_by(&old, s.now_ms)) {
-                out.extend(lease_for_candidate(o, memory, &old, &candidate, l));
+                out.push(lease_for_candidate(o, &old, &candidate, l));
             }
             out.push(Action::Status {
                 change: StatusChange::StartFailover {
@@ -149,42 +154,31 @@ pub(super) fn carry_out_decision(
 }
 
 /// A failover begun while the old primary's lease ran, every replica
-/// detached from it: the lease it still holds. Proven gone since, it
-/// is released. Otherwise it is passed to the candidate
-/// (`failover::promote_before_expiry`), the old primary fenced out first
-/// where that has not begun: a conditional write, refused if the old
-/// primary renewed since (the failover then waits for the lease again).
-fn lease_for_candidate(
-    o: &Observation<'_>,
-    memory: &mut Memory,
-    old: &str,
-    candidate: &str,
-    lease: &Lease,
-) -> Vec<Action> {
+/// detached from it: the lease it still holds. Proven gone since, it is
+/// released. Otherwise it is passed to the candidate
+/// (`failover::promote_before_expiry`): a conditional write, refused if
+/// the old primary renewed since (the failover then waits for the lease
+/// again), its event recorded once it is written.
+fn lease_for_candidate(o: &Observation<'_>, old: &str, candidate: &str, lease: &Lease) -> Action {
     if o.absent.iter().any(|a| a == old) {
-        return vec![Action::ReleaseLease {
+        return Action::ReleaseLease {
             holder: old.to_string(),
-        }];
+        };
     }
-    let mut out = Vec::new();
-    if !memory.held_down.contains(old) {
-        out.push(fence_out(memory, old));
-    }
-    out.push(Action::PassLease {
+    Action::PassLease {
         from: old.to_string(),
         to: candidate.to_string(),
         seen_renew_ms: lease.renew_time_ms,
-    });
-    out.push(Action::Event(Event::new(
-        true,
-        "LeasePassed",
-        Some(old),
-        format!(
-            "{old} can acknowledge no more commits (dataDurability: required, every replica stopped receiving from it): its primary lease passes to {candidate} {} ms before it would expire",
-            lease.expires_at_ms() - o.snapshot.now_ms
+        then: Event::new(
+            true,
+            "LeasePassed",
+            Some(old),
+            format!(
+                "{old} can acknowledge no more commits (dataDurability: required, every replica stopped receiving from it): its primary lease passes to {candidate} {} ms before it would expire",
+                lease.expires_at_ms() - o.snapshot.now_ms
+            ),
         ),
-    )));
-    out
+    }
 }
 
 /// Past the failover delay, a candidate chosen, the old primary's lease
