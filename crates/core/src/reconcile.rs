@@ -374,3 +374,6 @@ mod tests;
 
 #[cfg(test)]
 mod platform_rule_tests;
+
+#[cfg(test)]
+mod lease_wait_tests;
