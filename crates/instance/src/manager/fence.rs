@@ -53,13 +53,15 @@ impl Fencer {
         self.deposed.store(false, Ordering::SeqCst);
     }
 
-    /// Deposed: when mysqld starts again it recovers as a replica (the
-    /// transactions that waited are rolled back where the flavour can).
     /// The cluster status as convergence last read it.
     pub fn seen_status(&self, status: &cnmysql_api::ClusterStatus) {
         *self.status.lock().unwrap() = status.clone();
     }
 
+    /// Deposed: when mysqld starts again it recovers as a replica (the
+    /// transactions that waited are rolled back where the flavour can),
+    /// once the status last seen names another primary to be
+    /// (`role::recovery_when`).
     fn mark_deposed(&self) {
         self.deposed.store(true, Ordering::SeqCst);
         let cfg = &self.link.cfg;
