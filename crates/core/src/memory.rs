@@ -62,6 +62,11 @@ pub struct Memory {
     /// Instances made anew out of a crash back-off, and when (Unix ms):
     /// see `crash_backoff::REMAKE_EVERY_MS`.
     pub remade_from_back_off: BTreeMap<String, i64>,
+    /// The primary and the in-place restart of its processes (Unix ms, as
+    /// the platform reports it) it was seen ready after: that restart is
+    /// over, and its grace (`reconcile::IN_PLACE_RESTART_GRACE_MS`) no
+    /// longer holds a failover back.
+    pub back_after_restart: Option<(String, i64)>,
 }
 
 impl Memory {

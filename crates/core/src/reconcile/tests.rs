@@ -359,6 +359,40 @@ fn a_primary_restarting_in_place_is_not_fenced_out_within_the_grace() {
     assert!(fences(&observe(Some(s.now_ms - 2_000), true)));
 }
 
+/// A primary that came back from an in-place restart, was seen ready,
+/// and then failed anew (its node frozen) is failed over at once: the
+/// restart's grace is for coming back from that restart.
+#[test]
+fn a_primary_ready_again_after_an_in_place_restart_is_not_waited_for_when_it_fails_anew() {
+    let mut ready = failing_primary("0-1-100");
+    ready.instances[0] = crate::testutil::primary("db-1", "0-1-100");
+    ready.status.primary_failing_since = None;
+    ready.now_ms = 1_767_225_610_000;
+    let restarted = ready.now_ms - 2_000;
+    let mut failed = failing_primary("0-1-100");
+    failed.now_ms = ready.now_ms + 1_000;
+    let mut m = Memory {
+        last_current: Some("db-1".into()),
+        ..warm()
+    };
+    let pass = |s: &Snapshot, m: &mut Memory| {
+        step(
+            &Observation {
+                fence_early: true,
+                primary_restarted_at_ms: Some(restarted),
+                ..observe(s, &[])
+            },
+            m,
+        )
+    };
+    let fences = |a: &[Action]| a.iter().any(|a| matches!(a, Action::FenceOut(_)));
+    // Not seen ready since the restart: waited for.
+    assert!(!fences(&pass(&failed, &mut m.clone())));
+    // Seen ready, then failed: failed over.
+    pass(&ready, &mut m);
+    assert!(fences(&pass(&failed, &mut m)), "{m:?}");
+}
+
 /// The race a real kubelet shows: the primary's container died, the
 /// kubelet has not reported it yet (up to about a second), and the
 /// control plane already sees the primary unreachable. Its Pod refusing
