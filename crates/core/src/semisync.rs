@@ -63,6 +63,18 @@ pub fn off(timeout_millis: u64) -> Settings {
     }
 }
 
+/// Whether a server in role `desired` acknowledges its source's commits
+/// (the semi-sync replica side): only a replica inside its own cluster. A
+/// replica cluster's designated primary follows another cluster's
+/// primary, whose durability counts that cluster's own replicas alone:
+/// acknowledging there would let that primary tell a client "committed"
+/// for a write none of its own instances may hold, and keep a primary its
+/// own failover has cut off from its replicas able to acknowledge.
+pub fn replica_side(spec: &ClusterSpec, desired: &crate::role::Desired) -> bool {
+    spec.mysql.semi_sync.enabled
+        && !matches!(desired, crate::role::Desired::DesignatedPrimary { .. })
+}
+
 /// The settings the spec asks of a primary with `healthy_replicas`.
 pub fn desired(spec: &ClusterSpec, healthy_replicas: u32) -> Settings {
     let semi = &spec.mysql.semi_sync;
@@ -198,5 +210,26 @@ mod tests {
             assert_eq!(fallback_after_ms(&r), None);
             assert!(!fall_back(&r, true, 60_000));
         }
+    }
+    #[test]
+    fn only_a_replica_inside_its_cluster_acknowledges_its_source() {
+        use crate::role::Desired;
+        let mut spec: ClusterSpec = serde_json::from_value(serde_json::json!({
+            "instances": 2, "mysql": {"semiSync": {"enabled": true}}
+        }))
+        .unwrap();
+        let replica = Desired::Replica {
+            source: "db-1".into(),
+        };
+        let designated = Desired::DesignatedPrimary {
+            source: "east-rw:3306".into(),
+        };
+        assert!(replica_side(&spec, &replica));
+        assert!(
+            !replica_side(&spec, &designated),
+            "a designated primary never acknowledges another cluster's primary"
+        );
+        spec.mysql.semi_sync.enabled = false;
+        assert!(!replica_side(&spec, &replica));
     }
 }

@@ -193,6 +193,7 @@ impl<C: ClusterState> Manager<C> {
         {
             return Ok(());
         }
+        self.align_replica_side(conn, desired, view).await?;
         let local = self.local_state(desired, view).await;
         let actions = role::reconcile(desired, &local);
         // Replication stopped (by an error, or by a person) starts again
@@ -259,6 +260,34 @@ impl<C: ClusterState> Manager<C> {
             tracing::info!("semi-sync source side switched off on a non-primary");
         }
         Ok(true)
+    }
+
+    /// The semi-sync replica side as the role wants it
+    /// (`semisync::replica_side`), set before replication starts; a
+    /// running IO thread connects again so that it registers as it now
+    /// should (a designated primary stops acknowledging another cluster's
+    /// primary at once).
+    async fn align_replica_side(
+        &self,
+        conn: &mut mysql_async::Conn,
+        desired: &Desired,
+        view: &sql::ServerView,
+    ) -> anyhow::Result<()> {
+        let f = self.cfg.flavor();
+        let want = semisync::replica_side(&self.cfg.spec, desired);
+        if view.semi_sync.replica_enabled == want {
+            return Ok(());
+        }
+        sql::exec_all(conn, &[sql::semi_sync_replica(f, want)]).await?;
+        let receiving = view
+            .replication
+            .as_ref()
+            .is_some_and(|r| r.io_state == "Yes" || r.io_state == "Connecting");
+        if receiving {
+            sql::exec_all(conn, &flavor::reconnect_io_thread(f)).await?;
+        }
+        tracing::info!(on = want, "semi-sync replica side set for this role");
+        Ok(())
     }
 
     /// The server's side of its role, as `role::reconcile` reads it.

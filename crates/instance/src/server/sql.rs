@@ -338,6 +338,16 @@ pub async fn kill_writers(conn: &mut Conn) -> anyhow::Result<usize> {
 }
 
 /// Statements that set the primary's semi-sync side.
+/// The semi-sync replica side on or off (read by the IO thread when it
+/// connects: restart it for the change to take).
+pub fn semi_sync_replica(f: Flavor, on: bool) -> Sql {
+    let v = if on { "ON" } else { "OFF" };
+    Sql::new(match f {
+        Flavor::Mariadb => format!("SET GLOBAL rpl_semi_sync_slave_enabled = {v}"),
+        Flavor::Mysql => format!("SET GLOBAL rpl_semi_sync_replica_enabled = {v}"),
+    })
+}
+
 pub fn semi_sync_source(f: Flavor, s: &cnmysql_core::semisync::Settings) -> Vec<Sql> {
     let on = if s.enabled { "ON" } else { "OFF" };
     match f {
