@@ -2,40 +2,22 @@
 //! replicas' stop of receiving while it runs, the lease passed on under
 //! `required`, released when the old primary is proven gone.
 
-use super::tests::{failing_primary, observe, settled, warm};
+use super::tests::{failing_primary, observe, warm};
 use super::*;
-use crate::testutil::{replica, snapshot};
 
 #[test]
 fn where_fencing_takes_time_it_starts_while_the_lease_runs_out() {
-    let mut s = snapshot(vec![
-        crate::status::Observed {
-            name: "db-1".into(),
-            ordinal: 1,
-            status: None,
-            outdated: None,
-        },
-        replica("db-2", "0-1-100"),
-    ]);
-    settled(&mut s, "db-1");
-    s.status.primary_failing_since = Some("2026-01-01T00:00:00Z".into());
+    let mut s = failing_primary("0-1-100");
     s.now_ms = 1_767_225_700_000;
     let lease = Lease::default().acquire("db-1", s.now_ms - 1_000).unwrap();
     for (early, fenced) in [(false, false), (true, true)] {
-        let mut m = warm();
         let actions = step(
             &Observation {
-                snapshot: &s,
                 lease: Some(&lease),
-                absent: &[],
                 fence_early: early,
-                primary_restarted_at_ms: None,
-                primary_down_in_place: false,
-                leaving: &[],
-                cordoned: &[],
-                backing_off: &[],
+                ..observe(&s, &[])
             },
-            &mut m,
+            &mut warm(),
         );
         assert_eq!(
             actions.contains(&Action::FenceOut("db-1".into())),

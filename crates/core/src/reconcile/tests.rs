@@ -11,7 +11,7 @@ pub(super) fn warm() -> Memory {
     }
 }
 
-pub(super) fn settled(s: &mut Snapshot, primary: &str) {
+fn settled(s: &mut Snapshot, primary: &str) {
     s.status.current_primary = Some(primary.into());
     s.status.target_primary = Some(primary.into());
     s.status
