@@ -172,6 +172,7 @@ async fn kubernetes_instance(
         peers: Default::default(),
         shutdown_timeout_secs: 90,
         exit_with_parent: false,
+        shared_volumes: false,
         probe_port: Some(pod.probe_port),
     };
     Ok((cfg, state))

@@ -12,8 +12,10 @@
 //!   last written, for readers the cluster cannot see (a replica cluster
 //!   away a while); a connected reader's file is kept by the server itself
 //!   (`PURGE BINARY LOGS` stops there);
-//! * when the volume holding the files passes [`PRESSURE_PERCENT`] used,
-//!   the retention time and replicas that do not report (down, their Pod
+//! * when the volume holding the files passes [`PRESSURE_PERCENT`] used
+//!   (a directory on a file system shared with the rest of the host, as
+//!   local mode's are: when less than [`SHARED_FREE_RESERVES`] disk-guard
+//!   reserves are left), the retention time and replicas that do not report (down, their Pod
 //!   gone) no longer keep files: a replica that comes back to find its
 //!   files gone re-clones itself. The archive and every replica that
 //!   reports still keep theirs: a full disk then refuses writes
@@ -25,11 +27,19 @@
 use cnmysql_api::{ClusterSpec, ClusterStatus, Flavor, VolumeUsage};
 use cnmysql_gtid::History;
 
+use crate::disk_guard;
 use crate::status::parse_history;
 
 /// Past this share of the volume used (percent), the retention time and
 /// absent replicas no longer keep files.
 pub const PRESSURE_PERCENT: u64 = 70;
+
+/// On a file system shared with the rest of the host (local mode), the
+/// share used says nothing of the cluster: a laptop's disk 80% full of
+/// other things is no reason to drop a replica's files. There the volume
+/// is short once less than this many disk-guard reserves
+/// ([`crate::disk_guard::reserve`]) are free.
+pub const SHARED_FREE_RESERVES: u64 = 4;
 
 /// One binary log file, oldest first.
 #[derive(Clone, Debug, PartialEq)]
@@ -184,19 +194,28 @@ pub fn needs(spec: &ClusterSpec, cluster: &str, status: &ClusterStatus, me: &str
 }
 
 /// Is room short: the volume holding this instance's binary logs past
-/// [`PRESSURE_PERCENT`], or writes refused, by this primary or by the
-/// cluster (`status.writesRefused`, any instance's volume). The second
-/// matters on a replica: the disk guard refuses writes for its volume
-/// while it is above the pressure mark (the guard lets go only with room
-/// to spare), and files kept for the retention time would then never go.
-pub fn pressure(volumes: &[VolumeUsage], writes_refused: bool, status: &ClusterStatus) -> bool {
+/// [`PRESSURE_PERCENT`] (`shared`: the volume is a directory of a file
+/// system shared with the host, short by [`SHARED_FREE_RESERVES`]), or
+/// writes refused, by this primary or by the cluster
+/// (`status.writesRefused`, any instance's volume). The second matters on
+/// a replica: the disk guard refuses writes for its volume while it is
+/// above the pressure mark (the guard lets go only with room to spare),
+/// and files kept for the retention time would then never go.
+pub fn pressure(
+    volumes: &[VolumeUsage],
+    shared: bool,
+    writes_refused: bool,
+    status: &ClusterStatus,
+) -> bool {
     let holding = volumes
         .iter()
         .find(|v| v.volume == "binlogs")
         .or_else(|| volumes.iter().find(|v| v.volume == "data"));
-    writes_refused
-        || status.writes_refused.is_some()
-        || holding.is_some_and(|v| v.used_percent() >= PRESSURE_PERCENT)
+    let short = |v: &VolumeUsage| match shared {
+        true => v.available_bytes < disk_guard::reserve(v).saturating_mul(SHARED_FREE_RESERVES),
+        false => v.used_percent() >= PRESSURE_PERCENT,
+    };
+    writes_refused || status.writes_refused.is_some() || holding.is_some_and(short)
 }
 
 /// The policy for `spec`.

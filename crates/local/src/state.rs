@@ -453,6 +453,7 @@ impl StateDir {
             peers,
             shutdown_timeout_secs: 60,
             exit_with_parent: true,
+            shared_volumes: true,
             probe_port: None,
         })
     }

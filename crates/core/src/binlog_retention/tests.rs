@@ -274,15 +274,21 @@ fn the_volume_holding_the_files_decides_the_pressure() {
         available_bytes: 100 - used,
     };
     let st = ClusterStatus::default();
-    assert!(!pressure(&[vol("data", 69)], false, &st));
-    assert!(pressure(&[vol("data", 70)], false, &st));
+    assert!(!pressure(&[vol("data", 69)], false, false, &st));
+    assert!(pressure(&[vol("data", 70)], false, false, &st));
     assert!(!pressure(
         &[vol("data", 90), vol("binlogs", 10)],
         false,
+        false,
         &st
     ));
-    assert!(pressure(&[vol("data", 10), vol("binlogs", 80)], false, &st));
-    assert!(pressure(&[], true, &st));
+    assert!(pressure(
+        &[vol("data", 10), vol("binlogs", 80)],
+        false,
+        false,
+        &st
+    ));
+    assert!(pressure(&[], false, true, &st));
     // A replica at 69% whose volume has writes refused (the disk guard
     // lets go only with room to spare): its retained files must go, or
     // writes never come back (the real node's binlog-volume test, once).
@@ -290,5 +296,24 @@ fn the_volume_holding_the_files_decides_the_pressure() {
         writes_refused: Some("db-2's binlogs volume has 229 MB left".into()),
         ..Default::default()
     };
-    assert!(pressure(&[vol("binlogs", 69)], false, &refused));
+    assert!(pressure(&[vol("binlogs", 69)], false, false, &refused));
+}
+
+/// Local mode's directories share the host's disk: 80% of it used by other
+/// things keeps a replica's files; only too little left does not (CI,
+/// once: a frozen replica's files purged on a host disk 70% full).
+#[test]
+fn a_shared_host_disk_is_short_by_what_is_left_not_by_its_share_used() {
+    const GIB: u64 = 1 << 30;
+    let host = |used_gib: u64, free_gib: u64| VolumeUsage {
+        volume: "data".into(),
+        size_bytes: (used_gib + free_gib) * GIB,
+        used_bytes: used_gib * GIB,
+        available_bytes: free_gib * GIB,
+    };
+    let st = ClusterStatus::default();
+    assert!(pressure(&[host(80, 20)], false, false, &st));
+    assert!(!pressure(&[host(80, 20)], true, false, &st));
+    assert!(!pressure(&[host(400, 5)], true, false, &st));
+    assert!(pressure(&[host(400, 3)], true, false, &st));
 }

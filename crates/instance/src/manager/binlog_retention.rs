@@ -83,6 +83,7 @@ impl<C: ClusterState> BinlogRetention<C> {
         let needs = binlog_retention::needs(&cfg.spec, &cfg.cluster, &status, &cfg.instance);
         let pressure = binlog_retention::pressure(
             &super::volumes::usage(cfg),
+            cfg.shared_volumes,
             self.link.writes_refused().is_some(),
             &status,
         );

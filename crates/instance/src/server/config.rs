@@ -317,6 +317,12 @@ pub struct InstanceConfig {
     /// Stop (cleanly) when the parent process goes away: local platform only.
     #[serde(default)]
     pub exit_with_parent: bool,
+    /// The data and binary-log directories are on a file system shared
+    /// with the rest of the host (local platform), not volumes of their
+    /// own: how full it is says little of this cluster
+    /// (`cnmysql_core::binlog_retention::pressure`).
+    #[serde(default)]
+    pub shared_volumes: bool,
     /// Plain-HTTP port of `/healthz` and `/readyz` for the kubelet's probes
     /// (it has no client certificate for the control port).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -41,6 +41,7 @@ pub fn sample(dir: &Path) -> InstanceConfig {
         peers: BTreeMap::new(),
         shutdown_timeout_secs: 30,
         exit_with_parent: false,
+        shared_volumes: false,
         probe_port: None,
     }
 }
