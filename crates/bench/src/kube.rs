@@ -376,6 +376,7 @@ async fn switchover_run(
     let w = writer(k).await?;
     let load = Load::start(load_opts(k).await?, load).await?;
     w.wait_for_more(200, Duration::from_secs(30)).await;
+    let routes = crate::routes::Routes::watch(k.client.clone(), NS).await?;
     // A target too far behind is refused at once, or given up on if it
     // falls behind while waiting: the primary keeps serving. Measured as
     // such (`None`), not a failure.
@@ -387,6 +388,7 @@ async fn switchover_run(
     w.wait_for_more(200, Duration::from_secs(30)).await;
     load.stop().await;
     let o = w.stop().await;
+    say_what_routed_around_the_gap(&o, &routes);
     // Health is waited for without the load: replicas that cannot keep up
     // with it (MySQL, 16 writers, 2 cores) would otherwise never be ready.
     let now = k
@@ -403,6 +405,32 @@ async fn switchover_run(
         lost,
         given_up,
     ))
+}
+
+/// The routing changes around the longest gap, and what the checker met in
+/// it, times from the gap's start.
+fn say_what_routed_around_the_gap(
+    o: &cnmysql_workload::writer::Outcome,
+    routes: &crate::routes::Routes,
+) {
+    let Some((from, to)) = o
+        .ack_times
+        .windows(2)
+        .max_by_key(|w| w[1] - w[0])
+        .map(|w| (w[0], w[1]))
+    else {
+        return;
+    };
+    let around = routes.between(
+        from,
+        from - Duration::from_secs(2),
+        to + Duration::from_secs(1),
+    );
+    eprintln!(
+        "  longest gap {:.3}s; routing around it (from its start):\n{around}  the checker met:\n{}",
+        (to - from).as_secs_f64(),
+        o.failures_after(from)
+    );
 }
 
 pub fn kube(

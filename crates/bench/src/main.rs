@@ -14,6 +14,7 @@ mod kube;
 mod lag;
 mod observe;
 mod operator;
+mod routes;
 mod server_upgrade;
 mod upgrade;
 
