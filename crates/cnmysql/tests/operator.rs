@@ -230,9 +230,8 @@ async fn edits_are_corrected_unless_paused(client: &kube::Client, op: &Operator)
         || async {
             let s = svcs.get("db-rw").await.ok()?;
             let sel = s.spec?.selector?;
-            (sel.get("cnmysql.io/instanceRole").map(String::as_str) == Some("primary")
-                && !sel.contains_key("app"))
-            .then_some(())
+            // rw selects the primary by name, as the status says.
+            (sel.contains_key("cnmysql.io/instanceName") && !sel.contains_key("app")).then_some(())
         },
     )
     .await;

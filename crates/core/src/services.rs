@@ -50,6 +50,16 @@ pub fn primary_may_serve(status: &cnmysql_api::ClusterStatus, instance: &str) ->
         }
 }
 
+/// The instance `rw` routes to, by the status alone: the one
+/// [`primary_may_serve`] (the Kubernetes platform's rw Services select it
+/// by name, so that a change of primary is one write, not two relabels).
+pub fn rw_instance(status: &cnmysql_api::ClusterStatus) -> Option<&str> {
+    status
+        .current_primary
+        .as_deref()
+        .filter(|p| primary_may_serve(status, p))
+}
+
 /// Whether the status keeps `instance` out of every route: fenced,
 /// diverged or too far behind (`lagging.rs`).
 pub fn out_of_service(status: &cnmysql_api::ClusterStatus, instance: &str) -> bool {

@@ -40,15 +40,24 @@ pub fn instance_labels(cluster: &str, instance: &str) -> BTreeMap<String, String
     l
 }
 
-/// The Pod selector of a Service routing to `role`.
-pub fn service_selector(cluster: &str, role: ServiceRole) -> BTreeMap<String, String> {
+/// The Pod selector of a Service routing to `role`. `rw` selects the
+/// instance the status lets serve (`primary`: `cnmysql_core::services::
+/// rw_instance`) by name, not by the role label: a change of primary then
+/// changes one object, and kube-proxy (which applies changes at most once
+/// a second) moves rw in one step instead of two, the second a second
+/// later. With no such instance it selects nothing.
+pub fn service_selector(
+    cluster: &str,
+    role: ServiceRole,
+    primary: Option<&str>,
+) -> BTreeMap<String, String> {
     let mut s = BTreeMap::from([
         (CLUSTER.to_string(), cluster.to_string()),
         (ROUTABLE.to_string(), "true".to_string()),
     ]);
     match role {
         ServiceRole::Rw => {
-            s.insert(ROLE.into(), ROLE_PRIMARY.into());
+            s.insert(INSTANCE.into(), primary.unwrap_or_default().into());
         }
         ServiceRole::Ro => {
             s.insert(ROLE.into(), ROLE_REPLICA.into());

@@ -32,6 +32,7 @@ pub mod objects;
 pub mod pods;
 mod reconcile;
 mod restart;
+mod routing;
 mod scheduled_backups;
 mod sql_objects;
 mod startup;

@@ -50,6 +50,10 @@ struct ClusterMemory {
     client_expiry: Option<i64>,
     /// What the reconcile has made for the Pods (claims, Secrets).
     ground: Option<Ground>,
+    /// The rw Services as the topology task last applied them (`routing.rs`);
+    /// cleared by each Cluster reconcile, so a Service someone changed or
+    /// deleted is applied again at the next pass.
+    routes: Vec<k8s_openapi::api::core::v1::Service>,
     /// Wakes the polling task before its next period: one of the
     /// Cluster's Pods changed (deleted on notice, its container died).
     wake: std::sync::Arc<tokio::sync::Notify>,
@@ -177,6 +181,33 @@ impl Memories {
             return true;
         }
         false
+    }
+
+    /// Whether `services` are what was last applied as the rw Services.
+    pub fn routes_applied(
+        &self,
+        cluster: &Cluster,
+        services: &[k8s_openapi::api::core::v1::Service],
+    ) -> bool {
+        self.all
+            .lock()
+            .unwrap()
+            .get(&key(cluster))
+            .is_some_and(|m| m.routes == services)
+    }
+
+    /// Record the rw Services applied (empty: apply them at the next pass).
+    pub fn set_routes(
+        &self,
+        cluster: &Cluster,
+        services: Vec<k8s_openapi::api::core::v1::Service>,
+    ) {
+        self.all
+            .lock()
+            .unwrap()
+            .entry(key(cluster))
+            .or_default()
+            .routes = services;
     }
 
     /// Forget a deleted Cluster.

@@ -146,9 +146,12 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Action, Err
     apply(ctx, &ns, &desired.role_binding, &pp)
         .await
         .map_err(Error::Apply)?;
-    for s in &desired.services {
+    // The rw Services are the topology task's, which holds the latest
+    // status (`routing.rs`): it applies them again at its next pass.
+    for s in &objects::services::other_services(cluster) {
         apply(ctx, &ns, s, &pp).await.map_err(Error::Apply)?;
     }
+    crate::routing::forget(ctx, cluster);
     for b in &desired.budgets {
         apply(ctx, &ns, b, &pp).await.map_err(Error::Apply)?;
     }

@@ -471,15 +471,19 @@ pub async fn step(
     let mut memory = ctx.memory.core(cluster);
     let passed = cnmysql_engine::pass(&mut platform, &facts, &mut memory).await;
     ctx.memory.set_core(cluster, &memory);
-    let keep = passed.at(Error::Topology)?;
     let written = platform.written.take();
-    // The Pods follow the step's answer and the status as the pass left
-    // it: a primary change relabels them at once (the Services route by
-    // those labels), a released instance's Pod is made in this pass.
+    // rw, then the Pods, follow the status as the pass left it: a primary
+    // change moves rw at once (one write: `routing.rs`) and relabels the
+    // Pods (ro and r route by those labels); a released instance's Pod is
+    // made in this pass.
     let mut now = cluster.clone();
     if let Some(w) = &written {
         now.status = Some(w.clone());
     }
+    if let Err(e) = crate::routing::converge(ctx, &now).await {
+        tracing::warn!(error = %format!("{e:#}"), "applying the rw Services failed; again at the next pass");
+    }
+    let keep = passed.at(Error::Topology)?;
     crate::pods::converge(ctx, &now, pods, &keep).await?;
     crate::restart::carry_out(ctx, cluster, pods, &client).await?;
     let after = written.unwrap_or(status);

@@ -4,6 +4,11 @@
 //! an additional Service merges its own template onto its role's default
 //! (`patch`) or starts from nothing (`replace`). Selector, ports and the
 //! ownership labels are always the operator's.
+//!
+//! The rw Services select the primary by name, from the status
+//! ([`crate::labels::service_selector`]): the topology task, which writes
+//! that status, applies them ([`rw_services`], `routing.rs`) right after
+//! it, and the Cluster reconcile applies the others ([`other_services`]).
 
 use std::collections::BTreeMap;
 
@@ -81,7 +86,9 @@ fn service(
     }
     // The operator's own fields last: a template cannot take them over.
     labels.extend(cluster_labels(&name));
-    spec.selector = Some(service_selector(&name, role));
+    let status = cluster.status.clone().unwrap_or_default();
+    let primary = cnmysql_core::services::rw_instance(&status);
+    spec.selector = Some(service_selector(&name, role, primary));
     // rw follows the role the operator gives (the `primary` and routable
     // labels), not the Pod's readiness: a primary whose container restarts
     // in place keeps its address in the Service, so a client's connection
@@ -112,13 +119,14 @@ fn service(
     }
 }
 
-pub fn services(cluster: &Cluster) -> Vec<Service> {
+/// Every Service of the Cluster, with the role it routes to.
+fn all(cluster: &Cluster) -> Vec<(ServiceRole, Service)> {
     let m = &cluster.spec.managed.services;
     let shared: Vec<&ServiceTemplate> = m.template.iter().collect();
-    let mut out: Vec<Service> = ServiceRole::ALL
+    let mut out: Vec<(ServiceRole, Service)> = ServiceRole::ALL
         .iter()
         .filter(|r| !m.disabled_default_services.contains(r))
-        .map(|r| service(cluster, r.as_str(), *r, &shared))
+        .map(|r| (*r, service(cluster, r.as_str(), *r, &shared)))
         .collect();
     for a in &m.additional {
         let mut templates: Vec<&ServiceTemplate> = match a.update_strategy {
@@ -126,15 +134,41 @@ pub fn services(cluster: &Cluster) -> Vec<Service> {
             ServiceUpdateStrategy::Replace => Vec::new(),
         };
         templates.extend(a.service_template.iter());
-        out.push(service(cluster, &a.name, a.selector_type, &templates));
+        out.push((
+            a.selector_type,
+            service(cluster, &a.name, a.selector_type, &templates),
+        ));
     }
     out
+}
+
+/// Every Service the Cluster declares.
+pub fn services(cluster: &Cluster) -> Vec<Service> {
+    all(cluster).into_iter().map(|(_, s)| s).collect()
+}
+
+/// The Services routing to the primary (rw), for the topology task.
+pub fn rw_services(cluster: &Cluster) -> Vec<Service> {
+    all(cluster)
+        .into_iter()
+        .filter(|(r, _)| *r == ServiceRole::Rw)
+        .map(|(_, s)| s)
+        .collect()
+}
+
+/// The others (ro, r), for the Cluster reconcile.
+pub fn other_services(cluster: &Cluster) -> Vec<Service> {
+    all(cluster)
+        .into_iter()
+        .filter(|(r, _)| *r != ServiceRole::Rw)
+        .map(|(_, s)| s)
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::labels::{ROLE, ROUTABLE};
+    use crate::labels::{INSTANCE, ROLE, ROUTABLE};
     use crate::objects::testutil::cluster;
 
     fn by_name<'a>(s: &'a [Service], n: &str) -> &'a Service {
@@ -176,7 +210,8 @@ managed:
         let spec = rw.spec.as_ref().unwrap();
         assert_eq!(spec.type_.as_deref(), Some("LoadBalancer"));
         let sel = spec.selector.as_ref().unwrap();
-        assert_eq!(sel[ROLE], "primary");
+        assert_eq!(sel[INSTANCE], "", "no primary yet: rw selects nothing");
+        assert!(!sel.contains_key(ROLE));
         assert_eq!(sel[ROUTABLE], "true");
         // rw follows the role, not readiness (an additional rw one too);
         // ro follows readiness.
@@ -215,5 +250,43 @@ managed:
         );
         let ports = rep.spec.as_ref().unwrap().ports.as_ref().unwrap();
         assert_eq!(ports[0].port, 3306);
+    }
+
+    /// rw selects by name the instance the status lets serve: the settled
+    /// primary, a switchover's primary until the new one is recorded, and
+    /// none during a failover; the topology task applies rw, the
+    /// reconcile the rest.
+    #[test]
+    fn rw_selects_the_serving_primary_by_name() {
+        let mut c = cluster(
+            "instances: 3\nmanaged:\n  services:\n    additional:\n      - {name: lb, selectorType: rw}\n",
+        );
+        let rw_of = |c: &Cluster| -> Vec<String> {
+            rw_services(c)
+                .iter()
+                .map(|s| s.spec.as_ref().unwrap().selector.as_ref().unwrap()[INSTANCE].clone())
+                .collect()
+        };
+        let names = |v: Vec<Service>| v.iter().map(|s| s.name_any()).collect::<Vec<_>>();
+        assert_eq!(names(rw_services(&c)), ["db-rw", "db-lb"]);
+        assert_eq!(names(other_services(&c)), ["db-ro", "db-r"]);
+        let status = |current: &str, target: &str, phase| cnmysql_api::ClusterStatus {
+            current_primary: Some(current.into()),
+            target_primary: Some(target.into()),
+            phase,
+            ..Default::default()
+        };
+        c.status = Some(status("db-1", "db-1", None));
+        assert_eq!(rw_of(&c), ["db-1", "db-1"]);
+        c.status = Some(status("db-1", "db-2", Some(cnmysql_api::Phase::Switchover)));
+        assert_eq!(rw_of(&c), ["db-1", "db-1"], "serves until handed over");
+        c.status = Some(status("db-2", "db-2", None));
+        assert_eq!(rw_of(&c), ["db-2", "db-2"]);
+        c.status = Some(status(
+            "db-2",
+            "db-3",
+            Some(cnmysql_api::Phase::FailingOver),
+        ));
+        assert_eq!(rw_of(&c), ["", ""], "a failing primary serves nothing");
     }
 }
