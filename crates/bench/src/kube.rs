@@ -142,6 +142,7 @@ async fn fault_run(k: &KubeCluster, kind: &str, load: usize) -> anyhow::Result<F
     let w = writer(k).await?;
     let load = Load::start(load_opts(k).await?, load).await?;
     w.wait_for_more(200, Duration::from_secs(30)).await;
+    let routes = crate::routes::Routes::watch(k.client.clone(), NS).await?;
     let at = Instant::now();
     let mut probe = None;
     let promoted = tokio::spawn(named_primary(k.clusters(NS), old.clone(), at));
@@ -157,6 +158,7 @@ async fn fault_run(k: &KubeCluster, kind: &str, load: usize) -> anyhow::Result<F
                 Duration::from_secs(4),
             )));
             let pid = k.pid(NS, &old, "mysql").await?;
+            eprintln!("killing {old}'s PID 1 at {}", jiff::Timestamp::now());
             nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(pid),
                 nix::sys::signal::Signal::SIGKILL,
@@ -183,12 +185,21 @@ async fn fault_run(k: &KubeCluster, kind: &str, load: usize) -> anyhow::Result<F
     let secs = o.outage_after(at).as_secs_f64();
     if secs > 1.0 {
         eprintln!("failures after the fault:\n{}", o.failures_after(at));
+        let end = at + Duration::from_secs_f64(secs + 0.5);
+        eprintln!(
+            "routing from the fault:\n{}",
+            routes.between(at, at - Duration::from_millis(500), end)
+        );
     }
     if let Some(p) = probe {
         eprintln!(
             "what a new connection to rw met after the kill:\n{}",
             p.await?
         );
+        eprintln!("the restarted container's first lines:\n{}", first_lines(k, &old, None).await);
+        for other in instances().iter().filter(|i| **i != old) {
+            eprintln!("{other} since:\n{}", first_lines(k, other, Some(12)).await);
+        }
     }
     if matches!(kind, "cut" | "freeze") {
         k.fault("heal", NS, &old).await?;
@@ -292,6 +303,32 @@ async fn fresh_write(opts: mysql_async::Opts, at: Instant, span: Duration) -> Op
         }
     }
     None
+}
+
+/// The first lines the restarted `mysql` container of `pod` logged: the
+/// manager's and the server's start, timed.
+async fn first_lines(k: &KubeCluster, pod: &str, since_seconds: Option<i64>) -> String {
+    let pods: Api<Pod> = Api::namespaced(k.client.clone(), NS);
+    let params = kube::api::LogParams {
+        container: Some("mysql".into()),
+        timestamps: true,
+        since_seconds,
+        ..Default::default()
+    };
+    match pods.logs(pod, &params).await {
+        Ok(text) => text
+            .lines()
+            .filter(|l| {
+                !l.contains("\"source\":\"mysqld\"")
+                    || l.contains("ready for connections")
+                    || l.contains("Slave I/O")
+                    || l.contains("Replica I/O")
+            })
+            .take(40)
+            .map(|l| format!("    {}\n", l.chars().take(260).collect::<String>()))
+            .collect(),
+        Err(e) => format!("    (no logs: {e})\n"),
+    }
 }
 
 /// The table a new connection's write goes to (`fresh_write`).
