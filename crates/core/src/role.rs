@@ -242,9 +242,10 @@ pub struct Local {
     pub io_running: bool,
     pub sql_running: bool,
     /// The IO thread is retrying a connection that failed (the server
-    /// retries once a second at best) while its source is known to accept
-    /// connections now: a cluster starting again, whose replicas were
-    /// quicker than their primary.
+    /// retries once a second at best) while its source's server is known
+    /// to answer now: a cluster starting again, whose replicas were
+    /// quicker than their primary, or a primary whose container restarted
+    /// in place (taken back while still read-only).
     pub io_retrying_a_ready_source: bool,
 }
 

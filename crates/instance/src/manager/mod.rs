@@ -25,6 +25,7 @@ mod observe;
 mod obtain;
 mod peers;
 mod primary_lease;
+mod reconnects;
 pub mod recovery;
 mod reexec;
 mod reinit;
@@ -125,6 +126,9 @@ pub struct Manager<C: ClusterState> {
     refill: Arc<relay_refill::RelayRefill<C>>,
     /// The control API's side (`backend.rs`, `observe.rs`).
     backend: Arc<backend::ControlBackend<C>>,
+    /// Whether the IO thread waits to retry a connection, and when the
+    /// manager last had it connect again at once (`reconnects.rs`).
+    reconnects: reconnects::Reconnects,
 }
 
 impl<C: ClusterState> Manager<C> {
@@ -181,6 +185,7 @@ impl<C: ClusterState> Manager<C> {
             owners,
             progress,
             mysqld_output: Mutex::new(None),
+            reconnects: Default::default(),
             reexec,
             gate,
             certs,
