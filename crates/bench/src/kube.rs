@@ -196,7 +196,10 @@ async fn fault_run(k: &KubeCluster, kind: &str, load: usize) -> anyhow::Result<F
             "what a new connection to rw met after the kill:\n{}",
             p.await?
         );
-        eprintln!("the restarted container's first lines:\n{}", first_lines(k, &old, None).await);
+        eprintln!(
+            "the restarted container's first lines:\n{}",
+            first_lines(k, &old, None).await
+        );
         for other in instances().iter().filter(|i| **i != old) {
             eprintln!("{other} since:\n{}", first_lines(k, other, Some(12)).await);
         }
