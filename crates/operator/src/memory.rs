@@ -50,10 +50,11 @@ struct ClusterMemory {
     client_expiry: Option<i64>,
     /// What the reconcile has made for the Pods (claims, Secrets).
     ground: Option<Ground>,
-    /// The rw Services as the topology task last applied them (`routing.rs`);
-    /// cleared by each Cluster reconcile, so a Service someone changed or
-    /// deleted is applied again at the next pass.
+    /// The rw Services as the topology task last applied them (`routing.rs`),
+    /// and whether a Cluster reconcile asked for them again (a Service
+    /// someone changed or deleted is applied again at the next pass).
     routes: Vec<k8s_openapi::api::core::v1::Service>,
+    routes_stale: bool,
     /// Wakes the polling task before its next period: one of the
     /// Cluster's Pods changed (deleted on notice, its container died).
     wake: std::sync::Arc<tokio::sync::Notify>,
@@ -183,31 +184,41 @@ impl Memories {
         false
     }
 
-    /// Whether `services` are what was last applied as the rw Services.
+    /// Whether `services` are what was last applied as the rw Services
+    /// (`fresh`: and no reconcile asked for them again since).
     pub fn routes_applied(
         &self,
         cluster: &Cluster,
         services: &[k8s_openapi::api::core::v1::Service],
+        fresh: bool,
     ) -> bool {
         self.all
             .lock()
             .unwrap()
             .get(&key(cluster))
-            .is_some_and(|m| m.routes == services)
+            .is_some_and(|m| m.routes == services && !(fresh && m.routes_stale))
     }
 
-    /// Record the rw Services applied (empty: apply them at the next pass).
+    /// Record the rw Services applied.
     pub fn set_routes(
         &self,
         cluster: &Cluster,
         services: Vec<k8s_openapi::api::core::v1::Service>,
     ) {
+        let mut all = self.all.lock().unwrap();
+        let m = all.entry(key(cluster)).or_default();
+        m.routes = services;
+        m.routes_stale = false;
+    }
+
+    /// Have the rw Services applied again at the next pass.
+    pub fn routes_stale(&self, cluster: &Cluster) {
         self.all
             .lock()
             .unwrap()
             .entry(key(cluster))
             .or_default()
-            .routes = services;
+            .routes_stale = true;
     }
 
     /// Forget a deleted Cluster.

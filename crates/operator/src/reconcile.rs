@@ -87,6 +87,10 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Action, Err
         return Ok(Action::await_change());
     }
 
+    // A status that would move rw (an instance manager recorded its own
+    // promotion) wakes the topology task, which moves it (`routing.rs`).
+    crate::routing::wake_if_moved(ctx, cluster);
+
     // Paused for maintenance: its objects are left as they are; the
     // topology task goes on reporting, and its step takes no action.
     if cnmysql_core::pause::paused(cluster.annotations()) {
@@ -151,7 +155,7 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Action, Err
     for s in &objects::services::other_services(cluster) {
         apply(ctx, &ns, s, &pp).await.map_err(Error::Apply)?;
     }
-    crate::routing::forget(ctx, cluster);
+    crate::routing::ask_again(ctx, cluster);
     for b in &desired.budgets {
         apply(ctx, &ns, b, &pp).await.map_err(Error::Apply)?;
     }

@@ -8,9 +8,12 @@
 //! where the promotion took 0.9 s).
 //!
 //! The topology task is the only writer of these Services: the Cluster
-//! reconcile, which may hold an older status, applies the others and
-//! clears what was applied ([`forget`]) so that a Service someone changed
-//! or deleted is applied again at the next pass.
+//! reconcile, which may hold an older status, applies the others. It asks
+//! for them again ([`ask_again`]), so that a Service someone changed or
+//! deleted is applied again at the next pass, and wakes the task when the
+//! status it sees would move rw ([`wake_if_moved`]): an instance manager records its own
+//! promotion (`currentPrimary`), and rw then follows within the next pass,
+//! not after the task's next period (200 ms while the primary changes).
 
 use kube::api::PatchParams;
 
@@ -27,7 +30,7 @@ pub async fn converge(ctx: &Context, cluster: &Cluster) -> anyhow::Result<()> {
         return Ok(());
     }
     let want = rw_services(cluster);
-    if ctx.memory.routes_applied(cluster, &want) {
+    if ctx.memory.routes_applied(cluster, &want, true) {
         return Ok(());
     }
     let ns = cluster.metadata.namespace.clone().unwrap_or_default();
@@ -39,7 +42,54 @@ pub async fn converge(ctx: &Context, cluster: &Cluster) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Apply the rw Services again at the next pass.
-pub fn forget(ctx: &Context, cluster: &Cluster) {
-    ctx.memory.set_routes(cluster, Vec::new());
+/// Wake the topology task when the status `cluster` carries would move rw
+/// from where it was last applied.
+pub fn wake_if_moved(ctx: &Context, cluster: &Cluster) {
+    if ctx
+        .memory
+        .routes_applied(cluster, &rw_services(cluster), false)
+    {
+        return;
+    }
+    let ns = cluster.metadata.namespace.clone().unwrap_or_default();
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    ctx.memory.waker(&ns, &name).notify_one();
+}
+
+/// Have the rw Services applied again at the next pass (a reconcile
+/// repairs what someone changed).
+pub fn ask_again(ctx: &Context, cluster: &Cluster) {
+    ctx.memory.routes_stale(cluster);
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::memory::Memories;
+    use crate::objects::services::rw_services;
+    use crate::objects::testutil::cluster;
+
+    /// What was applied is not applied again; a reconcile's request is;
+    /// a status that names another primary is a move (the task is woken)
+    /// whether or not a reconcile asked.
+    #[test]
+    fn applied_routes_are_remembered_until_asked_again_or_moved() {
+        let m = Memories::default();
+        let mut c = cluster("instances: 3\n");
+        c.status = Some(cnmysql_api::ClusterStatus {
+            current_primary: Some("db-1".into()),
+            target_primary: Some("db-1".into()),
+            ..Default::default()
+        });
+        let rw = rw_services(&c);
+        assert!(!m.routes_applied(&c, &rw, true), "never applied");
+        m.set_routes(&c, rw.clone());
+        assert!(m.routes_applied(&c, &rw, true));
+        m.routes_stale(&c);
+        assert!(!m.routes_applied(&c, &rw, true), "asked again");
+        assert!(m.routes_applied(&c, &rw, false), "but not moved");
+        let st = c.status.as_mut().unwrap();
+        st.current_primary = Some("db-2".into());
+        st.target_primary = Some("db-2".into());
+        assert!(!m.routes_applied(&c, &rw_services(&c), false), "moved");
+    }
 }
