@@ -134,12 +134,7 @@ impl Drop for Bench {
 pub(crate) fn say_where_the_longest_gap_ended(
     o: &cnmysql_workload::writer::Outcome,
 ) -> anyhow::Result<()> {
-    if let Some(end) = o
-        .ack_times
-        .windows(2)
-        .max_by_key(|w| w[1] - w[0])
-        .map(|w| w[1])
-    {
+    if let Some((_, end)) = o.longest_gap_span() {
         let wall = jiff::Timestamp::now() - jiff::SignedDuration::try_from(end.elapsed())?;
         eprintln!("  longest gap ended at {wall}");
     }

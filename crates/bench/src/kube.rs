@@ -453,12 +453,7 @@ fn say_what_routed_around_the_gap(
     o: &cnmysql_workload::writer::Outcome,
     routes: &crate::routes::Routes,
 ) {
-    let Some((from, to)) = o
-        .ack_times
-        .windows(2)
-        .max_by_key(|w| w[1] - w[0])
-        .map(|w| (w[0], w[1]))
-    else {
+    let Some((from, to)) = o.longest_gap_span() else {
         return;
     };
     let around = routes.between(

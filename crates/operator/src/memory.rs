@@ -56,7 +56,8 @@ struct ClusterMemory {
     routes: Vec<k8s_openapi::api::core::v1::Service>,
     routes_stale: bool,
     /// Wakes the polling task before its next period: one of the
-    /// Cluster's Pods changed (deleted on notice, its container died).
+    /// Cluster's Pods changed (deleted on notice, its container died), or
+    /// the status would move rw (`routing::wake_if_moved`).
     wake: std::sync::Arc<tokio::sync::Notify>,
 }
 

@@ -15,6 +15,7 @@
 //! promotion (`currentPrimary`), and rw then follows within the next pass,
 //! not after the task's next period (200 ms while the primary changes).
 
+use kube::ResourceExt;
 use kube::api::PatchParams;
 
 use cnmysql_api::Cluster;
@@ -26,14 +27,14 @@ use crate::objects::services::rw_services;
 /// Apply `cluster`'s rw Services as its status says, unless they are what
 /// was applied last; nothing while reconciliation is paused.
 pub async fn converge(ctx: &Context, cluster: &Cluster) -> anyhow::Result<()> {
-    if cnmysql_core::pause::paused(&cluster.metadata.annotations.clone().unwrap_or_default()) {
+    if cnmysql_core::pause::paused(cluster.annotations()) {
         return Ok(());
     }
     let want = rw_services(cluster);
     if ctx.memory.routes_applied(cluster, &want, true) {
         return Ok(());
     }
-    let ns = cluster.metadata.namespace.clone().unwrap_or_default();
+    let ns = cluster.namespace().unwrap_or_default();
     let pp = PatchParams::apply(FIELD_MANAGER).force();
     for s in &want {
         crate::apply::apply(ctx, &ns, s, &pp).await?;
@@ -51,9 +52,8 @@ pub fn wake_if_moved(ctx: &Context, cluster: &Cluster) {
     {
         return;
     }
-    let ns = cluster.metadata.namespace.clone().unwrap_or_default();
-    let name = cluster.metadata.name.clone().unwrap_or_default();
-    ctx.memory.waker(&ns, &name).notify_one();
+    let ns = cluster.namespace().unwrap_or_default();
+    ctx.memory.waker(&ns, &cluster.name_any()).notify_one();
 }
 
 /// Have the rw Services applied again at the next pass (a reconcile

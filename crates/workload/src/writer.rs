@@ -47,6 +47,15 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// The longest interval without an acknowledged write: the
+    /// acknowledgements on either side of it.
+    pub fn longest_gap_span(&self) -> Option<(Instant, Instant)> {
+        self.ack_times
+            .windows(2)
+            .max_by_key(|w| w[1] - w[0])
+            .map(|w| (w[0], w[1]))
+    }
+
     /// From `fault` to the end of the longest stretch without an
     /// acknowledged write after it: when writes were flowing again (a write
     /// a dying primary still acknowledged in its last milliseconds does not
