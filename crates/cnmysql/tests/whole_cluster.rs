@@ -151,6 +151,8 @@ async fn a_replica_restarted_while_the_primary_is_away_is_not_promoted_without_w
     let frozen_other = stopped(other);
     kill(stopped(holder), Signal::SIGSTOP).unwrap();
     kill(frozen_other, Signal::SIGSTOP).unwrap();
+    wait_stopped(stopped(holder).as_raw());
+    wait_stopped(frozen_other.as_raw());
     c.admin(other)
         .await
         .query_drop(stop_io_thread())

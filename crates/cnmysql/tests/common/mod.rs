@@ -355,6 +355,9 @@ impl LocalCluster {
         ];
         for pid in pids.into_iter().flatten() {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+            if sig == nix::sys::signal::Signal::SIGSTOP {
+                wait_stopped(pid);
+            }
         }
     }
 
@@ -463,6 +466,7 @@ impl LocalCluster {
         if !out.status.success() || !left.is_empty() || !forced.is_empty() {
             eprintln!("{}", self.log_tails());
         }
+        self.keep_logs();
         let removed = cnmysql(&["local", "destroy", "--state-dir", &self.state_arg()]);
         self.destroyed = true;
         assert!(
@@ -477,6 +481,30 @@ impl LocalCluster {
             "destroy failed: {}",
             String::from_utf8_lossy(&removed.stderr)
         );
+    }
+
+    /// With `CNMYSQL_TEST_KEEP_LOGS=DIR`, copy the control plane's and every
+    /// manager's whole log to `DIR/<cluster>-<n>/` before the state goes.
+    fn keep_logs(&self) {
+        let Some(dir) = std::env::var_os("CNMYSQL_TEST_KEEP_LOGS") else {
+            return;
+        };
+        let state = Path::new(&self.state_arg()).to_path_buf();
+        let to = (0..)
+            .map(|n| Path::new(&dir).join(format!("{}-{n}", self.name)))
+            .find(|p| !p.exists())
+            .unwrap();
+        std::fs::create_dir_all(&to).unwrap();
+        let _ = std::fs::copy(state.join("control.log"), to.join("control.log"));
+        for e in std::fs::read_dir(state.join("instances"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = format!("{}.log", e.file_name().to_string_lossy());
+            let _ = std::fs::copy(e.path().join("manager.log"), to.join(name));
+        }
+        eprintln!("[{}] logs kept in {}", self.name, to.display());
     }
 
     /// The last lines of the control plane's and every manager's log.
@@ -533,6 +561,7 @@ impl Drop for LocalCluster {
         if std::thread::panicking() {
             eprintln!("[{}] {}", self.name, self.log_tails());
         }
+        self.keep_logs();
         let _ = cnmysql(&["local", "destroy", "--state-dir", &self.state_arg()]);
         // Backstop: nothing of ours survives a failed test.
         for (pid, _) in processes_mentioning(&self.state_arg()) {
@@ -541,6 +570,33 @@ impl Drop for LocalCluster {
                 nix::sys::signal::Signal::SIGKILL,
             );
         }
+    }
+}
+
+/// Wait (up to 10 s) until every thread of `pid` is stopped. `kill`
+/// returns once SIGSTOP is queued, not once it took effect: the group stop
+/// starts when one thread takes the signal, and on a busy machine the
+/// others run meanwhile (a server can still read and execute a statement
+/// sent "after" the freeze). Gone counts as stopped.
+pub fn wait_stopped(pid: i32) {
+    let stopped = || {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return true;
+        };
+        tasks.flatten().all(|t| {
+            std::fs::read_to_string(t.path().join("stat")).map_or(true, |st| {
+                let state = st.rsplit(')').next().unwrap_or("").trim_start();
+                state.starts_with(['T', 't', 'Z', 'X'])
+            })
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !stopped() {
+        assert!(
+            Instant::now() < deadline,
+            "process {pid} did not stop within 10 s of SIGSTOP"
+        );
+        std::thread::sleep(Duration::from_millis(2));
     }
 }
 

@@ -89,6 +89,7 @@ async fn a_receiver_whose_source_went_silent_stops_within_a_bound() {
     // The replica's manager would undo what is set up below: held still.
     let manager = nix::unistd::Pid::from_raw(c.manager_pid("detach-2"));
     nix::sys::signal::kill(manager, Signal::SIGSTOP).unwrap();
+    wait_stopped(manager.as_raw());
     let relay = Relay::to(c.instance_port("detach-1")).await;
     let mut conn = c.admin("detach-2").await;
     point_at(&mut conn, relay.port).await;

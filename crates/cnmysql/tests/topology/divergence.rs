@@ -25,6 +25,7 @@ async fn a_diverged_former_primary_without_semi_sync_waits_for_reinit_which_save
         .collect();
     for pid in &managers {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), Signal::SIGSTOP).unwrap();
+        wait_stopped(*pid);
     }
     for n in ["div-2", "div-3"] {
         let mut a = c.admin(n).await;
@@ -145,6 +146,7 @@ async fn a_primary_killed_mid_commit_rolls_back_the_unacknowledged_write_and_rej
         .await;
         let (manager, _) = c.instance_pids(r);
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(manager), Signal::SIGSTOP).unwrap();
+        wait_stopped(manager);
         c.admin(r).await.query_drop(stop_io_thread()).await.unwrap();
     }
     let before = binlog_end(&mut c.admin("mid-1").await).await.unwrap();
@@ -476,6 +478,7 @@ async fn a_replica_whose_missing_binary_logs_were_purged_reclones_itself() {
     let (manager, _) = c.instance_pids(away);
     let pid = nix::unistd::Pid::from_raw(manager);
     nix::sys::signal::kill(pid, Signal::SIGSTOP).unwrap();
+    wait_stopped(manager);
     c.admin(away)
         .await
         .query_drop(stop_io_thread())
