@@ -490,11 +490,17 @@ impl LocalCluster {
             return;
         };
         let state = Path::new(&self.state_arg()).to_path_buf();
-        let to = (0..)
+        // Also called while a failed test unwinds: nothing here may panic.
+        let Some(to) = (0..1000)
             .map(|n| Path::new(&dir).join(format!("{}-{n}", self.name)))
             .find(|p| !p.exists())
-            .unwrap();
-        std::fs::create_dir_all(&to).unwrap();
+        else {
+            return;
+        };
+        if let Err(e) = std::fs::create_dir_all(&to) {
+            eprintln!("[{}] cannot keep logs in {}: {e}", self.name, to.display());
+            return;
+        }
         let _ = std::fs::copy(state.join("control.log"), to.join("control.log"));
         for e in std::fs::read_dir(state.join("instances"))
             .into_iter()
