@@ -72,6 +72,11 @@ fn key(cluster: &Cluster) -> (String, String) {
 }
 
 impl Memories {
+    /// Change `cluster`'s memory (made empty first if there is none).
+    fn edit<R>(&self, cluster: &Cluster, f: impl FnOnce(&mut ClusterMemory) -> R) -> R {
+        f(self.all.lock().unwrap().entry(key(cluster)).or_default())
+    }
+
     /// The core's memory of `cluster` (empty for one never stepped).
     pub fn core(&self, cluster: &Cluster) -> Memory {
         self.all
@@ -84,12 +89,7 @@ impl Memories {
 
     /// Remember the core's memory of `cluster`.
     pub fn set_core(&self, cluster: &Cluster, memory: &Memory) {
-        self.all
-            .lock()
-            .unwrap()
-            .entry(key(cluster))
-            .or_default()
-            .core = memory.clone();
+        self.edit(cluster, |m| m.core = memory.clone());
     }
 
     /// Why the Cluster's server image cannot be resolved (see `catalog.rs`).
@@ -103,12 +103,7 @@ impl Memories {
     }
 
     pub fn set_image_error(&self, cluster: &Cluster, error: Option<String>) {
-        self.all
-            .lock()
-            .unwrap()
-            .entry(key(cluster))
-            .or_default()
-            .image_error = error;
+        self.edit(cluster, |m| m.image_error = error);
     }
 
     /// The Pods' groundwork, once the reconcile has laid it.
@@ -118,11 +113,11 @@ impl Memories {
 
     /// Record the Pods' groundwork; true when it changed.
     pub fn set_ground(&self, cluster: &Cluster, ground: Ground) -> bool {
-        let mut all = self.all.lock().unwrap();
-        let m = all.entry(key(cluster)).or_default();
-        let changed = m.ground.as_ref() != Some(&ground);
-        m.ground = Some(ground);
-        changed
+        self.edit(cluster, |m| {
+            let changed = m.ground.as_ref() != Some(&ground);
+            m.ground = Some(ground);
+            changed
+        })
     }
 
     /// The control-API client made from the Secret at `version`.
@@ -139,10 +134,10 @@ impl Memories {
         client: ControlClient,
         expires_at: Option<i64>,
     ) {
-        let mut all = self.all.lock().unwrap();
-        let m = all.entry(key(cluster)).or_default();
-        m.client = Some((version, client));
-        m.client_expiry = expires_at;
+        self.edit(cluster, |m| {
+            m.client = Some((version, client));
+            m.client_expiry = expires_at;
+        });
     }
 
     /// When the operator's certificate for the Cluster expires (Unix s).
@@ -206,20 +201,15 @@ impl Memories {
         cluster: &Cluster,
         services: Vec<k8s_openapi::api::core::v1::Service>,
     ) {
-        let mut all = self.all.lock().unwrap();
-        let m = all.entry(key(cluster)).or_default();
-        m.routes = services;
-        m.routes_stale = false;
+        self.edit(cluster, |m| {
+            m.routes = services;
+            m.routes_stale = false;
+        });
     }
 
     /// Have the rw Services applied again at the next pass.
     pub fn routes_stale(&self, cluster: &Cluster) {
-        self.all
-            .lock()
-            .unwrap()
-            .entry(key(cluster))
-            .or_default()
-            .routes_stale = true;
+        self.edit(cluster, |m| m.routes_stale = true);
     }
 
     /// Forget a deleted Cluster.
