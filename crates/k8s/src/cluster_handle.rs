@@ -34,6 +34,8 @@ pub struct Updated<T> {
     pub value: T,
     /// The status was written (the change function changed it).
     pub written: bool,
+    /// The Cluster's resourceVersion after the write, when it was written.
+    pub resource_version: Option<String>,
 }
 
 impl ClusterHandle {
@@ -109,9 +111,10 @@ impl ClusterHandle {
                     cluster,
                     value,
                     written: false,
+                    resource_version: None,
                 });
             }
-            if self
+            if let Some(rv) = self
                 .patch_status_at(&cluster, merge_patch(&old, &new))
                 .await?
             {
@@ -119,6 +122,7 @@ impl ClusterHandle {
                     cluster,
                     value,
                     written: true,
+                    resource_version: rv,
                 });
             }
         }
@@ -147,12 +151,13 @@ impl ClusterHandle {
     }
 
     /// Merge `status` into the Cluster's status, only if it is still at
-    /// the resourceVersion of `seen`. `Ok(false)`: someone wrote first.
+    /// the resourceVersion of `seen`: the resourceVersion it is at now, or
+    /// `Ok(None)` when someone wrote first.
     async fn patch_status_at(
         &self,
         seen: &Cluster,
         status: serde_json::Value,
-    ) -> anyhow::Result<bool> {
+    ) -> anyhow::Result<Option<Option<String>>> {
         let rv = seen
             .resource_version()
             .context("the API server returned the Cluster without a resourceVersion")?;
@@ -162,8 +167,8 @@ impl ClusterHandle {
             .patch_status(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(s)) if s.is_conflict() => Ok(false),
+            Ok(now) => Ok(Some(now.resource_version())),
+            Err(kube::Error::Api(s)) if s.is_conflict() => Ok(None),
             Err(e) => Err(e).with_context(|| {
                 format!(
                     "updating the status of cluster {} in namespace {}",

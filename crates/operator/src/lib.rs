@@ -31,6 +31,7 @@ mod nodes;
 pub mod objects;
 pub mod pods;
 mod reconcile;
+mod resource_version;
 mod restart;
 mod routing;
 mod scheduled_backups;

@@ -55,6 +55,10 @@ struct ClusterMemory {
     /// someone changed or deleted is applied again at the next pass).
     routes: Vec<k8s_openapi::api::core::v1::Service>,
     routes_stale: bool,
+    /// The resourceVersion of the Cluster whose status `routes` follow: a
+    /// copy older than it (a watch cache behind the task's own write) must
+    /// not move rw back.
+    routes_from: Option<String>,
     /// Wakes the polling task before its next period: one of the
     /// Cluster's Pods changed (deleted on notice, its container died), or
     /// the status would move rw (`routing::wake_if_moved`).
@@ -204,7 +208,18 @@ impl Memories {
         self.edit(cluster, |m| {
             m.routes = services;
             m.routes_stale = false;
+            m.routes_from = cluster.resource_version();
         });
+    }
+
+    /// Whether the rw Services follow a status newer than `cluster`'s.
+    pub fn routes_newer_than(&self, cluster: &Cluster) -> bool {
+        let all = self.all.lock().unwrap();
+        let from = all.get(&key(cluster)).and_then(|m| m.routes_from.clone());
+        crate::resource_version::older(
+            cluster.metadata.resource_version.as_deref(),
+            from.as_deref(),
+        )
     }
 
     /// Have the rw Services applied again at the next pass.

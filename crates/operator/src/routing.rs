@@ -25,13 +25,16 @@ use crate::labels::FIELD_MANAGER;
 use crate::objects::services::rw_services;
 
 /// Apply `cluster`'s rw Services as its status says, unless they are what
-/// was applied last; nothing while reconciliation is paused.
+/// was applied last or follow a newer copy of the Cluster (a pass that
+/// wrote no status reads the watch cache, which can lag the task's own
+/// last write: rw must not go back to the former primary for a pass);
+/// nothing while reconciliation is paused.
 pub async fn converge(ctx: &Context, cluster: &Cluster) -> anyhow::Result<()> {
     if cnmysql_core::pause::paused(cluster.annotations()) {
         return Ok(());
     }
     let want = rw_services(cluster);
-    if ctx.memory.routes_applied(cluster, &want, true) {
+    if ctx.memory.routes_applied(cluster, &want, true) || ctx.memory.routes_newer_than(cluster) {
         return Ok(());
     }
     let ns = cluster.namespace().unwrap_or_default();
@@ -49,6 +52,7 @@ pub fn wake_if_moved(ctx: &Context, cluster: &Cluster) {
     if ctx
         .memory
         .routes_applied(cluster, &rw_services(cluster), false)
+        || ctx.memory.routes_newer_than(cluster)
     {
         return;
     }
@@ -91,5 +95,35 @@ mod tests {
         st.current_primary = Some("db-2".into());
         st.target_primary = Some("db-2".into());
         assert!(!m.routes_applied(&c, &rw_services(&c), false), "moved");
+    }
+
+    /// The task wrote a failover's status (the Cluster at resourceVersion
+    /// 200) and moved rw to db-2; its next pass wrote nothing and read the
+    /// watch cache, still at 150 with db-1 primary: rw stays where it is
+    /// until the cache holds the write or something newer.
+    #[test]
+    fn a_copy_older_than_the_status_rw_follows_does_not_move_it_back() {
+        let m = Memories::default();
+        let at = |rv: &str, primary: &str| {
+            let mut c = cluster("instances: 3\n");
+            c.metadata.resource_version = Some(rv.into());
+            c.status = Some(cnmysql_api::ClusterStatus {
+                current_primary: Some(primary.into()),
+                target_primary: Some(primary.into()),
+                ..Default::default()
+            });
+            c
+        };
+        let written = at("200", "db-2");
+        m.set_routes(&written, rw_services(&written));
+        assert!(m.routes_newer_than(&at("150", "db-1")), "the cache lags");
+        assert!(!m.routes_newer_than(&at("200", "db-2")), "caught up");
+        assert!(
+            !m.routes_newer_than(&at("201", "db-3")),
+            "a newer status moves rw"
+        );
+        let mut odd = at("150", "db-1");
+        odd.metadata.resource_version = Some("v150".into());
+        assert!(!m.routes_newer_than(&odd), "not comparable: as before");
     }
 }

@@ -200,8 +200,9 @@ struct KubePlatform<'a> {
     leases: Api<KubeLease>,
     /// The Lease as read by [`Platform::lease`] this pass.
     lease: Option<KubeLease>,
-    /// The status as this pass last wrote it.
-    written: Option<ClusterStatus>,
+    /// The Cluster as this pass last wrote its status (with the
+    /// resourceVersion the write gave it).
+    written: Option<Cluster>,
 }
 
 impl Platform for KubePlatform<'_> {
@@ -216,12 +217,14 @@ impl Platform for KubePlatform<'_> {
     }
 
     async fn change_status(&mut self, change: &StatusChange) -> anyhow::Result<bool> {
-        let written = write_status(&self.handle, self.cluster, change).await?;
-        let applied = written.is_some();
-        if written.is_some() {
-            self.written = written;
-        }
-        Ok(applied)
+        let Some((status, rv)) = write_status(&self.handle, self.cluster, change).await? else {
+            return Ok(false);
+        };
+        let mut now = self.cluster.clone();
+        now.status = Some(status);
+        now.metadata.resource_version = rv;
+        self.written = Some(now);
+        Ok(true)
     }
 
     async fn record(&mut self, e: &Event) {
@@ -308,12 +311,13 @@ impl Platform for KubePlatform<'_> {
 /// Apply a status change with the conditional status write: nothing is
 /// asked of the API server when it does not apply to the Cluster at hand
 /// (the watch cache's); otherwise it is computed again from the latest
-/// Cluster. The status written, if it was.
+/// Cluster. The status written and the Cluster's resourceVersion after
+/// the write, if it was written.
 async fn write_status(
     handle: &ClusterHandle,
     cluster: &Cluster,
     change: &StatusChange,
-) -> anyhow::Result<Option<ClusterStatus>> {
+) -> anyhow::Result<Option<(ClusterStatus, Option<String>)>> {
     let mut latest = None;
     let done = handle
         .update_status_if_changed(cluster, |_, st| {
@@ -322,7 +326,9 @@ async fn write_status(
             applied
         })
         .await?;
-    Ok(latest.filter(|_| done.is_some_and(|d| d.value && d.written)))
+    Ok(done
+        .filter(|d| d.value && d.written)
+        .and_then(|d| Some((latest?, d.resource_version))))
 }
 
 /// [`write_status`] for `cluster`: true when it was written.
@@ -476,17 +482,14 @@ pub async fn step(
     // change moves rw at once (one write: `routing.rs`) and relabels the
     // Pods (ro and r route by those labels); a released instance's Pod is
     // made in this pass.
-    let mut now = cluster.clone();
-    if let Some(w) = &written {
-        now.status = Some(w.clone());
-    }
+    let now = written.unwrap_or_else(|| cluster.clone());
     if let Err(e) = crate::routing::converge(ctx, &now).await {
         tracing::warn!(error = %format!("{e:#}"), "applying the rw Services failed; again at the next pass");
     }
     let keep = passed.at(Error::Topology)?;
     crate::pods::converge(ctx, &now, pods, &keep).await?;
     crate::restart::carry_out(ctx, cluster, pods, &client).await?;
-    let after = written.unwrap_or(status);
+    let after = now.status.clone().unwrap_or(status);
     Ok(Duration::from_millis(
         Cadence::KUBERNETES.next_poll_ms(&after),
     ))
