@@ -97,10 +97,10 @@ impl<C: ClusterState> ControlBackend<C> {
         let observed = tokio::time::timeout(Duration::from_secs(2), async {
             let mut conn = pool.get_conn().await?;
             let view = sql::observe(&mut conn, self.link.cfg.flavor()).await?;
-            let waiting = view.read_only
-                && view.semi_sync.source_enabled
-                && super::fence::commits_wait(&mut conn, self.link.cfg.flavor()).await;
-            anyhow::Ok((view, waiting))
+            if !(view.read_only && view.semi_sync.source_enabled) {
+                return anyhow::Ok((view, false));
+            }
+            settled_history(&mut conn, self.link.cfg.flavor(), view).await
         })
         .await;
         let (view, commits_awaiting_ack) = match observed {
@@ -166,4 +166,26 @@ impl<C: ClusterState> ControlBackend<C> {
         st.replication = view.replication;
         st
     }
+}
+
+/// A read-only server with semi-sync's source side on (a primary handing
+/// over): whether its history is final, read so that no commit slips
+/// between the answers. MySQL completes a commit that waited for an
+/// acknowledgement after read-only was set; asked "does any wait?" after
+/// the history was read, a commit that completed in between reads as
+/// "none waits" beside a history without it, and the switchover's target
+/// promoted without it (real node, MySQL, `required`, seed
+/// 3410147549173993031: the old primary and the replica that acknowledged
+/// held a transaction the new primary lacked). So: asked before and after
+/// the history is read again, and the history must not have moved.
+async fn settled_history(
+    conn: &mut mysql_async::Conn,
+    f: cnmysql_api::Flavor,
+    first: sql::ServerView,
+) -> anyhow::Result<(sql::ServerView, bool)> {
+    let before = super::fence::commits_wait(conn, f).await;
+    let view = sql::observe(conn, f).await?;
+    let after = super::fence::commits_wait(conn, f).await;
+    let moved = view.gtid_executed != first.gtid_executed;
+    Ok((view, before || after || moved))
 }
