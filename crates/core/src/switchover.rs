@@ -361,6 +361,18 @@ pub fn ready_to_hand_over(
     }
 }
 
+/// Two reads of a handing-over primary's history, with whether a commit
+/// waited for an acknowledgement just before and just after the second:
+/// is the history final? Only when nothing waited either time and the
+/// history did not move between the reads. A commit waiting at the first
+/// read is either still waiting (seen) or completed since (the history
+/// moved); one asked about only after the read could complete unseen in
+/// between (the old primary's `/status` then said "none waits" beside a
+/// history without it: real node, MySQL, seed 3410147549173993031).
+pub fn history_settled(first: &str, waited_before: bool, second: &str, waited_after: bool) -> bool {
+    !waited_before && !waited_after && first == second
+}
+
 /// The history a switchover's target must have applied before it
 /// promotes, read from the old primary's status: only once the old primary
 /// is read-only and none of its commits still waits for an acknowledgement

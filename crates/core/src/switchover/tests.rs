@@ -290,4 +290,19 @@ mod requests {
             Err(Refusal::PrimaryUnreachable("db-1".into()))
         );
     }
+
+    /// A commit that waited at the first read and completed before the
+    /// second shows only as a moved history; one still waiting shows as a
+    /// wait. Only a still history with nothing waiting is final.
+    #[test]
+    fn a_history_is_final_only_when_still_and_nothing_waits() {
+        let (g1, g2) = ("u:1-9662", "u:1-9663");
+        assert!(history_settled(g1, false, g1, false));
+        assert!(
+            !history_settled(g1, false, g2, false),
+            "completed in between"
+        );
+        assert!(!history_settled(g1, true, g1, false), "waited before");
+        assert!(!history_settled(g1, false, g1, true), "waits after");
+    }
 }

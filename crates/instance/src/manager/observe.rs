@@ -186,6 +186,7 @@ async fn settled_history(
     let before = super::fence::commits_wait(conn, f).await;
     let view = sql::observe(conn, f).await?;
     let after = super::fence::commits_wait(conn, f).await;
-    let moved = view.gtid_executed != first.gtid_executed;
-    Ok((view, before || after || moved))
+    let settled =
+        switchover::history_settled(&first.gtid_executed, before, &view.gtid_executed, after);
+    Ok((view, !settled))
 }
