@@ -122,7 +122,7 @@ impl ClusterHandle {
                     cluster,
                     value,
                     written: true,
-                    resource_version: rv,
+                    resource_version: Some(rv),
                 });
             }
         }
@@ -151,13 +151,14 @@ impl ClusterHandle {
     }
 
     /// Merge `status` into the Cluster's status, only if it is still at
-    /// the resourceVersion of `seen`: the resourceVersion it is at now, or
-    /// `Ok(None)` when someone wrote first.
+    /// the resourceVersion of `seen`: the resourceVersion it is at now
+    /// (empty if the server gave none), or `Ok(None)` when someone wrote
+    /// first.
     async fn patch_status_at(
         &self,
         seen: &Cluster,
         status: serde_json::Value,
-    ) -> anyhow::Result<Option<Option<String>>> {
+    ) -> anyhow::Result<Option<String>> {
         let rv = seen
             .resource_version()
             .context("the API server returned the Cluster without a resourceVersion")?;
@@ -167,7 +168,7 @@ impl ClusterHandle {
             .patch_status(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
-            Ok(now) => Ok(Some(now.resource_version())),
+            Ok(now) => Ok(Some(now.resource_version().unwrap_or_default())),
             Err(kube::Error::Api(s)) if s.is_conflict() => Ok(None),
             Err(e) => Err(e).with_context(|| {
                 format!(

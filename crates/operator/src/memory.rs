@@ -215,10 +215,10 @@ impl Memories {
     /// Whether the rw Services follow a status newer than `cluster`'s.
     pub fn routes_newer_than(&self, cluster: &Cluster) -> bool {
         let all = self.all.lock().unwrap();
-        let from = all.get(&key(cluster)).and_then(|m| m.routes_from.clone());
         crate::resource_version::older(
             cluster.metadata.resource_version.as_deref(),
-            from.as_deref(),
+            all.get(&key(cluster))
+                .and_then(|m| m.routes_from.as_deref()),
         )
     }
 

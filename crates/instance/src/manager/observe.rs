@@ -177,7 +177,11 @@ impl<C: ClusterState> ControlBackend<C> {
 /// promoted without it (real node, MySQL, `required`, seed
 /// 3410147549173993031: the old primary and the replica that acknowledged
 /// held a transaction the new primary lacked). So: asked before and after
-/// the history is read again, and the history must not have moved.
+/// the history is read again, and the history must not have moved. What
+/// this cannot see: a commit still on its way to the wait (flushing) at
+/// the first question that waits at the second read and completes before
+/// the last question — possible only if MySQL lets commits proceed past
+/// read-only that far; no test holds one there yet.
 async fn settled_history(
     conn: &mut mysql_async::Conn,
     f: cnmysql_api::Flavor,
