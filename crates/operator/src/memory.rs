@@ -212,7 +212,8 @@ impl Memories {
         });
     }
 
-    /// Whether the rw Services follow a status newer than `cluster`'s.
+    /// Whether the rw Services follow a status newer than `cluster`'s (and
+    /// so do the Pods' role labels, written after them in the same pass).
     pub fn routes_newer_than(&self, cluster: &Cluster) -> bool {
         let all = self.all.lock().unwrap();
         crate::resource_version::older(

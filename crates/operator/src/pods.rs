@@ -174,6 +174,13 @@ pub async fn converge(
     cached: &BTreeMap<String, Pod>,
     keep: &Running,
 ) -> Result<(), Error> {
+    if ctx.memory.routes_newer_than(cluster) {
+        // The watch cache lags the task's own last status write: the Pods
+        // were labelled from that newer status, and this copy would put
+        // the former roles back (ro and r flapping) for a pass.
+        tracing::debug!("the Cluster copy is older than the one the Pods follow; next pass");
+        return Ok(());
+    }
     let ground = ctx.memory.ground(cluster);
     if plan(cluster, cached, keep, ground.as_ref(), &ctx.env).is_empty() {
         return Ok(());
