@@ -42,6 +42,21 @@ pub fn fall_back(spec: &ClusterSpec, lease_proven: bool, longest_wait_ms: u64) -
     lease_proven && fallback_after_ms(spec).is_some_and(|after| longest_wait_ms >= after)
 }
 
+/// MySQL's `rpl_semi_sync_source_wait_for_replica_count` at its most: no
+/// cluster has that many replicas, so with it no commit can be
+/// acknowledged. A primary handing over sets it once it is read-only
+/// ([`acks_closed`]); opening writes sets the count the spec asks again.
+pub const ACKS_CLOSED_COUNT: u32 = 65_535;
+
+/// Whether a server can acknowledge no commit any more: MySQL, semi-sync's
+/// source side on and waiting for [`ACKS_CLOSED_COUNT`] replicas. Its
+/// waiting commits wait for ever (until it is killed): whatever its binary
+/// log holds from then on, no client is told it committed. MariaDB waits
+/// for one acknowledgement and has no such count.
+pub fn acks_closed(flavor: Flavor, s: &crate::status::SemiSyncStatus) -> bool {
+    flavor == Flavor::Mysql && s.source_enabled && s.wait_for_count >= ACKS_CLOSED_COUNT
+}
+
 /// The settings a primary opens writes with, before the control plane has
 /// counted its healthy replicas: as if every other instance were one (the
 /// most a commit waits for; the control plane lowers the count under
@@ -131,6 +146,7 @@ pub fn summary(s: &InstanceStatus) -> String {
         return "-".into();
     };
     match s.role {
+        Role::Primary if semi.wait_for_count >= ACKS_CLOSED_COUNT => "closed (handing over)".into(),
         Role::Primary if semi.source_active => {
             format!("waits {} of {}", semi.wait_for_count.max(1), semi.clients)
         }
@@ -144,6 +160,39 @@ pub fn summary(s: &InstanceStatus) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Closed only on MySQL, with the source side on and the count at its
+    /// most; a spec's count (at most the instances) never reads as closed.
+    #[test]
+    fn acknowledgements_are_closed_only_by_the_count_no_cluster_reaches() {
+        let closed = crate::status::SemiSyncStatus {
+            source_enabled: true,
+            wait_for_count: ACKS_CLOSED_COUNT,
+            ..Default::default()
+        };
+        assert!(acks_closed(Flavor::Mysql, &closed));
+        assert!(!acks_closed(Flavor::Mariadb, &closed));
+        let off = crate::status::SemiSyncStatus {
+            source_enabled: false,
+            ..closed.clone()
+        };
+        assert!(!acks_closed(Flavor::Mysql, &off));
+        let spec = spec("mysql", "required", 2);
+        let open = crate::status::SemiSyncStatus {
+            wait_for_count: at_promotion(&spec).wait_for_count,
+            ..closed.clone()
+        };
+        assert!(!acks_closed(Flavor::Mysql, &open));
+        let handing_over = InstanceStatus {
+            role: Role::Primary,
+            semi_sync: Some(crate::status::SemiSyncStatus {
+                source_active: true,
+                ..closed
+            }),
+            ..Default::default()
+        };
+        assert_eq!(summary(&handing_over), "closed (handing over)");
+    }
 
     fn spec(flavor: &str, durability: &str, min: i32) -> ClusterSpec {
         serde_json::from_value(serde_json::json!({

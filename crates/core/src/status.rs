@@ -175,6 +175,13 @@ pub fn human_duration(secs: f64) -> String {
     }
 }
 
+/// A place in a server's binary log.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct BinlogPoint {
+    pub file: String,
+    pub position: u64,
+}
+
 /// The body of `GET /status`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
@@ -201,6 +208,11 @@ pub struct InstanceStatus {
     /// (a primary handing over).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub commits_awaiting_ack: bool,
+    /// A primary handing over that can have nothing acknowledged any more
+    /// (`semisync::acks_closed`): where its binary log ended, read after
+    /// that was so. Every commit a client can be told of is before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acks_closed_at: Option<BinlogPoint>,
     pub replication: Option<ReplicationStatus>,
     pub lag_seconds: Option<u64>,
     pub semi_sync: Option<SemiSyncStatus>,

@@ -373,23 +373,51 @@ pub fn history_settled(first: &str, waited_before: bool, second: &str, waited_af
     !waited_before && !waited_after && first == second
 }
 
-/// The history a switchover's target must have applied before it
-/// promotes, read from the old primary's status: only once the old primary
-/// is read-only and none of its commits still waits for an acknowledgement
-/// (MySQL completes those after read-only, and a target that promoted
-/// without them would leave the old primary, and the replica that
-/// acknowledged them, diverged, and their clients told "committed" of a
-/// write the new primary lacks). `Err` says what is waited for.
-pub fn final_history_of(old: &str, st: &crate::status::InstanceStatus) -> Result<String, String> {
+/// What a switchover's target must have applied before it promotes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FinalPoint {
+    /// The old primary's history.
+    pub history: String,
+    /// With its acknowledgements closed (MySQL): where its binary log
+    /// ended then. The target must also have received and applied up to
+    /// it (commits still waiting there included: their clients are never
+    /// answered, and the old primary is killed with them).
+    pub binlog: Option<crate::status::BinlogPoint>,
+}
+
+/// The point a switchover's target must have applied before it promotes,
+/// read from the old primary's status, once the old primary is read-only.
+/// MySQL turns read-only while commits still wait for an acknowledgement,
+/// and completes them when a replica acknowledges: a target promoted
+/// without one would leave its client told "committed" of a write the new
+/// primary lacks. So the point is final either when the old primary can
+/// acknowledge nothing any more (`acks_closed_at`: nothing after it can be
+/// told committed, by construction) or, without that, when none of its
+/// commits waits (asked around the history: `history_settled`, which a
+/// commit still being written at the first question can slip). `Err` says
+/// what is waited for.
+pub fn final_history_of(
+    old: &str,
+    st: &crate::status::InstanceStatus,
+) -> Result<FinalPoint, String> {
     if !st.read_only {
         return Err(format!("waiting for {old} to become read-only"));
+    }
+    if let Some(at) = &st.acks_closed_at {
+        return Ok(FinalPoint {
+            history: st.gtid_position.clone(),
+            binlog: Some(at.clone()),
+        });
     }
     if st.commits_awaiting_ack {
         return Err(format!(
             "waiting for {old}'s last commits, which wait for an acknowledgement"
         ));
     }
-    Ok(st.gtid_position.clone())
+    Ok(FinalPoint {
+        history: st.gtid_position.clone(),
+        binlog: None,
+    })
 }
 
 /// How a switchover in progress stands.

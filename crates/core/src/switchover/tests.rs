@@ -35,7 +35,49 @@ mod hand_over {
             gtid_position: "u:1-173".into(),
             ..st
         };
-        assert_eq!(final_history_of("db-1", &done), Ok("u:1-173".into()));
+        assert_eq!(
+            final_history_of("db-1", &done),
+            Ok(FinalPoint {
+                history: "u:1-173".into(),
+                binlog: None
+            })
+        );
+    }
+
+    /// A MySQL primary handing over with its acknowledgements closed: a
+    /// commit that still waits can never be acknowledged, so the target
+    /// does not wait for it to complete (it never would); it applies the
+    /// old primary's binary log up to where it ended once nothing could be
+    /// acknowledged, the waiting commit included.
+    #[test]
+    fn with_acknowledgements_closed_the_target_applies_up_to_the_binlog_end_and_does_not_wait() {
+        let at = crate::status::BinlogPoint {
+            file: "binlog.000007".into(),
+            position: 4_242,
+        };
+        let st = crate::status::InstanceStatus {
+            mysqld_running: true,
+            read_only: true,
+            commits_awaiting_ack: true,
+            acks_closed_at: Some(at.clone()),
+            gtid_position: "u:1-172".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            final_history_of("db-1", &st),
+            Ok(FinalPoint {
+                history: "u:1-172".into(),
+                binlog: Some(at.clone())
+            })
+        );
+        let writable = crate::status::InstanceStatus {
+            read_only: false,
+            ..st
+        };
+        assert!(
+            final_history_of("db-1", &writable).is_err(),
+            "never before read-only"
+        );
     }
 
     #[test]

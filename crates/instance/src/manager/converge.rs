@@ -243,6 +243,9 @@ impl<C: ClusterState> Manager<C> {
         let f = self.cfg.flavor();
         self.release_lease_if_held().await;
         if !semi_sync_off {
+            // Handing over: once read-only (closed while writable, the
+            // commits waiting would hold read-only up for ever).
+            super::hand_over_acks::close(conn, f, view).await;
             return Ok(true);
         }
         if view.semi_sync.source_enabled && view.replication.is_none() {
@@ -484,59 +487,6 @@ impl<C: ClusterState> Manager<C> {
         .await?;
         acked_alone::clear(&self.cfg);
         Ok(true)
-    }
-
-    /// Drain replication before promotion. True once everything the old
-    /// primary wrote (or, if it is gone, everything received) is applied.
-    pub(super) async fn drained(
-        &self,
-        conn: &mut mysql_async::Conn,
-        status: &cnmysql_api::ClusterStatus,
-        view: &sql::ServerView,
-    ) -> anyhow::Result<bool> {
-        let f = self.cfg.flavor();
-        let Some(repl) = &view.replication else {
-            return Ok(true);
-        };
-        let old = status
-            .current_primary
-            .clone()
-            .filter(|c| c != &self.cfg.instance);
-        let patience = Duration::from_millis(role::drain_rule(status).ask_old_primary_ms());
-        let wait_for = match old {
-            Some(old) => match self.peers.status_within(&old, patience).await {
-                Some(st) if st.mysqld_running => match switchover::final_history_of(&old, &st) {
-                    Ok(history) => history,
-                    Err(why) => {
-                        self.set_phase(InstancePhase::Running, why);
-                        return Ok(false);
-                    }
-                },
-                _ if role::drain_rule(status) == role::Drain::CatchUpWithOldPrimary => {
-                    self.set_phase(
-                        InstancePhase::Running,
-                        format!("waiting for {old} to hand over (switchover)"),
-                    );
-                    return Ok(false);
-                }
-                _ => repl.received_gtid.clone(),
-            },
-            None => repl.received_gtid.clone(),
-        };
-        if wait_for.is_empty() || history_reaches(f, &view.gtid_executed, &wait_for) {
-            return Ok(true);
-        }
-        self.set_phase(
-            InstancePhase::Running,
-            format!("catching up to {wait_for} before promotion"),
-        );
-        // Wait briefly for the applier, then judge by the executed history
-        // (the replication position alone misses a former primary's own writes).
-        let _: Option<i64> = conn
-            .query_first(flavor::wait_for_position(f, &wait_for, 0.2).text)
-            .await?;
-        let now = sql::observe(conn, f).await?;
-        Ok(history_reaches(f, &now.gtid_executed, &wait_for))
     }
 
     pub(super) async fn promote(

@@ -96,14 +96,26 @@ impl<C: ClusterState> ControlBackend<C> {
         };
         let observed = tokio::time::timeout(Duration::from_secs(2), async {
             let mut conn = pool.get_conn().await?;
-            let view = sql::observe(&mut conn, self.link.cfg.flavor()).await?;
+            let f = self.link.cfg.flavor();
+            let view = sql::observe(&mut conn, f).await?;
             if !(view.read_only && view.semi_sync.source_enabled) {
-                return anyhow::Ok((view, false));
+                return anyhow::Ok((view, false, None));
             }
-            settled_history(&mut conn, self.link.cfg.flavor(), view).await
+            if cnmysql_core::semisync::acks_closed(f, &view.semi_sync) {
+                // Read after the closed count was: final, whatever waits.
+                let at = hand_over_acks::binlog_end(&mut conn, f).await?;
+                let waiting = super::fence::commits_wait(&mut conn, f).await;
+                return Ok((view, waiting, at));
+            }
+            if hand_over_acks::will_close(f, self.link.role().as_ref()) {
+                // About to close them: final only then.
+                return Ok((view, true, None));
+            }
+            let (view, waiting) = settled_history(&mut conn, f, view).await?;
+            Ok((view, waiting, None))
         })
         .await;
-        let (view, commits_awaiting_ack) = match observed {
+        let (view, commits_awaiting_ack, acks_closed_at) = match observed {
             Ok(Ok(v)) => v,
             Ok(Err(e)) => {
                 st.message = format!("cannot query mysqld: {e}");
@@ -122,6 +134,7 @@ impl<C: ClusterState> ControlBackend<C> {
         st.gtid_executed = view.gtid_executed;
         st.gtid_position = view.gtid_position;
         st.commits_awaiting_ack = commits_awaiting_ack;
+        st.acks_closed_at = acks_closed_at;
         st.uptime_seconds = Some(view.uptime_seconds);
         st.semi_sync = Some(view.semi_sync);
         st.server = view.server;
@@ -180,8 +193,9 @@ impl<C: ClusterState> ControlBackend<C> {
 /// the history is read again, and the history must not have moved. What
 /// this cannot see: a commit still on its way to the wait (flushing) at
 /// the first question that waits at the second read and completes before
-/// the last question — possible only if MySQL lets commits proceed past
-/// read-only that far; no test holds one there yet.
+/// the last question. A MySQL primary handing over closes its
+/// acknowledgements first (`hand_over_acks`), and is then not asked this:
+/// the rule stays for a manager that could not close them (or an older one).
 async fn settled_history(
     conn: &mut mysql_async::Conn,
     f: cnmysql_api::Flavor,

@@ -1,0 +1,98 @@
+//! Draining before promotion: the target of a primary change applies
+//! everything the old primary may have told a client was committed —
+//! its final history and, when it closed its acknowledgements to hand
+//! over (`hand_over_acks`), its binary log up to where it ended — or,
+//! when the old primary is gone, everything this replica received.
+
+use super::*;
+
+impl<C: ClusterState> Manager<C> {
+    /// Drain replication before promotion. True once everything the old
+    /// primary wrote (or, if it is gone, everything received) is applied.
+    pub(super) async fn drained(
+        &self,
+        conn: &mut mysql_async::Conn,
+        status: &cnmysql_api::ClusterStatus,
+        view: &sql::ServerView,
+    ) -> anyhow::Result<bool> {
+        let f = self.cfg.flavor();
+        let Some(repl) = &view.replication else {
+            return Ok(true);
+        };
+        let old = status
+            .current_primary
+            .clone()
+            .filter(|c| c != &self.cfg.instance);
+        let patience = Duration::from_millis(role::drain_rule(status).ask_old_primary_ms());
+        let (wait_for, binlog) = match old {
+            Some(old) => match self.peers.status_within(&old, patience).await {
+                Some(st) if st.mysqld_running => match switchover::final_history_of(&old, &st) {
+                    // Its binary log's end is a place in what this
+                    // replica receives only while it receives from it; a
+                    // failover detached every replica from it first.
+                    Ok(point) if point.binlog.is_none() || self.receives_from(repl, &old) => {
+                        (point.history, point.binlog)
+                    }
+                    Ok(point) if status.failover_from.as_deref() == Some(old.as_str()) => {
+                        (point.history, None)
+                    }
+                    Ok(_) => {
+                        self.set_phase(
+                            InstancePhase::Running,
+                            format!("waiting to receive from {old} again before promotion"),
+                        );
+                        return Ok(false);
+                    }
+                    Err(why) => {
+                        self.set_phase(InstancePhase::Running, why);
+                        return Ok(false);
+                    }
+                },
+                _ if role::drain_rule(status) == role::Drain::CatchUpWithOldPrimary => {
+                    self.set_phase(
+                        InstancePhase::Running,
+                        format!("waiting for {old} to hand over (switchover)"),
+                    );
+                    return Ok(false);
+                }
+                _ => (repl.received_gtid.clone(), None),
+            },
+            None => (repl.received_gtid.clone(), None),
+        };
+        if let Some(at) = &binlog
+            && !super::hand_over_acks::applied_up_to(conn, f, at, 0.2).await?
+        {
+            self.set_phase(
+                InstancePhase::Running,
+                format!(
+                    "applying the old primary's binary log up to {}:{} before promotion",
+                    at.file, at.position
+                ),
+            );
+            return Ok(false);
+        }
+        if wait_for.is_empty() || history_reaches(f, &view.gtid_executed, &wait_for) {
+            return Ok(true);
+        }
+        self.set_phase(
+            InstancePhase::Running,
+            format!("catching up to {wait_for} before promotion"),
+        );
+        // Wait briefly for the applier, then judge by the executed history
+        // (the replication position alone misses a former primary's own writes).
+        let _: Option<i64> = conn
+            .query_first(flavor::wait_for_position(f, &wait_for, 0.2).text)
+            .await?;
+        let now = sql::observe(conn, f).await?;
+        Ok(history_reaches(f, &now.gtid_executed, &wait_for))
+    }
+
+    fn receives_from(&self, repl: &cnmysql_core::status::ReplicationStatus, old: &str) -> bool {
+        repl.io_state == "Yes"
+            && self
+                .peers
+                .source_name(&repl.source_host, repl.source_port)
+                .as_deref()
+                == Some(old)
+    }
+}
