@@ -1,9 +1,10 @@
 //! A MySQL primary handing over closes its acknowledgements once it is
 //! read-only (before, the commits left waiting would hold read-only up
-//! for ever: MySQL's `super_read_only` waits for them): with `rpl_semi_sync_source_wait_for_replica_count` at
-//! its most (`semisync::ACKS_CLOSED_COUNT`) no commit can be acknowledged,
-//! so no client is told "committed" of anything its binary log gets from
-//! then on. Its `/status` then names where its binary log ends
+//! for ever: MySQL's `super_read_only` waits for them): with
+//! `rpl_semi_sync_source_wait_for_replica_count` at its most
+//! (`semisync::ACKS_CLOSED_COUNT`) no commit can be acknowledged, so no
+//! client is told "committed" of anything its binary log gets from then
+//! on. Its `/status` then names where its binary log ends
 //! (`acks_closed_at`), and the target promotes only once it has received
 //! and applied up to there: every commit a client was ever told of is in
 //! the new primary, whatever the old one's commits were doing when they
@@ -29,10 +30,7 @@ pub(super) async fn close(conn: &mut mysql_async::Conn, f: Flavor, view: &sql::S
     let Some(stmt) = flavor::close_acks(f) else {
         return;
     };
-    if !view.semi_sync.source_enabled
-        || view.replication.is_some()
-        || semisync::acks_closed(f, &view.semi_sync)
-    {
+    if !closable(view) || semisync::acks_closed(f, &view.semi_sync) {
         return;
     }
     match sql::exec_all(conn, &[stmt]).await {
@@ -45,9 +43,20 @@ pub(super) async fn close(conn: &mut mysql_async::Conn, f: Flavor, view: &sql::S
 /// history is final: a MySQL primary handing over. Until it has, its
 /// `/status` says commits await an acknowledgement (its history is not
 /// final), so that no target promotes on the history alone meanwhile.
-pub(super) fn will_close(f: Flavor, role: Option<&cnmysql_core::role::Desired>) -> bool {
+pub(super) fn will_close(
+    f: Flavor,
+    role: Option<&cnmysql_core::role::Desired>,
+    view: &sql::ServerView,
+) -> bool {
     flavor::close_acks(f).is_some()
+        && closable(view)
         && matches!(role, Some(cnmysql_core::role::Desired::HandOver { .. }))
+}
+
+/// A server whose own commits wait for acknowledgements: the source side
+/// on, and not a replica itself.
+fn closable(view: &sql::ServerView) -> bool {
+    view.semi_sync.source_enabled && view.replication.is_none()
 }
 
 /// Where the binary log ends now.

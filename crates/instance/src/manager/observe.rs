@@ -107,7 +107,7 @@ impl<C: ClusterState> ControlBackend<C> {
                 let waiting = super::fence::commits_wait(&mut conn, f).await;
                 return Ok((view, waiting, at));
             }
-            if hand_over_acks::will_close(f, self.link.role().as_ref()) {
+            if hand_over_acks::will_close(f, self.link.role().as_ref(), &view) {
                 // About to close them: final only then.
                 return Ok((view, true, None));
             }
