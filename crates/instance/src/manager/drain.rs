@@ -37,10 +37,7 @@ impl<C: ClusterState> Manager<C> {
                         (point.history, None)
                     }
                     Ok(_) => {
-                        self.set_phase(
-                            InstancePhase::Running,
-                            format!("waiting to receive from {old} again before promotion"),
-                        );
+                        self.receive_again(conn, repl, &old).await?;
                         return Ok(false);
                     }
                     Err(why) => {
@@ -85,6 +82,33 @@ impl<C: ClusterState> Manager<C> {
             .await?;
         let now = sql::observe(conn, f).await?;
         Ok(history_reaches(f, &now.gtid_executed, &wait_for))
+    }
+
+    /// A target that stopped receiving from the old primary during the
+    /// hand-over (its receiver stopped by an error or by hand) could never
+    /// reach where the old primary's binary log ended, and the old primary
+    /// would stay read-only until the switchover is given up: it starts
+    /// receiving again. One still connecting is waited for.
+    async fn receive_again(
+        &self,
+        conn: &mut mysql_async::Conn,
+        repl: &cnmysql_core::status::ReplicationStatus,
+        old: &str,
+    ) -> anyhow::Result<()> {
+        let from_old = self
+            .peers
+            .source_name(&repl.source_host, repl.source_port)
+            .as_deref()
+            == Some(old);
+        if from_old && repl.io_state == "No" {
+            sql::exec_all(conn, &[flavor::start_replica(self.cfg.flavor())]).await?;
+            tracing::info!(old, "receiving from the old primary again before promotion");
+        }
+        self.set_phase(
+            InstancePhase::Running,
+            format!("waiting to receive from {old} again before promotion"),
+        );
+        Ok(())
     }
 
     fn receives_from(&self, repl: &cnmysql_core::status::ReplicationStatus, old: &str) -> bool {
