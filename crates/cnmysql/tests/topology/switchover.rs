@@ -138,3 +138,152 @@ async fn a_lagging_target_is_refused_at_once(c: &LocalCluster) {
     assert_eq!(o.errors, 0, "{}", o.failures_report());
     set_delay(0).await;
 }
+
+/// A switchover given up after the primary turned read-only and closed
+/// its acknowledgements (`hand_over_acks`): the target's manager is frozen
+/// the moment the old primary is read-only, so it never promotes. After
+/// `maxSwitchoverDelay` the old primary takes its role back and must wait
+/// for the spec's count of acknowledgements again, not for ever: writes
+/// resume, and every acknowledged row ends on every instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switchover_given_up_after_the_hand_over_began_gives_the_primary_its_acknowledgements_back()
+ {
+    if flavor() == Flavor::Mariadb {
+        // Nothing is closed there, and its target promotes within
+        // milliseconds of the old primary's read-only: quicker than a test
+        // can stop it from outside.
+        eprintln!("MySQL only: a MariaDB primary closes no acknowledgements");
+        return;
+    }
+    let manifest = format!("{}  maxSwitchoverDelay: 3\n", durable("swg", 3));
+    let c = LocalCluster::start("swg", &manifest);
+    let w = start_writer(&c).await;
+    w.wait_for_more(50, Duration::from_secs(10)).await;
+    // The target may be quicker than the test: then it is primary, and the
+    // next attempt switches from it.
+    let mut given_up = None;
+    for _ in 0..5 {
+        let old = c.current_primary();
+        let target = ["swg-2", "swg-3"]
+            .into_iter()
+            .find(|t| *t != old)
+            .unwrap()
+            .to_string();
+        let promote = std::process::Command::new(BIN)
+            .args([
+                "local",
+                "promote",
+                "swg",
+                &target,
+                "--state-dir",
+                &c.state_arg(),
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut primary = c.admin(&old).await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ro: Option<u8> = primary.query_first("SELECT @@read_only").await.unwrap();
+            if ro == Some(1) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{old} never turned read-only for the hand-over"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let manager = c.manager_pid(&target);
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(manager), Signal::SIGSTOP).unwrap();
+        wait_stopped(manager);
+        let out = tokio::task::block_in_place(|| promote.wait_with_output()).unwrap();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(manager), Signal::SIGCONT).unwrap();
+        if !out.status.success() {
+            given_up = Some((old, String::from_utf8_lossy(&out.stderr).to_string()));
+            break;
+        }
+        wait_ready(&c, 3, Duration::from_secs(60)).await;
+    }
+    let (old, why) = given_up.expect("no switchover was given up in 5 attempts");
+    eprintln!("switchover given up: {}", why.trim().replace('\n', " / "));
+    assert_eq!(
+        c.current_primary(),
+        old,
+        "the old primary took its role back"
+    );
+    w.wait_for_more(50, Duration::from_secs(20)).await;
+    let count: Option<u32> = c
+        .admin(&old)
+        .await
+        .query_first("SELECT @@rpl_semi_sync_source_wait_for_replica_count")
+        .await
+        .unwrap();
+    assert_eq!(count, Some(1), "the spec's count (minSyncReplicas 1) again");
+    wait_ready(&c, 3, Duration::from_secs(60)).await;
+    let o = w.stop().await;
+    for i in ["swg-1", "swg-2", "swg-3"] {
+        verify_on(&c, i, &o.acked).await;
+    }
+    assert_eq!(c.writable_instances().await, vec![old]);
+    c.destroy();
+}
+
+/// The target's receiver stops the moment the old primary turns read-only
+/// (an error, or a person): it could never apply up to where the old
+/// primary's binary log ended, so it starts receiving again and takes
+/// over, rather than leaving the old primary read-only until the
+/// switchover is given up (`maxSwitchoverDelay`, an hour by default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_whose_receiver_stops_during_the_hand_over_starts_it_again_and_takes_over() {
+    let c = LocalCluster::start("swr", &durable("swr", 3));
+    let w = start_writer(&c).await;
+    w.wait_for_more(50, Duration::from_secs(10)).await;
+    let mut target_conn = c.admin("swr-2").await;
+    let promote = std::process::Command::new(BIN)
+        .args([
+            "local",
+            "promote",
+            "swr",
+            "swr-2",
+            "--state-dir",
+            &c.state_arg(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut primary = c.admin("swr-1").await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while primary
+        .query_first::<u8, _>("SELECT @@read_only")
+        .await
+        .unwrap()
+        != Some(1)
+    {
+        assert!(Instant::now() < deadline, "swr-1 never turned read-only");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    target_conn.query_drop(stop_io_thread()).await.unwrap();
+    let began = Instant::now();
+    let out = tokio::task::block_in_place(|| promote.wait_with_output()).unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!(
+        "switchover completed {:?} after the target's receiver was stopped",
+        began.elapsed()
+    );
+    assert_eq!(c.current_primary(), "swr-2");
+    w.wait_for_more(50, Duration::from_secs(10)).await;
+    wait_ready(&c, 3, Duration::from_secs(60)).await;
+    let o = w.stop().await;
+    for i in ["swr-1", "swr-2", "swr-3"] {
+        verify_on(&c, i, &o.acked).await;
+    }
+    assert_eq!(c.writable_instances().await, vec!["swr-2".to_string()]);
+    c.destroy();
+}
