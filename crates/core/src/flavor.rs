@@ -9,6 +9,8 @@ use std::fmt;
 
 use cnmysql_api::Flavor;
 
+pub mod hand_over;
+
 /// One statement, with the text to log in place of the real one.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Sql {
@@ -459,44 +461,6 @@ pub fn end_replay(flavor: Flavor, server_id: u32) -> Vec<Sql> {
         reset_replica(flavor),
         Sql::new(format!("SET GLOBAL server_id = {server_id}")),
     ]
-}
-
-/// Close a handing-over primary's acknowledgements
-/// (`semisync::ACKS_CLOSED_COUNT`); MariaDB has no way to.
-pub fn close_acks(flavor: Flavor) -> Option<Sql> {
-    (flavor == Flavor::Mysql).then(|| {
-        Sql::new(format!(
-            "SET GLOBAL rpl_semi_sync_source_wait_for_replica_count = {}",
-            crate::semisync::ACKS_CLOSED_COUNT
-        ))
-    })
-}
-
-/// Where the binary log ends now (file, position): what a replica's
-/// receiver may be sent up to.
-pub fn binlog_end(flavor: Flavor) -> Sql {
-    Sql::new(match flavor {
-        Flavor::Mariadb => "SHOW MASTER STATUS",
-        Flavor::Mysql => "SHOW BINARY LOG STATUS",
-    })
-}
-
-/// Wait until the replica has received and applied its source's binary
-/// log up to `at` (seconds; -1 = timeout, NULL = not replicating).
-pub fn wait_for_source_point(
-    flavor: Flavor,
-    at: &crate::status::BinlogPoint,
-    timeout_secs: f64,
-) -> Sql {
-    let f = match flavor {
-        Flavor::Mariadb => "MASTER_POS_WAIT",
-        Flavor::Mysql => "SOURCE_POS_WAIT",
-    };
-    Sql::new(format!(
-        "SELECT {f}({}, {}, {timeout_secs})",
-        quote(&at.file),
-        at.position
-    ))
 }
 
 /// Wait until the applied history includes `position` (seconds; -1 = timeout).

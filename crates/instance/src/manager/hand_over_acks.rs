@@ -15,7 +15,7 @@
 //! given up hands the role back that way).
 
 use cnmysql_api::Flavor;
-use cnmysql_core::flavor;
+use cnmysql_core::flavor::hand_over as flavor;
 use cnmysql_core::semisync;
 use cnmysql_core::status::BinlogPoint;
 use mysql_async::prelude::*;
