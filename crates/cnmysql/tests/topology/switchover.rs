@@ -182,19 +182,7 @@ async fn a_switchover_given_up_after_the_hand_over_began_gives_the_primary_its_a
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        let mut primary = c.admin(&old).await;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let ro: Option<u8> = primary.query_first("SELECT @@read_only").await.unwrap();
-            if ro == Some(1) {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{old} never turned read-only for the hand-over"
-            );
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+        wait_read_only(&c, &old).await;
         let manager = c.manager_pid(&target);
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(manager), Signal::SIGSTOP).unwrap();
         wait_stopped(manager);
@@ -254,17 +242,7 @@ async fn a_target_whose_receiver_stops_during_the_hand_over_starts_it_again_and_
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let mut primary = c.admin("swr-1").await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while primary
-        .query_first::<u8, _>("SELECT @@read_only")
-        .await
-        .unwrap()
-        != Some(1)
-    {
-        assert!(Instant::now() < deadline, "swr-1 never turned read-only");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    wait_read_only(&c, "swr-1").await;
     target_conn.query_drop(stop_io_thread()).await.unwrap();
     let began = Instant::now();
     let out = tokio::task::block_in_place(|| promote.wait_with_output()).unwrap();
@@ -286,4 +264,21 @@ async fn a_target_whose_receiver_stops_during_the_hand_over_starts_it_again_and_
     }
     assert_eq!(c.writable_instances().await, vec!["swr-2".to_string()]);
     c.destroy();
+}
+
+/// Until `instance` answers read-only (a hand-over began), asked every 2 ms.
+async fn wait_read_only(c: &LocalCluster, instance: &str) {
+    let mut conn = c.admin(instance).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ro: Option<u8> = conn.query_first("SELECT @@read_only").await.unwrap();
+        if ro == Some(1) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{instance} never turned read-only for the hand-over"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
 }
