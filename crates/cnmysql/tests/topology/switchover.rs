@@ -169,19 +169,7 @@ async fn a_switchover_given_up_after_the_hand_over_began_gives_the_primary_its_a
             .find(|t| *t != old)
             .unwrap()
             .to_string();
-        let promote = std::process::Command::new(BIN)
-            .args([
-                "local",
-                "promote",
-                "swg",
-                &target,
-                "--state-dir",
-                &c.state_arg(),
-            ])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+        let promote = promote_in_background(&c, "swg", &target);
         wait_read_only(&c, &old).await;
         let manager = c.manager_pid(&target);
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(manager), Signal::SIGSTOP).unwrap();
@@ -229,19 +217,7 @@ async fn a_target_whose_receiver_stops_during_the_hand_over_starts_it_again_and_
     let w = start_writer(&c).await;
     w.wait_for_more(50, Duration::from_secs(10)).await;
     let mut target_conn = c.admin("swr-2").await;
-    let promote = std::process::Command::new(BIN)
-        .args([
-            "local",
-            "promote",
-            "swr",
-            "swr-2",
-            "--state-dir",
-            &c.state_arg(),
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let promote = promote_in_background(&c, "swr", "swr-2");
     wait_read_only(&c, "swr-1").await;
     target_conn.query_drop(stop_io_thread()).await.unwrap();
     let began = Instant::now();
@@ -281,4 +257,21 @@ async fn wait_read_only(c: &LocalCluster, instance: &str) {
         );
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
+}
+
+/// `cnmysql local promote` started, not waited for.
+fn promote_in_background(c: &LocalCluster, cluster: &str, target: &str) -> std::process::Child {
+    std::process::Command::new(BIN)
+        .args([
+            "local",
+            "promote",
+            cluster,
+            target,
+            "--state-dir",
+            &c.state_arg(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
 }
