@@ -146,7 +146,9 @@ pub fn summary(s: &InstanceStatus) -> String {
         return "-".into();
     };
     match s.role {
-        Role::Primary if semi.wait_for_count >= ACKS_CLOSED_COUNT => "closed (handing over)".into(),
+        Role::Primary if s.flavor.is_some_and(|f| acks_closed(f, semi)) => {
+            "closed (handing over)".into()
+        }
         Role::Primary if semi.source_active => {
             format!("waits {} of {}", semi.wait_for_count.max(1), semi.clients)
         }
@@ -184,6 +186,7 @@ mod tests {
         };
         assert!(!acks_closed(Flavor::Mysql, &open));
         let handing_over = InstanceStatus {
+            flavor: Some(Flavor::Mysql),
             role: Role::Primary,
             semi_sync: Some(crate::status::SemiSyncStatus {
                 source_active: true,
