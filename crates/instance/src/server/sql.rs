@@ -193,14 +193,7 @@ pub async fn observe(conn: &mut Conn, f: Flavor) -> anyhow::Result<ServerView> {
         }
     });
     let vars: Vec<(String, String)> = conn.query(global_status_query()).await?;
-    let settings: Vec<(String, String)> = conn
-        .query(
-            "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('rpl_semi_sync_master_enabled', \
-             'rpl_semi_sync_slave_enabled', 'rpl_semi_sync_master_timeout', 'rpl_semi_sync_source_enabled', \
-             'rpl_semi_sync_replica_enabled', 'rpl_semi_sync_source_timeout', \
-             'rpl_semi_sync_source_wait_for_replica_count')",
-        )
-        .await?;
+    let settings = semi_sync_settings(conn, f).await?;
     let get = |list: &[(String, String)], names: &[&str]| -> String {
         list.iter()
             .find(|(k, _)| names.iter().any(|n| k.eq_ignore_ascii_case(n)))
@@ -273,6 +266,49 @@ pub async fn observe(conn: &mut Conn, f: Flavor) -> anyhow::Result<ServerView> {
 
 /// The status variables the manager reads: its own (uptime, semi-sync)
 /// and the server's figures for `/metrics`, in one statement.
+/// The semi-sync settings each flavour has, read one by one as
+/// `(name, value)`. Not `SHOW GLOBAL VARIABLES WHERE …`: MySQL answers that
+/// by materialising every system variable, which on a replica under 16
+/// writers was 5 % of its server's CPU (issue 46); the config names every
+/// one of these (a server without them does not start), so they exist.
+async fn semi_sync_settings(conn: &mut Conn, f: Flavor) -> anyhow::Result<Vec<(String, String)>> {
+    let names = semi_sync_setting_names(f);
+    let row: Option<Row> = conn.query_first(semi_sync_settings_query(names)).await?;
+    let row = row.ok_or_else(|| anyhow::anyhow!("the semi-sync settings returned no row"))?;
+    Ok(names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let v: Option<String> = row.get_opt(i).and_then(|v| v.ok()).flatten();
+            (n.to_string(), v.unwrap_or_default())
+        })
+        .collect())
+}
+
+fn semi_sync_setting_names(f: Flavor) -> &'static [&'static str] {
+    match f {
+        Flavor::Mariadb => &[
+            "rpl_semi_sync_master_enabled",
+            "rpl_semi_sync_slave_enabled",
+            "rpl_semi_sync_master_timeout",
+        ],
+        Flavor::Mysql => &[
+            "rpl_semi_sync_source_enabled",
+            "rpl_semi_sync_replica_enabled",
+            "rpl_semi_sync_source_timeout",
+            "rpl_semi_sync_source_wait_for_replica_count",
+        ],
+    }
+}
+
+fn semi_sync_settings_query(names: &[&str]) -> String {
+    let cols: Vec<String> = names
+        .iter()
+        .map(|n| format!("CAST(@@global.{n} AS CHAR)"))
+        .collect();
+    format!("SELECT {}", cols.join(", "))
+}
+
 fn global_status_query() -> String {
     let own = [
         "Uptime",
