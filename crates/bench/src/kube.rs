@@ -12,7 +12,8 @@
 //!   never crashed before: the kubelet starts it again at once);
 //! - the primary cut off (no traffic in or out);
 //! - the primary frozen (its cgroup in the freezer);
-//! - a planned switchover (`kubectl cnmsql promote`): the longest gap.
+//! - a planned switchover (`kubectl cnmsql promote`): the longest gap;
+//! - replica apply lag under the load (`lag`, the figures of `lag.rs`).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -350,6 +351,59 @@ async fn probe_table(k: &KubeCluster) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Replica apply lag under `writers` through rw, 20 s a run, each replica
+/// asked through its Pod's address (issue 46: the real node gives each
+/// Pod its own share of CPU, as production does).
+async fn lag_runs(k: &KubeCluster, runs: usize, writers: usize) -> anyhow::Result<Value> {
+    let mut figures = crate::lag::Figures::default();
+    for i in 0..runs {
+        k.wait_healthy(NS, "db", 3, Duration::from_secs(240))
+            .await?;
+        let pw = k.app_password(NS, "db").await?;
+        let primary = k.cluster_status(NS, "db").await?.current_primary;
+        let pods: Api<Pod> = Api::namespaced(k.client.clone(), NS);
+        let mut replicas = Vec::new();
+        for name in instances()
+            .into_iter()
+            .filter(|n| Some(n) != primary.as_ref())
+        {
+            let ip: std::net::IpAddr = pods
+                .get(&name)
+                .await?
+                .status
+                .and_then(|s| s.pod_ip)
+                .ok_or_else(|| anyhow::anyhow!("{name} has no address"))?
+                .parse()?;
+            let opts = cnmysql_workload::writer::app_opts_at((ip, 3306).into(), pw.clone());
+            replicas.push((name, mysql_async::Conn::new(opts).await?));
+        }
+        let r = crate::lag::measure(
+            load_opts(k).await?,
+            replicas,
+            writers,
+            Duration::from_secs(20),
+        )
+        .await?;
+        figures.add(&format!("kube lag run {} ({writers} writers)", i + 1), &r);
+    }
+    Ok(figures.json())
+}
+
+/// For trying a server setting by hand: `CNMYSQL_BENCH_PARAMETERS`
+/// (`name=value,…`) added to the Cluster's `spec.mysql.parameters`.
+fn with_parameters(manifest: String) -> String {
+    let Ok(extra) = std::env::var("CNMYSQL_BENCH_PARAMETERS") else {
+        return manifest;
+    };
+    let lines: String = extra
+        .split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| format!("      {}: \"{}\"\n", k.trim(), v.trim()))
+        .collect();
+    eprintln!("parameters added: {extra}");
+    manifest.replacen("    parameters:\n", &format!("    parameters:\n{lines}"), 1)
+}
+
 /// Where the load connects: rw, as the write checker.
 async fn load_opts(k: &KubeCluster) -> anyhow::Result<mysql_async::Opts> {
     let rw = k.wait_service(NS, "db-rw").await?;
@@ -485,11 +539,14 @@ pub fn kube(
             &serde_json::from_value(json!({"metadata": {"name": NS}}))?,
         )
         .await?;
-        let manifest = cnmysql_kubetest::cluster_manifest(NS, "db", "required");
+        let manifest = with_parameters(cnmysql_kubetest::cluster_manifest(NS, "db", "required"));
         k.cp.kubectl(&["apply", "-f", "-"], Some(&manifest))?;
         probe_table(&k).await?;
         let mut out = serde_json::Map::new();
         out.insert("load_writers".into(), json!(load));
+        if wanted("lag") {
+            out.insert("lag".into(), lag_runs(&k, runs, load.max(1)).await?);
+        }
         let (mut gaps, mut lost, mut given_up) = (Vec::new(), Vec::new(), 0usize);
         for i in 0..if wanted("switchover") { runs } else { 0 } {
             match switchover_run(&k, cnmysql, load).await? {

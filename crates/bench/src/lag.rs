@@ -12,55 +12,20 @@ use serde_json::{Value, json};
 
 use crate::harness::{Bench, stats};
 
-/// The writers measured: connections through `rw`, each inserting one row
-/// per transaction as fast as it is acknowledged.
-const WRITERS: &[usize] = &[1, 16];
-
-pub(crate) fn lag(runs: usize, seconds: u64) -> anyhow::Result<Value> {
+/// `writers`: each measurement's connections through `rw`, each inserting
+/// one row per transaction as fast as it is acknowledged.
+pub(crate) fn lag(runs: usize, seconds: u64, writers: &[usize]) -> anyhow::Result<Value> {
     let rt = tokio::runtime::Runtime::new()?;
     let mut out = serde_json::Map::new();
-    for &writers in WRITERS {
-        let mut p50 = Vec::new();
-        let mut p99 = Vec::new();
-        let mut max = Vec::new();
-        let mut commits = Vec::new();
-        let mut applies = Vec::new();
-        let mut catch_up = Vec::new();
+    for &writers in writers {
+        let mut figures = Figures::default();
         for i in 0..runs {
             let b = Bench::new();
             b.up_durable("lag")?;
             let r = rt.block_on(one_run(&b, writers, Duration::from_secs(seconds)))?;
-            eprintln!(
-                "lag run {} ({writers} writers): p50 {:.3}s p99 {:.3}s max {:.3}s; primary {:.0} commits/s, replicas {:?} rows/s; caught up {:.2}s after the writers stopped",
-                i + 1,
-                r.percentile(0.5),
-                r.percentile(0.99),
-                r.percentile(1.0),
-                r.commit_rate,
-                r.apply_rates
-                    .iter()
-                    .map(|a| format!("{a:.0}"))
-                    .collect::<Vec<_>>(),
-                r.catch_up
-            );
-            p50.push(r.percentile(0.5));
-            p99.push(r.percentile(0.99));
-            max.push(r.percentile(1.0));
-            commits.push(r.commit_rate);
-            applies.extend(r.apply_rates.iter().copied());
-            catch_up.push(r.catch_up);
+            figures.add(&format!("lag run {} ({writers} writers)", i + 1), &r);
         }
-        out.insert(
-            format!("writers_{writers}"),
-            json!({
-                "apply_lag_p50_seconds": stats(p50),
-                "apply_lag_p99_seconds": stats(p99),
-                "apply_lag_max_seconds": stats(max),
-                "primary_commits_per_second": stats(commits),
-                "replica_applied_rows_per_second": stats(applies),
-                "caught_up_after_writers_stopped_seconds": stats(catch_up),
-            }),
-        );
+        out.insert(format!("writers_{writers}"), figures.json());
     }
     out.insert(
         "note".into(),
@@ -71,7 +36,54 @@ pub(crate) fn lag(runs: usize, seconds: u64) -> anyhow::Result<Value> {
     Ok(Value::Object(out))
 }
 
-struct Run {
+/// The figures of several runs: each run's lag percentiles, the primary's
+/// commit rate and every replica's apply rate side by side.
+#[derive(Default)]
+pub(crate) struct Figures {
+    p50: Vec<f64>,
+    p99: Vec<f64>,
+    max: Vec<f64>,
+    commits: Vec<f64>,
+    applies: Vec<f64>,
+    catch_up: Vec<f64>,
+}
+
+impl Figures {
+    /// One run's figures, also printed on a line beginning with `what`.
+    pub(crate) fn add(&mut self, what: &str, r: &Run) {
+        eprintln!(
+            "{what}: p50 {:.3}s p99 {:.3}s max {:.3}s; primary {:.0} commits/s, replicas {:?} rows/s; caught up {:.2}s after the writers stopped",
+            r.percentile(0.5),
+            r.percentile(0.99),
+            r.percentile(1.0),
+            r.commit_rate,
+            r.apply_rates
+                .iter()
+                .map(|a| format!("{a:.0}"))
+                .collect::<Vec<_>>(),
+            r.catch_up
+        );
+        self.p50.push(r.percentile(0.5));
+        self.p99.push(r.percentile(0.99));
+        self.max.push(r.percentile(1.0));
+        self.commits.push(r.commit_rate);
+        self.applies.extend(r.apply_rates.iter().copied());
+        self.catch_up.push(r.catch_up);
+    }
+
+    pub(crate) fn json(self) -> Value {
+        json!({
+            "apply_lag_p50_seconds": stats(self.p50),
+            "apply_lag_p99_seconds": stats(self.p99),
+            "apply_lag_max_seconds": stats(self.max),
+            "primary_commits_per_second": stats(self.commits),
+            "replica_applied_rows_per_second": stats(self.applies),
+            "caught_up_after_writers_stopped_seconds": stats(self.catch_up),
+        })
+    }
+}
+
+pub(crate) struct Run {
     /// Lag samples of every replica, in seconds.
     samples: Vec<f64>,
     commit_rate: f64,
@@ -93,16 +105,31 @@ impl Run {
 async fn one_run(b: &Bench, writers: usize, window: Duration) -> anyhow::Result<Run> {
     let port = b.ports()["services"]["rw"].as_u64().unwrap() as u16;
     let opts = cnmysql_workload::writer::app_opts(port, b.secret("app-password"));
-    let load = cnmysql_workload::load::Load::start(opts.clone(), writers).await?;
-    let mut c = mysql_async::Conn::new(opts.clone()).await?;
     let primary = b.current_primary();
-    let replicas: Vec<String> = (1..=3)
+    let mut replicas = Vec::new();
+    for r in (1..=3)
         .map(|n| format!("lag-{n}"))
         .filter(|n| *n != primary)
-        .collect();
+    {
+        replicas.push((r.clone(), b.admin(&r).await?));
+    }
+    measure(opts, replicas, writers, window).await
+}
+
+/// `writers` connections to `rw` writing flat out for `window`, each
+/// replica (a name and a connection to it) asked every 200 ms how far
+/// behind it is; then how long each takes to hold every row. The local
+/// platform's measurement and the real node's (`kube.rs`).
+pub(crate) async fn measure(
+    rw: mysql_async::Opts,
+    replicas: Vec<(String, mysql_async::Conn)>,
+    writers: usize,
+    window: Duration,
+) -> anyhow::Result<Run> {
+    let load = cnmysql_workload::load::Load::start(rw.clone(), writers).await?;
+    let mut c = mysql_async::Conn::new(rw).await?;
     let mut admins = Vec::new();
-    for r in &replicas {
-        let mut a = b.admin(r).await?;
+    for (r, mut a) in replicas {
         // For trying a setting by hand: statements run on each replica
         // first (say, another applier configuration), named in the output.
         if let Ok(sql) = std::env::var("CNMYSQL_BENCH_REPLICA_SQL") {

@@ -93,7 +93,7 @@ enum What {
         /// Skip the local platform's failover and switchover.
         #[arg(long)]
         no_local: bool,
-        /// Only these cases (switchover, delete, kill, cut, freeze).
+        /// Only these cases (lag, switchover, delete, kill, cut, freeze).
         #[arg(long, value_delimiter = ',')]
         cases: Vec<String>,
     },
@@ -121,6 +121,9 @@ enum What {
         /// Seconds of writes per run.
         #[arg(long, default_value = "30")]
         seconds: u64,
+        /// Writer connections measured, one measurement each.
+        #[arg(long, value_delimiter = ',', default_value = "1,16")]
+        writers: Vec<usize>,
     },
     /// All of the above but the operator and Kubernetes.
     All,
@@ -445,10 +448,10 @@ fn measure(
     if all || matches!(cli.what, What::Switchover) {
         results.insert("switchover".into(), switchover(cli.runs, cli.load)?);
     }
-    if let What::Lag { seconds } = cli.what {
-        results.insert("lag".into(), lag::lag(cli.runs, seconds)?);
+    if let What::Lag { seconds, writers } = &cli.what {
+        results.insert("lag".into(), lag::lag(cli.runs, *seconds, writers)?);
     } else if all {
-        results.insert("lag".into(), lag::lag(cli.runs, 30)?);
+        results.insert("lag".into(), lag::lag(cli.runs, 30, &[1, 16])?);
     }
     if all || matches!(cli.what, What::Upgrade) {
         results.insert("upgrade".into(), upgrade::upgrade(cli.runs)?);
