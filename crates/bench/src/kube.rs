@@ -374,8 +374,11 @@ async fn lag_runs(k: &KubeCluster, runs: usize, writers: usize) -> anyhow::Resul
                 .and_then(|s| s.pod_ip)
                 .ok_or_else(|| anyhow::anyhow!("{name} has no address"))?
                 .parse()?;
+            if let Some(sql) = crate::lag::replica_sql(&name) {
+                k.root_sql(NS, "db", &name, &sql).await?;
+            }
             let opts = cnmysql_workload::writer::app_opts_at((ip, 3306).into(), pw.clone());
-            replicas.push((name, mysql_async::Conn::new(opts).await?));
+            replicas.push(mysql_async::Conn::new(opts).await?);
         }
         let r = crate::lag::measure(
             load_opts(k).await?,

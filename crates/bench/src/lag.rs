@@ -111,33 +111,27 @@ async fn one_run(b: &Bench, writers: usize, window: Duration) -> anyhow::Result<
         .map(|n| format!("lag-{n}"))
         .filter(|n| *n != primary)
     {
-        replicas.push((r.clone(), b.admin(&r).await?));
+        let mut a = b.admin(&r).await?;
+        if let Some(sql) = replica_sql(&r) {
+            a.query_drop(sql).await?;
+        }
+        replicas.push(a);
     }
     measure(opts, replicas, writers, window).await
 }
 
 /// `writers` connections to `rw` writing flat out for `window`, each
-/// replica (a name and a connection to it) asked every 200 ms how far
+/// replica (a connection to it) asked every 200 ms how far
 /// behind it is; then how long each takes to hold every row. The local
 /// platform's measurement and the real node's (`kube.rs`).
 pub(crate) async fn measure(
     rw: mysql_async::Opts,
-    replicas: Vec<(String, mysql_async::Conn)>,
+    mut admins: Vec<mysql_async::Conn>,
     writers: usize,
     window: Duration,
 ) -> anyhow::Result<Run> {
     let load = cnmysql_workload::load::Load::start(rw.clone(), writers).await?;
     let mut c = mysql_async::Conn::new(rw).await?;
-    let mut admins = Vec::new();
-    for (r, mut a) in replicas {
-        // For trying a setting by hand: statements run on each replica
-        // first (say, another applier configuration), named in the output.
-        if let Ok(sql) = std::env::var("CNMYSQL_BENCH_REPLICA_SQL") {
-            eprintln!("on {r}: {sql}");
-            a.query_drop(sql).await?;
-        }
-        admins.push(a);
-    }
     // Warm up: the writers connected and the appliers under way.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let start = Instant::now();
@@ -178,6 +172,15 @@ pub(crate) async fn measure(
         apply_rates,
         catch_up: stopped.elapsed().as_secs_f64(),
     })
+}
+
+/// For trying a setting by hand: `CNMYSQL_BENCH_REPLICA_SQL`, statements
+/// each replica runs (as its administrator) before the writers start,
+/// named in the output.
+pub(crate) fn replica_sql(replica: &str) -> Option<String> {
+    let sql = std::env::var("CNMYSQL_BENCH_REPLICA_SQL").ok()?;
+    eprintln!("on {replica}: {sql}");
+    Some(sql)
 }
 
 /// Rows a replica holds (ids are given in commit order closely enough:
