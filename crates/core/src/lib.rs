@@ -8,6 +8,7 @@ pub mod archiving;
 pub mod backup_source;
 pub mod binlog_retention;
 pub mod cadence;
+pub mod copy_unblock;
 pub mod crash_backoff;
 pub mod declared;
 pub mod definition;

@@ -17,6 +17,11 @@ pub enum Bootstrap {
     UseExisting,
     /// Do nothing yet, and say why.
     Wait(String),
+    /// Remove the data there and clone the named primary: a replica's
+    /// data that a machine restart may have left claiming transactions it
+    /// lacks (`replica_durability::unsynced_next`). It holds nothing the
+    /// primary lacks: the primary syncs its binary log before sending it.
+    Reclone(String),
 }
 
 /// Decide how to get data. `has_data` is whether the data directory holds an

@@ -13,7 +13,7 @@ pub mod upgrade;
 // and the other crates use them.
 pub use copies::{clone, donor, logical_import};
 use copies::{clone_plugin, clone_progress, mysql_backup, saved_transactions, source_account};
-use server::{binlog_files, private_server, run_dir, server_tls, server_version};
+use server::{binlog_files, private_server, run_dir, server_tls, server_version, unsynced_mark};
 pub use server::{bootstrap, config, mysqld, server_image, sql};
 
 // The control API's client is its callers' (cnmysql-control); the

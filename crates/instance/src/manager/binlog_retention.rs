@@ -84,7 +84,10 @@ impl<C: ClusterState> BinlogRetention<C> {
         let pressure = binlog_retention::pressure(
             &super::volumes::usage(cfg),
             cfg.shared_volumes,
-            self.link.writes_refused().is_some(),
+            // Writes held for a copy are no sign of a full volume.
+            self.link
+                .writes_refused()
+                .is_some_and(|r| r != cnmysql_core::copy_unblock::REASON),
             &status,
         );
         let policy = binlog_retention::policy(&cfg.spec, pressure);

@@ -94,7 +94,8 @@ impl<C: ClusterState> Manager<C> {
         if status.failover_from.as_deref() == Some(self.cfg.instance.as_str()) {
             self.owners.lease.taken();
         }
-        let refused = self.writes_refused(&desired, &status);
+        let held = self.copy_refusal(&mut conn, &desired, &view).await;
+        let refused = self.writes_refused(&desired, &status, held);
         let facts = role_gate::Facts {
             me: &self.cfg.instance,
             read_only: view.read_only,
@@ -141,7 +142,12 @@ impl<C: ClusterState> Manager<C> {
     /// word (`status.writesRefused`, any instance short of room), or its
     /// own volumes' without waiting for it (`cnmysql_core::disk_guard`).
     /// Published for the status's readiness.
-    fn writes_refused(&self, desired: &Desired, status: &ClusterStatus) -> Option<String> {
+    fn writes_refused(
+        &self,
+        desired: &Desired,
+        status: &ClusterStatus,
+        held_for_copy: Option<String>,
+    ) -> Option<String> {
         // The hysteresis (writes back only with twice the reserve) is the
         // cluster's, in `status.writesRefused`, which comes first below.
         // Without it this primary judges its own volumes against the
@@ -156,12 +162,13 @@ impl<C: ClusterState> Manager<C> {
                     cnmysql_core::disk_guard::short(&self.cfg.instance, &mine, false)
                 })
             })
-            .flatten();
+            .flatten()
+            .or(held_for_copy);
         if refused != self.link.writes_refused() {
             match &refused {
                 Some(why) => tracing::warn!(reason = %why, "refusing writes"),
                 None if self.link.writes_refused().is_some() => {
-                    tracing::info!("volumes have room again: taking writes")
+                    tracing::info!("taking writes again")
                 }
                 None => {}
             }
@@ -478,13 +485,15 @@ impl<C: ClusterState> Manager<C> {
             &[flavor::change_source(f, &spec), flavor::start_replica(f)],
         )
         .await?;
-        // A replica's binary log is not synced at every commit
-        // (`replica_durability`); open_writes restores it.
-        sql::exec_all(
-            conn,
-            &replica_durability::relax(&self.cfg.spec.mysql.parameters),
-        )
-        .await?;
+        // A replica's logs are not synced at every commit
+        // (`replica_durability`), once its data directory records the
+        // boot it runs under; open_writes restores them.
+        let parameters = &self.cfg.spec.mysql.parameters;
+        if replica_durability::relaxes_innodb(parameters) {
+            let data = self.cfg.data_dir.clone();
+            tokio::task::spawn_blocking(move || unsynced_mark::mark(&data)).await??;
+        }
+        sql::exec_all(conn, &replica_durability::relax(parameters)).await?;
         acked_alone::clear(&self.cfg);
         Ok(true)
     }
@@ -540,8 +549,9 @@ impl<C: ClusterState> Manager<C> {
         sql::exec_all(conn, &flavor::read_only(f, false)).await
     }
 
-    /// The binary log synced at every commit again, and what it logged as
-    /// a replica on disk, before a write is taken (`replica_durability`).
+    /// Both logs synced at every commit again, and what they hold from its
+    /// time as a replica on disk, before a write is taken; then the record
+    /// of running unsynced removed (`replica_durability`).
     async fn durable_binlog(&self, conn: &mut mysql_async::Conn) -> anyhow::Result<()> {
         let restore = replica_durability::restore(&self.cfg.spec.mysql.parameters);
         if restore.is_empty() {
@@ -549,7 +559,11 @@ impl<C: ClusterState> Manager<C> {
         }
         sql::exec_all(conn, &restore).await?;
         let cfg = self.cfg.clone();
-        tokio::task::spawn_blocking(move || crate::binlog_files::sync_all(&cfg)).await??;
+        tokio::task::spawn_blocking(move || {
+            crate::binlog_files::sync_all(&cfg)?;
+            unsynced_mark::clear(&cfg.data_dir)
+        })
+        .await??;
         Ok(())
     }
 }

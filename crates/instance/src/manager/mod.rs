@@ -17,6 +17,7 @@ mod backend;
 mod binlog_retention;
 mod certificates;
 mod converge;
+mod copy_unblock;
 mod drain;
 mod fence;
 mod hand_over_acks;
@@ -36,6 +37,7 @@ mod replay;
 mod replica_cluster;
 mod semi_sync;
 mod sql_objects;
+mod unsynced_data;
 mod volumes;
 mod watchdog;
 
@@ -67,6 +69,7 @@ use crate::clone_progress::ProgressCell;
 use crate::config::{InstanceConfig, render_mycnf};
 use crate::mysqld::{self, ServerState, Supervisor};
 use crate::sql;
+use crate::unsynced_mark;
 use cnmysql_control::ClusterState;
 use cnmysql_control::peer::PeerAddr;
 
@@ -366,6 +369,7 @@ impl<C: ClusterState> Manager<C> {
         self.fence_before_stop().await;
         self.release_lease_if_held().await;
         self.supervisor.shutdown().await;
+        self.synced_after_clean_stop().await;
         logs.drain().await;
         if let Some(p) = self.owners.server.send_replace(None) {
             let _ = tokio::time::timeout(Duration::from_secs(1), p.disconnect()).await;

@@ -103,7 +103,14 @@ impl<C: ClusterState> Manager<C> {
             };
             let has_data = bootstrap::is_initialized(&self.cfg);
             self.set_recovery(&status);
-            match role::bootstrap(&self.cfg.instance, &status, has_data) {
+            let next = if has_data && unsynced_mark::unsynced(&self.cfg) {
+                let running = self.primary_running(&status).await;
+                replica_durability::unsynced_next(&self.cfg.instance, &status, running)
+            } else {
+                role::bootstrap(&self.cfg.instance, &status, has_data)
+            };
+            match next {
+                Bootstrap::Reclone(primary) => self.remove_unsynced_data(&primary).await?,
                 Bootstrap::UseExisting => {
                     // The last line of defence against a downgrade: an
                     // older server never starts on newer data.

@@ -3,7 +3,8 @@
 //! its first data (`bootstrap.rs`), private servers of the manager's own
 //! (`private_server.rs`), server images (`server_image.rs`), the versions
 //! that ran on the data (`server_version.rs`), its TLS files
-//! (`server_tls.rs`), its binary log files (`binlog_files.rs`) and the run
+//! (`server_tls.rs`), its binary log files (`binlog_files.rs`), the record of
+//! its logs not synced at every commit (`unsynced_mark.rs`) and the run
 //! directory (`run_dir.rs`).
 
 pub mod binlog_files;
@@ -16,3 +17,4 @@ pub mod server_image;
 pub mod server_tls;
 pub mod server_version;
 pub mod sql;
+pub mod unsynced_mark;

@@ -44,6 +44,9 @@ pub struct Supervisor {
     /// A running mysqld handed on by the previous image of a re-exec'd
     /// manager: supervised instead of starting one.
     adopted: std::sync::Mutex<Option<u32>>,
+    /// Whether the last mysqld stopped by this supervisor exited with
+    /// status 0 after SIGTERM: a clean shutdown, both logs written out.
+    clean_stop: std::sync::atomic::AtomicBool,
 }
 
 /// Forwards mysqld's output from the FIFO to the structured log.
@@ -196,6 +199,7 @@ impl Supervisor {
             stop: Arc::new(Notify::new()),
             stopping: watch::channel(false).0,
             active: watch::channel(false).0,
+            clean_stop: Default::default(),
             adopted: Default::default(),
         })
     }
@@ -303,6 +307,9 @@ impl Supervisor {
                 tracing::info!(pid, "mysqld started");
             }
             let started = Instant::now();
+            // Only a stop of this server can be clean from now on.
+            self.clean_stop
+                .store(false, std::sync::atomic::Ordering::SeqCst);
             self.state_tx.send_replace(ServerState::Running { pid });
             let waiter = tokio::task::spawn_blocking(move || {
                 nix::sys::wait::waitpid(Pid::from_raw(pid as i32), None)
@@ -394,7 +401,12 @@ impl Supervisor {
             Signal::SIGKILL
         };
         let _ = kill(Pid::from_raw(pid as i32), sig);
-        if tokio::time::timeout(timeout, &mut *waiter).await.is_err() {
+        let exited = tokio::time::timeout(timeout, &mut *waiter).await;
+        let clean = sig == Signal::SIGTERM
+            && matches!(exited, Ok(Ok(Ok(nix::sys::wait::WaitStatus::Exited(_, 0)))));
+        self.clean_stop
+            .store(clean, std::sync::atomic::Ordering::SeqCst);
+        if exited.is_err() {
             tracing::error!(
                 pid,
                 timeout_secs = timeout.as_secs(),
@@ -440,6 +452,12 @@ impl Supervisor {
     pub async fn stop_for_now(&self) {
         self.shutdown().await;
         self.stopping.send_replace(false);
+    }
+
+    /// Whether the last mysqld this supervisor stopped shut down cleanly
+    /// (exit status 0 after SIGTERM).
+    pub fn stopped_cleanly(&self) -> bool {
+        self.clean_stop.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Stop mysqld cleanly (bounded by the shutdown timeout) and do not restart it.
