@@ -525,7 +525,10 @@ impl<C: ClusterState> Manager<C> {
         // The accepted primary again: a crash now keeps what it wrote.
         self.fencer.reinstated();
         if let Some(source) = role::replica_source(status) {
-            // A replica cluster's: it follows the source, never writable.
+            // A replica cluster's: it follows the source, never writable,
+            // and syncs its logs as a primary does (its replicas follow
+            // it; data it ran unsynced is trusted by no one).
+            self.durable_binlog(conn).await?;
             tracing::info!(source, "promoted: the replica cluster's designated primary");
             return Ok(());
         }
