@@ -103,7 +103,9 @@ async fn crash_everything(name: &str, machine_restarted: bool) -> (Vec<String>, 
     // The status is only believed once every instance runs new processes.
     wait_for(
         "every instance's manager and server started again",
-        Duration::from_secs(60),
+        // After a machine restart the replicas' servers start only once
+        // cloned again, which may first wait out the copy hold's patience.
+        Duration::from_secs(if machine_restarted { 120 } else { 60 }),
         || async {
             names
                 .iter()
