@@ -16,7 +16,10 @@
 //! promises (an acknowledged commit is on a second instance) holds.
 //! MariaDB ends a waiting session when it is killed; MySQL's semi-sync
 //! wait ignores `KILL`, so its server is restarted (read-only, recovering
-//! as the primary it still is). The cost: such a commit becomes visible on
+//! as the primary it still is): switching the source side off would end
+//! a killed waiter, but on a writable server also complete any commit
+//! arriving meanwhile unacknowledged, and read-only first waits behind the
+//! waiters. The cost: such a commit becomes visible on
 //! the primary before a second instance holds it, and is lost if the
 //! primary's data is lost before the copy completes.
 
