@@ -14,7 +14,8 @@
 //! replica is connected again, and ends the commits that wait: their
 //! clients get an error, never an acknowledgement, so what `required`
 //! promises (an acknowledged commit is on a second instance) holds.
-//! MariaDB ends a waiting session when it is killed; MySQL's semi-sync
+//! On MariaDB the writers' sessions are closed (`sql::kill_writers`, as a
+//! demotion does), which ends the waiting commits; MySQL's semi-sync
 //! wait ignores `KILL`, so its server is restarted (read-only, recovering
 //! as the primary it still is): switching the source side off would end
 //! a killed waiter, but on a writable server also complete any commit
@@ -87,7 +88,7 @@ pub fn step(
 /// How each flavour ends a commit that waits for an acknowledgement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ending {
-    /// Kill the waiting sessions (MariaDB).
+    /// Close the writers' sessions, the waiting ones among them (MariaDB).
     KillSessions,
     /// Restart the server: MySQL's wait does not end on `KILL`.
     RestartServer,
@@ -98,14 +99,6 @@ pub fn ending(flavor: Flavor) -> Ending {
         Flavor::Mariadb => Ending::KillSessions,
         Flavor::Mysql => Ending::RestartServer,
     }
-}
-
-/// The sessions to kill (MariaDB), one statement each.
-pub fn waiting_sessions() -> Sql {
-    Sql::new(
-        "SELECT ID FROM information_schema.PROCESSLIST \
-         WHERE STATE LIKE 'Waiting for semi-sync ACK%'",
-    )
 }
 
 #[cfg(test)]

@@ -55,15 +55,9 @@ impl<C: ClusterState> Manager<C> {
              ending them (their clients get an error, not an acknowledgement)"
         );
         match copy_unblock::ending(self.cfg.flavor()) {
+            // The writers' sessions closed, as a demotion closes them.
             Ending::KillSessions => {
-                let ids: Vec<u64> = conn
-                    .query(copy_unblock::waiting_sessions().text)
-                    .await
-                    .unwrap_or_default();
-                for id in ids {
-                    // Gone by now is as good.
-                    let _ = conn.query_drop(format!("KILL CONNECTION {id}")).await;
-                }
+                let _ = sql::kill_writers(conn).await;
             }
             Ending::RestartServer => self.supervisor.kill_to_fence(false),
         }
