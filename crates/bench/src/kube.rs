@@ -351,11 +351,16 @@ async fn probe_table(k: &KubeCluster) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Replica apply lag under `writers` through rw, 20 s a run, each replica
+/// Replica apply lag under `load` through rw, 20 s a run, each replica
 /// asked through its Pod's address (issue 46: the real node gives each
 /// Pod its own share of CPU, as production does).
-async fn lag_runs(k: &KubeCluster, runs: usize, writers: usize) -> anyhow::Result<Value> {
+async fn lag_runs(
+    k: &KubeCluster,
+    runs: usize,
+    load: crate::lag::Workload,
+) -> anyhow::Result<Value> {
     let mut figures = crate::lag::Figures::default();
+    let mut api = Vec::new();
     for i in 0..runs {
         k.wait_healthy(NS, "db", 3, Duration::from_secs(240))
             .await?;
@@ -380,16 +385,17 @@ async fn lag_runs(k: &KubeCluster, runs: usize, writers: usize) -> anyhow::Resul
             let opts = cnmysql_workload::writer::app_opts_at((ip, 3306).into(), pw.clone());
             replicas.push(mysql_async::Conn::new(opts).await?);
         }
-        let r = crate::lag::measure(
-            load_opts(k).await?,
-            replicas,
-            writers,
-            Duration::from_secs(20),
-        )
-        .await?;
-        figures.add(&format!("kube lag run {} ({writers} writers)", i + 1), &r);
+        let before = crate::api_requests::Counts::read(&k.cp)?;
+        let began = std::time::Instant::now();
+        let r = crate::lag::measure(load_opts(k).await?, replicas, load, Duration::from_secs(20))
+            .await?;
+        let after = crate::api_requests::Counts::read(&k.cp)?;
+        figures.add(&format!("kube lag run {} ({load})", i + 1), &r);
+        api.push(before.rates(&after, began.elapsed().as_secs_f64()));
     }
-    Ok(figures.json())
+    let mut out = figures.json();
+    out["api_requests_during_runs"] = Value::Array(api);
+    Ok(out)
 }
 
 /// For trying a server setting by hand: `CNMYSQL_BENCH_PARAMETERS`
@@ -529,6 +535,7 @@ pub fn kube(
     runs: usize,
     slow_runs: usize,
     cases: &[String],
+    lag_loads: &[crate::lag::Workload],
     cnmysql: &Path,
     load: usize,
 ) -> anyhow::Result<Value> {
@@ -548,7 +555,12 @@ pub fn kube(
         let mut out = serde_json::Map::new();
         out.insert("load_writers".into(), json!(load));
         if wanted("lag") {
-            out.insert("lag".into(), lag_runs(&k, runs, load.max(1)).await?);
+            let default = [crate::lag::Workload::Writers(load.max(1))];
+            let mut lag = serde_json::Map::new();
+            for &l in if lag_loads.is_empty() { &default[..] } else { lag_loads } {
+                lag.insert(l.key(), lag_runs(&k, runs, l).await?);
+            }
+            out.insert("lag".into(), Value::Object(lag));
         }
         let (mut gaps, mut lost, mut given_up) = (Vec::new(), Vec::new(), 0usize);
         for i in 0..if wanted("switchover") { runs } else { 0 } {

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+mod api_requests;
 mod backup;
 mod clone;
 mod harness;
@@ -16,6 +17,7 @@ mod observe;
 mod operator;
 mod routes;
 mod server_upgrade;
+mod sysbench;
 mod upgrade;
 
 use clap::{Parser, Subcommand};
@@ -96,6 +98,10 @@ enum What {
         /// Only these cases (lag, switchover, delete, kill, cut, freeze).
         #[arg(long, value_delimiter = ',')]
         cases: Vec<String>,
+        /// The loads of the lag case, as `lag --writers` takes them
+        /// (default: `--load` writers).
+        #[arg(long, value_delimiter = ',')]
+        lag_loads: Vec<lag::Workload>,
     },
     /// Instance-manager upgrades under writes: in place (swap time and
     /// query gap per instance, mysqld kept) and rolling (total time, rw
@@ -121,9 +127,11 @@ enum What {
         /// Seconds of writes per run.
         #[arg(long, default_value = "30")]
         seconds: u64,
-        /// Writer connections measured, one measurement each.
+        /// Loads measured, one measurement each: a number of writer
+        /// connections, or `sysbench:THREADS` (Debian's sysbench,
+        /// `oltp_write_only`).
         #[arg(long, value_delimiter = ',', default_value = "1,16")]
-        writers: Vec<usize>,
+        writers: Vec<lag::Workload>,
     },
     /// All of the above but the operator and Kubernetes.
     All,
@@ -451,7 +459,14 @@ fn measure(
     if let What::Lag { seconds, writers } = &cli.what {
         results.insert("lag".into(), lag::lag(cli.runs, *seconds, writers)?);
     } else if all {
-        results.insert("lag".into(), lag::lag(cli.runs, 30, &[1, 16])?);
+        results.insert(
+            "lag".into(),
+            lag::lag(
+                cli.runs,
+                30,
+                &[lag::Workload::Writers(1), lag::Workload::Writers(16)],
+            )?,
+        );
     }
     if all || matches!(cli.what, What::Upgrade) {
         results.insert("upgrade".into(), upgrade::upgrade(cli.runs)?);
@@ -471,11 +486,19 @@ fn measure(
         slow_runs,
         no_local,
         cases,
+        lag_loads,
     } = &cli.what
     {
         results.insert(
             "kubernetes".into(),
-            kube::kube(cli.runs, *slow_runs, cases, &cnmysql_bin(), cli.load)?,
+            kube::kube(
+                cli.runs,
+                *slow_runs,
+                cases,
+                lag_loads,
+                &cnmysql_bin(),
+                cli.load,
+            )?,
         );
         if !*no_local {
             results.insert("local_failover".into(), failover(cli.runs, cli.load)?);
