@@ -16,7 +16,7 @@ use kube::{Api, Client, Resource};
 use cnmysql_api::Cluster;
 
 use crate::context::Context;
-use crate::{backups, catalog, labels, reconcile, sql_objects};
+use crate::{backups, catalog, cluster_changes, labels, reconcile, sql_objects};
 
 /// Run every controller of every namespace in `namespaces` (empty: all)
 /// until `stop` resolves.
@@ -128,8 +128,16 @@ async fn control(
         "Secrets",
         |_| {},
     ));
-    let controller = Controller::new(api::<Cluster>(&client, ns), watcher::Config::default());
-    let store = controller.store();
+    // The Clusters' own watch, filtered: progress figures alone (GTID
+    // histories, lag) start no reconcile (`cluster_changes.rs`).
+    let (store, writer) = reflector::store();
+    let clusters = reflector::reflector(
+        writer,
+        watcher(api::<Cluster>(&client, ns), watcher::Config::default()),
+    )
+    .applied_objects()
+    .predicate_filter(cluster_changes::relevant, Default::default());
+    let controller = Controller::for_stream(clusters, store.clone());
     ctx.clusters.lock().unwrap().push(store.clone());
     let by_namespace = store.clone();
     let by_cluster = store;

@@ -16,6 +16,7 @@ mod backups;
 mod catalog;
 mod certificates;
 mod claims;
+mod cluster_changes;
 pub mod context;
 mod controllers;
 mod error;

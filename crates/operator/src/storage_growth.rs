@@ -114,7 +114,10 @@ pub async fn carry_out(
     let views: Vec<ClaimView> = claims.iter().filter_map(view).collect();
     let classes: Api<StorageClass> = Api::all(ctx.client.clone());
     let mut expandable = BTreeMap::new();
-    for class in views.iter().filter_map(|v| v.class.clone()) {
+    // Each class once (the instances' claims usually share one).
+    let names: std::collections::BTreeSet<String> =
+        views.iter().filter_map(|v| v.class.clone()).collect();
+    for class in names {
         if let Some(sc) = classes.get_opt(&class).await? {
             expandable.insert(class, sc.allow_volume_expansion == Some(true));
         }
