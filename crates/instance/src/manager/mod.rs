@@ -402,10 +402,13 @@ impl<C: ClusterState> Manager<C> {
                 Fenced::ReadOnly
             }
         };
+        let Some(pool) = self.pool() else { return };
+        let Ok(Ok(mut conn)) = tokio::time::timeout(Duration::from_secs(1), pool.get_conn()).await
+        else {
+            return;
+        };
+        let f = self.cfg.flavor();
         if fenced == Fenced::ReadOnly
-            && let Some(pool) = self.pool()
-            && let Ok(Ok(mut conn)) =
-                tokio::time::timeout(Duration::from_secs(1), pool.get_conn()).await
             // An error above was taken for read-only: check, since a
             // writable server's waiting commits would complete (and be
             // acknowledged) once its semi-sync source side is off.
@@ -413,9 +416,15 @@ impl<C: ClusterState> Manager<C> {
         {
             // The source side is switched off so the server can shut down
             // without replicas.
-            let f = self.cfg.flavor();
             let off = semisync::off(1);
             let _ = sql::exec_all(&mut conn, &sql::semi_sync_source(f, &off)).await;
+        }
+        // MySQL logs the steps of its shutdown only at its most verbose
+        // level: a shutdown that hangs then says at which step (one took
+        // over a minute once after a hand-over, cause unseen). MariaDB
+        // logs them by default.
+        if f == Flavor::Mysql {
+            let _ = conn.query_drop("SET GLOBAL log_error_verbosity = 3").await;
         }
     }
 

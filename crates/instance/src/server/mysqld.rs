@@ -401,7 +401,7 @@ impl Supervisor {
             Signal::SIGKILL
         };
         let _ = kill(Pid::from_raw(pid as i32), sig);
-        let exited = tokio::time::timeout(timeout, &mut *waiter).await;
+        let exited = wait_saying_why(pid, timeout, waiter).await;
         let clean = sig == Signal::SIGTERM
             && matches!(exited, Ok(Ok(Ok(nix::sys::wait::WaitStatus::Exited(_, 0)))));
         self.clean_stop
@@ -492,6 +492,35 @@ async fn greets(socket: &Path) -> bool {
 /// What each thread of a process waits on, from /proc: `name:state:wchan`
 /// per thread, for the log line of a hung server (a full pipe shows as
 /// `pipe_write`, a lock or condition variable as `futex_wait_queue`).
+/// Wait up to `timeout` for mysqld to exit, saying every 15 s that it has
+/// not yet and where its threads wait (its own log says which step of its
+/// shutdown it is at).
+async fn wait_saying_why(
+    pid: u32,
+    timeout: Duration,
+    waiter: &mut std::pin::Pin<
+        &mut tokio::task::JoinHandle<nix::Result<nix::sys::wait::WaitStatus>>,
+    >,
+) -> Result<
+    Result<nix::Result<nix::sys::wait::WaitStatus>, tokio::task::JoinError>,
+    tokio::time::error::Elapsed,
+> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let every = Duration::from_secs(15);
+    loop {
+        let next = (tokio::time::Instant::now() + every).min(deadline);
+        match tokio::time::timeout_at(next, &mut *waiter).await {
+            Ok(exited) => return Ok(exited),
+            Err(elapsed) if next >= deadline => return Err(elapsed),
+            Err(_) => tracing::warn!(
+                pid,
+                threads = %thread_waits(pid),
+                "mysqld is still stopping"
+            ),
+        }
+    }
+}
+
 fn thread_waits(pid: u32) -> String {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return String::new();
