@@ -135,17 +135,32 @@ impl ClusterHandle {
 
     /// [`Self::update_status`], tried first on `seen` (a watch cache's copy
     /// of the Cluster): when `change` leaves that status as it is, nothing
-    /// is asked of the API server and `None` is returned.
+    /// is asked of the API server and `None` is returned; otherwise the
+    /// change is written at `seen`'s resourceVersion without reading the
+    /// Cluster first (a watch cache is usually current: under writes this
+    /// halves the status writes' requests), and only a conflict (`seen`
+    /// was not the latest) reads it and computes the change again.
     pub async fn update_status_if_changed<T>(
         &self,
         seen: &Cluster,
         mut change: impl FnMut(&Cluster, &mut ClusterStatus) -> T,
     ) -> anyhow::Result<Option<Updated<T>>> {
         let before = seen.status.clone().unwrap_or_default();
-        let mut probe = before.clone();
-        change(seen, &mut probe);
-        if probe == before {
+        let mut new = before.clone();
+        let value = change(seen, &mut new);
+        if new == before {
             return Ok(None);
+        }
+        if let Some(rv) = self
+            .patch_status_at(seen, merge_patch(&before, &new))
+            .await?
+        {
+            return Ok(Some(Updated {
+                cluster: seen.clone(),
+                value,
+                written: true,
+                resource_version: Some(rv),
+            }));
         }
         Ok(Some(self.update_status(change).await?))
     }

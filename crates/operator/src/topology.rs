@@ -217,10 +217,14 @@ impl Platform for KubePlatform<'_> {
     }
 
     async fn change_status(&mut self, change: &StatusChange) -> anyhow::Result<bool> {
-        let Some((status, rv)) = write_status(&self.handle, self.cluster, change).await? else {
+        // After a write of this pass, the Cluster as that write left it:
+        // the next is then written without a read unless someone else
+        // wrote in between.
+        let seen = self.written.clone().unwrap_or_else(|| self.cluster.clone());
+        let Some((status, rv)) = write_status(&self.handle, &seen, change).await? else {
             return Ok(false);
         };
-        let mut now = self.cluster.clone();
+        let mut now = seen;
         now.status = Some(status);
         now.metadata.resource_version = rv;
         self.written = Some(now);
