@@ -242,6 +242,9 @@ impl Supervisor {
             tracing::info!(options = ?options, "starting mysqld with recovery options");
         }
         cmd.args(options);
+        // No server of this instance runs now: a socket lock file left by
+        // one that did would make this one abort (`socket_lock.rs`).
+        super::socket_lock::clear_stale(&self.cfg.socket());
         cmd.stdin(Stdio::null())
             .stdout(fifo.try_clone()?)
             .stderr(fifo)
