@@ -402,18 +402,20 @@ impl<C: ClusterState> Manager<C> {
                 Fenced::ReadOnly
             }
         };
+        // A server killed to fence it has no shutdown to log or settle.
+        if fenced != Fenced::ReadOnly {
+            return;
+        }
         let Some(pool) = self.pool() else { return };
         let Ok(Ok(mut conn)) = tokio::time::timeout(Duration::from_secs(1), pool.get_conn()).await
         else {
             return;
         };
         let f = self.cfg.flavor();
-        if fenced == Fenced::ReadOnly
-            // An error above was taken for read-only: check, since a
-            // writable server's waiting commits would complete (and be
-            // acknowledged) once its semi-sync source side is off.
-            && let Ok(Some(1u8)) = conn.query_first::<u8, _>("SELECT @@global.read_only").await
-        {
+        // An error above was taken for read-only: check, since a writable
+        // server's waiting commits would complete (and be acknowledged)
+        // once its semi-sync source side is off.
+        if let Ok(Some(1u8)) = conn.query_first::<u8, _>("SELECT @@global.read_only").await {
             // The source side is switched off so the server can shut down
             // without replicas.
             let off = semisync::off(1);
