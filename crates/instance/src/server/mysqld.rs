@@ -359,13 +359,7 @@ impl Supervisor {
         }
     }
 
-    async fn terminate(
-        &self,
-        pid: u32,
-        waiter: &mut std::pin::Pin<
-            &mut tokio::task::JoinHandle<nix::Result<nix::sys::wait::WaitStatus>>,
-        >,
-    ) {
+    async fn terminate(&self, pid: u32, waiter: &mut Waiter<'_>) {
         let begun = Instant::now();
         let timeout = Duration::from_secs(self.cfg.shutdown_timeout_secs);
         // MariaDB 10.11 hangs for good in init_slave() when SIGTERM arrives
@@ -495,19 +489,19 @@ async fn greets(socket: &Path) -> bool {
 /// What each thread of a process waits on, from /proc: `name:state:wchan`
 /// per thread, for the log line of a hung server (a full pipe shows as
 /// `pipe_write`, a lock or condition variable as `futex_wait_queue`).
+/// The task that reaps mysqld, and what it gives back.
+type Waiter<'a> =
+    std::pin::Pin<&'a mut tokio::task::JoinHandle<nix::Result<nix::sys::wait::WaitStatus>>>;
+type Reaped = Result<nix::Result<nix::sys::wait::WaitStatus>, tokio::task::JoinError>;
+
 /// Wait up to `timeout` for mysqld to exit, saying every 15 s that it has
 /// not yet and where its threads wait (its own log says which step of its
 /// shutdown it is at).
 async fn wait_saying_why(
     pid: u32,
     timeout: Duration,
-    waiter: &mut std::pin::Pin<
-        &mut tokio::task::JoinHandle<nix::Result<nix::sys::wait::WaitStatus>>,
-    >,
-) -> Result<
-    Result<nix::Result<nix::sys::wait::WaitStatus>, tokio::task::JoinError>,
-    tokio::time::error::Elapsed,
-> {
+    waiter: &mut Waiter<'_>,
+) -> Result<Reaped, tokio::time::error::Elapsed> {
     let deadline = tokio::time::Instant::now() + timeout;
     let every = Duration::from_secs(15);
     loop {
