@@ -134,6 +134,14 @@ pub fn choose_candidate(
             ));
         }
     }
+    for (name, target) in refill_targets(s, old) {
+        if !crate::status::reaches(history, &target) {
+            return Err(format!(
+                "{} lacks transactions that {name} may have acknowledged before its restart (its source held {target} after it; dataDurability: required)",
+                best.name
+            ));
+        }
+    }
     if let Some(known) = old_known {
         // A replica cluster receives its source's transactions: only those
         // of its own instances (read-only but the primary) can be errant.
@@ -166,8 +174,7 @@ pub fn choose_candidate(
 /// proven to hold every acknowledged write; and the chosen candidate must
 /// hold everything every observed replica holds (fenced ones included).
 fn durability_allows(s: &Snapshot, old: &str) -> Result<(), String> {
-    let semi = &s.spec.mysql.semi_sync;
-    if !semi.enabled || semi.data_durability != cnmysql_api::DataDurability::Required {
+    if !acknowledges_only_with_a_replica(s) {
         return Ok(());
     }
     let others = || {
@@ -190,12 +197,14 @@ fn durability_allows(s: &Snapshot, old: &str) -> Result<(), String> {
     // What a replica acknowledged is in its relay log until applied; a
     // restart empties that log, and until the replica has fetched again
     // what its source held, those writes may be in the old primary's
-    // binary log alone. Such a replica is as good as unseen.
+    // binary log alone. Such a replica is as good as unseen, unless it
+    // read its source's position after the restart: that bounds what it
+    // lost, and the candidate must hold it (`refill_targets`).
     let refilling: Vec<&str> = others()
         .filter(|o| {
-            o.status
-                .as_ref()
-                .is_some_and(|st| st.mysqld_running && st.relay_refilling)
+            o.status.as_ref().is_some_and(|st| {
+                st.mysqld_running && st.relay_refilling && st.relay_refill_target.is_none()
+            })
         })
         .map(|o| o.name.as_str())
         .collect();
@@ -267,8 +276,7 @@ pub fn promote_before_expiry(s: &Snapshot, lease: &Lease, current: &str) -> bool
 /// contain under `required` durability: any of them may hold the only copy
 /// of an acknowledged write.
 fn required_histories(s: &Snapshot, old: &str) -> Vec<(String, History)> {
-    let semi = &s.spec.mysql.semi_sync;
-    if !semi.enabled || semi.data_durability != cnmysql_api::DataDurability::Required {
+    if !acknowledges_only_with_a_replica(s) {
         return Vec::new();
     }
     s.instances
@@ -279,6 +287,25 @@ fn required_histories(s: &Snapshot, old: &str) -> Vec<(String, History)> {
             crate::status::received_history(s.spec.mysql.flavor, st)
                 .ok()
                 .map(|h| (o.name.clone(), h))
+        })
+        .collect()
+}
+
+/// Under `required`: each restarted replica's source position read after
+/// its restart, while it has not fetched all of it again. What it
+/// acknowledged before its restart and lost is in that position, so the
+/// candidate must hold it (the replica's own received history may not).
+fn refill_targets(s: &Snapshot, old: &str) -> Vec<(String, String)> {
+    if !acknowledges_only_with_a_replica(s) {
+        return Vec::new();
+    }
+    s.instances
+        .iter()
+        .filter(|o| o.name != old && !s.is_diverged(&o.name))
+        .filter_map(|o| {
+            let st = o.status.as_ref().filter(|st| st.mysqld_running)?;
+            let target = st.relay_refill_target.clone().filter(|_| st.relay_refilling)?;
+            Some((o.name.clone(), target))
         })
         .collect()
 }

@@ -235,6 +235,12 @@ pub struct InstanceStatus {
     /// in the source's binary log alone (`relay_refill` in the manager).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub relay_refilling: bool,
+    /// While `relay_refilling`: the source's GTID position read after the
+    /// relay log was emptied. Every write this replica acknowledged before
+    /// is in it, so a candidate holding it holds them (none when the
+    /// source could not be read since).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relay_refill_target: Option<String>,
     pub manager_version: String,
     pub manager_pid: u32,
     /// When this image of the manager started (RFC 3339): changes on a
@@ -349,7 +355,7 @@ pub fn history_reaches(flavor: Flavor, history: &str, position: &str) -> bool {
 }
 
 /// Does `history` hold everything up to `position`, read in its flavour?
-fn reaches(history: &History, position: &str) -> bool {
+pub fn reaches(history: &History, position: &str) -> bool {
     match history {
         History::Mariadb(state) => position
             .parse::<mariadb::GtidPos>()

@@ -312,6 +312,30 @@ fn required_durability_blocks_while_a_restarted_replica_has_not_fetched_again() 
     // One of two: the other may lack what that one acknowledged.
     s.instances[2] = refilling("db-3", false);
     assert!(matches!(decide(&s, None, true), Decision::Blocked { .. }));
+    // Unless the restarted one read its source's position after the
+    // restart: what it may have lost is in that position, and a
+    // candidate holding it holds what it acknowledged.
+    let read_after = |target: &str| {
+        let mut r = refilling("db-2", true);
+        r.status.as_mut().unwrap().relay_refill_target = Some(target.into());
+        r
+    };
+    s.instances[1] = read_after("0-1-100");
+    assert!(
+        matches!(decide(&s, None, true), Decision::Promote { .. }),
+        "{:?}",
+        decide(&s, None, true)
+    );
+    // A source that held more than any candidate did: blocked, naming it.
+    s.instances[1] = read_after("0-1-105");
+    match decide(&s, None, true) {
+        Decision::Blocked { reason } => assert!(
+            reason.contains("lacks transactions that db-2 may have acknowledged before its restart")
+                && reason.contains("0-1-105"),
+            "{reason}"
+        ),
+        d => panic!("{d:?}"),
+    }
     // Both fetched again all their source held after their restart
     // (or never restarted): they hold what they acknowledged.
     s.instances[1] = refilling("db-2", false);

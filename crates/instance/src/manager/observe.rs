@@ -176,6 +176,9 @@ impl<C: ClusterState> ControlBackend<C> {
             Some(Desired::Primary | Desired::DesignatedPrimary { .. })
         ) && st.role != Role::Primary
             && self.refill.refilling();
+        if st.relay_refilling {
+            st.relay_refill_target = self.refill.target();
+        }
         st.replication = view.replication;
         st
     }

@@ -17,6 +17,12 @@
 //! this replica's received history is seen to reach it. The source's
 //! binary log held every write acknowledged before the emptying, and it
 //! sends them again in order.
+//!
+//! Until then the position read is published (`relay_refill_target`): it
+//! bounds what this replica may have acknowledged and lost, so a failover
+//! may still go ahead on a candidate that holds it (the source frozen
+//! moments after this replica came back; real node, MySQL, seed
+//! 3407167566839483520: a 21.5 s stall for a block that was not true).
 
 use super::link::Link;
 use super::peers::Peers;
@@ -25,7 +31,9 @@ use super::*;
 /// How often an unproven replica compares itself with its source.
 const EVERY: Duration = Duration::from_millis(250);
 
-/// The emptyings seen and the last one proven refilled.
+/// The emptyings seen and the last one proven refilled. Every question
+/// names the running server's pid (none while it is not running): a new
+/// server process is an emptying of its own (MySQL's recovery at start-up).
 #[derive(Default)]
 struct Refill {
     /// Replication started or pointed anew by this manager.
@@ -33,6 +41,64 @@ struct Refill {
     /// (mysqld's pid, `starts`) when the received history was last shown
     /// to reach what the source held after them.
     proven: Option<(u32, u64)>,
+    /// The source's position read after the emptying keyed so: it holds
+    /// every write this replica acknowledged before that emptying.
+    target: Option<((u32, u64), String)>,
+}
+
+/// The emptying a proof is about: the server's pid and the starts.
+type Key = (u32, u64);
+
+impl Refill {
+    fn key(&self, pid: Option<u32>) -> Option<Key> {
+        pid.map(|pid| (pid, self.starts))
+    }
+
+    /// See `RelayRefill::emptied`.
+    fn emptied(&mut self, pid: Option<u32>, what: Emptying) {
+        let before = self.key(pid);
+        let was_proven = before.is_some() && self.proven == before;
+        self.starts += 1;
+        let keep = match what {
+            Emptying::NothingConfigured => true,
+            Emptying::AllApplied => was_proven,
+            Emptying::Unapplied => false,
+        };
+        if keep && let Some(pid) = pid {
+            self.proven = Some((pid, self.starts));
+        }
+    }
+
+    fn refilling(&self, pid: Option<u32>) -> bool {
+        let key = self.key(pid);
+        key.is_none() || self.proven != key
+    }
+
+    fn target(&self, pid: Option<u32>) -> Option<String> {
+        let key = self.key(pid)?;
+        match &self.target {
+            Some((k, position)) if *k == key && self.proven != Some(key) => Some(position.clone()),
+            _ => None,
+        }
+    }
+
+    /// Keeps the first source position read after the emptying `key`,
+    /// unless it was emptied again meanwhile (a later emptying needs a
+    /// later read: what was acknowledged between the two is not in it).
+    fn source_read(&mut self, pid: Option<u32>, key: Key, position: &str) {
+        let known = self.target.as_ref().is_some_and(|(k, _)| *k == key);
+        if !known && self.key(pid) == Some(key) && !position.is_empty() {
+            self.target = Some((key, position.to_string()));
+        }
+    }
+
+    /// The received history reached the source's position read after the
+    /// emptying `key`: proven, unless it was emptied again meanwhile.
+    fn reached(&mut self, pid: Option<u32>, key: Key) {
+        if self.key(pid) == Some(key) {
+            self.proven = Some(key);
+        }
+    }
 }
 
 /// What emptying the relay log now can throw away.
@@ -93,33 +159,36 @@ impl<C: ClusterState> RelayRefill<C> {
     /// unless nothing was configured, or a proof held for this server and
     /// the emptying throws away nothing unapplied.
     pub fn emptied(&self, what: Emptying) {
-        let before = self.key();
-        let mut refill = self.state.lock().unwrap();
-        let was_proven = before.is_some() && refill.proven == before;
-        refill.starts += 1;
-        let keep = match what {
-            Emptying::NothingConfigured => true,
-            Emptying::AllApplied => was_proven,
-            Emptying::Unapplied => false,
-        };
-        if keep && let Some((pid, _)) = before {
-            refill.proven = Some((pid, refill.starts));
+        let pid = self.pid();
+        self.state.lock().unwrap().emptied(pid, what);
+    }
+
+    /// The running server's pid.
+    fn pid(&self) -> Option<u32> {
+        match self.link.supervisor.state() {
+            ServerState::Running { pid } => Some(pid),
+            _ => None,
         }
     }
 
-    /// The emptying this proof is about: the server's pid and the starts.
-    fn key(&self) -> Option<(u32, u64)> {
-        match self.link.supervisor.state() {
-            ServerState::Running { pid } => Some((pid, self.state.lock().unwrap().starts)),
-            _ => None,
-        }
+    fn key(&self) -> Option<Key> {
+        let pid = self.pid();
+        self.state.lock().unwrap().key(pid)
     }
 
     /// True unless the current server's relay log is proven refilled since
     /// it was last emptied.
     pub fn refilling(&self) -> bool {
-        let key = self.key();
-        key.is_none() || self.state.lock().unwrap().proven != key
+        let pid = self.pid();
+        self.state.lock().unwrap().refilling(pid)
+    }
+
+    /// The source's position read after the current server's relay log was
+    /// last emptied, while the refill is unproven: everything this replica
+    /// may have acknowledged and lost is in it.
+    pub fn target(&self) -> Option<String> {
+        let pid = self.pid();
+        self.state.lock().unwrap().target(pid)
     }
 
     /// Proves refills as they happen, while the manager runs.
@@ -154,6 +223,8 @@ impl<C: ClusterState> RelayRefill<C> {
         else {
             return Ok(());
         };
+        let pid = self.pid();
+        self.state.lock().unwrap().source_read(pid, key, &src.gtid_position);
         let Some(pool) = self.link.pool() else {
             return Ok(());
         };
@@ -168,12 +239,8 @@ impl<C: ClusterState> RelayRefill<C> {
         if !received_reaches(f, &mine, &src.gtid_position) {
             return Ok(());
         }
-        // Unless it was emptied again meanwhile.
-        let now = self.key();
-        let mut refill = self.state.lock().unwrap();
-        if now == Some(key) && refill.starts == key.1 {
-            refill.proven = Some(key);
-        }
+        let pid = self.pid();
+        self.state.lock().unwrap().reached(pid, key);
         Ok(())
     }
 }
@@ -240,5 +307,60 @@ mod tests {
                 "{f:?} io {io} sql {sql}: executed {executed}, received {received}"
             );
         }
+    }
+
+    #[test]
+    fn the_source_position_read_after_an_emptying_bounds_it_until_proven() {
+        let mut r = Refill::default();
+        let (old, new) = (Some(40), Some(46));
+        // A new server process: unproven, nothing read yet.
+        assert!(r.refilling(new));
+        assert_eq!(r.target(new), None);
+        let key = r.key(new).unwrap();
+        // A read for the old server's process is not about this one.
+        r.source_read(old, r.key(old).unwrap(), "0-1-90");
+        assert_eq!(r.target(new), None);
+        r.source_read(new, key, "0-1-100");
+        assert_eq!(r.target(new).as_deref(), Some("0-1-100"));
+        // The first read after the emptying is kept (it is the bound).
+        r.source_read(new, key, "0-1-120");
+        assert_eq!(r.target(new).as_deref(), Some("0-1-100"));
+        // Emptied again before it was proven (its source changed with
+        // unapplied transactions): the old read bounds nothing now.
+        r.emptied(new, Emptying::Unapplied);
+        assert!(r.refilling(new));
+        assert_eq!(r.target(new), None);
+        // A read taken before that emptying and recorded after it is refused.
+        r.source_read(new, key, "0-1-130");
+        assert_eq!(r.target(new), None);
+        let key = r.key(new).unwrap();
+        r.source_read(new, key, "0-1-140");
+        assert_eq!(r.target(new).as_deref(), Some("0-1-140"));
+        // Proven: nothing is refilling, nothing published.
+        r.reached(new, key);
+        assert!(!r.refilling(new));
+        assert_eq!(r.target(new), None);
+        // A server started again is unproven however it was before.
+        assert!(r.refilling(Some(51)));
+        assert!(r.refilling(None));
+    }
+
+    #[test]
+    fn a_proof_survives_only_an_emptying_that_loses_nothing() {
+        let mut r = Refill::default();
+        let pid = Some(7);
+        r.emptied(pid, Emptying::NothingConfigured);
+        assert!(!r.refilling(pid));
+        r.emptied(pid, Emptying::AllApplied);
+        assert!(!r.refilling(pid), "proven and all applied: kept");
+        r.emptied(pid, Emptying::Unapplied);
+        assert!(r.refilling(pid));
+        r.emptied(pid, Emptying::AllApplied);
+        assert!(r.refilling(pid), "all applied but not proven before");
+        // A proof for an older emptying does not count.
+        let stale = r.key(pid).unwrap();
+        r.emptied(pid, Emptying::Unapplied);
+        r.reached(pid, stale);
+        assert!(r.refilling(pid));
     }
 }
