@@ -492,6 +492,10 @@ async fn switchover_run(
     load.stop().await;
     let o = w.stop().await;
     say_what_routed_around_the_gap(&o, &routes);
+    if let Some(span) = o.longest_gap_span() {
+        let logged = crate::timeline::around(k, NS, &instances(), span);
+        eprintln!("  logged around it:\n{logged}");
+    }
     // Health is waited for without the load: replicas that cannot keep up
     // with it (MySQL, 16 writers, 2 cores) would otherwise never be ready.
     let now = k

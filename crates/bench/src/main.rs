@@ -18,6 +18,7 @@ mod operator;
 mod routes;
 mod server_upgrade;
 mod sysbench;
+mod timeline;
 mod upgrade;
 
 use clap::{Parser, Subcommand};
