@@ -77,7 +77,12 @@ fn step(line: &str, zero: SystemTime, (start, end): (SystemTime, SystemTime)) ->
         .as_object()?
         .iter()
         .filter(|(k, _)| !matches!(k.as_str(), "timestamp" | "message" | "level" | "target"))
-        .map(|(k, v)| format!("{k}={}", v.as_str().map(str::to_string).unwrap_or(v.to_string())))
+        .map(|(k, v)| {
+            format!(
+                "{k}={}",
+                v.as_str().map(str::to_string).unwrap_or(v.to_string())
+            )
+        })
         .collect();
     Some(format!("{rel:+.3}s {message} ({})", fields.join(" ")))
 }

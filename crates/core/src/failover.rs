@@ -304,7 +304,10 @@ fn refill_targets(s: &Snapshot, old: &str) -> Vec<(String, String)> {
         .filter(|o| o.name != old && !s.is_diverged(&o.name))
         .filter_map(|o| {
             let st = o.status.as_ref().filter(|st| st.mysqld_running)?;
-            let target = st.relay_refill_target.clone().filter(|_| st.relay_refilling)?;
+            let target = st
+                .relay_refill_target
+                .clone()
+                .filter(|_| st.relay_refilling)?;
             Some((o.name.clone(), target))
         })
         .collect()

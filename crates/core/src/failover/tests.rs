@@ -330,7 +330,8 @@ fn required_durability_blocks_while_a_restarted_replica_has_not_fetched_again() 
     s.instances[1] = read_after("0-1-105");
     match decide(&s, None, true) {
         Decision::Blocked { reason } => assert!(
-            reason.contains("lacks transactions that db-2 may have acknowledged before its restart")
+            reason
+                .contains("lacks transactions that db-2 may have acknowledged before its restart")
                 && reason.contains("0-1-105"),
             "{reason}"
         ),

@@ -224,7 +224,10 @@ impl<C: ClusterState> RelayRefill<C> {
             return Ok(());
         };
         let pid = self.pid();
-        self.state.lock().unwrap().source_read(pid, key, &src.gtid_position);
+        self.state
+            .lock()
+            .unwrap()
+            .source_read(pid, key, &src.gtid_position);
         let Some(pool) = self.link.pool() else {
             return Ok(());
         };
