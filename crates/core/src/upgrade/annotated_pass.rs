@@ -14,8 +14,8 @@ use crate::event::Event;
 use crate::status::{Observed, Snapshot};
 use crate::time::{parse_ms, timestamp};
 use crate::upgrade::annotated::{
-    ATTEMPT_DEADLINE_MS, STEP_DEADLINE_MS, differing, failed_event, failed_now, keeps_pin, mirror,
-    record, status_of,
+    ATTEMPT_DEADLINE_MS, STEP_DEADLINE_MS, differing, failed_event, failed_now, image_for,
+    keeps_pin, mirror, record, status_of,
 };
 use crate::upgrade::annotations::{
     Decision, Recorded, ServerTarget, Status, Target, UPGRADE_TO, decide, parse,
@@ -167,7 +167,8 @@ fn asked(
         _ => None,
     };
     let wanted = wanted(one, &target, &server);
-    let reached = reached(one.s, one.name(), &target, wanted.as_deref());
+    let reached = reached(one.s, one.name(), &target, wanted.as_deref())
+        .filter(|_| on_asked_image(one, &server));
     if system_tables.is_none()
         && reached.is_none()
         && server.is_some()
@@ -181,13 +182,19 @@ fn asked(
         server: &server,
         wanted,
     };
-    Some(Some(
-        match decide(reached.as_deref(), &recorded, one.s.now_ms) {
-            Decision::Done { release } => done(one, &ask, release, changes),
-            Decision::Start => start(one, &ask, changes),
-            Decision::Wait(_) => wait(one, changes),
-        },
-    ))
+    // Done, and not ready for now (a switchover points it at its new
+    // source, a restart): still done. A new attempt is for an instance
+    // seen ready on something else, not a replica between two sources.
+    let decision = if reached.is_none() && recorded.status == Some(Status::Done) && !one.o.ready() {
+        Decision::Wait("done; not ready for now".into())
+    } else {
+        decide(reached.as_deref(), &recorded, one.s.now_ms)
+    };
+    Some(Some(match decision {
+        Decision::Done { release } => done(one, &ask, release, changes),
+        Decision::Start => start(one, &ask, changes),
+        Decision::Wait(_) => wait(one, changes),
+    }))
 }
 
 /// What was asked, resolved.
@@ -395,6 +402,20 @@ fn reached(s: &Snapshot, name: &str, target: &Target, wanted: Option<&str>) -> O
                 && crate::upgrade::server_checks::system_tables_current(s, name))
             .then(|| st.server_version.clone())
         }
+    }
+}
+
+/// Whether the server image `one` is made from now is the one asked (or
+/// none is asked). An instance pinned to another image by an earlier
+/// request has not reached this one even when it runs the same version:
+/// its definition was judged against that pin, so it is made again from
+/// the asked image first — called done at once, it was made again later
+/// by the rollout, after the orchestrator had handed it the primary role
+/// (a second switchover).
+fn on_asked_image(one: &One, server: &Option<Result<ServerTarget, String>>) -> bool {
+    match server {
+        Some(Ok(t)) => image_for(&one.s.status, one.name(), None).is_none_or(|pin| pin == t.image),
+        _ => true,
     }
 }
 

@@ -358,6 +358,51 @@ fn a_server_version_is_validated_pinned_and_the_primary_switched_over_first() {
     );
 }
 
+#[test]
+fn an_instance_pinned_to_another_image_of_the_asked_version_is_made_again_first() {
+    let mut s = cluster(true);
+    // db-2 runs 10.11.19 from an image an earlier request pinned.
+    s.status.instance_upgrades.insert(
+        "db-2".into(),
+        cnmysql_api::InstanceUpgrade {
+            upgrade_to: "image=canary:10.11.19".into(),
+            status: "done".into(),
+            release: Some("10.11.19-MariaDB".into()),
+            image: Some("canary:10.11.19".into()),
+            version: Some("10.11.19".into()),
+            ..Default::default()
+        },
+    );
+    let st = s.instances[1].status.as_mut().unwrap();
+    st.server_version = "10.11.19-MariaDB".into();
+    st.system_tables_version = "10.11.19-MariaDB".into();
+    // Asked for another image of the same version: not done because the
+    // version matches; made again from the asked image.
+    annotate(&mut s, "db-2", "image=mariadb:10.11.19");
+    with_server(
+        &mut s,
+        "image=mariadb:10.11.19",
+        "mariadb:10.11.19",
+        "10.11.19",
+    );
+    run(&mut s);
+    let r = &s.status.instance_upgrades["db-2"];
+    assert_eq!(r.status, "in-progress", "{r:?}");
+    assert_eq!(
+        image_for(&s.status, "db-2", None).as_deref(),
+        Some("mariadb:10.11.19")
+    );
+    // Back on it: done.
+    run(&mut s);
+    assert_eq!(s.status.instance_upgrades["db-2"].status, "done");
+    // Not ready for a moment (a switchover points it at its new source):
+    // still done, no new attempt.
+    s.instances[1].status.as_mut().unwrap().ready = false;
+    let p = run(&mut s);
+    assert!(p.changes.is_empty(), "{:?}", p.changes);
+    assert_eq!(s.status.instance_upgrades["db-2"].attempts, 1);
+}
+
 /// `instance` asked for `version=<version>`, which resolves to
 /// `mariadb:<version>`.
 fn ask_server(s: &mut Snapshot, instance: &str, version: &str) {
