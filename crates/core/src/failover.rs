@@ -279,16 +279,28 @@ fn required_histories(s: &Snapshot, old: &str) -> Vec<(String, History)> {
     if !acknowledges_only_with_a_replica(s) {
         return Vec::new();
     }
-    s.instances
-        .iter()
-        .filter(|o| o.name != old && !s.is_diverged(&o.name))
-        .filter_map(|o| {
-            let st = o.status.as_ref().filter(|st| st.mysqld_running)?;
+    running_others(s, old)
+        .filter_map(|(name, st)| {
             crate::status::received_history(s.spec.mysql.flavor, st)
                 .ok()
-                .map(|h| (o.name.clone(), h))
+                .map(|h| (name.to_string(), h))
         })
         .collect()
+}
+
+/// Every instance but the old primary whose server runs and which is not
+/// diverged, with what it reports.
+fn running_others<'a>(
+    s: &'a Snapshot,
+    old: &'a str,
+) -> impl Iterator<Item = (&'a str, &'a crate::status::InstanceStatus)> {
+    s.instances
+        .iter()
+        .filter(move |o| o.name != old && !s.is_diverged(&o.name))
+        .filter_map(|o| {
+            let st = o.status.as_ref().filter(|st| st.mysqld_running)?;
+            Some((o.name.as_str(), st))
+        })
 }
 
 /// Under `required`: each restarted replica's source position read after
@@ -299,17 +311,9 @@ fn refill_targets(s: &Snapshot, old: &str) -> Vec<(String, String)> {
     if !acknowledges_only_with_a_replica(s) {
         return Vec::new();
     }
-    s.instances
-        .iter()
-        .filter(|o| o.name != old && !s.is_diverged(&o.name))
-        .filter_map(|o| {
-            let st = o.status.as_ref().filter(|st| st.mysqld_running)?;
-            let target = st
-                .relay_refill_target
-                .clone()
-                .filter(|_| st.relay_refilling)?;
-            Some((o.name.clone(), target))
-        })
+    running_others(s, old)
+        .filter(|(_, st)| st.relay_refilling)
+        .filter_map(|(name, st)| Some((name.to_string(), st.relay_refill_target.clone()?)))
         .collect()
 }
 

@@ -21,6 +21,14 @@ fn context(api: &FakeApi) -> Context {
     )
 }
 
+/// Each call the operator made, as (method, status), in order.
+fn methods_and_statuses(api: &FakeApi) -> Vec<(String, u16)> {
+    api.calls()
+        .iter()
+        .map(|c| (c.method.to_string(), c.status))
+        .collect()
+}
+
 fn cluster(api: &FakeApi) -> Cluster {
     let spec: ClusterSpec = serde_json::from_value(json!({ "instances": 3 })).unwrap();
     let mut c = Cluster::new("db", spec);
@@ -59,11 +67,7 @@ async fn a_conflicting_status_write_is_retried_on_the_fresh_object_keeping_the_o
         st.primary_failing_since.as_deref(),
         Some("2026-11-23T10:00:00Z")
     );
-    let calls: Vec<(String, u16)> = api
-        .calls()
-        .iter()
-        .map(|c| (c.method.to_string(), c.status))
-        .collect();
+    let calls = methods_and_statuses(&api);
     // The write is sent at the cached copy's resourceVersion without a
     // read first; the API server refuses it (the plugin wrote in between),
     // so the operator reads the fresh object and computes the change again.
@@ -117,11 +121,7 @@ async fn a_change_that_no_longer_applies_to_the_fresh_object_writes_nothing() {
             .await
             .unwrap()
     );
-    let calls: Vec<(String, u16)> = api
-        .calls()
-        .iter()
-        .map(|c| (c.method.to_string(), c.status))
-        .collect();
+    let calls = methods_and_statuses(&api);
     assert_eq!(
         calls,
         [("PATCH".to_string(), 409), ("GET".to_string(), 200)],
