@@ -182,19 +182,13 @@ fn asked(
         server: &server,
         wanted,
     };
-    // Done, and not ready for now (a switchover points it at its new
-    // source, a restart): still done. A new attempt is for an instance
-    // seen ready on something else, not a replica between two sources.
-    let decision = if reached.is_none() && recorded.status == Some(Status::Done) && !one.o.ready() {
-        Decision::Wait("done; not ready for now".into())
-    } else {
-        decide(reached.as_deref(), &recorded, one.s.now_ms)
-    };
-    Some(Some(match decision {
-        Decision::Done { release } => done(one, &ask, release, changes),
-        Decision::Start => start(one, &ask, changes),
-        Decision::Wait(_) => wait(one, changes),
-    }))
+    Some(Some(
+        match decide(reached.as_deref(), &recorded, one.o.ready(), one.s.now_ms) {
+            Decision::Done { release } => done(one, &ask, release, changes),
+            Decision::Start => start(one, &ask, changes),
+            Decision::Wait(_) => wait(one, changes),
+        },
+    ))
 }
 
 /// What was asked, resolved.

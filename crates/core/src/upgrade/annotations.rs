@@ -133,8 +133,9 @@ pub enum Decision {
 }
 
 /// Decide for an instance asked for something. `reached`: the release it
-/// runs when it runs what was asked (None while it does not).
-pub fn decide(reached: Option<&str>, recorded: &Recorded, now_ms: i64) -> Decision {
+/// runs when it runs what was asked (None while it does not); `ready`:
+/// whether the instance is ready now.
+pub fn decide(reached: Option<&str>, recorded: &Recorded, ready: bool, now_ms: i64) -> Decision {
     if let Some(release) = reached {
         return Decision::Done {
             release: release.to_string(),
@@ -155,6 +156,10 @@ pub fn decide(reached: Option<&str>, recorded: &Recorded, now_ms: i64) -> Decisi
                 ))
             }
         }
+        // Done, and not ready for now (a switchover points it at its new
+        // source, a restart): still done. A new attempt is for an
+        // instance seen ready on something else.
+        Some(Status::Done) if !ready => Decision::Wait("done; not ready for now".into()),
         // Asked anew (or again after done, for something else).
         Some(Status::Done) | None => Decision::Start,
     }

@@ -65,10 +65,10 @@ fn failed_attempts_are_retried_with_a_growing_backoff_and_done_wins() {
         attempts: 1,
         ..Default::default()
     };
-    assert_eq!(decide(None, &Recorded::default(), 0), Decision::Start);
-    assert!(matches!(decide(None, &going, 0), Decision::Wait(_)));
+    assert_eq!(decide(None, &Recorded::default(), true, 0), Decision::Start);
+    assert!(matches!(decide(None, &going, true, 0), Decision::Wait(_)));
     assert_eq!(
-        decide(Some("new"), &going, 0),
+        decide(Some("new"), &going, true, 0),
         Decision::Done {
             release: "new".into()
         }
@@ -80,16 +80,25 @@ fn failed_attempts_are_retried_with_a_growing_backoff_and_done_wins() {
         ..Default::default()
     };
     assert!(matches!(
-        decide(None, &failed(1), 1_009_000),
+        decide(None, &failed(1), true, 1_009_000),
         Decision::Wait(w) if w.contains("next in 1 s")
     ));
-    assert_eq!(decide(None, &failed(1), 1_010_000), Decision::Start);
+    assert_eq!(decide(None, &failed(1), true, 1_010_000), Decision::Start);
     assert!(matches!(
-        decide(None, &failed(3), 1_030_000),
+        decide(None, &failed(3), true, 1_030_000),
         Decision::Wait(_)
     ));
-    assert_eq!(decide(None, &failed(3), 1_040_000), Decision::Start);
+    assert_eq!(decide(None, &failed(3), true, 1_040_000), Decision::Start);
     assert_eq!(backoff_ms(50), MAX_BACKOFF_MS);
+    // Done but not ready for a moment: still done; seen ready on
+    // something else: a new attempt.
+    let done = Recorded {
+        status: Some(Status::Done),
+        attempts: 1,
+        ..Default::default()
+    };
+    assert!(matches!(decide(None, &done, false, 0), Decision::Wait(_)));
+    assert_eq!(decide(None, &done, true, 0), Decision::Start);
 }
 
 /// db-1 primary, db-2 and db-3 replicas, all on the operator's manager
