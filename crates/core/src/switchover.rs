@@ -420,6 +420,51 @@ pub fn final_history_of(
     })
 }
 
+/// How a switchover's target stands towards the old primary it drains.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Receiver {
+    /// Receiving from the old primary.
+    Receiving,
+    /// Replicating from the old primary with its receiver stopped (an
+    /// error, or a person).
+    Stopped,
+    /// Connecting to it, or replicating from another source.
+    Other,
+}
+
+/// What the target must do with the old primary's final point.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DrainStep {
+    /// Apply up to it (its history, and its binary log's end if any).
+    Apply(FinalPoint),
+    /// Start receiving from the old primary again first: what is missing
+    /// could never arrive otherwise, and the old primary would stay
+    /// read-only until the switchover is given up.
+    ReceiveAgain,
+}
+
+/// The old primary's binary log end is a place in what the target
+/// receives only while it receives from it; a failover detached every
+/// replica from it first, so then only its history counts. A stopped
+/// receiver that still lacks part of the history is started again.
+pub fn drain_step(
+    point: FinalPoint,
+    receiver: Receiver,
+    failing_over: bool,
+    holds_history: bool,
+) -> DrainStep {
+    match receiver {
+        Receiver::Receiving => DrainStep::Apply(point),
+        _ if failing_over => DrainStep::Apply(FinalPoint {
+            binlog: None,
+            ..point
+        }),
+        Receiver::Stopped if point.binlog.is_some() || !holds_history => DrainStep::ReceiveAgain,
+        _ if point.binlog.is_none() => DrainStep::Apply(point),
+        _ => DrainStep::ReceiveAgain,
+    }
+}
+
 /// How a switchover in progress stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Progress {

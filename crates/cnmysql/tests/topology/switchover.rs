@@ -213,7 +213,10 @@ async fn a_switchover_given_up_after_the_hand_over_began_gives_the_primary_its_a
 /// switchover is given up (`maxSwitchoverDelay`, an hour by default).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_target_whose_receiver_stops_during_the_hand_over_starts_it_again_and_takes_over() {
-    let c = LocalCluster::start("swr", &durable("swr", 3));
+    // Given up after 30 s rather than the default hour: a failure is
+    // reported, not a hung suite.
+    let manifest = format!("{}  maxSwitchoverDelay: 30\n", durable("swr", 3));
+    let c = LocalCluster::start("swr", &manifest);
     let w = start_writer(&c).await;
     w.wait_for_more(50, Duration::from_secs(10)).await;
     let mut target_conn = c.admin("swr-2").await;

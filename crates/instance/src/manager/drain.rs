@@ -27,18 +27,17 @@ impl<C: ClusterState> Manager<C> {
         let (wait_for, binlog) = match old {
             Some(old) => match self.peers.status_within(&old, patience).await {
                 Some(st) if st.mysqld_running => match switchover::final_history_of(&old, &st) {
-                    // Its binary log's end is a place in what this
-                    // replica receives only while it receives from it; a
-                    // failover detached every replica from it first.
-                    Ok(point) if point.binlog.is_none() || self.receives_from(repl, &old) => {
-                        (point.history, point.binlog)
-                    }
-                    Ok(point) if status.failover_from.as_deref() == Some(old.as_str()) => {
-                        (point.history, None)
-                    }
-                    Ok(_) => {
-                        self.receive_again(conn, repl, &old).await?;
-                        return Ok(false);
+                    Ok(point) => {
+                        let holds = history_reaches(f, &view.gtid_executed, &point.history);
+                        let failing_over = status.failover_from.as_deref() == Some(old.as_str());
+                        let receiver = self.receiver(repl, &old);
+                        match switchover::drain_step(point, receiver, failing_over, holds) {
+                            switchover::DrainStep::Apply(p) => (p.history, p.binlog),
+                            switchover::DrainStep::ReceiveAgain => {
+                                self.receive_again(conn, repl, receiver, &old).await?;
+                                return Ok(false);
+                            }
+                        }
                     }
                     Err(why) => {
                         self.set_phase(InstancePhase::Running, why);
@@ -86,23 +85,19 @@ impl<C: ClusterState> Manager<C> {
 
     /// A target that stopped receiving from the old primary during the
     /// hand-over (its receiver stopped by an error or by hand) could never
-    /// reach where the old primary's binary log ended, and the old primary
+    /// reach what the old primary holds, and the old primary
     /// would stay read-only until the switchover is given up: it starts
     /// receiving again. One still connecting is waited for.
     async fn receive_again(
         &self,
         conn: &mut mysql_async::Conn,
         repl: &cnmysql_core::status::ReplicationStatus,
+        receiver: switchover::Receiver,
         old: &str,
     ) -> anyhow::Result<()> {
-        let from_old = self
-            .peers
-            .source_name(&repl.source_host, repl.source_port)
-            .as_deref()
-            == Some(old);
-        if from_old && repl.io_state == "No" {
+        if receiver == switchover::Receiver::Stopped {
             sql::exec_all(conn, &[flavor::start_replica(self.cfg.flavor())]).await?;
-            tracing::info!(old, "receiving from the old primary again before promotion");
+            tracing::info!(old, io_state = %repl.io_state, "receiving from the old primary again before promotion");
         }
         self.set_phase(
             InstancePhase::Running,
@@ -111,12 +106,21 @@ impl<C: ClusterState> Manager<C> {
         Ok(())
     }
 
-    fn receives_from(&self, repl: &cnmysql_core::status::ReplicationStatus, old: &str) -> bool {
-        repl.io_state == "Yes"
-            && self
-                .peers
-                .source_name(&repl.source_host, repl.source_port)
-                .as_deref()
-                == Some(old)
+    /// How this replica stands towards the old primary.
+    fn receiver(
+        &self,
+        repl: &cnmysql_core::status::ReplicationStatus,
+        old: &str,
+    ) -> switchover::Receiver {
+        let from_old = self
+            .peers
+            .source_name(&repl.source_host, repl.source_port)
+            .as_deref()
+            == Some(old);
+        match repl.io_state.as_str() {
+            "Yes" if from_old => switchover::Receiver::Receiving,
+            "No" if from_old => switchover::Receiver::Stopped,
+            _ => switchover::Receiver::Other,
+        }
     }
 }
