@@ -459,9 +459,9 @@ pub fn drain_step(
             binlog: None,
             ..point
         }),
-        Receiver::Stopped if point.binlog.is_some() || !holds_history => DrainStep::ReceiveAgain,
-        _ if point.binlog.is_none() => DrainStep::Apply(point),
-        _ => DrainStep::ReceiveAgain,
+        _ if point.binlog.is_some() => DrainStep::ReceiveAgain,
+        Receiver::Stopped if !holds_history => DrainStep::ReceiveAgain,
+        _ => DrainStep::Apply(point),
     }
 }
 

@@ -101,6 +101,57 @@ mod hand_over {
         assert!(ready_to_hand_over("db-2", Some(st)).is_err());
         assert!(ready_to_hand_over("db-2", None).is_err());
     }
+
+    /// A target whose receiver from the old primary stopped during the
+    /// hand-over starts it again when something is missing, whether or not
+    /// the old primary closed its acknowledgements (MariaDB never does:
+    /// CI waited an hour for a history that could not arrive).
+    #[test]
+    fn a_stopped_receiver_missing_part_of_the_history_is_started_again() {
+        let at = crate::status::BinlogPoint {
+            file: "binlog.000002".into(),
+            position: 400,
+        };
+        let plain = FinalPoint {
+            history: "0-1-9".into(),
+            binlog: None,
+        };
+        let closed = FinalPoint {
+            binlog: Some(at),
+            ..plain.clone()
+        };
+        use Receiver::*;
+        assert_eq!(
+            drain_step(plain.clone(), Stopped, false, false),
+            DrainStep::ReceiveAgain
+        );
+        assert_eq!(
+            drain_step(closed.clone(), Stopped, false, true),
+            DrainStep::ReceiveAgain
+        );
+        assert_eq!(
+            drain_step(plain.clone(), Stopped, false, true),
+            DrainStep::Apply(plain.clone()),
+            "nothing missing: promote"
+        );
+        assert_eq!(
+            drain_step(closed.clone(), Receiving, false, false),
+            DrainStep::Apply(closed.clone())
+        );
+        assert_eq!(
+            drain_step(plain.clone(), Other, false, false),
+            DrainStep::Apply(plain.clone())
+        );
+        assert_eq!(
+            drain_step(closed.clone(), Other, false, false),
+            DrainStep::ReceiveAgain
+        );
+        assert_eq!(
+            drain_step(closed, Stopped, true, false),
+            DrainStep::Apply(plain),
+            "a failover detached it on purpose: its history only"
+        );
+    }
 }
 
 mod requests {
@@ -346,56 +397,5 @@ mod requests {
         );
         assert!(!history_settled(g1, true, g1, false), "waited before");
         assert!(!history_settled(g1, false, g1, true), "waits after");
-    }
-
-    /// A target whose receiver from the old primary stopped during the
-    /// hand-over starts it again when something is missing, whether or not
-    /// the old primary closed its acknowledgements (MariaDB never does:
-    /// CI waited an hour for a history that could not arrive).
-    #[test]
-    fn a_stopped_receiver_missing_part_of_the_history_is_started_again() {
-        let at = crate::status::BinlogPoint {
-            file: "binlog.000002".into(),
-            position: 400,
-        };
-        let plain = FinalPoint {
-            history: "0-1-9".into(),
-            binlog: None,
-        };
-        let closed = FinalPoint {
-            binlog: Some(at),
-            ..plain.clone()
-        };
-        use Receiver::*;
-        assert_eq!(
-            drain_step(plain.clone(), Stopped, false, false),
-            DrainStep::ReceiveAgain
-        );
-        assert_eq!(
-            drain_step(closed.clone(), Stopped, false, true),
-            DrainStep::ReceiveAgain
-        );
-        assert_eq!(
-            drain_step(plain.clone(), Stopped, false, true),
-            DrainStep::Apply(plain.clone()),
-            "nothing missing: promote"
-        );
-        assert_eq!(
-            drain_step(closed.clone(), Receiving, false, false),
-            DrainStep::Apply(closed.clone())
-        );
-        assert_eq!(
-            drain_step(plain.clone(), Other, false, false),
-            DrainStep::Apply(plain.clone())
-        );
-        assert_eq!(
-            drain_step(closed.clone(), Other, false, false),
-            DrainStep::ReceiveAgain
-        );
-        assert_eq!(
-            drain_step(closed, Stopped, true, false),
-            DrainStep::Apply(plain),
-            "a failover detached it on purpose: its history only"
-        );
     }
 }

@@ -34,7 +34,7 @@ impl<C: ClusterState> Manager<C> {
                         match switchover::drain_step(point, receiver, failing_over, holds) {
                             switchover::DrainStep::Apply(p) => (p.history, p.binlog),
                             switchover::DrainStep::ReceiveAgain => {
-                                self.receive_again(conn, repl, receiver, &old).await?;
+                                self.receive_again(conn, receiver, &old).await?;
                                 return Ok(false);
                             }
                         }
@@ -91,13 +91,12 @@ impl<C: ClusterState> Manager<C> {
     async fn receive_again(
         &self,
         conn: &mut mysql_async::Conn,
-        repl: &cnmysql_core::status::ReplicationStatus,
         receiver: switchover::Receiver,
         old: &str,
     ) -> anyhow::Result<()> {
         if receiver == switchover::Receiver::Stopped {
             sql::exec_all(conn, &[flavor::start_replica(self.cfg.flavor())]).await?;
-            tracing::info!(old, io_state = %repl.io_state, "receiving from the old primary again before promotion");
+            tracing::info!(old, "receiving from the old primary again before promotion");
         }
         self.set_phase(
             InstancePhase::Running,
