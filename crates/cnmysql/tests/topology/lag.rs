@@ -30,18 +30,23 @@ async fn a_replica_too_far_behind_serves_no_reads_until_it_catches_up() {
     let mut lock = c.admin(behind).await;
     lock.query_drop("LOCK TABLES lagdb.t READ").await.unwrap();
     drop(rw);
-    let written = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(0));
+    // Stopped by a flag and awaited, not aborted: an abort could land
+    // between an insert's commit and its count (CI: 16 rows held, 15
+    // counted).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = {
         let mut rw = c.app(c.service_port("rw")).await.unwrap();
-        let written = written.clone();
+        let stop = stop.clone();
         tokio::spawn(async move {
-            for id in 1.. {
-                rw.query_drop(format!("INSERT INTO lagdb.t VALUES ({id})"))
+            let mut written = 0i64;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                written += 1;
+                rw.query_drop(format!("INSERT INTO lagdb.t VALUES ({written})"))
                     .await
                     .unwrap();
-                written.store(id, std::sync::atomic::Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
+            written
         })
     };
     let out = wait_for(
@@ -77,8 +82,8 @@ async fn a_replica_too_far_behind_serves_no_reads_until_it_catches_up() {
         },
     )
     .await;
-    writer.abort();
-    let n = written.load(std::sync::atomic::Ordering::SeqCst);
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let n = writer.await.unwrap();
     assert_eq!(
         ids_once_it_holds(&c, behind, "lagdb.t", n).await.len() as i64,
         n + 1
