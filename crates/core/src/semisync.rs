@@ -78,6 +78,64 @@ pub fn off(timeout_millis: u64) -> Settings {
     }
 }
 
+/// The source-side timeout of a former primary on its way to semi-sync
+/// off ([`leaving_primary`]): a commit of its applier waits at most this
+/// long, once, before the server replicates asynchronously.
+pub const NEUTRAL_TIMEOUT_MS: u64 = 1;
+
+/// How long a neutral source side has had no replica registered before it
+/// is switched off: MySQL and MariaDB stop their acknowledgement receiver
+/// when it is, and the receiver notices only at the end of its one-second
+/// wait on the sockets of the replicas it last had (MySQL holds the lock
+/// every new session takes meanwhile).
+pub const QUIET_MS: u64 = 2_000;
+
+/// How long a source side stays neutral at most: a server that keeps
+/// replicas of its own (a replica cluster's designated primary) is
+/// switched off all the same, its readers held up once, never its writers.
+pub const NEUTRAL_AT_MOST_MS: u64 = 30_000;
+
+/// What a former primary's manager does next with its semi-sync source
+/// side, once the server is read-only, no longer the primary, and no
+/// commit of a client waits for an acknowledgement (checked first:
+/// `converge::leave_primary_side`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaveStep {
+    /// Off already, or neutral and not yet quiet: nothing.
+    Keep,
+    /// Only the timeout lowered to [`NEUTRAL_TIMEOUT_MS`]: its applier no
+    /// longer waits, and no other setting changes — the receiver keeps
+    /// running, so no new session is held up while clients still find
+    /// this server. Like switching off, a lowered timeout would release a
+    /// waiting commit: hence only once none of a client's waits.
+    Neutralise,
+    /// Switched off, now that it holds nobody up.
+    SwitchOff,
+}
+
+/// The next step of a former primary's source side ([`LeaveStep`]).
+/// `neutral_for_ms` is how long the manager has seen it neutral (`None`:
+/// not yet). Switching it off at once would hold every new connection to
+/// a MySQL server up to a second — the clients kube-proxy still sends to
+/// the old primary right after a switchover.
+pub fn leaving_primary(
+    s: &crate::status::SemiSyncStatus,
+    neutral_for_ms: Option<u64>,
+) -> LeaveStep {
+    if !s.source_enabled {
+        return LeaveStep::Keep;
+    }
+    if s.timeout_millis != NEUTRAL_TIMEOUT_MS {
+        return LeaveStep::Neutralise;
+    }
+    match neutral_for_ms {
+        Some(ms) if (s.clients == 0 && ms >= QUIET_MS) || ms >= NEUTRAL_AT_MOST_MS => {
+            LeaveStep::SwitchOff
+        }
+        _ => LeaveStep::Keep,
+    }
+}
+
 /// Whether a server in role `desired` acknowledges its source's commits
 /// (the semi-sync replica side): only a replica inside its own cluster. A
 /// replica cluster's designated primary follows another cluster's
@@ -195,6 +253,59 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(summary(&handing_over), "closed (handing over)");
+    }
+
+    /// A former primary's source side is first made neutral (only its
+    /// timeout), and switched off once no replica has been registered for
+    /// a while, or after a long while in any case.
+    #[test]
+    fn a_former_primary_neutralises_its_source_side_then_switches_it_off_when_quiet() {
+        let closed = crate::status::SemiSyncStatus {
+            source_enabled: true,
+            wait_for_count: ACKS_CLOSED_COUNT,
+            timeout_millis: NEVER_FALL_BACK_MS,
+            clients: 2,
+            ..Default::default()
+        };
+        assert_eq!(leaving_primary(&closed, None), LeaveStep::Neutralise);
+        assert_eq!(
+            leaving_primary(&closed, Some(60_000)),
+            LeaveStep::Neutralise
+        );
+        let neutral = crate::status::SemiSyncStatus {
+            timeout_millis: NEUTRAL_TIMEOUT_MS,
+            ..closed.clone()
+        };
+        assert_eq!(leaving_primary(&neutral, None), LeaveStep::Keep);
+        assert_eq!(
+            leaving_primary(&neutral, Some(QUIET_MS)),
+            LeaveStep::Keep,
+            "replicas registered"
+        );
+        assert_eq!(
+            leaving_primary(&neutral, Some(NEUTRAL_AT_MOST_MS)),
+            LeaveStep::SwitchOff
+        );
+        let quiet = crate::status::SemiSyncStatus {
+            clients: 0,
+            ..neutral
+        };
+        assert_eq!(leaving_primary(&quiet, Some(QUIET_MS - 1)), LeaveStep::Keep);
+        assert_eq!(
+            leaving_primary(&quiet, Some(QUIET_MS)),
+            LeaveStep::SwitchOff
+        );
+        let off = crate::status::SemiSyncStatus {
+            source_enabled: false,
+            ..quiet
+        };
+        assert_eq!(
+            leaving_primary(&off, Some(NEUTRAL_AT_MOST_MS)),
+            LeaveStep::Keep
+        );
+        // A neutral server never reads as acknowledging nothing on the
+        // promotion path: the promotion sets every setting again.
+        assert!(at_promotion(&spec("mysql", "required", 1)).timeout_millis != NEUTRAL_TIMEOUT_MS);
     }
 
     fn spec(flavor: &str, durability: &str, min: i32) -> ClusterSpec {

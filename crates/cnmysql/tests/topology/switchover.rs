@@ -26,6 +26,35 @@ async fn switchover_under_continuous_writes_loses_nothing() {
         w.wait_for_more(50, Duration::from_secs(10)).await;
         wait_ready(&c, 3, Duration::from_secs(30)).await;
     }
+    // The demoted swo-2 applies under the writer with its semi-sync
+    // source side first neutral, then off once no replica registers with
+    // it any more (`semisync::leaving_primary`): off in the end, without
+    // its applier ever stalling (every row verified on it below).
+    wait_for(
+        "swo-2's semi-sync source side off",
+        Duration::from_secs(45),
+        || async {
+            let mut a = c.admin("swo-2").await;
+            let seen: Option<(u8, u64)> = a
+                .query_first(sql(
+                    "SELECT @@rpl_semi_sync_master_enabled, @@rpl_semi_sync_master_timeout",
+                    "SELECT @@rpl_semi_sync_source_enabled, @@rpl_semi_sync_source_timeout",
+                ))
+                .await
+                .unwrap();
+            let clients: Option<(String, String)> = a
+                .query_first(sql(
+                    "SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_clients'",
+                    "SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_source_clients'",
+                ))
+                .await
+                .unwrap();
+            eprintln!("swo-2's source side (enabled, timeout): {seen:?}, {clients:?}");
+            (seen.map(|s| s.0) == Some(0)).then_some(())
+        },
+    )
+    .await;
+    w.wait_for_more(50, Duration::from_secs(10)).await;
     let o = w.stop().await;
     assert!(c.has_event("SwitchoverCompleted").is_some());
     assert_eq!(c.writable_instances().await, vec!["swo-1".to_string()]);

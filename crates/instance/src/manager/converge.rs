@@ -113,7 +113,12 @@ impl<C: ClusterState> Manager<C> {
                     tracing::error!(reason = %why, "making this server read-only");
                 }
                 drop(conn);
-                self.fencer.make_read_only(cause, &why).await?;
+                let fenced = self.fencer.make_read_only(cause, &why).await?;
+                if fenced == Fenced::ReadOnly && matches!(desired, Desired::HandOver { .. }) {
+                    // Its target waits for the close: in this pass, not
+                    // the next.
+                    self.close_for_hand_over().await?;
+                }
                 return Ok(());
             }
             First::Promote => return self.promote(&mut conn, &status, &view).await,
@@ -235,10 +240,11 @@ impl<C: ClusterState> Manager<C> {
     }
 
     /// A server that is no longer the primary, once read-only: its lease
-    /// released, and (`semi_sync_off`) its semi-sync source side off. Only
-    /// read-only: switched off while writable, the commits waiting for an
-    /// acknowledgement would complete and their clients be told they
-    /// committed with no replica holding them; a lease released while
+    /// released, and (`semi_sync_off`) its semi-sync source side on its way
+    /// off (`leave_source_side.rs`). Only read-only: left while writable,
+    /// the commits waiting for an acknowledgement would complete and their
+    /// clients be told they committed with no replica holding them; a
+    /// lease released while
     /// writable lets another primary start. False when the pass ends here
     /// (the server was killed).
     async fn leave_primary_side(
@@ -248,13 +254,16 @@ impl<C: ClusterState> Manager<C> {
         semi_sync_off: bool,
     ) -> anyhow::Result<bool> {
         let f = self.cfg.flavor();
-        self.release_lease_if_held().await;
         if !semi_sync_off {
             // Handing over: once read-only (closed while writable, the
-            // commits waiting would hold read-only up for ever).
+            // commits waiting would hold read-only up for ever), and before
+            // the lease goes back (a call to the cluster's state): the
+            // target waits for the close, and takes the lease only after.
             super::hand_over_acks::close(conn, f, view).await;
+            self.release_lease_if_held().await;
             return Ok(true);
         }
+        self.release_lease_if_held().await;
         if view.semi_sync.source_enabled && view.replication.is_none() {
             // Read-only does not stop commits already waiting for an
             // acknowledgement (MySQL lets read-only be set meanwhile):
@@ -268,14 +277,24 @@ impl<C: ClusterState> Manager<C> {
                 return Ok(false);
             }
         }
-        if view.semi_sync.source_enabled {
-            // A former primary must not wait for acknowledgements of the
-            // transactions it now only applies: its applier would stall.
-            let off = semisync::off(view.semi_sync.timeout_millis);
-            sql::exec_all(conn, &sql::semi_sync_source(f, &off)).await?;
-            tracing::info!("semi-sync source side switched off on a non-primary");
-        }
+        // A former primary must not wait for acknowledgements of the
+        // transactions it now only applies (its applier would stall): made
+        // neutral now, switched off once that holds nobody up.
+        self.leaving.step(conn, f, &view.semi_sync).await?;
         Ok(true)
+    }
+
+    /// A primary handing over that has just turned read-only closes its
+    /// acknowledgements and gives its lease back at once
+    /// (`leave_primary_side`), seen read-only again first.
+    async fn close_for_hand_over(&self) -> anyhow::Result<()> {
+        let Some((mut conn, view)) = self.running_server().await? else {
+            return Ok(());
+        };
+        if view.read_only {
+            self.leave_primary_side(&mut conn, &view, false).await?;
+        }
+        Ok(())
     }
 
     /// The semi-sync replica side as the role wants it

@@ -23,6 +23,7 @@ mod fence;
 mod hand_over_acks;
 pub mod import;
 mod lease_proof;
+mod leave_source_side;
 mod link;
 mod observe;
 mod obtain;
@@ -134,6 +135,9 @@ pub struct Manager<C: ClusterState> {
     /// Whether the IO thread waits to retry a connection, and when the
     /// manager last had it connect again at once (`reconnects.rs`).
     reconnects: reconnects::Reconnects,
+    /// A former primary's semi-sync source side on its way off
+    /// (`leave_source_side.rs`).
+    leaving: leave_source_side::LeaveSourceSide,
 }
 
 impl<C: ClusterState> Manager<C> {
@@ -191,6 +195,7 @@ impl<C: ClusterState> Manager<C> {
             progress,
             mysqld_output: Mutex::new(None),
             reconnects: Default::default(),
+            leaving: Default::default(),
             reexec,
             gate,
             certs,

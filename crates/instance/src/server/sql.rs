@@ -384,6 +384,15 @@ pub fn semi_sync_replica(f: Flavor, on: bool) -> Sql {
     })
 }
 
+/// Only the source side's timeout (a former primary made neutral:
+/// `semisync::LeaveStep::Neutralise`), nothing else.
+pub fn semi_sync_source_timeout(f: Flavor, millis: u64) -> Sql {
+    Sql::new(match f {
+        Flavor::Mariadb => format!("SET GLOBAL rpl_semi_sync_master_timeout = {millis}"),
+        Flavor::Mysql => format!("SET GLOBAL rpl_semi_sync_source_timeout = {millis}"),
+    })
+}
+
 pub fn semi_sync_source(f: Flavor, s: &cnmysql_core::semisync::Settings) -> Vec<Sql> {
     let on = if s.enabled { "ON" } else { "OFF" };
     match f {
