@@ -6,6 +6,11 @@
 
 use super::*;
 
+/// How long one pass of the target waits for its applier to reach the
+/// point it drains to: the server answers as soon as it is reached, and a
+/// pass that gives up sooner costs a whole pass more before promotion.
+const DRAIN_WAIT_SECS: f64 = 1.0;
+
 impl<C: ClusterState> Manager<C> {
     /// Drain replication before promotion. True once everything the old
     /// primary wrote (or, if it is gone, everything received) is applied.
@@ -25,7 +30,7 @@ impl<C: ClusterState> Manager<C> {
             .filter(|c| c != &self.cfg.instance);
         let patience = Duration::from_millis(role::drain_rule(status).ask_old_primary_ms());
         let (wait_for, binlog) = match old {
-            Some(old) => match self.peers.status_within(&old, patience).await {
+            Some(old) => match self.final_status_of(&old, patience).await {
                 Some(st) if st.mysqld_running => match switchover::final_history_of(&old, &st) {
                     Ok(point) => {
                         let holds = history_reaches(f, &view.gtid_executed, &point.history);
@@ -56,7 +61,7 @@ impl<C: ClusterState> Manager<C> {
             None => (repl.received_gtid.clone(), None),
         };
         if let Some(at) = &binlog
-            && !super::hand_over_acks::applied_up_to(conn, f, at, 0.2).await?
+            && !super::hand_over_acks::applied_up_to(conn, f, at, DRAIN_WAIT_SECS).await?
         {
             self.set_phase(
                 InstancePhase::Running,
@@ -77,10 +82,30 @@ impl<C: ClusterState> Manager<C> {
         // Wait briefly for the applier, then judge by the executed history
         // (the replication position alone misses a former primary's own writes).
         let _: Option<i64> = conn
-            .query_first(flavor::wait_for_position(f, &wait_for, 0.2).text)
+            .query_first(flavor::wait_for_position(f, &wait_for, DRAIN_WAIT_SECS).text)
             .await?;
         let now = sql::observe(conn, f).await?;
         Ok(history_reaches(f, &now.gtid_executed, &wait_for))
+    }
+
+    /// The old primary's status, asked again within this pass while it
+    /// answers that its history is not final yet (not read-only, or
+    /// commits waiting until it closes its acknowledgements), for at most
+    /// `FINAL_WITHIN`: the close comes tens of milliseconds after
+    /// read-only, and a whole pass more of the target (its own server
+    /// observed, the cluster's state read) is writes lost.
+    async fn final_status_of(&self, old: &str, patience: Duration) -> Option<InstanceStatus> {
+        const FINAL_WITHIN: Duration = Duration::from_millis(250);
+        const ASK_AGAIN: Duration = Duration::from_millis(10);
+        let started = Instant::now();
+        loop {
+            let st = self.peers.status_within(old, patience).await?;
+            let settled = !st.mysqld_running || switchover::final_history_of(old, &st).is_ok();
+            if settled || started.elapsed() + ASK_AGAIN >= FINAL_WITHIN {
+                return Some(st);
+            }
+            tokio::time::sleep(ASK_AGAIN).await;
+        }
     }
 
     /// A target that stopped receiving from the old primary during the

@@ -448,6 +448,12 @@ fn flavour_defaults(f: Flavor) -> &'static [(&'static str, &'static str)] {
             ("relay_log_recovery", "ON"),
             // The X protocol would claim port 33060 on every instance.
             ("mysqlx", "OFF"),
+            // A multi-threaded replica publishes how far it has applied
+            // (what SOURCE_POS_WAIT and SHOW REPLICA STATUS read) only at
+            // its checkpoints, 300 ms apart by default: a switchover's
+            // target, which waits for the old primary's last position,
+            // waited up to that long after applying it.
+            ("replica_checkpoint_period", "10"),
         ],
     }
 }
