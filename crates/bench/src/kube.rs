@@ -191,6 +191,12 @@ async fn fault_run(k: &KubeCluster, kind: &str, load: usize) -> anyhow::Result<F
             "routing from the fault:\n{}",
             routes.between(at, at - Duration::from_millis(500), end)
         );
+        if kind == "delete" {
+            // A handover's steps, as the managers and the operator logged
+            // them (the deleted Pod's own lines went with it).
+            let logged = crate::timeline::around(k, NS, &instances(), (at, end));
+            eprintln!("logged from the fault:\n{logged}");
+        }
     }
     if let Some(p) = probe {
         eprintln!(
