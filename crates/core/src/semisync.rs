@@ -303,8 +303,9 @@ mod tests {
             leaving_primary(&off, Some(NEUTRAL_AT_MOST_MS)),
             LeaveStep::Keep
         );
-        // A neutral server never reads as acknowledging nothing on the
-        // promotion path: the promotion sets every setting again.
+        // A primary's timeout is never the neutral one: a server promoted
+        // again (which sets every setting) is never taken for a former
+        // primary on its way off.
         assert!(at_promotion(&spec("mysql", "required", 1)).timeout_millis != NEUTRAL_TIMEOUT_MS);
     }
 

@@ -244,9 +244,8 @@ impl<C: ClusterState> Manager<C> {
     /// off (`leave_source_side.rs`). Only read-only: left while writable,
     /// the commits waiting for an acknowledgement would complete and their
     /// clients be told they committed with no replica holding them; a
-    /// lease released while
-    /// writable lets another primary start. False when the pass ends here
-    /// (the server was killed).
+    /// lease released while writable lets another primary start. False
+    /// when the pass ends here (the server was killed).
     async fn leave_primary_side(
         &self,
         conn: &mut mysql_async::Conn,

@@ -37,13 +37,11 @@ impl LeaveSourceSide {
             LeaveStep::Neutralise => {
                 let neutral = sql::semi_sync_source_timeout(f, semisync::NEUTRAL_TIMEOUT_MS);
                 sql::exec_all(conn, &[neutral]).await?;
-                *self.neutral_since.lock().unwrap() = Some(Instant::now());
                 tracing::info!("semi-sync source side made neutral on a non-primary");
             }
             LeaveStep::SwitchOff => {
                 let off = semisync::off(semisync::NEUTRAL_TIMEOUT_MS);
                 sql::exec_all(conn, &sql::semi_sync_source(f, &off)).await?;
-                *self.neutral_since.lock().unwrap() = None;
                 tracing::info!(
                     registered = semi.clients,
                     "semi-sync source side switched off on a non-primary"
@@ -53,9 +51,10 @@ impl LeaveSourceSide {
         Ok(())
     }
 
-    /// How long the source side has been seen neutral, in milliseconds;
-    /// the clock starts at the first sight (after a restart of the
-    /// manager too) and stops when it is anything else.
+    /// How long the source side has been seen neutral, in milliseconds:
+    /// the clock starts at the first sight (the pass after it was made
+    /// neutral, or after a restart of the manager) and stops when it is
+    /// anything else.
     fn neutral_for(&self, semi: &SemiSyncStatus) -> Option<u64> {
         let mut since = self.neutral_since.lock().unwrap();
         if !(semi.source_enabled && semi.timeout_millis == semisync::NEUTRAL_TIMEOUT_MS) {

@@ -384,8 +384,8 @@ pub fn semi_sync_replica(f: Flavor, on: bool) -> Sql {
     })
 }
 
-/// Only the source side's timeout (a former primary made neutral:
-/// `semisync::LeaveStep::Neutralise`), nothing else.
+/// The source side's timeout alone (also what a former primary made
+/// neutral is told: `semisync::LeaveStep::Neutralise`).
 pub fn semi_sync_source_timeout(f: Flavor, millis: u64) -> Sql {
     Sql::new(match f {
         Flavor::Mariadb => format!("SET GLOBAL rpl_semi_sync_master_timeout = {millis}"),
@@ -397,17 +397,11 @@ pub fn semi_sync_source(f: Flavor, s: &cnmysql_core::semisync::Settings) -> Vec<
     let on = if s.enabled { "ON" } else { "OFF" };
     match f {
         Flavor::Mariadb => vec![
-            Sql::new(format!(
-                "SET GLOBAL rpl_semi_sync_master_timeout = {}",
-                s.timeout_millis
-            )),
+            semi_sync_source_timeout(f, s.timeout_millis),
             Sql::new(format!("SET GLOBAL rpl_semi_sync_master_enabled = {on}")),
         ],
         Flavor::Mysql => vec![
-            Sql::new(format!(
-                "SET GLOBAL rpl_semi_sync_source_timeout = {}",
-                s.timeout_millis
-            )),
+            semi_sync_source_timeout(f, s.timeout_millis),
             Sql::new(format!(
                 "SET GLOBAL rpl_semi_sync_source_wait_for_replica_count = {}",
                 s.wait_for_count.max(1)
