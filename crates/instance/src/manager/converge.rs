@@ -64,8 +64,14 @@ impl<C: ClusterState> Manager<C> {
             return Ok(());
         };
         // Only a read-only server is ever stopped to be re-cloned: a
-        // writable one is made read-only (below) first.
-        if view.read_only && self.reinit_if_due(&status, &view).await? {
+        // writable one is made read-only (below) first. The pass's
+        // connection is let go first: a connected client holds a MySQL
+        // shutdown up (`stop_server.rs`).
+        if view.read_only
+            && let Some(primary) = self.reinit_due(&status, &view).await?
+        {
+            drop(conn);
+            self.reinit(&primary, &view).await?;
             return Ok(());
         }
         let target = match &desired {

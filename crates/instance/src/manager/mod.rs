@@ -38,6 +38,7 @@ mod replay;
 mod replica_cluster;
 mod semi_sync;
 mod sql_objects;
+mod stop_server;
 mod unsynced_data;
 mod volumes;
 mod watchdog;
@@ -373,12 +374,9 @@ impl<C: ClusterState> Manager<C> {
         self.set_phase(InstancePhase::ShuttingDown, "");
         self.fence_before_stop().await;
         self.release_lease_if_held().await;
-        self.supervisor.shutdown().await;
+        self.stop_server().await;
         self.synced_after_clean_stop().await;
         logs.drain().await;
-        if let Some(p) = self.owners.server.send_replace(None) {
-            let _ = tokio::time::timeout(Duration::from_secs(1), p.disconnect()).await;
-        }
         self.shutdown.send_replace(true);
         renewals.abort();
         let _ = api_task.await;

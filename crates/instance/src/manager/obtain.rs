@@ -184,7 +184,7 @@ impl<C: ClusterState> Manager<C> {
                             );
                             *self.progress.lock().unwrap() = None;
                             if self.supervisor.is_active() {
-                                self.supervisor.shutdown().await;
+                                self.stop_server().await;
                                 // A fresh supervisor for the next attempt.
                                 anyhow::bail!("clone failed after the server started: {e}");
                             }

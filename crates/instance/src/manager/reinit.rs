@@ -11,14 +11,15 @@ use cnmysql_core::event::Event;
 use cnmysql_core::reinit::{self, Next};
 
 impl<C: ClusterState> Manager<C> {
-    /// Re-initialise this instance when asked, or when it is diverged and
-    /// may heal itself; otherwise record why not. True when the data was
-    /// replaced in this pass (the caller starts over).
-    pub(super) async fn reinit_if_due(
+    /// Whether this instance is to be re-initialised now (asked, or
+    /// diverged and allowed to heal itself): the primary to clone, which
+    /// the caller passes to [`Self::reinit`] once it has let go of its
+    /// connection. Otherwise records why not.
+    pub(super) async fn reinit_due(
         &self,
         status: &cnmysql_api::ClusterStatus,
         view: &sql::ServerView,
-    ) -> anyhow::Result<bool> {
+    ) -> anyhow::Result<Option<String>> {
         let me = self.cfg.instance.as_str();
         let acked_alone = acked_alone::read(&self.cfg);
         let diverged = status.diverged_instances.iter().any(|n| n == me);
@@ -26,39 +27,36 @@ impl<C: ClusterState> Manager<C> {
             match self.holds_others_writes(status, view).await {
                 Some(h) => h,
                 // The primary cannot be read now: decide on the next pass.
-                None => return Ok(false),
+                None => return Ok(None),
             }
         } else {
             false
         };
         if !diverged && self.request_if_stranded(status, view).await? {
-            return Ok(false);
+            return Ok(None);
         }
         let local = reinit::Local {
             acked_alone: acked_alone.as_deref(),
             holds_others_writes,
         };
         match reinit::next(me, &self.cfg.spec, status, local) {
-            Next::Nothing => Ok(false),
+            Next::Nothing => Ok(None),
             Next::KeepOut(why) => {
                 if status.diverged_reasons.get(me) != Some(&why) {
                     self.cluster
                         .change(|st| (reinit::note_diverged(st, me, &why), None))
                         .await?;
                 }
-                Ok(false)
+                Ok(None)
             }
             Next::Wait(why) => {
                 self.set_phase(
                     InstancePhase::Running,
                     format!("re-initialisation waits: {why}"),
                 );
-                Ok(false)
+                Ok(None)
             }
-            Next::Reclone { primary } => {
-                self.reinit(&primary, view).await?;
-                Ok(true)
-            }
+            Next::Reclone { primary } => Ok(Some(primary)),
         }
     }
 
@@ -132,7 +130,9 @@ impl<C: ClusterState> Manager<C> {
         )
     }
 
-    async fn reinit(&self, primary: &str, view: &sql::ServerView) -> anyhow::Result<()> {
+    /// Claim the slot, save what only this instance holds, stop the
+    /// server and clone `primary` (see [`Self::reinit_due`]).
+    pub(super) async fn reinit(&self, primary: &str, view: &sql::ServerView) -> anyhow::Result<()> {
         let me = self.cfg.instance.clone();
         let claimed = self
             .cluster
@@ -167,7 +167,7 @@ impl<C: ClusterState> Manager<C> {
             InstancePhase::Cloning,
             format!("stopping mysqld to re-clone from {primary}"),
         );
-        self.supervisor.stop_for_now().await;
+        self.stop_server_for_now().await;
         let data = self.cfg.data_dir.clone();
         tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&data)).await??;
         // The way a new replica gets its data (retried until it works, from
