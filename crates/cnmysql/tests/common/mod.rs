@@ -209,6 +209,26 @@ impl LocalCluster {
             .unwrap() as u16
     }
 
+    /// An instance's `GET /status` straight from its manager, as the
+    /// operator and its peers ask it (mutual TLS, the operator's
+    /// certificate), within `within`: the answer, or why there was none.
+    pub async fn manager_status(&self, instance: &str, within: Duration) -> Result<Value, String> {
+        let pki = Path::new(&self.state_arg()).join("pki");
+        let tls = cnmysql_tls::TlsPaths::in_dir(&pki, "cnmysql-operator")
+            .load()
+            .map_err(|e| e.to_string())?;
+        let client = cnmysql_control::client::ControlClient::new(
+            tls.client_config().map_err(|e| e.to_string())?,
+        );
+        let port = self.ports()["instances"][instance]["control"]
+            .as_u64()
+            .expect("a control port") as u16;
+        match tokio::time::timeout(within, client.get_json("127.0.0.1", port, "/status")).await {
+            Ok(answer) => answer.map_err(|e| e.to_string()),
+            Err(_) => Err(format!("no answer within {within:?}")),
+        }
+    }
+
     pub fn app_password(&self) -> String {
         std::fs::read_to_string(Path::new(&self.state_arg()).join("secrets/app-password")).unwrap()
     }

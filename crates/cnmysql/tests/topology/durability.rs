@@ -204,3 +204,101 @@ fn sql_count(n: u64) -> u64 {
         Flavor::Mariadb => 1,
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_whose_commits_wait_behind_a_binary_log_rotation_answers_and_keeps_its_lease() {
+    // Kubernetes fault suite, all Pods deleted: the restarted primary took
+    // writes before any replica was back, its archiver's FLUSH BINARY LOGS
+    // waited behind those commits (a rotation waits for every commit still
+    // waiting for an acknowledgement), and so did every `SHOW BINARY LOGS`
+    // after it — the one in the manager's look at its server among them.
+    // Its status hung, the replicas waited on that status before following
+    // it, its own loop renewed no lease, and after 10 s it fenced itself:
+    // 17 s without writes. Its status and loop now ask the server nothing
+    // that waits behind a rotation.
+    let c = LocalCluster::start("rot", &durable("rot", 2));
+    wait_for(
+        "semi-sync on the primary",
+        Duration::from_secs(20),
+        || async {
+            let st = c.status_json();
+            (instances_by_name(&st)["rot-1"]["semiSync"]["sourceEnabled"] == true).then_some(())
+        },
+    )
+    .await;
+    let mut app = c.app(c.instance_port("rot-1")).await.unwrap();
+    app.query_drop("CREATE DATABASE IF NOT EXISTS rot")
+        .await
+        .unwrap();
+    app.query_drop("CREATE TABLE rot.t (i INT PRIMARY KEY)")
+        .await
+        .unwrap();
+    let (_, mysqld) = c.instance_pids("rot-1");
+    // The only replica stops acknowledging: the next commit waits, and a
+    // rotation waits behind it.
+    c.signal_instance("rot-2", Signal::SIGSTOP);
+    let waiting = tokio::spawn(async move { app.query_drop("INSERT INTO rot.t VALUES (1)").await });
+    let waits = |state: &'static str| {
+        let c = &c;
+        move || async move {
+            let mut a = c.admin("rot-1").await;
+            let n: Option<i64> = a
+                .query_first(format!(
+                    "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE {state}"
+                ))
+                .await
+                .ok()
+                .flatten();
+            (n == Some(1)).then_some(())
+        }
+    };
+    wait_for(
+        "the commit to wait for an acknowledgement",
+        Duration::from_secs(10),
+        waits("STATE LIKE 'Waiting for semi-sync ACK%'"),
+    )
+    .await;
+    let mut rotating = c.admin("rot-1").await;
+    let rotation = tokio::spawn(async move { rotating.query_drop("FLUSH BINARY LOGS").await });
+    wait_for(
+        "the rotation to be under way",
+        Duration::from_secs(10),
+        waits("INFO = 'FLUSH BINARY LOGS'"),
+    )
+    .await;
+    // Past the 10 s after which a primary that renews nothing fences
+    // itself: its status answers every time, in less than its peers wait.
+    let until = Instant::now() + Duration::from_secs(12);
+    let mut answers = 0;
+    while Instant::now() < until {
+        let st = c
+            .manager_status("rot-1", Duration::from_millis(1500))
+            .await
+            .unwrap_or_else(|e| {
+                panic!("rot-1's status with commits waiting behind a rotation: {e}")
+            });
+        assert_eq!(st["mysqldRunning"], true, "{st}");
+        assert_eq!(st["readOnly"], false, "{st}");
+        assert!(
+            st["server"]["binlog_bytes"].as_u64().unwrap_or(0) > 0,
+            "the binary logs' size is still reported: {st}"
+        );
+        answers += 1;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(
+        c.instance_pids("rot-1").1,
+        mysqld,
+        "the primary's server was killed"
+    );
+    c.signal_instance("rot-2", Signal::SIGCONT);
+    for (what, done) in [("the waiting commit", waiting), ("the rotation", rotation)] {
+        tokio::time::timeout(Duration::from_secs(20), done)
+            .await
+            .unwrap_or_else(|_| panic!("{what} did not complete once the replica acknowledged"))
+            .unwrap()
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+    }
+    eprintln!("{answers} status answers while the rotation waited");
+    c.destroy();
+}

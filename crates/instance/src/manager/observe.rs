@@ -138,6 +138,10 @@ impl<C: ClusterState> ControlBackend<C> {
         st.uptime_seconds = Some(view.uptime_seconds);
         st.semi_sync = Some(view.semi_sync);
         st.server = view.server;
+        if let Some(bytes) = crate::server::binlog_files::total_bytes(&self.link.cfg) {
+            st.server
+                .insert(cnmysql_view::server_metrics::BINLOG_BYTES.into(), bytes);
+        }
         st.lag_seconds = view.replication.as_ref().and_then(|r| r.seconds_behind);
         let desired = self.link.role();
         st.role = match (&view.replication, &desired) {

@@ -260,7 +260,7 @@ pub async fn observe(conn: &mut Conn, f: Flavor) -> anyhow::Result<ServerView> {
         replication,
         semi_sync,
         uptime_seconds: get(&vars, &["Uptime"]).parse().unwrap_or(0),
-        server: server_figures(conn, &vars).await,
+        server: server_figures(&vars),
     })
 }
 
@@ -330,23 +330,17 @@ fn global_status_query() -> String {
     )
 }
 
-/// The server's figures: the numeric status variables read, and the size
-/// of its binary logs (left out when they cannot be listed).
-async fn server_figures(conn: &mut Conn, vars: &[(String, String)]) -> BTreeMap<String, u64> {
-    let mut out: BTreeMap<String, u64> = cnmysql_view::server_metrics::status_variables()
+/// The server's figures: the numeric status variables read. The size of
+/// its binary logs is read off the disk by the caller
+/// (`binlog_files::total_bytes`): asking the server can wait as long as a
+/// commit waits for an acknowledgement.
+fn server_figures(vars: &[(String, String)]) -> BTreeMap<String, u64> {
+    cnmysql_view::server_metrics::status_variables()
         .filter_map(|name| {
             let (_, v) = vars.iter().find(|(k, _)| k.eq_ignore_ascii_case(name))?;
             Some((name.to_string(), v.parse().ok()?))
         })
-        .collect();
-    if let Ok(rows) = conn.query::<Row, _>("SHOW BINARY LOGS").await {
-        let bytes = rows
-            .iter()
-            .filter_map(|r| r.get_opt::<u64, _>(1).and_then(Result::ok))
-            .sum();
-        out.insert(cnmysql_view::server_metrics::BINLOG_BYTES.into(), bytes);
-    }
-    out
+        .collect()
 }
 
 /// Close every client connection that could write (MariaDB's read_only lets
