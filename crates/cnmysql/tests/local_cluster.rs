@@ -206,6 +206,25 @@ async fn down_then_up_resumes_with_data_and_without_a_new_clone() {
         "down left processes: {:?}",
         c.processes()
     );
+    // MySQL gives the clients still connected at its shutdown two seconds
+    // to leave, then disconnects them: the managers close their own first,
+    // so there is none to wait for (MariaDB has no such wait).
+    for i in ["resume-1", "resume-2"] {
+        let log = std::fs::read_to_string(c.instance_dir(i).join("manager.log")).unwrap();
+        let said: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("remaining clients"))
+            .collect();
+        if flavor() == Flavor::Mysql {
+            assert!(!said.is_empty(), "{i}'s server logged no shutdown");
+        }
+        for line in said {
+            assert!(
+                line.contains("Forcefully disconnecting 0 remaining clients"),
+                "{i}'s server waited for connections at its shutdown: {line}"
+            );
+        }
+    }
     let st = c.status_json();
     assert_eq!(st["running"], false);
     assert_eq!(st["status"]["phase"], "Stopped");
