@@ -11,22 +11,7 @@ async fn a_stopping_primary_whose_commit_waits_for_an_acknowledgement_stops_at_o
     // commit). Now the request has 500 ms, then mysqld is killed: the
     // manager stops at once and the waiting client gets an error.
     let c = LocalCluster::start("stk", &durable("stk", 2));
-    wait_for(
-        "semi-sync on the primary",
-        Duration::from_secs(20),
-        || async {
-            let st = c.status_json();
-            (instances_by_name(&st)["stk-1"]["semiSync"]["sourceEnabled"] == true).then_some(())
-        },
-    )
-    .await;
-    let mut app = c.app(c.instance_port("stk-1")).await.unwrap();
-    app.query_drop("CREATE DATABASE IF NOT EXISTS stuck")
-        .await
-        .unwrap();
-    app.query_drop("CREATE TABLE stuck.t (i INT PRIMARY KEY)")
-        .await
-        .unwrap();
+    let mut app = semi_sync_primary_with_table(&c, "stk-1", "stuck").await;
     // The only replica stops acknowledging: the next commit waits.
     c.signal_instance("stk-2", Signal::SIGSTOP);
     let waiting =
@@ -84,22 +69,7 @@ async fn preferred_durability_falls_back_when_no_replica_acknowledges() {
         manifest("pfb", 2)
     );
     let c = LocalCluster::start("pfb", &m);
-    wait_for(
-        "semi-sync on the primary",
-        Duration::from_secs(20),
-        || async {
-            let st = c.status_json();
-            (instances_by_name(&st)["pfb-1"]["semiSync"]["sourceEnabled"] == true).then_some(())
-        },
-    )
-    .await;
-    let mut app = c.app(c.instance_port("pfb-1")).await.unwrap();
-    app.query_drop("CREATE DATABASE IF NOT EXISTS fb")
-        .await
-        .unwrap();
-    app.query_drop("CREATE TABLE fb.t (i INT PRIMARY KEY)")
-        .await
-        .unwrap();
+    let mut app = semi_sync_primary_with_table(&c, "pfb-1", "fb").await;
     c.signal_instance("pfb-2", Signal::SIGSTOP);
     let began = Instant::now();
     let r = tokio::time::timeout(
@@ -217,22 +187,7 @@ async fn a_primary_whose_commits_wait_behind_a_binary_log_rotation_answers_and_k
     // 17 s without writes. Its status and loop now ask the server nothing
     // that waits behind a rotation.
     let c = LocalCluster::start("rot", &durable("rot", 2));
-    wait_for(
-        "semi-sync on the primary",
-        Duration::from_secs(20),
-        || async {
-            let st = c.status_json();
-            (instances_by_name(&st)["rot-1"]["semiSync"]["sourceEnabled"] == true).then_some(())
-        },
-    )
-    .await;
-    let mut app = c.app(c.instance_port("rot-1")).await.unwrap();
-    app.query_drop("CREATE DATABASE IF NOT EXISTS rot")
-        .await
-        .unwrap();
-    app.query_drop("CREATE TABLE rot.t (i INT PRIMARY KEY)")
-        .await
-        .unwrap();
+    let mut app = semi_sync_primary_with_table(&c, "rot-1", "rot").await;
     let (_, mysqld) = c.instance_pids("rot-1");
     // The only replica stops acknowledging: the next commit waits, and a
     // rotation waits behind it.
@@ -301,4 +256,22 @@ async fn a_primary_whose_commits_wait_behind_a_binary_log_rotation_answers_and_k
     }
     eprintln!("{answers} status answers while the rotation waited");
     c.destroy();
+}
+
+/// Once `primary`'s semi-sync source side is on: the application's
+/// connection to it, with an empty table `db.t (i INT PRIMARY KEY)`.
+async fn semi_sync_primary_with_table(
+    c: &LocalCluster,
+    primary: &str,
+    db: &str,
+) -> mysql_async::Conn {
+    wait_semi_sync_source(c, primary).await;
+    let mut app = c.app(c.instance_port(primary)).await.unwrap();
+    app.query_drop(format!("CREATE DATABASE IF NOT EXISTS {db}"))
+        .await
+        .unwrap();
+    app.query_drop(format!("CREATE TABLE {db}.t (i INT PRIMARY KEY)"))
+        .await
+        .unwrap();
+    app
 }

@@ -6,16 +6,7 @@ use super::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failover_after_kill9_with_required_durability_loses_nothing() {
     let c = LocalCluster::start("fo", &durable("fo", 3));
-    wait_for(
-        "semi-sync on the primary",
-        Duration::from_secs(20),
-        || async {
-            let st = c.status_json();
-            let p = instances_by_name(&st)["fo-1"].clone();
-            (p["semiSync"]["sourceEnabled"] == true).then_some(())
-        },
-    )
-    .await;
+    wait_semi_sync_source(&c, "fo-1").await;
     // Visible in the status table: the primary waits for one
     // acknowledgement from its two replicas, which acknowledge.
     wait_for(

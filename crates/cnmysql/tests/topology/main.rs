@@ -43,6 +43,18 @@ async fn wait_primary(c: &LocalCluster, name: &str, timeout: Duration) {
     .await;
 }
 
+async fn wait_semi_sync_source(c: &LocalCluster, primary: &str) {
+    wait_for(
+        &format!("semi-sync on the primary {primary}"),
+        Duration::from_secs(20),
+        || async {
+            let st = c.status_json();
+            (instances_by_name(&st)[primary]["semiSync"]["sourceEnabled"] == true).then_some(())
+        },
+    )
+    .await;
+}
+
 async fn wait_ready(c: &LocalCluster, n: u64, timeout: Duration) {
     wait_for(&format!("{n} ready instances"), timeout, || async {
         (c.status()["readyInstances"].as_u64() == Some(n)).then_some(())
