@@ -27,10 +27,11 @@ pub(crate) fn binlog_files(binlog_dir: &Path, data_dir: &Path) -> anyhow::Result
 }
 
 /// The size of `cfg`'s server's binary logs on disk, read from the files
-/// its index lists, not asked of the server: MariaDB's `SHOW BINARY LOGS`
-/// waits behind a binary log rotation, and a rotation waits for every
-/// commit still waiting for a replica's acknowledgement — on a primary
-/// just started, before any replica is back, as long as that takes. A
+/// its index lists, not asked of the server: `SHOW BINARY LOGS` waits
+/// behind a binary log rotation (MariaDB and MySQL alike, measured), and a
+/// rotation waits for every commit still waiting for a replica's
+/// acknowledgement — on a primary just started, before any replica is
+/// back, as long as that takes. A
 /// status read that asked it then hung, the replicas waited on that status
 /// before following, and nothing moved until the primary fenced itself
 /// (Kubernetes fault suite, all Pods deleted: 17 s without writes). None
