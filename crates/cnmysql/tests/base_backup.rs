@@ -63,9 +63,7 @@ async fn a_mariadb_base_backup_goes_to_s3_compressed_and_comes_back_preparable()
     let resp = client
         .send(
             "127.0.0.1",
-            c.ports()["instances"][&primary]["control"]
-                .as_u64()
-                .unwrap() as u16,
+            c.control_port(&primary),
             "GET",
             "/backup",
             &[],
@@ -176,7 +174,7 @@ async fn a_backup_skips_an_unreachable_instance_and_reports_progress() {
         ..Default::default()
     };
     let d = open(&spec, &Secrets::default()).unwrap();
-    let control = |name: &str| c.ports()["instances"][name]["control"].as_u64().unwrap() as u16;
+    let control = |name: &str| c.control_port(name);
     let sources = [
         cnmysql_control::base_backup::Source {
             instance: "bkq-9".into(),

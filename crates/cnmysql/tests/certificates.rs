@@ -24,9 +24,7 @@ fn pki(c: &LocalCluster) -> std::path::PathBuf {
 async fn control_api_certificate(c: &LocalCluster, instance: &str) -> Option<Vec<u8>> {
     let ca = std::fs::read_to_string(pki(c).join("ca.crt")).unwrap();
     let cfg = client_without_certificate(&ca);
-    let port = c.ports()["instances"][instance]["control"]
-        .as_u64()
-        .unwrap() as u16;
+    let port = c.control_port(instance);
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .ok()?;

@@ -11,12 +11,6 @@ use common::*;
 use rustls_pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-fn control_port(c: &LocalCluster, instance: &str) -> u16 {
-    c.ports()["instances"][instance]["control"]
-        .as_u64()
-        .unwrap() as u16
-}
-
 fn cluster_ca(c: &LocalCluster) -> String {
     std::fs::read_to_string(std::path::Path::new(&c.state_arg()).join("pki/ca.crt")).unwrap()
 }
@@ -48,7 +42,7 @@ async fn get_without_certificate(ca_pem: &str, port: u16) -> Result<String, Stri
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_clients_of_the_cluster_ca_are_served() {
     let c = LocalCluster::start("api", &manifest("api", 1));
-    let port = control_port(&c, "api-1");
+    let port = c.control_port("api-1");
     let pki = std::path::Path::new(&c.state_arg()).join("pki");
 
     // The operator's certificate works.

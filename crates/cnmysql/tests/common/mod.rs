@@ -220,13 +220,18 @@ impl LocalCluster {
         let client = cnmysql_control::client::ControlClient::new(
             tls.client_config().map_err(|e| e.to_string())?,
         );
-        let port = self.ports()["instances"][instance]["control"]
-            .as_u64()
-            .expect("a control port") as u16;
+        let port = self.control_port(instance);
         match tokio::time::timeout(within, client.get_json("127.0.0.1", port, "/status")).await {
             Ok(answer) => answer.map_err(|e| e.to_string()),
             Err(_) => Err(format!("no answer within {within:?}")),
         }
+    }
+
+    /// An instance's control API port.
+    pub fn control_port(&self, instance: &str) -> u16 {
+        self.ports()["instances"][instance]["control"]
+            .as_u64()
+            .expect("a control port") as u16
     }
 
     pub fn app_password(&self) -> String {

@@ -60,9 +60,7 @@ pub(crate) async fn the_control_api_and_replication_know_whom_they_talk_to() {
     let name = "sec-who";
     let c = LocalCluster::start_as_made(name, &manifest(name, 2));
     let primary = c.current_primary();
-    let port = c.ports()["instances"][&primary]["control"]
-        .as_u64()
-        .unwrap() as u16;
+    let port = c.control_port(&primary);
     let ask = |client| ask_as(client, port);
     // The operator's common name, from another CA: no handshake at all.
     let other = cnmysql_tls::Ca::generate(name).unwrap();

@@ -129,9 +129,7 @@ async fn ask_the_manager_directly(
         .unwrap();
     let client = cnmysql_control::client::ControlClient::new(material.client_config().unwrap())
         .expecting(&primary);
-    let port = c.ports()["instances"][&primary]["control"]
-        .as_u64()
-        .unwrap() as u16;
+    let port = c.control_port(&primary);
     cnmysql_control::requests::reconcile_sql_objects(&client, "127.0.0.1", port, objects)
         .await
         .unwrap()
