@@ -143,7 +143,7 @@ async fn fault_run(k: &KubeCluster, kind: &str, load: usize) -> anyhow::Result<F
     let w = writer(k).await?;
     let load = Load::start(load_opts(k).await?, load).await?;
     w.wait_for_more(200, Duration::from_secs(30)).await;
-    let routes = crate::routes::Routes::watch(k.client.clone(), NS).await?;
+    let routes = cnmysql_kubetest::routes::Routes::watch(k.client.clone(), NS).await?;
     let at = Instant::now();
     let mut probe = None;
     let promoted = tokio::spawn(named_primary(k.clusters(NS), old.clone(), at));
@@ -485,7 +485,7 @@ async fn switchover_run(
     let w = writer(k).await?;
     let load = Load::start(load_opts(k).await?, load).await?;
     w.wait_for_more(200, Duration::from_secs(30)).await;
-    let routes = crate::routes::Routes::watch(k.client.clone(), NS).await?;
+    let routes = cnmysql_kubetest::routes::Routes::watch(k.client.clone(), NS).await?;
     // A target too far behind is refused at once, or given up on if it
     // falls behind while waiting: the primary keeps serving. Measured as
     // such (`None`), not a failure.
@@ -524,7 +524,7 @@ async fn switchover_run(
 /// it, times from the gap's start.
 fn say_what_routed_around_the_gap(
     o: &cnmysql_workload::writer::Outcome,
-    routes: &crate::routes::Routes,
+    routes: &cnmysql_kubetest::routes::Routes,
 ) {
     let Some((from, to)) = o.longest_gap_span() else {
         return;

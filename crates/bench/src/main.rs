@@ -15,7 +15,6 @@ mod kube;
 mod lag;
 mod observe;
 mod operator;
-mod routes;
 mod server_upgrade;
 mod sysbench;
 mod timeline;

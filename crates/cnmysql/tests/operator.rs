@@ -261,14 +261,16 @@ async fn edits_are_corrected_unless_paused(client: &kube::Client, op: &Operator)
     )
     .await
     .unwrap();
+    // The operator writes rw's endpoints: the selector is taken away and
+    // the slices the EndpointSlice controller made for it are deleted,
+    // leaving the operator's own.
     wait_for(
-        "the rw selector to be restored",
+        "the rw selector taken away, only the operator's slice left",
         Duration::from_secs(30),
         || async {
-            let s = svcs.get("db-rw").await.ok()?;
-            let sel = s.spec?.selector?;
-            // rw selects the primary by name, as the status says.
-            (sel.contains_key("cnmysql.io/instanceName") && !sel.contains_key("app")).then_some(())
+            routed_by_the_operator_alone(client, "db-rw")
+                .await
+                .then_some(())
         },
     )
     .await;
@@ -327,14 +329,46 @@ async fn edits_are_corrected_unless_paused(client: &kube::Client, op: &Operator)
         .await
         .unwrap();
     wait_for(
-        "the rw selector restored once resumed",
+        "the rw selector taken away once resumed",
         Duration::from_secs(30),
         || async {
-            let sel = svcs.get("db-rw").await.ok()?.spec?.selector?;
-            (!sel.contains_key("app")).then_some(())
+            routed_by_the_operator_alone(client, "db-rw")
+                .await
+                .then_some(())
         },
     )
     .await;
+}
+
+/// Whether `service` selects nothing and every EndpointSlice kube-proxy
+/// would route it by is the operator's (and there is one).
+async fn routed_by_the_operator_alone(client: &kube::Client, service: &str) -> bool {
+    let svcs: Api<Service> = Api::namespaced(client.clone(), "prod");
+    let slices: Api<k8s_openapi::api::discovery::v1::EndpointSlice> =
+        Api::namespaced(client.clone(), "prod");
+    let Ok(svc) = svcs.get(service).await else {
+        return false;
+    };
+    let selects = svc
+        .spec
+        .and_then(|s| s.selector)
+        .is_some_and(|s| !s.is_empty());
+    let lp = ListParams::default().labels(&format!("kubernetes.io/service-name={service}"));
+    let Ok(list) = slices.list(&lp).await else {
+        return false;
+    };
+    let by = |s: &k8s_openapi::api::discovery::v1::EndpointSlice| {
+        s.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("endpointslice.kubernetes.io/managed-by").cloned())
+    };
+    !selects
+        && !list.items.is_empty()
+        && list
+            .items
+            .iter()
+            .all(|s| by(s).as_deref() == Some("cnmysql-operator"))
 }
 
 /// A deleted Pod is recreated, on the same claim; scaling down removes the

@@ -119,6 +119,36 @@ pub fn desired_routes(s: &Snapshot) -> Routes {
     routes
 }
 
+/// The instance `rw` routes to by the status alone ([`rw_instance`]),
+/// unless the status keeps it out of every route (fenced, diverged).
+pub fn rw_following_status(status: &cnmysql_api::ClusterStatus) -> Option<&str> {
+    rw_instance(status).filter(|p| !out_of_service(status, p))
+}
+
+/// Routes by the status, for a platform that says which instances are
+/// ready to serve (`ready`, in order; Kubernetes: the Pod is Ready, by the
+/// kubelet's probes, and not being deleted). `rw` goes to the primary the
+/// status accepts ([`rw_following_status`]) whatever its last answer: it
+/// keeps `rw` (and the head of `r`) while its server restarts in place and
+/// while it hands over after its Pod was deleted on notice, until the
+/// status names another. `ro` is every other ready instance the status
+/// keeps in service, `r` the `rw` primary and those. A platform whose
+/// proxy applies changes at most once a second (kube-proxy) then sees a
+/// change of primary as one change of every route, made when the status
+/// records it, and a client connecting to a primary whose server is not
+/// back yet is refused by it rather than dropped.
+pub fn routes_following_status(status: &cnmysql_api::ClusterStatus, ready: &[String]) -> Routes {
+    let rw = rw_following_status(status).map(String::from);
+    let ro: Vec<String> = ready
+        .iter()
+        .filter(|n| !primary_may_serve(status, n) && !out_of_service(status, n))
+        .cloned()
+        .collect();
+    let mut r: Vec<String> = rw.iter().cloned().collect();
+    r.extend(ro.iter().filter(|n| Some(*n) != rw.as_ref()).cloned());
+    Routes { rw, ro, r }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -250,6 +280,49 @@ mod tests {
         // Being promoted: no rw until it opens writes.
         s.spec.replica.as_mut().unwrap().enabled = false;
         assert_eq!(desired_routes(&s).rw, None);
+    }
+
+    /// The accepted primary keeps rw and the head of r whether or not it
+    /// is ready (restarting in place, deleted on notice) until the status
+    /// moves rw; the other ready instances in service are ro; fenced,
+    /// diverged or lagging, an instance is in no route.
+    #[test]
+    fn routes_following_status_keep_the_primary_until_the_status_moves() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let mut st = ClusterStatus {
+            current_primary: Some("db-1".into()),
+            target_primary: Some("db-1".into()),
+            ..Default::default()
+        };
+        let r = routes_following_status(&st, &names(&["db-2", "db-3"]));
+        assert_eq!(r.rw.as_deref(), Some("db-1"), "not ready, still rw");
+        assert_eq!(r.ro, ["db-2", "db-3"]);
+        assert_eq!(r.r, ["db-1", "db-2", "db-3"]);
+        // Handing over to db-2: db-1 serves until db-2 is recorded.
+        st.target_primary = Some("db-2".into());
+        st.phase = Some(cnmysql_api::Phase::Switchover);
+        let ready = names(&["db-2", "db-3"]);
+        assert_eq!(
+            routes_following_status(&st, &ready).rw.as_deref(),
+            Some("db-1")
+        );
+        // db-2 recorded: every route moves in the same answer.
+        st.current_primary = Some("db-2".into());
+        st.phase = None;
+        let r = routes_following_status(&st, &ready);
+        assert_eq!(r.rw.as_deref(), Some("db-2"));
+        assert_eq!(r.ro, ["db-3"]);
+        assert_eq!(r.r, ["db-2", "db-3"]);
+        // A failover names no serving primary.
+        st.phase = Some(cnmysql_api::Phase::FailingOver);
+        st.target_primary = Some("db-3".into());
+        assert_eq!(routes_following_status(&st, &ready).rw, None);
+        // Fenced, diverged, lagging: in no route.
+        st.phase = None;
+        st.target_primary = Some("db-2".into());
+        st.fenced_instances = vec!["db-2".into()];
+        st.lagging_instances = vec!["db-3".into()];
+        assert_eq!(routes_following_status(&st, &ready), Routes::default());
     }
 
     #[test]

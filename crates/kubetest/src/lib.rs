@@ -16,6 +16,7 @@ mod hogs;
 pub use hogs::CpuHogs;
 mod nodes;
 pub mod prometheus;
+pub mod routes;
 pub use nodes::operator_image_name;
 use nodes::start_real;
 

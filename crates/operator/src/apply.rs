@@ -35,20 +35,50 @@ impl<K> Namespaced for K where
 {
 }
 
-/// Server-side apply of an object the operator fully owns. An apply that
-/// changes nothing is not written by the API server (the resourceVersion
-/// stays), so an unchanged Cluster costs requests but no writes.
+/// Server-side apply of an object the operator fully owns, returning it
+/// as the API server stored it. An apply that changes nothing is not
+/// written by the API server (the resourceVersion stays), so an unchanged
+/// Cluster costs requests but no writes.
 pub async fn apply<K: Namespaced>(
     ctx: &Context,
     ns: &str,
     obj: &K,
     pp: &PatchParams,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<K> {
     let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
     let mut body = serde_json::to_value(obj).expect("objects serialise");
     body["apiVersion"] = json!(K::api_version(&Default::default()));
     body["kind"] = json!(K::kind(&Default::default()));
-    api.patch(&obj.name_any(), pp, &Patch::Apply(&body)).await?;
+    Ok(api.patch(&obj.name_any(), pp, &Patch::Apply(&body)).await?)
+}
+
+/// Apply a Service, then take away any selector it has: the operator
+/// writes every Service's endpoints (`routing.rs`), and a selector set by
+/// someone else (an apply cannot remove a field another manager owns)
+/// would have the EndpointSlice controller route by it beside them.
+pub async fn apply_service(
+    ctx: &Context,
+    ns: &str,
+    svc: &Service,
+    pp: &PatchParams,
+) -> anyhow::Result<()> {
+    let stored = apply(ctx, ns, svc, pp).await?;
+    let selects = stored
+        .spec
+        .as_ref()
+        .and_then(|s| s.selector.as_ref())
+        .is_some_and(|s| !s.is_empty());
+    if selects {
+        tracing::warn!(service = %svc.name_any(), "removing a selector someone set on a Service whose endpoints the operator writes");
+        let api: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
+        let drop = json!({"spec": {"selector": null}});
+        api.patch(
+            &svc.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&drop),
+        )
+        .await?;
+    }
     Ok(())
 }
 

@@ -50,10 +50,12 @@ struct ClusterMemory {
     client_expiry: Option<i64>,
     /// What the reconcile has made for the Pods (claims, Secrets).
     ground: Option<Ground>,
-    /// The rw Services as the topology task last applied them (`routing.rs`),
-    /// and whether a Cluster reconcile asked for them again (a Service
-    /// someone changed or deleted is applied again at the next pass).
-    routes: Vec<k8s_openapi::api::core::v1::Service>,
+    /// The Services' EndpointSlices as the topology task last applied them
+    /// (`routing.rs`), the instance rw went to, and whether a Cluster
+    /// reconcile asked for them again (a slice or Service someone changed
+    /// or deleted is applied again at the next pass).
+    routes: Vec<k8s_openapi::api::discovery::v1::EndpointSlice>,
+    routed_rw: Option<String>,
     routes_stale: bool,
     /// The resourceVersion of the Cluster whose status `routes` follow: a
     /// copy older than it (a watch cache behind the task's own write) must
@@ -184,36 +186,47 @@ impl Memories {
         false
     }
 
-    /// Whether `services` are what was last applied as the rw Services
-    /// (`fresh`: and no reconcile asked for them again since).
+    /// Whether `slices` are what was last applied (`fresh`: and no
+    /// reconcile asked for them again since).
     pub fn routes_applied(
         &self,
         cluster: &Cluster,
-        services: &[k8s_openapi::api::core::v1::Service],
+        slices: &[k8s_openapi::api::discovery::v1::EndpointSlice],
         fresh: bool,
     ) -> bool {
         self.all
             .lock()
             .unwrap()
             .get(&key(cluster))
-            .is_some_and(|m| m.routes == services && !(fresh && m.routes_stale))
+            .is_some_and(|m| m.routes == slices && !(fresh && m.routes_stale))
     }
 
-    /// Record the rw Services applied.
+    /// Whether rw was last applied to `rw` (and anything was applied).
+    pub fn routed_to(&self, cluster: &Cluster, rw: Option<&str>) -> bool {
+        self.all
+            .lock()
+            .unwrap()
+            .get(&key(cluster))
+            .is_some_and(|m| !m.routes.is_empty() && m.routed_rw.as_deref() == rw)
+    }
+
+    /// Record the slices applied, and where rw went.
     pub fn set_routes(
         &self,
         cluster: &Cluster,
-        services: Vec<k8s_openapi::api::core::v1::Service>,
+        slices: Vec<k8s_openapi::api::discovery::v1::EndpointSlice>,
+        rw: Option<String>,
     ) {
         self.edit(cluster, |m| {
-            m.routes = services;
+            m.routes = slices;
+            m.routed_rw = rw;
             m.routes_stale = false;
             m.routes_from = cluster.resource_version();
         });
     }
 
-    /// Whether the rw Services follow a status newer than `cluster`'s (and
-    /// so do the Pods' role labels, written after them in the same pass).
+    /// Whether the routes follow a status newer than `cluster`'s (and so
+    /// do the Pods' role labels, written after them in the same pass).
     pub fn routes_newer_than(&self, cluster: &Cluster) -> bool {
         let all = self.all.lock().unwrap();
         crate::resource_version::older(
@@ -223,7 +236,7 @@ impl Memories {
         )
     }
 
-    /// Have the rw Services applied again at the next pass.
+    /// Have the routes applied again at the next pass.
     pub fn routes_stale(&self, cluster: &Cluster) {
         self.edit(cluster, |m| m.routes_stale = true);
     }

@@ -27,7 +27,7 @@ use cnmysql_core::phase::set_condition;
 use cnmysql_k8s::cluster_handle::ClusterHandle;
 use cnmysql_k8s::events::Kind;
 
-use crate::apply::{apply, create_missing, ensure_secrets, remove_stale_services};
+use crate::apply::{apply, apply_service, create_missing, ensure_secrets, remove_stale_services};
 use crate::context::Context;
 use crate::error::{At, Error};
 use crate::events::publish;
@@ -150,10 +150,13 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Action, Err
     apply(ctx, &ns, &desired.role_binding, &pp)
         .await
         .map_err(Error::Apply)?;
-    // The rw Services are the topology task's, which holds the latest
-    // status (`routing.rs`): it applies them again at its next pass.
-    for s in &objects::services::other_services(cluster) {
-        apply(ctx, &ns, s, &pp).await.map_err(Error::Apply)?;
+    // The Services select nothing; their endpoints are the topology
+    // task's, which holds the latest status (`routing.rs`): it applies
+    // them again at its next pass.
+    for s in &desired.services {
+        apply_service(ctx, &ns, s, &pp)
+            .await
+            .map_err(Error::Apply)?;
     }
     crate::routing::ask_again(ctx, cluster);
     for b in &desired.budgets {

@@ -129,19 +129,23 @@ fn restarted_in_place_at_ms(p: &Pod) -> Option<i64> {
     stopped.max(started)
 }
 
+/// Whether a Pod may take clients: Ready by the kubelet's probes, and
+/// not being deleted.
+fn pod_serving(p: &Pod) -> bool {
+    p.metadata.deletion_timestamp.is_none()
+        && p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
 /// An instance counts as ready only once its Pod is Ready too: what users
 /// see (`kubectl get pods`) and what routes traffic (a Service sends
 /// nothing to a Pod that is not Ready) agree with the status. A Pod being
 /// deleted is not: it is going away, whatever its last probe said (a
 /// primary that handed over answers read-only for a few seconds more).
 fn only_ready_with_its_pod(mut o: Observed, pods: &BTreeMap<String, Pod>) -> Observed {
-    let pod_ready = pods.get(&o.name).is_some_and(|p| {
-        p.metadata.deletion_timestamp.is_none()
-            && p.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-    });
+    let pod_ready = pods.get(&o.name).is_some_and(pod_serving);
     if let Some(st) = o.status.as_mut()
         && !pod_ready
     {
@@ -482,13 +486,21 @@ pub async fn step(
     let passed = cnmysql_engine::pass(&mut platform, &facts, &mut memory).await;
     ctx.memory.set_core(cluster, &memory);
     let written = platform.written.take();
-    // rw, then the Pods, follow the status as the pass left it: a primary
-    // change moves rw at once (one write: `routing.rs`) and relabels the
-    // Pods (ro and r route by those labels); a released instance's Pod is
-    // made in this pass.
+    // The routes, then the Pods, follow the status as the pass left it: a
+    // primary change moves rw, ro and r at once (`routing.rs`) and
+    // relabels the Pods; a released instance's Pod is made in this pass.
     let now = written.unwrap_or_else(|| cluster.clone());
-    if let Err(e) = crate::routing::converge(ctx, &now).await {
-        tracing::warn!(error = %format!("{e:#}"), "applying the rw Services failed; again at the next pass");
+    let ready: Vec<String> = names
+        .iter()
+        .filter(|n| pods.get(*n).is_some_and(pod_serving))
+        .cloned()
+        .collect();
+    let routes = cnmysql_core::services::routes_following_status(
+        &now.status.clone().unwrap_or_default(),
+        &ready,
+    );
+    if let Err(e) = crate::routing::converge(ctx, &now, &routes, pods).await {
+        tracing::warn!(error = %format!("{e:#}"), "applying the routes failed; again at the next pass");
     }
     let keep = passed.at(Error::Topology)?;
     crate::pods::converge(ctx, &now, pods, &keep).await?;

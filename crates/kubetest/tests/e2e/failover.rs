@@ -8,6 +8,9 @@ pub(crate) async fn failover_case(kind: &str) {
     let old_uid = e.pod_uid(&old).await;
     let w = e.writer().await;
     w.wait_for_more(50, Duration::from_secs(30)).await;
+    let routes = cnmysql_kubetest::routes::Routes::watch(e.k.client.clone(), NS)
+        .await
+        .unwrap();
     let fault = Instant::now();
     match kind {
         "delete" => {
@@ -36,6 +39,18 @@ pub(crate) async fn failover_case(kind: &str) {
         let (new, took, acked) = failover(&e, w, &old, fault).await;
         eprintln!(
             "failover (Pod deleted): {old} → {new}, first write after the fault acknowledged after {took:?}"
+        );
+        // The deletion changed no route: the first change after it moved
+        // rw to the new primary (kube-proxy applies that at once, not a
+        // second after a change the deletion made).
+        let changes = routes.since(fault);
+        let lines = routes.between(fault, fault, Instant::now());
+        let first = changes
+            .first()
+            .unwrap_or_else(|| panic!("no route changed after the deletion"));
+        assert!(
+            first.1 == "db-rw" && first.2 == new,
+            "the first route change after {old}'s Pod was deleted must move rw to {new}:\n{lines}"
         );
         // The former primary comes back (a new Pod on its claim) and rejoins.
         let primary = e.healthy(3, Duration::from_secs(120)).await;

@@ -78,6 +78,13 @@ fn namespaced_rules() -> Vec<PolicyRule> {
             &["roles", "rolebindings"],
             &["get", "list", "watch", "create", "patch"],
         ),
+        // The Services select nothing: the operator writes their
+        // endpoints, and removes those the EndpointSlice controller made.
+        rule(
+            &["discovery.k8s.io"],
+            &["endpointslices"],
+            &["get", "list", "watch", "create", "patch", "delete"],
+        ),
         rule(
             &["policy"],
             &["poddisruptionbudgets"],

@@ -3,6 +3,7 @@
 //! applies what these return.
 
 pub mod definition;
+pub mod endpoints;
 pub mod image;
 pub mod pdb;
 pub mod pod;

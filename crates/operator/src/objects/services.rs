@@ -2,13 +2,13 @@
 //! replicas), `-r` (any ready instance), less the disabled defaults, plus
 //! the additional ones. The shared template is merged onto the defaults;
 //! an additional Service merges its own template onto its role's default
-//! (`patch`) or starts from nothing (`replace`). Selector, ports and the
-//! ownership labels are always the operator's.
+//! (`patch`) or starts from nothing (`replace`). Ports and the ownership
+//! labels are always the operator's.
 //!
-//! The rw Services select the primary by name, from the status
-//! ([`crate::labels::service_selector`]): the topology task, which writes
-//! that status, applies them ([`rw_services`], `routing.rs`) right after
-//! it, and the Cluster reconcile applies the others ([`other_services`]).
+//! They select nothing: the operator writes their EndpointSlices itself
+//! (`endpoints.rs`, applied by the topology task in `routing.rs`), so that
+//! a Pod deleted on notice changes no route until the status moves them
+//! all at once (kube-proxy applies changes at most once a second).
 
 use std::collections::BTreeMap;
 
@@ -22,16 +22,11 @@ use cnmysql_api::{
     TrafficPolicy,
 };
 
-use crate::labels::{cluster_labels, service_selector};
+use crate::labels::cluster_labels;
 
 /// A Service of `role` named `<cluster>-<suffix>`, with the templates
 /// applied in order (later ones win field by field).
-fn service(
-    cluster: &Cluster,
-    suffix: &str,
-    role: ServiceRole,
-    templates: &[&ServiceTemplate],
-) -> Service {
+fn service(cluster: &Cluster, suffix: &str, templates: &[&ServiceTemplate]) -> Service {
     let name = cluster.name_any();
     let mut labels = BTreeMap::new();
     let mut annotations = BTreeMap::new();
@@ -86,21 +81,6 @@ fn service(
     }
     // The operator's own fields last: a template cannot take them over.
     labels.extend(cluster_labels(&name));
-    let status = cluster.status.clone().unwrap_or_default();
-    let primary = cnmysql_core::services::rw_instance(&status);
-    spec.selector = Some(service_selector(&name, role, primary));
-    // rw follows the role the operator gives (the `primary` and routable
-    // labels), not the Pod's readiness: a primary whose container restarts
-    // in place keeps its address in the Service, so a client's connection
-    // is refused by the Pod until its server listens again and then goes
-    // straight through. With readiness, the Service was left without an
-    // endpoint until the kubelet and kube-proxy caught up (a second or two
-    // after the server was back), and kube-proxy rejects such connections
-    // with ICMP, which the kernel rate-limits: a client retrying quickly
-    // saw its connection attempts time out instead of being refused.
-    if role == ServiceRole::Rw {
-        spec.publish_not_ready_addresses = Some(true);
-    }
     spec.ports = Some(vec![ServicePort {
         name: Some("mysql".into()),
         port: i32::from(MYSQL_PORT),
@@ -120,13 +100,13 @@ fn service(
 }
 
 /// Every Service of the Cluster, with the role it routes to.
-fn all(cluster: &Cluster) -> Vec<(ServiceRole, Service)> {
+pub fn with_roles(cluster: &Cluster) -> Vec<(ServiceRole, Service)> {
     let m = &cluster.spec.managed.services;
     let shared: Vec<&ServiceTemplate> = m.template.iter().collect();
     let mut out: Vec<(ServiceRole, Service)> = ServiceRole::ALL
         .iter()
         .filter(|r| !m.disabled_default_services.contains(r))
-        .map(|r| (*r, service(cluster, r.as_str(), *r, &shared)))
+        .map(|r| (*r, service(cluster, r.as_str(), &shared)))
         .collect();
     for a in &m.additional {
         let mut templates: Vec<&ServiceTemplate> = match a.update_strategy {
@@ -134,41 +114,19 @@ fn all(cluster: &Cluster) -> Vec<(ServiceRole, Service)> {
             ServiceUpdateStrategy::Replace => Vec::new(),
         };
         templates.extend(a.service_template.iter());
-        out.push((
-            a.selector_type,
-            service(cluster, &a.name, a.selector_type, &templates),
-        ));
+        out.push((a.selector_type, service(cluster, &a.name, &templates)));
     }
     out
 }
 
 /// Every Service the Cluster declares.
 pub fn services(cluster: &Cluster) -> Vec<Service> {
-    all(cluster).into_iter().map(|(_, s)| s).collect()
-}
-
-/// The Services routing to the primary (rw), for the topology task.
-pub fn rw_services(cluster: &Cluster) -> Vec<Service> {
-    all(cluster)
-        .into_iter()
-        .filter(|(r, _)| *r == ServiceRole::Rw)
-        .map(|(_, s)| s)
-        .collect()
-}
-
-/// The others (ro, r), for the Cluster reconcile.
-pub fn other_services(cluster: &Cluster) -> Vec<Service> {
-    all(cluster)
-        .into_iter()
-        .filter(|(r, _)| *r != ServiceRole::Rw)
-        .map(|(_, s)| s)
-        .collect()
+    with_roles(cluster).into_iter().map(|(_, s)| s).collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::labels::{INSTANCE, ROLE, ROUTABLE};
     use crate::objects::testutil::cluster;
 
     fn by_name<'a>(s: &'a [Service], n: &str) -> &'a Service {
@@ -209,17 +167,12 @@ managed:
         let rw = by_name(&s, "db-rw");
         let spec = rw.spec.as_ref().unwrap();
         assert_eq!(spec.type_.as_deref(), Some("LoadBalancer"));
-        let sel = spec.selector.as_ref().unwrap();
-        assert_eq!(sel[INSTANCE], "", "no primary yet: rw selects nothing");
-        assert!(!sel.contains_key(ROLE));
-        assert_eq!(sel[ROUTABLE], "true");
-        // rw follows the role, not readiness (an additional rw one too);
-        // ro follows readiness.
-        assert_eq!(spec.publish_not_ready_addresses, Some(true));
-        let lb = by_name(&s, "db-lb").spec.as_ref().unwrap();
-        assert_eq!(lb.publish_not_ready_addresses, Some(true));
-        let ro = by_name(&s, "db-ro").spec.as_ref().unwrap();
-        assert_eq!(ro.publish_not_ready_addresses, None);
+        // The operator writes every Service's endpoints (`endpoints.rs`).
+        for svc in &s {
+            let spec = svc.spec.as_ref().unwrap();
+            assert_eq!(spec.selector, None, "{} selects nothing", svc.name_any());
+            assert_eq!(spec.publish_not_ready_addresses, None);
+        }
         let labels = rw.metadata.labels.as_ref().unwrap();
         assert_eq!(labels["app.kubernetes.io/part-of"], "shop");
         // The template cannot take over the ownership label.
@@ -244,49 +197,7 @@ managed:
             !labels.contains_key("app.kubernetes.io/part-of"),
             "replace drops the shared template"
         );
-        assert_eq!(
-            rep.spec.as_ref().unwrap().selector.as_ref().unwrap()[ROLE],
-            "replica"
-        );
         let ports = rep.spec.as_ref().unwrap().ports.as_ref().unwrap();
         assert_eq!(ports[0].port, 3306);
-    }
-
-    /// rw selects by name the instance the status lets serve: the settled
-    /// primary, a switchover's primary until the new one is recorded, and
-    /// none during a failover; the topology task applies rw, the
-    /// reconcile the rest.
-    #[test]
-    fn rw_selects_the_serving_primary_by_name() {
-        let mut c = cluster(
-            "instances: 3\nmanaged:\n  services:\n    additional:\n      - {name: lb, selectorType: rw}\n",
-        );
-        let rw_of = |c: &Cluster| -> Vec<String> {
-            rw_services(c)
-                .iter()
-                .map(|s| s.spec.as_ref().unwrap().selector.as_ref().unwrap()[INSTANCE].clone())
-                .collect()
-        };
-        let names = |v: Vec<Service>| v.iter().map(|s| s.name_any()).collect::<Vec<_>>();
-        assert_eq!(names(rw_services(&c)), ["db-rw", "db-lb"]);
-        assert_eq!(names(other_services(&c)), ["db-ro", "db-r"]);
-        let status = |current: &str, target: &str, phase| cnmysql_api::ClusterStatus {
-            current_primary: Some(current.into()),
-            target_primary: Some(target.into()),
-            phase,
-            ..Default::default()
-        };
-        c.status = Some(status("db-1", "db-1", None));
-        assert_eq!(rw_of(&c), ["db-1", "db-1"]);
-        c.status = Some(status("db-1", "db-2", Some(cnmysql_api::Phase::Switchover)));
-        assert_eq!(rw_of(&c), ["db-1", "db-1"], "serves until handed over");
-        c.status = Some(status("db-2", "db-2", None));
-        assert_eq!(rw_of(&c), ["db-2", "db-2"]);
-        c.status = Some(status(
-            "db-2",
-            "db-3",
-            Some(cnmysql_api::Phase::FailingOver),
-        ));
-        assert_eq!(rw_of(&c), ["", ""], "a failing primary serves nothing");
     }
 }

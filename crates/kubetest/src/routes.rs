@@ -1,4 +1,4 @@
-//! Where the Services route, as the EndpointSlice controller writes it:
+//! Where the Services route, as their EndpointSlices say (the operator writes them):
 //! a watch on a namespace's EndpointSlices that keeps when each changed
 //! and to which ready addresses, so a write gap can be laid beside the
 //! routing changes that kube-proxy turned into rules (at most once a
@@ -14,16 +14,16 @@ use kube::api::{Api, WatchEvent, WatchParams};
 
 /// One change of one Service's endpoints: when, which Service, and its
 /// endpoints (`db-2` ready, `db-1?` not ready).
-pub(crate) type Change = (Instant, String, String);
+pub type Change = (Instant, String, String);
 
-pub(crate) struct Routes {
+pub struct Routes {
     seen: Arc<Mutex<Vec<Change>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Routes {
     /// Starts watching `ns`'s EndpointSlices.
-    pub(crate) async fn watch(client: kube::Client, ns: &str) -> anyhow::Result<Routes> {
+    pub async fn watch(client: kube::Client, ns: &str) -> anyhow::Result<Routes> {
         let api: Api<EndpointSlice> = Api::namespaced(client, ns);
         let rv = api
             .list_metadata(&Default::default())
@@ -53,9 +53,15 @@ impl Routes {
         Ok(Routes { seen, task })
     }
 
+    /// Every change seen from `from` on, in order.
+    pub fn since(&self, from: Instant) -> Vec<Change> {
+        let seen = self.seen.lock().unwrap();
+        seen.iter().filter(|c| c.0 >= from).cloned().collect()
+    }
+
     /// The changes from `from` to `to`, one line each, times relative to
     /// `zero`.
-    pub(crate) fn between(&self, zero: Instant, from: Instant, to: Instant) -> String {
+    pub fn between(&self, zero: Instant, from: Instant, to: Instant) -> String {
         let seen = self.seen.lock().unwrap();
         let mut out = String::new();
         for (t, service, eps) in seen.iter().filter(|c| c.0 >= from && c.0 <= to) {
