@@ -103,6 +103,15 @@ pub async fn create_missing<K: Namespaced>(
     }
 }
 
+/// Delete an object; one already gone is not an error.
+pub async fn delete_if_present<K: Namespaced>(api: &Api<K>, name: &str) -> anyhow::Result<()> {
+    match api.delete(name, &Default::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Services the Cluster no longer declares (a disabled default, a removed
 /// additional Service) are deleted.
 pub async fn remove_stale_services(
@@ -123,11 +132,7 @@ pub async fn remove_stale_services(
             .any(|o| Some(&o.uid) == uid.as_ref() && o.controller == Some(true));
         if owned && !want.iter().any(|w| w.name_any() == s.name_any()) {
             tracing::info!(service = %s.name_any(), "deleting a Service the Cluster no longer declares");
-            match api.delete(&s.name_any(), &Default::default()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => return Err(e.into()),
-            }
+            delete_if_present(&api, &s.name_any()).await?;
         }
     }
     Ok(())

@@ -81,11 +81,7 @@ async fn remove_others(
             continue;
         }
         tracing::info!(slice = %s.name_any(), managed_by = ?by, "deleting an EndpointSlice the Cluster's routes do not have");
-        match api.delete(&s.name_any(), &Default::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
+        crate::apply::delete_if_present(&api, &s.name_any()).await?;
     }
     Ok(())
 }

@@ -369,11 +369,32 @@ impl KubePlatform<'_> {
 }
 
 /// One topology pass for `cluster`. Returns when to poll next.
+/// Apply the routes `cluster`'s status and the Pods' readiness and
+/// addresses call for (`routing.rs`; nothing when they are what was
+/// applied last).
+async fn route(ctx: &Context, cluster: &Cluster, pods: &BTreeMap<String, Pod>) {
+    let ready: Vec<String> = objects::instances(cluster)
+        .into_iter()
+        .filter(|n| pods.get(n).is_some_and(pod_serving))
+        .collect();
+    let routes = cnmysql_core::services::routes_following_status(
+        &cluster.status.clone().unwrap_or_default(),
+        &ready,
+    );
+    if let Err(e) = crate::routing::converge(ctx, cluster, &routes, pods).await {
+        tracing::warn!(error = %format!("{e:#}"), "applying the routes failed; again at the next pass");
+    }
+}
+
 pub async fn step(
     ctx: &Context,
     cluster: &Cluster,
     pods: &BTreeMap<String, Pod>,
 ) -> Result<Duration, Error> {
+    // A Pod's new address (its sandbox made again after a node restart)
+    // or readiness reaches the routes before the poll, which waits up to
+    // its timeout on instances that do not answer.
+    route(ctx, cluster, pods).await;
     let client = control_client(ctx, cluster).await.at(Error::Topology)?;
     let names = objects::instances(cluster);
     let targets = names
@@ -490,18 +511,7 @@ pub async fn step(
     // primary change moves rw, ro and r at once (`routing.rs`) and
     // relabels the Pods; a released instance's Pod is made in this pass.
     let now = written.unwrap_or_else(|| cluster.clone());
-    let ready: Vec<String> = names
-        .iter()
-        .filter(|n| pods.get(*n).is_some_and(pod_serving))
-        .cloned()
-        .collect();
-    let routes = cnmysql_core::services::routes_following_status(
-        &now.status.clone().unwrap_or_default(),
-        &ready,
-    );
-    if let Err(e) = crate::routing::converge(ctx, &now, &routes, pods).await {
-        tracing::warn!(error = %format!("{e:#}"), "applying the routes failed; again at the next pass");
-    }
+    route(ctx, &now, pods).await;
     let keep = passed.at(Error::Topology)?;
     crate::pods::converge(ctx, &now, pods, &keep).await?;
     crate::restart::carry_out(ctx, cluster, pods, &client).await?;
