@@ -1,7 +1,8 @@
 //! The routes: every Service's EndpointSlices (`objects/endpoints.rs`),
-//! applied by the topology task right after the status it writes and
-//! before the Pods are relabelled, from that status and what the pass
-//! observed (`cnmysql_core::services::routes_following_status`). A change
+//! applied by the topology task before its poll (a Pod's new address or
+//! readiness) and right after the status its pass writes, before the Pods
+//! are relabelled, from that status and the Pods' readiness
+//! (`cnmysql_core::services::routes_following_status`). A change
 //! of primary moves `rw`, `ro` and `r` in one pass, and nothing moves them
 //! before it: kube-proxy applies changes at most once a second, and a
 //! change made early (a Pod turning terminating, a relabel) held the move
@@ -13,8 +14,8 @@
 //! task when the status it sees would move rw ([`wake_if_moved`]): an
 //! instance manager records its own promotion (`currentPrimary`), and rw
 //! then follows within the next pass, not after the task's next period
-//! (200 ms while the primary changes). Asked again, the task also removes
-//! slices no Service of the Cluster has any more, and those the
+//! (200 ms while the primary changes). Whenever it applies, the task also
+//! removes slices no Service of the Cluster has any more, and those the
 //! EndpointSlice controller made while a Service had a selector (an older
 //! operator's, or someone's edit the reconcile took back).
 
