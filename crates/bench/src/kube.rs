@@ -144,21 +144,27 @@ async fn fault_run(k: &KubeCluster, kind: &str, load: usize) -> anyhow::Result<F
     let load = Load::start(load_opts(k).await?, load).await?;
     w.wait_for_more(200, Duration::from_secs(30)).await;
     let routes = cnmysql_kubetest::routes::Routes::watch(k.client.clone(), NS).await?;
+    // Everything the fault and the probes need is read before the clock
+    // starts: API reads after it would count as outage.
+    let opts = load_opts(k).await?;
+    let pods: Api<Pod> = Api::namespaced(k.client.clone(), NS);
+    let (rw, pid) = match kind {
+        "kill" => (
+            Some(k.wait_service(NS, "db-rw").await?),
+            Some(k.pid(NS, &old, "mysql").await?),
+        ),
+        _ => (None, None),
+    };
     let at = Instant::now();
     let mut probe = None;
     let promoted = tokio::spawn(named_primary(k.clusters(NS), old.clone(), at));
-    let opts = load_opts(k).await?;
     match kind {
         "delete" => {
-            let pods: Api<Pod> = Api::namespaced(k.client.clone(), NS);
             pods.delete(&old, &DeleteParams::default()).await?;
         }
         "kill" => {
-            probe = Some(tokio::spawn(greetings(
-                k.wait_service(NS, "db-rw").await?,
-                Duration::from_secs(4),
-            )));
-            let pid = k.pid(NS, &old, "mysql").await?;
+            let (rw, pid) = (rw.expect("read above"), pid.expect("read above"));
+            probe = Some(tokio::spawn(greetings(rw, Duration::from_secs(4))));
             eprintln!("killing {old}'s PID 1 at {}", jiff::Timestamp::now());
             nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(pid),
@@ -225,7 +231,6 @@ async fn fault_run(k: &KubeCluster, kind: &str, load: usize) -> anyhow::Result<F
         // while (CrashLoopBackOff): each run's kill meets a container that
         // never crashed, as a one-off crash does. The primary's Pod is
         // deleted on notice (it hands over) and made again.
-        let pods: Api<Pod> = Api::namespaced(k.client.clone(), NS);
         pods.delete(&new, &DeleteParams::default()).await?;
         cnmysql_kubetest::until("the handover", Duration::from_secs(60), || async {
             let p = k.cluster_status(NS, "db").await.ok()?.current_primary?;
