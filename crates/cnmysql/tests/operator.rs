@@ -50,6 +50,7 @@ async fn the_operator_creates_corrects_and_deletes_a_clusters_objects() {
     every_object_is_owned_and_applied(&client, &uid).await;
     the_status_targets_the_first_instance(&client).await;
     an_unchanged_cluster_is_not_written(&client, &op).await;
+    topology_passes_are_timed(&op).await;
     progress_alone_starts_no_reconcile(&client, &op).await;
     edits_are_corrected_unless_paused(&client, &op).await;
     pods_are_recreated_on_their_claims_and_scaled_down(&client).await;
@@ -182,6 +183,20 @@ async fn the_status_targets_the_first_instance(client: &kube::Client) {
     assert_eq!(st.target_primary.as_deref(), Some("db-1"));
     assert_eq!(st.operator_executable_hash.as_ref().unwrap().len(), 64);
     assert_eq!(st.instances, 3);
+}
+
+/// The Cluster's topology passes are timed on the metrics page, the poll
+/// apart (no Pod runs here: the poll has no one to ask).
+async fn topology_passes_are_timed(op: &Operator) {
+    for name in [
+        "cnmysql_operator_topology_pass_duration_seconds_count",
+        "cnmysql_operator_topology_poll_duration_seconds_count",
+    ] {
+        wait_for(name, Duration::from_secs(30), || async {
+            (op.metric(name).await >= 1.0).then_some(())
+        })
+        .await;
+    }
 }
 
 /// Reconciling an unchanged Cluster writes nothing.

@@ -30,6 +30,8 @@ pub struct Metrics {
     reconciles: Family<Labels, Counter>,
     errors: Family<Labels, Counter>,
     duration: Histogram,
+    topology_pass: Histogram,
+    topology_poll: Histogram,
     pub leader: Gauge<i64, AtomicI64>,
     clusters: Arc<Mutex<Observed>>,
 }
@@ -49,12 +51,18 @@ impl Default for Metrics {
             "Failed reconciles by kind of error",
             errors.clone(),
         );
-        let duration = Histogram::new(exponential_buckets(0.005, 2.0, 12));
-        r.register_with_unit(
-            "reconcile_duration",
-            "How long a reconcile took",
-            prometheus_client::registry::Unit::Seconds,
-            duration.clone(),
+        let duration = seconds(&mut r, "reconcile_duration", "How long a reconcile took");
+        // A failover or hand-over is decided within one topology pass:
+        // its time (and the poll's share of it) bounds how soon.
+        let topology_pass = seconds(
+            &mut r,
+            "topology_pass_duration",
+            "How long a topology pass took: routes, poll, decision, Pods",
+        );
+        let topology_poll = seconds(
+            &mut r,
+            "topology_poll_duration",
+            "How long the instances took to answer a topology pass's poll",
         );
         let leader = Gauge::<i64, AtomicI64>::default();
         r.register(
@@ -67,10 +75,24 @@ impl Default for Metrics {
             reconciles,
             errors,
             duration,
+            topology_pass,
+            topology_poll,
             leader,
             clusters: Default::default(),
         }
     }
+}
+
+/// A histogram of durations in seconds, 5 ms to about 10 s, registered.
+fn seconds(r: &mut Registry, name: &str, help: &str) -> Histogram {
+    let h = Histogram::new(exponential_buckets(0.005, 2.0, 12));
+    r.register_with_unit(
+        name,
+        help,
+        prometheus_client::registry::Unit::Seconds,
+        h.clone(),
+    );
+    h
 }
 
 impl Metrics {
@@ -85,6 +107,12 @@ impl Metrics {
                 .get_or_create(&vec![("error".into(), e.into())])
                 .inc();
         }
+    }
+
+    /// One topology pass: all of it, and its poll of the instances.
+    pub fn observe_topology_pass(&self, took: Duration, poll: Duration) {
+        self.topology_pass.observe(took.as_secs_f64());
+        self.topology_poll.observe(poll.as_secs_f64());
     }
 
     /// The latest snapshot of a Cluster's topology.
@@ -161,6 +189,25 @@ mod tests {
             text.contains("cnmysql_operator_reconcile_duration_seconds_count 2"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn topology_passes_are_timed() {
+        let m = super::Metrics::default();
+        m.observe_topology_pass(
+            std::time::Duration::from_millis(90),
+            std::time::Duration::from_millis(50),
+        );
+        let text = m.encode();
+        for series in [
+            "cnmysql_operator_topology_pass_duration_seconds_count 1",
+            "cnmysql_operator_topology_poll_duration_seconds_count 1",
+            // 90 ms falls in the 0.16 s bucket, not the 0.08 s one.
+            "cnmysql_operator_topology_pass_duration_seconds_bucket{le=\"0.08\"} 0",
+            "cnmysql_operator_topology_pass_duration_seconds_bucket{le=\"0.16\"} 1",
+        ] {
+            assert!(text.contains(series), "{series} missing from {text}");
+        }
     }
 
     #[test]

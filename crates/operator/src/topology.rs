@@ -393,8 +393,11 @@ pub async fn step(
 ) -> Result<Duration, Error> {
     // A Pod's new address (its sandbox made again after a node restart)
     // or readiness reaches the routes before the poll, which waits up to
-    // its timeout on instances that do not answer.
+    // its timeout on instances that do not answer. Each part is timed
+    // (`cnmysql_operator_topology_*_duration_seconds`, and at debug level).
+    let began = std::time::Instant::now();
     route(ctx, cluster, pods).await;
+    let routed = began.elapsed();
     let client = control_client(ctx, cluster).await.at(Error::Topology)?;
     let names = objects::instances(cluster);
     let targets = names
@@ -415,6 +418,7 @@ pub async fn step(
         })
         .collect();
     let polled = poller::poll_noting_refusals(targets).await;
+    let polled_at = began.elapsed();
     let refused: Vec<String> = polled
         .iter()
         .filter(|(_, r)| *r)
@@ -505,6 +509,7 @@ pub async fn step(
     };
     let mut memory = ctx.memory.core(cluster);
     let passed = cnmysql_engine::pass(&mut platform, &facts, &mut memory).await;
+    let passed_at = began.elapsed();
     ctx.memory.set_core(cluster, &memory);
     let written = platform.written.take();
     // The routes, then the Pods, follow the status as the pass left it: a
@@ -515,6 +520,15 @@ pub async fn step(
     let keep = passed.at(Error::Topology)?;
     crate::pods::converge(ctx, &now, pods, &keep).await?;
     crate::restart::carry_out(ctx, cluster, pods, &client).await?;
+    let took = began.elapsed();
+    ctx.metrics.observe_topology_pass(took, polled_at - routed);
+    tracing::debug!(
+        route_ms = routed.as_millis() as u64,
+        poll_ms = (polled_at - routed).as_millis() as u64,
+        decide_ms = (passed_at - polled_at).as_millis() as u64,
+        total_ms = took.as_millis() as u64,
+        "topology pass"
+    );
     let after = now.status.clone().unwrap_or(status);
     Ok(Duration::from_millis(
         Cadence::KUBERNETES.next_poll_ms(&after),
@@ -567,7 +581,7 @@ pub fn ensure_running(ctx: &std::sync::Arc<Context>, cluster: &Cluster) {
                 }
                 tokio::select! {
                     _ = tokio::time::sleep(period) => {}
-                    _ = waker.notified() => {}
+                    _ = waker.notified() => tracing::debug!("topology task woken"),
                     _ = stop.changed() => return,
                 }
             }
