@@ -293,9 +293,15 @@ impl<C: ClusterState> Manager<C> {
     /// acknowledgements and gives its lease back at once
     /// (`leave_primary_side`), seen read-only again first.
     async fn close_for_hand_over(&self) -> anyhow::Result<()> {
+        let began = Instant::now();
         let Some((mut conn, view)) = self.running_server().await? else {
             return Ok(());
         };
+        // Its share of the hand-over's time, beside the close's own.
+        tracing::info!(
+            millis = began.elapsed().as_millis() as u64,
+            "seen read-only again before closing the acknowledgements"
+        );
         if view.read_only {
             self.leave_primary_side(&mut conn, &view, false).await?;
         }

@@ -33,8 +33,12 @@ pub(super) async fn close(conn: &mut mysql_async::Conn, f: Flavor, view: &sql::S
     if !closable(view) || semisync::acks_closed(f, &view.semi_sync) {
         return;
     }
+    let began = std::time::Instant::now();
     match sql::exec_all(conn, &[stmt]).await {
-        Ok(()) => tracing::info!("acknowledgements closed for the hand-over"),
+        Ok(()) => tracing::info!(
+            set_millis = began.elapsed().as_millis() as u64,
+            "acknowledgements closed for the hand-over"
+        ),
         Err(e) => tracing::warn!(error = %format!("{e:#}"), "closing the acknowledgements failed"),
     }
 }
