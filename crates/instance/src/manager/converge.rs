@@ -297,12 +297,12 @@ impl<C: ClusterState> Manager<C> {
         let Some((mut conn, view)) = self.running_server().await? else {
             return Ok(());
         };
-        // Its share of the hand-over's time, beside the close's own.
-        tracing::info!(
-            millis = began.elapsed().as_millis() as u64,
-            "seen read-only again before closing the acknowledgements"
-        );
         if view.read_only {
+            // Its share of the hand-over's time, beside the close's own.
+            tracing::info!(
+                millis = began.elapsed().as_millis() as u64,
+                "seen read-only again before closing the acknowledgements"
+            );
             self.leave_primary_side(&mut conn, &view, false).await?;
         }
         Ok(())
