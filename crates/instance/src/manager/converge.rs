@@ -119,11 +119,15 @@ impl<C: ClusterState> Manager<C> {
                     tracing::error!(reason = %why, "making this server read-only");
                 }
                 drop(conn);
-                let fenced = self.fencer.make_read_only(cause, &why).await?;
-                if fenced == Fenced::ReadOnly && matches!(desired, Desired::HandOver { .. }) {
-                    // Its target waits for the close: in this pass, not
-                    // the next.
-                    self.close_for_hand_over().await?;
+                let (_, read_only) = self.fencer.make_read_only_keeping(cause, &why).await?;
+                if let Some(mut ro) = read_only
+                    && matches!(desired, Desired::HandOver { .. })
+                {
+                    // Its target waits for the close: in this pass, on the
+                    // connection that made it read-only. The pass's view
+                    // still tells the acknowledgements' state: read-only
+                    // changes neither semi-sync side.
+                    self.leave_primary_side(&mut ro, &view, false).await?;
                 }
                 return Ok(());
             }
@@ -287,25 +291,6 @@ impl<C: ClusterState> Manager<C> {
         // neutral now, switched off once that holds nobody up.
         self.leaving.step(conn, f, &view.semi_sync).await?;
         Ok(true)
-    }
-
-    /// A primary handing over that has just turned read-only closes its
-    /// acknowledgements and gives its lease back at once
-    /// (`leave_primary_side`), seen read-only again first.
-    async fn close_for_hand_over(&self) -> anyhow::Result<()> {
-        let began = Instant::now();
-        let Some((mut conn, view)) = self.running_server().await? else {
-            return Ok(());
-        };
-        if view.read_only {
-            // Its share of the hand-over's time, beside the close's own.
-            tracing::info!(
-                millis = began.elapsed().as_millis() as u64,
-                "seen read-only again before closing the acknowledgements"
-            );
-            self.leave_primary_side(&mut conn, &view, false).await?;
-        }
-        Ok(())
     }
 
     /// The semi-sync replica side as the role wants it

@@ -94,6 +94,20 @@ impl Fencer {
         cause: self_fence::Cause,
         why: &str,
     ) -> anyhow::Result<Fenced> {
+        let (fenced, _) = self.make_read_only_keeping(cause, why).await?;
+        Ok(fenced)
+    }
+
+    /// [`Fencer::make_read_only`], and the connection that made the server
+    /// read-only (none when mysqld was killed instead), for what must
+    /// follow on it at once: a hand-over closes its acknowledgements
+    /// there, without a connection and a look at the server more (under
+    /// load each cost the hand-over up to 0.2 s).
+    pub async fn make_read_only_keeping(
+        &self,
+        cause: self_fence::Cause,
+        why: &str,
+    ) -> anyhow::Result<(Fenced, Option<mysql_async::Conn>)> {
         let pool = self
             .link
             .pool()
@@ -114,7 +128,7 @@ impl Fencer {
             } else {
                 format!("{why}: still writable {age} ms after the primary lease was last renewed, past its expiry (the manager did not run: frozen, stopped or starved)")
             });
-            return Ok(Fenced::Killed);
+            return Ok((Fenced::Killed, None));
         }
         let done = match conn.as_mut() {
             Some(c) => {
@@ -150,7 +164,7 @@ impl Fencer {
                     );
                     // Not started again when the manager is stopping anyway.
                     self.link.supervisor.kill_to_fence(self.link.stopping());
-                    return Ok(Fenced::Killed);
+                    return Ok((Fenced::Killed, None));
                 }
                 self_fence::Escalation::CloseSessionsAndRetry => {
                     let mut other = pool.get_conn().await?;
@@ -173,7 +187,7 @@ impl Fencer {
             millis = began.elapsed().as_millis() as u64,
             "read-only"
         );
-        Ok(Fenced::ReadOnly)
+        Ok((Fenced::ReadOnly, Some(conn)))
     }
 
     /// The primary lease expired while this server stayed writable
