@@ -103,16 +103,28 @@ impl Metrics {
             .get_or_create(&vec![("result".into(), result.into())])
             .inc();
         if let Some(e) = error {
-            self.errors
-                .get_or_create(&vec![("error".into(), e.into())])
-                .inc();
+            self.count_error(e);
         }
+    }
+
+    /// A failed step, by its label (`Error::metric_label`).
+    fn count_error(&self, label: &str) {
+        self.errors
+            .get_or_create(&vec![("error".into(), label.into())])
+            .inc();
     }
 
     /// One topology pass: all of it, and its poll of the instances.
     pub fn observe_topology_pass(&self, took: Duration, poll: Duration) {
         self.topology_pass.observe(took.as_secs_f64());
         self.topology_poll.observe(poll.as_secs_f64());
+    }
+
+    /// A topology pass that failed: counted where a failed reconcile is,
+    /// under its step's label (the duration histograms count only passes
+    /// that finish).
+    pub fn topology_pass_failed(&self, e: &crate::error::Error) {
+        self.count_error(e.metric_label());
     }
 
     /// The latest snapshot of a Cluster's topology.
@@ -192,14 +204,16 @@ mod tests {
     }
 
     #[test]
-    fn topology_passes_are_timed() {
+    fn topology_passes_are_timed_and_failed_ones_counted() {
         let m = super::Metrics::default();
         m.observe_topology_pass(
             std::time::Duration::from_millis(90),
             std::time::Duration::from_millis(50),
         );
+        m.topology_pass_failed(&crate::error::Error::Topology(anyhow::anyhow!("poll")));
         let text = m.encode();
         for series in [
+            "cnmysql_operator_reconcile_errors_total{error=\"topology\"} 1",
             "cnmysql_operator_topology_pass_duration_seconds_count 1",
             "cnmysql_operator_topology_poll_duration_seconds_count 1",
             // 90 ms falls in the 0.16 s bucket, not the 0.08 s one.

@@ -576,7 +576,10 @@ pub fn ensure_running(ctx: &std::sync::Arc<Context>, cluster: &Cluster) {
                     let pods = crate::pods::cached(&ctx, &c);
                     match step(&ctx, &c, &pods).await {
                         Ok(next) => period = next,
-                        Err(e) => tracing::warn!(error = %e, "topology pass failed"),
+                        Err(e) => {
+                            ctx.metrics.topology_pass_failed(&e);
+                            tracing::warn!(error = %e, "topology pass failed");
+                        }
                     }
                 }
                 tokio::select! {
