@@ -367,6 +367,22 @@ pub fn gtid_and_read_only(flavor: Flavor) -> Sql {
     })
 }
 
+/// How long ago, in microseconds, the oldest transaction a replica's
+/// applier has in hand now was committed where it was first written (0
+/// when it has none): MySQL's applier workers of the default channel.
+/// MariaDB tells no such figure.
+pub fn applying_lag_micros(flavor: Flavor) -> Option<Sql> {
+    match flavor {
+        Flavor::Mariadb => None,
+        Flavor::Mysql => Some(Sql::new(
+            "SELECT COALESCE(MAX(TIMESTAMPDIFF(MICROSECOND, \
+             APPLYING_TRANSACTION_ORIGINAL_COMMIT_TIMESTAMP, NOW(6))), 0) \
+             FROM performance_schema.replication_applier_status_by_worker \
+             WHERE CHANNEL_NAME = '' AND APPLYING_TRANSACTION <> ''",
+        )),
+    }
+}
+
 /// The executed history an instance reports, from the columns of
 /// [`gtid_and_read_only`]: for MariaDB the binlog state with the applied
 /// position merged in (`BinlogState::with_applied`), so that a server cloned

@@ -87,6 +87,13 @@ pub struct ReplicationStatus {
     pub last_sql_errno: u32,
     /// `Seconds_Behind_Master`; none while the SQL thread is stopped.
     pub seconds_behind: Option<u64>,
+    /// How old, in milliseconds, the oldest transaction the applier is
+    /// applying now is (since its commit on the primary that first wrote
+    /// it), 0 when none is in hand; only where the server tells it
+    /// (MySQL's applier workers). Finer than `seconds_behind`, which MySQL
+    /// counts in whole seconds of the last checkpoint's event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applying_lag_millis: Option<u64>,
     /// MariaDB `Using_Gtid` / MySQL auto-position.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub using_gtid: String,

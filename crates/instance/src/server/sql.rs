@@ -148,6 +148,14 @@ pub async fn observe(conn: &mut Conn, f: Flavor) -> anyhow::Result<ServerView> {
     let default_channel = rows
         .iter()
         .find(|r| col_str(r, "Channel_Name") != cnmysql_core::archive_replica::CHANNEL);
+    let applying_lag_millis = match (default_channel, flavor::applying_lag_micros(f)) {
+        (Some(_), Some(q)) => {
+            let us: Option<i64> = conn.query_first(q.text).await?;
+            // A clock behind the primary's reads as none behind.
+            us.map(|us| us.max(0) as u64 / 1000)
+        }
+        _ => None,
+    };
     let replication = default_channel.map(|r| {
         let (host, port, io, sql, io_err, sql_err, io_errno, sql_errno, behind, using, received) =
             match f {
@@ -188,6 +196,7 @@ pub async fn observe(conn: &mut Conn, f: Flavor) -> anyhow::Result<ServerView> {
             last_io_errno: col_str(r, io_errno).parse().unwrap_or(0),
             last_sql_errno: col_str(r, sql_errno).parse().unwrap_or(0),
             seconds_behind: col_str(r, behind).parse().ok(),
+            applying_lag_millis,
             using_gtid: col_str(r, using),
             received_gtid: col_str(r, received),
         }
