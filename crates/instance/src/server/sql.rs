@@ -150,7 +150,9 @@ pub async fn observe(conn: &mut Conn, f: Flavor) -> anyhow::Result<ServerView> {
         .find(|r| col_str(r, "Channel_Name") != cnmysql_core::archive_replica::CHANNEL);
     let applying_lag_millis = match (default_channel, flavor::applying_lag_micros(f)) {
         (Some(_), Some(q)) => {
-            let us: Option<i64> = conn.query_first(q.text).await?;
+            // A finer figure beside Seconds_Behind: a server that will not
+            // tell it leaves it unknown, it does not fail the look.
+            let us: Option<i64> = conn.query_first(q.text).await.ok().flatten();
             // A clock behind the primary's reads as none behind.
             us.map(|us| us.max(0) as u64 / 1000)
         }
